@@ -1,0 +1,228 @@
+//! Watches: requests, responses, and the fan-out machinery the backends share.
+//!
+//! A backend publishes every committed write to its [`WatchHub`] in revision
+//! order, right after the write became durable and readable. Each watch is a
+//! stream that follows the hub; when it is behind (it started in the past, or
+//! its consumer was slow and the hub's buffer moved on) it reads the missed
+//! revisions from the backend's history through [`EventLog`], so a slow
+//! watcher costs memory only in its own history reads, never in the hub.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::Stream;
+use parking_lot::Mutex;
+use tokio::sync::broadcast;
+
+use crate::error::{Error, Result};
+use crate::kv::{Event, KeyRange, Revision};
+
+/// What to watch, and from when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchRequest {
+    /// The keys to watch.
+    pub range: KeyRange,
+    /// Deliver changes at revisions `>= start_revision`; 0 means changes after
+    /// the current revision. To resume after a response at revision `r`,
+    /// start at `r + 1`.
+    pub start_revision: Revision,
+    /// If set, a watch that delivered nothing for this long sends a progress
+    /// notification: a response with no events carrying the revision up to
+    /// which the watch is complete.
+    pub progress_notify: Option<Duration>,
+}
+
+impl WatchRequest {
+    /// Watches `range` from now on.
+    pub fn new(range: KeyRange) -> WatchRequest {
+        WatchRequest { range, start_revision: 0, progress_notify: None }
+    }
+
+    /// Starts at `revision` (inclusive).
+    pub fn from_revision(mut self, revision: Revision) -> WatchRequest {
+        self.start_revision = revision;
+        self
+    }
+
+    /// Asks for progress notifications after `interval` without events.
+    pub fn with_progress_notify(mut self, interval: Duration) -> WatchRequest {
+        self.progress_notify = Some(interval);
+        self
+    }
+}
+
+/// One message of a watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchResponse {
+    /// The watch has delivered every change up to and including this revision.
+    pub revision: Revision,
+    /// The changes, in revision order; empty for a progress notification.
+    pub events: Vec<Event>,
+}
+
+impl WatchResponse {
+    /// True for a progress notification (no events).
+    pub fn is_progress_notify(&self) -> bool {
+        self.events.is_empty()
+    }
+}
+
+/// The stream of a watch. It ends after an error item: [`Error::Compacted`]
+/// when the watch fell behind the retained history, [`Error::Unavailable`]
+/// when the store shut down. Dropping it cancels the watch.
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse>> + Send>>;
+
+/// A backend's history of committed changes, read by watches that are behind.
+#[async_trait]
+pub(crate) trait EventLog: Send + Sync + 'static {
+    /// Every event at revisions `from..=to` within `range`, in revision order.
+    /// Fails with [`Error::Compacted`] if `from` is before the compaction revision.
+    async fn events(&self, range: &KeyRange, from: Revision, to: Revision) -> Result<Vec<Event>>;
+}
+
+/// Revisions replayed from history per read, bounding a lagging watch's memory.
+const REPLAY_WINDOW: Revision = 1024;
+
+/// Commit groups the hub buffers for watches that are momentarily behind.
+const HUB_CAPACITY: usize = 1024;
+
+/// The changes of one commit group, which ends at revision `last`.
+#[derive(Debug)]
+pub(crate) struct Committed {
+    last: Revision,
+    events: Vec<Event>,
+}
+
+/// The last published revision and the sender, under one lock so that a
+/// watch's subscription and its view of "published so far" always agree.
+type HubState = Mutex<(Revision, broadcast::Sender<Arc<Committed>>)>;
+
+/// Fans committed changes out to watches.
+pub(crate) struct WatchHub {
+    inner: Arc<HubState>,
+}
+
+impl WatchHub {
+    /// A hub whose history ends at `revision`.
+    pub(crate) fn new(revision: Revision) -> WatchHub {
+        let (sender, _) = broadcast::channel(HUB_CAPACITY);
+        WatchHub { inner: Arc::new(Mutex::new((revision, sender))) }
+    }
+
+    /// Publishes the events of revisions `first..=last` (possibly none: a
+    /// write may change nothing a watch can see, the revision still moved).
+    /// Callers publish in revision order, after the changes are readable
+    /// from their [`EventLog`].
+    pub(crate) fn publish(&self, first: Revision, last: Revision, events: Vec<Event>) {
+        let mut inner = self.inner.lock();
+        debug_assert!(first == inner.0 + 1, "published {first} after {}", inner.0);
+        inner.0 = last;
+        // No receivers is fine: nobody is watching.
+        let _ = inner.1.send(Arc::new(Committed { last, events }));
+    }
+
+    /// Starts a watch over `log`, whose latest revision the caller has checked
+    /// against the compaction revision already.
+    pub(crate) fn watch(&self, log: Arc<dyn EventLog>, request: WatchRequest) -> WatchStream {
+        let (published, receiver) = {
+            let inner = self.inner.lock();
+            (inner.0, inner.1.subscribe())
+        };
+        let next = if request.start_revision > 0 { request.start_revision } else { published + 1 };
+        let state = Watcher {
+            hub: Arc::downgrade(&self.inner),
+            log,
+            range: request.range,
+            progress_notify: request.progress_notify,
+            receiver,
+            published,
+            next,
+            done: false,
+        };
+        Box::pin(futures::stream::unfold(state, |mut state| async move {
+            if state.done {
+                return None;
+            }
+            let item = state.next_response().await;
+            state.done = item.is_err();
+            Some((item, state))
+        }))
+    }
+}
+
+/// One watch's position in the revision sequence.
+struct Watcher {
+    /// Weak, so that dropping the store closes its watches.
+    hub: std::sync::Weak<HubState>,
+    log: Arc<dyn EventLog>,
+    range: KeyRange,
+    progress_notify: Option<Duration>,
+    receiver: broadcast::Receiver<Arc<Committed>>,
+    /// Every revision up to here is readable from the log.
+    published: Revision,
+    /// The next revision this watch has to look at.
+    next: Revision,
+    done: bool,
+}
+
+impl Watcher {
+    /// Waits for the next non-empty response (or a progress notification).
+    async fn next_response(&mut self) -> Result<WatchResponse> {
+        let deadline = self.progress_notify.map(|d| tokio::time::Instant::now() + d);
+        loop {
+            // Behind the hub: catch up from history, a window at a time.
+            if self.next <= self.published {
+                let to = self.published.min(self.next + REPLAY_WINDOW - 1);
+                let events = self.log.events(&self.range, self.next, to).await?;
+                self.next = to + 1;
+                if !events.is_empty() {
+                    return Ok(WatchResponse { revision: to, events });
+                }
+                continue;
+            }
+            let received = match deadline {
+                None => self.receiver.recv().await,
+                Some(deadline) => match tokio::time::timeout_at(deadline, self.receiver.recv()).await {
+                    Ok(received) => received,
+                    Err(_) => {
+                        let revision = (self.next - 1).min(self.published);
+                        return Ok(WatchResponse { revision, events: Vec::new() });
+                    }
+                },
+            };
+            match received {
+                Ok(group) => {
+                    if group.last < self.next {
+                        continue;
+                    }
+                    let events: Vec<Event> = group
+                        .events
+                        .iter()
+                        .filter(|e| e.revision() >= self.next && self.range.contains(&e.kv.key))
+                        .cloned()
+                        .collect();
+                    self.published = self.published.max(group.last);
+                    self.next = group.last + 1;
+                    if !events.is_empty() {
+                        return Ok(WatchResponse { revision: group.last, events });
+                    }
+                }
+                // The consumer was slow and the hub dropped groups: everything
+                // published so far is in the log, replay it from there.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let Some(hub) = self.hub.upgrade() else {
+                        return Err(Error::Unavailable("the store is shut down".into()));
+                    };
+                    let hub = hub.lock();
+                    self.receiver = hub.1.subscribe();
+                    self.published = hub.0;
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    return Err(Error::Unavailable("the store is shut down".into()));
+                }
+            }
+        }
+    }
+}
