@@ -398,7 +398,7 @@ mod tests {
         let mut view = Fixed(HashMap::from([("/a".to_string(), kv("/a", 3))]));
         let txn = Txn::new()
             .when([Compare::mod_revision("/a", CompareOp::Equal, 3)])
-            .and_then([Op::put("/a", "w"), Op::get("/a"), Op::delete("/b"), Op::put("/b", "x")]);
+            .and_then([Op::put("/a", "w"), Op::get("/a"), Op::delete("/c"), Op::put("/b", "x")]);
         txn.validate().unwrap();
         let done = execute(&txn, 5, 0, &mut view).unwrap();
         assert!(done.response.succeeded);

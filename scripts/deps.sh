@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs, with apt-get, the system packages the build, the tests and the
+# benchmarks need, when they are missing:
+#   libclang-dev      rocksdb's bindgen
+#   protobuf-compiler etcd-client (benchmarks against etcd)
+#   etcd-server       the etcd baseline of the store benchmark
+set -euo pipefail
+
+missing=()
+for pkg in libclang-dev protobuf-compiler etcd-server; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing missing packages: ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
