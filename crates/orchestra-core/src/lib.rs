@@ -1,7 +1,21 @@
 //! # orchestra-core
 //!
-//! Will hold the API server (resource registry, request pipeline of authentication, authorization and admission, watch, discovery) and kube::Client constructors.
+//! Orchestra's API machinery:
 //!
-//! Not implemented yet: this crate is a placeholder in the workspace so that
-//! the crate map and the dependency direction are fixed from the start. Its
-//! content is tracked by issue 3.
+//! * [`api`] — the types-only layer: resource descriptions and the registry
+//!   of served kinds, Kubernetes `Status` errors, label and field selectors,
+//!   object-meta helpers and validation.
+//! * [`server`] (feature `server`) — a Kubernetes-compatible API server as a
+//!   `tower::Service` over an `orchestra_store::Store`: discovery, CRUD,
+//!   patch, watch, and the `binding`, `scale` and `finalize` subresources.
+//! * [`client`] (feature `client`) — `kube::Client` constructors, in process
+//!   or from a kubeconfig.
+//!
+//! Objects are Kubernetes JSON; built-in kinds are those of `k8s-openapi`
+//! (`v1_33`).
+
+pub mod api;
+#[cfg(feature = "client")]
+pub mod client;
+#[cfg(feature = "server")]
+pub mod server;

@@ -17,7 +17,8 @@ use crate::txn::{Compare, CompareOp, Op, Txn};
 ///
 /// Like the Kubernetes API server's compactor, the store keeps at least
 /// `window` of history (5 minutes by default): every `window` it compacts up to
-/// the revision that was current one window ago. With `max_revisions` set it
+/// the revision that was current one window ago, so between one and two
+/// windows of history are retained. With `max_revisions` set it
 /// also never keeps more than that many revisions, which bounds the history of
 /// a store under heavy write load.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,10 +52,14 @@ impl CompactionPolicy {
         self
     }
 
-    /// How often the compactor looks at the store.
+    /// How often the compactor looks at the store: once a window, like the
+    /// API server (so between one and two windows of history are kept), and
+    /// every second when the history is also capped by revisions.
     fn tick(&self) -> Duration {
-        let tick = self.window / 10;
-        let tick = if self.max_revisions.is_some() { tick.min(Duration::from_secs(1)) } else { tick };
+        let tick = match self.max_revisions {
+            Some(_) => self.window.min(Duration::from_secs(1)),
+            None => self.window,
+        };
         tick.max(Duration::from_millis(10))
     }
 }

@@ -264,39 +264,6 @@ pub(crate) trait ReadView {
     fn read(&mut self, key: &str) -> Result<Option<KeyValue>>;
 }
 
-/// Pending writes layered over a [`ReadView`]: the state a transaction sees
-/// after the earlier transactions of the same commit group.
-pub(crate) struct Overlay<V> {
-    base: V,
-    pending: HashMap<String, Option<KeyValue>>,
-}
-
-impl<V: ReadView> Overlay<V> {
-    pub(crate) fn new(base: V) -> Overlay<V> {
-        Overlay { base, pending: HashMap::new() }
-    }
-
-    /// Records the effect of `events`.
-    pub(crate) fn apply(&mut self, events: &[Event]) {
-        for event in events {
-            let value = match event.kind {
-                EventKind::Put => Some(event.kv.clone()),
-                EventKind::Delete => None,
-            };
-            self.pending.insert(event.kv.key.clone(), value);
-        }
-    }
-}
-
-impl<V: ReadView> ReadView for Overlay<V> {
-    fn read(&mut self, key: &str) -> Result<Option<KeyValue>> {
-        match self.pending.get(key) {
-            Some(value) => Ok(value.clone()),
-            None => self.base.read(key),
-        }
-    }
-}
-
 /// The effect of one executed transaction.
 pub(crate) struct Executed {
     /// What the caller gets back.

@@ -20,6 +20,7 @@
 
 mod codec;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -37,7 +38,7 @@ use crate::background::{self, StoreOptions};
 use crate::error::{Error, Result};
 use crate::kv::{Event, EventKind, KeyRange, KeyValue, Revision};
 use crate::store::{RangeRequest, RangeResponse, Store, StoreStatus};
-use crate::txn::{self, Overlay, ReadView, Txn, TxnResponse};
+use crate::txn::{self, ReadView, Txn, TxnResponse};
 use crate::watch::{EventLog, WatchHub, WatchRequest, WatchStream};
 
 const CF_KV: &str = "kv";
@@ -452,6 +453,39 @@ impl Core {
             });
         }
         batch.put_cf(self.cf(CF_LOG), codec::log_key(revision), codec::encode_log(&entries));
+    }
+}
+
+/// Pending writes layered over a [`ReadView`]: the state a transaction sees
+/// after the earlier transactions of the same commit group.
+struct Overlay<V> {
+    base: V,
+    pending: HashMap<String, Option<KeyValue>>,
+}
+
+impl<V: ReadView> Overlay<V> {
+    fn new(base: V) -> Overlay<V> {
+        Overlay { base, pending: HashMap::new() }
+    }
+
+    /// Records the effect of `events`.
+    fn apply(&mut self, events: &[Event]) {
+        for event in events {
+            let value = match event.kind {
+                EventKind::Put => Some(event.kv.clone()),
+                EventKind::Delete => None,
+            };
+            self.pending.insert(event.kv.key.clone(), value);
+        }
+    }
+}
+
+impl<V: ReadView> ReadView for Overlay<V> {
+    fn read(&mut self, key: &str) -> Result<Option<KeyValue>> {
+        match self.pending.get(key) {
+            Some(value) => Ok(value.clone()),
+            None => self.base.read(key),
+        }
     }
 }
 

@@ -1,0 +1,135 @@
+//! Object-meta helpers on JSON objects, and name validation.
+
+use serde_json::{Map, Value};
+
+use super::error::FieldError;
+
+/// `metadata.<field>` as a string, if present.
+pub fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
+    object.get("metadata")?.get(field)?.as_str()
+}
+
+/// The object's `metadata`, created if missing.
+pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
+    if !object.get("metadata").is_some_and(Value::is_object) {
+        object["metadata"] = Value::Object(Map::new());
+    }
+    object["metadata"].as_object_mut().expect("just ensured")
+}
+
+/// Checks a DNS-1123 subdomain name (most kinds): at most 253 characters of
+/// lowercase alphanumerics, `-` and `.`, starting and ending alphanumeric.
+pub fn validate_subdomain(field: &str, name: &str) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if name.len() > 253 {
+        errors.push(FieldError::invalid(field, name, "must be no more than 253 characters"));
+    }
+    let ok = !name.is_empty()
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        });
+    if !ok {
+        errors.push(FieldError::invalid(
+            field,
+            name,
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+        ));
+    }
+    errors
+}
+
+/// Checks a DNS-1123 label (namespaces, services): at most 63 characters of
+/// lowercase alphanumerics and `-`, starting and ending alphanumeric.
+pub fn validate_label(field: &str, name: &str) -> Vec<FieldError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        return Vec::new();
+    }
+    vec![FieldError::invalid(
+        field,
+        name,
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+    )]
+}
+
+/// Kinds whose names must be DNS labels rather than subdomains.
+pub fn requires_label_name(group: &str, plural: &str) -> bool {
+    group.is_empty() && matches!(plural, "namespaces" | "services")
+}
+
+/// Label and annotation maps: keys are `[prefix/]name`, values at most 63
+/// characters for labels.
+pub fn validate_labels(object: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let Some(labels) = object.pointer("/metadata/labels") else { return errors };
+    let Some(labels) = labels.as_object() else {
+        errors.push(FieldError::invalid("metadata.labels", &labels.to_string(), "must be a map of strings"));
+        return errors;
+    };
+    for (key, value) in labels {
+        let Some(value) = value.as_str() else {
+            errors.push(FieldError::invalid(format!("metadata.labels[{key}]"), &value.to_string(), "must be a string"));
+            continue;
+        };
+        let name = key.rsplit('/').next().unwrap_or(key);
+        let name_ok = !name.is_empty()
+            && name.len() <= 63
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !name_ok {
+            errors.push(FieldError::invalid("metadata.labels", key, "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
+        }
+        let value_ok = value.is_empty()
+            || (value.len() <= 63
+                && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && value.ends_with(|c: char| c.is_ascii_alphanumeric()));
+        if !value_ok {
+            errors.push(FieldError::invalid("metadata.labels", value, "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
+        }
+    }
+    errors
+}
+
+/// The current time as Kubernetes writes timestamps (RFC 3339, seconds).
+pub fn now_rfc3339() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let time = k8s_openapi::jiff::Timestamp::from_second(now.as_secs() as i64).unwrap_or_default();
+    serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(time))
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names() {
+        assert!(validate_subdomain("metadata.name", "web-0.example").is_empty());
+        assert!(!validate_subdomain("metadata.name", "Web").is_empty());
+        assert!(!validate_subdomain("metadata.name", "-x").is_empty());
+        assert!(!validate_subdomain("metadata.name", "a..b").is_empty());
+        assert!(validate_label("metadata.name", "kube-system").is_empty());
+        assert!(!validate_label("metadata.name", "a.b").is_empty());
+        assert!(!validate_label("metadata.name", &"x".repeat(64)).is_empty());
+    }
+
+    #[test]
+    fn labels_and_time() {
+        assert!(validate_labels(&json!({"metadata": {"labels": {"app.kubernetes.io/name": "web"}}})).is_empty());
+        assert_eq!(validate_labels(&json!({"metadata": {"labels": {"app": "bad value"}}})).len(), 1);
+        let now = now_rfc3339();
+        assert!(now.ends_with('Z') && now.len() == 20, "{now}");
+    }
+}

@@ -1,0 +1,14 @@
+//! The types-only layer: resource descriptions and the registry, Status
+//! errors, selectors, object-meta helpers and validation. No I/O.
+
+mod error;
+pub mod meta;
+mod registry;
+mod resource;
+mod selector;
+pub mod validation;
+
+pub use error::{ApiError, ErrorTarget, FieldError};
+pub use registry::Registry;
+pub use resource::{RESOURCE_VERBS, ResourceInfo, Scope, SubresourceInfo};
+pub use selector::{FieldSelector, LabelSelector};

@@ -1,0 +1,204 @@
+//! What the API server knows about a kind: its resource description.
+
+use k8s_openapi::{ListableResource, Resource};
+
+/// A subresource served under an object, e.g. `pods/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubresourceInfo {
+    /// Name after the object name in the path, e.g. `status`.
+    pub name: String,
+    /// Group, version and kind of what it takes and returns.
+    pub group: String,
+    /// Version of the response kind.
+    pub version: String,
+    /// Kind of the response.
+    pub kind: String,
+    /// Verbs it supports.
+    pub verbs: Vec<String>,
+}
+
+/// One served resource: group, version, kind, names, scope and subresources.
+#[derive(Debug, Clone)]
+pub struct ResourceInfo {
+    /// API group ("" for the core group).
+    pub group: String,
+    /// API version within the group, e.g. `v1`.
+    pub version: String,
+    /// Kind, e.g. `Pod`.
+    pub kind: String,
+    /// Kind of the list, e.g. `PodList`.
+    pub list_kind: String,
+    /// Plural resource name used in paths, e.g. `pods`.
+    pub plural: String,
+    /// Singular name, e.g. `pod`.
+    pub singular: String,
+    /// True for namespaced kinds.
+    pub namespaced: bool,
+    /// Short names, e.g. `po`.
+    pub short_names: Vec<String>,
+    /// Categories, e.g. `all`.
+    pub categories: Vec<String>,
+    /// Subresources served.
+    pub subresources: Vec<SubresourceInfo>,
+    /// Checks that an object decodes as the kind's type (a type error is a
+    /// 400, like upstream's JSON decoding errors).
+    pub decode_check: Option<fn(&serde_json::Value) -> Result<(), String>>,
+    /// The kind's own validation (422 with causes).
+    pub validate: Option<fn(&serde_json::Value) -> Vec<super::FieldError>>,
+}
+
+/// Whether a `k8s-openapi` scope type is namespaced.
+pub trait Scope {
+    /// True for namespaced kinds.
+    const NAMESPACED: bool;
+}
+
+impl Scope for k8s_openapi::NamespaceResourceScope {
+    const NAMESPACED: bool = true;
+}
+
+impl Scope for k8s_openapi::ClusterResourceScope {
+    const NAMESPACED: bool = false;
+}
+
+/// The verbs every collection resource supports.
+pub const RESOURCE_VERBS: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+
+impl ResourceInfo {
+    /// Describes a `k8s-openapi` type.
+    pub fn of<K>() -> ResourceInfo
+    where
+        K: Resource + ListableResource + serde::de::DeserializeOwned,
+        K::Scope: Scope,
+    {
+        ResourceInfo {
+            group: K::GROUP.into(),
+            version: K::VERSION.into(),
+            kind: K::KIND.into(),
+            list_kind: K::LIST_KIND.into(),
+            plural: K::URL_PATH_SEGMENT.into(),
+            singular: K::KIND.to_ascii_lowercase(),
+            namespaced: K::Scope::NAMESPACED,
+            short_names: Vec::new(),
+            categories: Vec::new(),
+            subresources: Vec::new(),
+            decode_check: Some(|value| K::deserialize(value).map(drop).map_err(|e| e.to_string())),
+            validate: None,
+        }
+    }
+
+    /// Describes a kind from its names (custom resources, user kinds).
+    pub fn new(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -> ResourceInfo {
+        ResourceInfo {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            list_kind: format!("{kind}List"),
+            plural: plural.into(),
+            singular: kind.to_ascii_lowercase(),
+            namespaced,
+            short_names: Vec::new(),
+            categories: Vec::new(),
+            subresources: Vec::new(),
+            decode_check: None,
+            validate: None,
+        }
+    }
+
+    /// Sets the kind's validation.
+    pub fn validated_by(mut self, validate: fn(&serde_json::Value) -> Vec<super::FieldError>) -> ResourceInfo {
+        self.validate = Some(validate);
+        self
+    }
+
+    /// Sets the short names.
+    pub fn short_names(mut self, names: &[&str]) -> ResourceInfo {
+        self.short_names = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// Puts the resource in the `all` category (`kubectl get all`).
+    pub fn in_all(mut self) -> ResourceInfo {
+        self.categories.push("all".into());
+        self
+    }
+
+    /// Adds a `status` subresource.
+    pub fn with_status(self) -> ResourceInfo {
+        let (group, version, kind) = (self.group.clone(), self.version.clone(), self.kind.clone());
+        self.with_subresource("status", &group, &version, &kind, &["get", "patch", "update"])
+    }
+
+    /// Adds a `scale` subresource (autoscaling/v1 Scale).
+    pub fn with_scale(self) -> ResourceInfo {
+        self.with_subresource("scale", "autoscaling", "v1", "Scale", &["get", "patch", "update"])
+    }
+
+    /// Adds any subresource.
+    pub fn with_subresource(mut self, name: &str, group: &str, version: &str, kind: &str, verbs: &[&str]) -> ResourceInfo {
+        self.subresources.push(SubresourceInfo {
+            name: name.into(),
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        });
+        self
+    }
+
+    /// `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+    }
+
+    /// True if the resource serves `name` as a subresource.
+    pub fn has_subresource(&self, name: &str) -> bool {
+        self.subresources.iter().any(|s| s.name == name)
+    }
+
+    /// The store prefix of every object of the resource:
+    /// `/registry/<group>/<plural>/` (`/registry/<plural>/` for the core group).
+    pub fn storage_prefix(&self) -> String {
+        if self.group.is_empty() {
+            format!("/registry/{}/", self.plural)
+        } else {
+            format!("/registry/{}/{}/", self.group, self.plural)
+        }
+    }
+
+    /// The store key of one object (`namespace` is ignored for cluster-scoped kinds).
+    pub fn storage_key(&self, namespace: Option<&str>, name: &str) -> String {
+        match (self.namespaced, namespace) {
+            (true, Some(ns)) => format!("{}{ns}/{name}", self.storage_prefix()),
+            _ => format!("{}{name}", self.storage_prefix()),
+        }
+    }
+
+    /// The store prefix of the objects of one namespace, or of all of them.
+    pub fn storage_collection(&self, namespace: Option<&str>) -> String {
+        match (self.namespaced, namespace) {
+            (true, Some(ns)) => format!("{}{ns}/", self.storage_prefix()),
+            _ => self.storage_prefix(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::{apps::v1::Deployment, core::v1::Node, core::v1::Pod};
+
+    #[test]
+    fn describes_openapi_types() {
+        let pod = ResourceInfo::of::<Pod>();
+        assert_eq!((pod.group.as_str(), pod.plural.as_str(), pod.list_kind.as_str()), ("", "pods", "PodList"));
+        assert!(pod.namespaced);
+        assert_eq!(pod.storage_key(Some("default"), "web"), "/registry/pods/default/web");
+        let node = ResourceInfo::of::<Node>();
+        assert!(!node.namespaced);
+        assert_eq!(node.storage_key(Some("ignored"), "n1"), "/registry/nodes/n1");
+        let deploy = ResourceInfo::of::<Deployment>();
+        assert_eq!(deploy.api_version(), "apps/v1");
+        assert_eq!(deploy.storage_collection(Some("prod")), "/registry/apps/deployments/prod/");
+    }
+}

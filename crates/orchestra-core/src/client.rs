@@ -1,0 +1,20 @@
+//! `kube::Client` constructors: over the in-process API server, or from a
+//! kubeconfig file.
+
+use std::path::Path;
+
+/// A client that sends every request straight into `server`'s tower service,
+/// with no socket in between. The same pipeline runs as for remote clients.
+#[cfg(feature = "server")]
+pub fn in_process(server: &crate::server::ApiServer, default_namespace: &str) -> kube::Client {
+    kube::Client::new(server.router(), default_namespace)
+}
+
+/// A client for the cluster a kubeconfig file describes (its current context).
+pub async fn from_kubeconfig(path: impl AsRef<Path>) -> Result<kube::Client, kube::Error> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path.as_ref()).map_err(kube::Error::InferKubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(kube::Error::InferKubeconfig)?;
+    kube::Client::try_from(config)
+}

@@ -1,0 +1,612 @@
+//! get, list, create, update, patch and delete of stored objects.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use axum::response::Response;
+use bytes::Bytes;
+use orchestra_store::{Error as StoreError, KeyRange, KeyValue, RangeRequest, Revision};
+use serde_json::{Map, Value, json};
+
+use super::body;
+use super::route::Query;
+use super::state::State;
+use crate::api::meta::{self, meta_str, metadata_mut};
+use crate::api::{ApiError, ErrorTarget, FieldError, FieldSelector, LabelSelector, ResourceInfo};
+
+/// Everything a handler needs to know about the addressed resource.
+pub(crate) struct Target {
+    pub resource: Arc<ResourceInfo>,
+    pub namespace: Option<String>,
+}
+
+impl Target {
+    pub(crate) fn error_target(&self, name: &str) -> ErrorTarget {
+        ErrorTarget {
+            group: self.resource.group.clone(),
+            resource: self.resource.plural.clone(),
+            kind: self.resource.kind.clone(),
+            name: name.to_owned(),
+        }
+    }
+
+    fn key(&self, name: &str) -> String {
+        self.resource.storage_key(self.namespace.as_deref(), name)
+    }
+}
+
+/// Maps a store failure to the API error clients expect.
+pub(crate) fn store_error(error: StoreError, target: &ErrorTarget) -> ApiError {
+    match error {
+        StoreError::AlreadyExists { .. } => ApiError::already_exists(target),
+        StoreError::NotFound { .. } => ApiError::not_found(target),
+        StoreError::Conflict { .. } => ApiError::conflict(target),
+        StoreError::Compacted { requested, compacted } => {
+            ApiError::expired(format!("too old resource version: {requested} ({compacted})"))
+        }
+        StoreError::ValueTooLarge { .. } => ApiError::too_large(orchestra_store::limits::MAX_VALUE_BYTES),
+        StoreError::InvalidKey { reason, .. } => ApiError::bad_request(format!("invalid object key: {reason}")),
+        StoreError::Unavailable(message) => ApiError::unavailable(message),
+        other => ApiError::internal(other),
+    }
+}
+
+/// Decodes a stored object and stamps its resource version.
+pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value, ApiError> {
+    let mut object: Value =
+        serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(format!("stored object is corrupt: {e}")))?;
+    metadata_mut(&mut object).insert("resourceVersion".into(), kv.mod_revision.to_string().into());
+    Ok(object)
+}
+
+/// Encodes an object for storage: without its resource version, which the
+/// store's revision provides.
+fn encode(object: &Value) -> Bytes {
+    let mut object = object.clone();
+    metadata_mut(&mut object).remove("resourceVersion");
+    Bytes::from(serde_json::to_vec(&object).expect("JSON values serialize"))
+}
+
+fn parse_revision(value: &str) -> Result<Revision, ApiError> {
+    value.parse::<Revision>().ok().filter(|r| *r >= 0).ok_or_else(|| {
+        ApiError::bad_request(format!("invalid resource version {value:?}: must be a non-negative integer"))
+    })
+}
+
+/// GET of one object.
+pub(crate) async fn get(state: &State, target: &Target, name: &str) -> Result<Value, ApiError> {
+    let error_target = target.error_target(name);
+    match state.store.get(&target.key(name)).await.map_err(|e| store_error(e, &error_target))? {
+        Some(kv) => decode_stored(&kv),
+        None => Err(ApiError::not_found(&error_target)),
+    }
+}
+
+/// A list: items, the revision it was read at, and the continuation.
+pub(crate) struct Listed {
+    pub items: Vec<Value>,
+    pub revision: Revision,
+    pub continue_token: Option<String>,
+    pub remaining: Option<usize>,
+}
+
+fn encode_continue(revision: Revision, last_key: &str) -> String {
+    let hex: String = last_key.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("{revision}-{hex}")
+}
+
+fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
+    let invalid = || ApiError::bad_request("continue key is not valid");
+    let (revision, hex) = token.split_once('-').ok_or_else(invalid)?;
+    let revision = revision.parse().map_err(|_| invalid())?;
+    if hex.len() % 2 != 0 {
+        return Err(invalid());
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map_err(|_| invalid())?;
+    Ok((revision, String::from_utf8(bytes).map_err(|_| invalid())?))
+}
+
+/// The revision a list reads at, from `resourceVersion` and `resourceVersionMatch`.
+async fn list_revision(state: &State, query: &Query) -> Result<Revision, ApiError> {
+    let Some(rv) = query.resource_version.as_deref() else { return Ok(0) };
+    let requested = parse_revision(rv)?;
+    match query.resource_version_match.as_deref() {
+        Some("Exact") if requested == 0 => Err(ApiError::bad_request("resourceVersionMatch=Exact requires a non-zero resourceVersion")),
+        Some("Exact") => Ok(requested),
+        None | Some("NotOlderThan") => {
+            // Served from the latest state, which must be at least `requested`.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+            loop {
+                let current = state.store.status().await.map_err(|e| ApiError::internal(e))?.revision;
+                if current >= requested {
+                    return Ok(0);
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return Err(ApiError {
+                        code: 504,
+                        reason: "Timeout",
+                        message: format!("Too large resource version: {requested}, current: {current}"),
+                        details: None,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Some(other) => Err(ApiError::bad_request(format!("unsupported resourceVersionMatch {other:?}"))),
+    }
+}
+
+/// Reads a (possibly paginated) list with selectors applied.
+pub(crate) async fn list_items(state: &State, target: &Target, query: &Query) -> Result<Listed, ApiError> {
+    let labels = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))?;
+    let fields = FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?;
+    let collection = KeyRange::prefix(target.resource.storage_collection(target.namespace.as_deref()));
+    let limit = query.limit.unwrap_or(0);
+    let mut request = match &query.continue_token {
+        Some(token) => {
+            let (revision, last_key) = decode_continue(token)?;
+            RangeRequest::new(collection.after(&last_key)).at_revision(revision)
+        }
+        None => RangeRequest::new(collection).at_revision(list_revision(state, query).await?),
+    }
+    .with_limit(limit);
+    let error_target = target.error_target("");
+    let mut listed = Listed { items: Vec::new(), revision: 0, continue_token: None, remaining: None };
+    loop {
+        let response = state.store.range(request.clone()).await.map_err(|e| match e {
+            StoreError::Compacted { .. } if query.continue_token.is_some() => ApiError::expired(
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+            ),
+            other => store_error(other, &error_target),
+        })?;
+        listed.revision = response.revision;
+        for (i, kv) in response.kvs.iter().enumerate() {
+            let object = decode_stored(kv)?;
+            if labels.matches_object(&object) && fields.matches_object(&object) {
+                listed.items.push(object);
+            }
+            let full = limit > 0 && listed.items.len() >= limit;
+            let more_after = i + 1 < response.kvs.len() || response.more;
+            if full && more_after {
+                listed.continue_token = Some(encode_continue(response.revision, &kv.key));
+                if labels.is_empty() && fields.is_empty() {
+                    listed.remaining = Some(response.count - (i + 1));
+                }
+                return Ok(listed);
+            }
+        }
+        match request.next_page(&response) {
+            Some(next) => request = next,
+            None => return Ok(listed),
+        }
+    }
+}
+
+/// GET of a collection (not a watch).
+pub(crate) async fn list(state: &State, target: &Target, query: &Query) -> Result<Value, ApiError> {
+    let listed = list_items(state, target, query).await?;
+    let mut metadata = json!({"resourceVersion": listed.revision.to_string()});
+    if let Some(token) = listed.continue_token {
+        metadata["continue"] = token.into();
+    }
+    if let Some(remaining) = listed.remaining {
+        metadata["remainingItemCount"] = remaining.into();
+    }
+    Ok(json!({
+        "apiVersion": target.resource.api_version(),
+        "kind": target.resource.list_kind,
+        "metadata": metadata,
+        "items": listed.items,
+    }))
+}
+
+/// Characters of generated name suffixes (upstream's: no vowels, no lookalikes).
+const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+fn generated_name(prefix: &str) -> String {
+    let random = uuid::Uuid::new_v4();
+    let suffix: String = random.as_bytes()[..5].iter().map(|b| NAME_ALPHABET[*b as usize % NAME_ALPHABET.len()] as char).collect();
+    format!("{prefix}{suffix}")
+}
+
+/// Checks kind, apiVersion, names, labels, the type and the kind's own rules.
+fn validate(target: &Target, object: &mut Value, name: &str) -> Result<(), ApiError> {
+    let resource = &target.resource;
+    let error_target = target.error_target(name);
+    let api_version = resource.api_version();
+    match object.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => object["apiVersion"] = api_version.clone().into(),
+        Some(v) if v == api_version => {}
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({api_version})"
+            )));
+        }
+    }
+    match object.get("kind").and_then(Value::as_str) {
+        None | Some("") => object["kind"] = resource.kind.clone().into(),
+        Some(k) if k == resource.kind => {}
+        Some(k) => {
+            return Err(ApiError::bad_request(format!("the kind in the data ({k}) does not match the expected kind ({})", resource.kind)));
+        }
+    }
+    if let Some(check) = resource.decode_check {
+        check(object).map_err(|e| ApiError::bad_request(format!("{} in body is invalid: {e}", resource.kind)))?;
+    }
+    let mut errors = if meta::requires_label_name(&resource.group, &resource.plural) {
+        meta::validate_label("metadata.name", name)
+    } else {
+        meta::validate_subdomain("metadata.name", name)
+    };
+    errors.extend(meta::validate_labels(object));
+    if let Some(validate) = resource.validate {
+        errors.extend(validate(object));
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::invalid(&error_target, errors));
+    }
+    Ok(())
+}
+
+/// Refuses writes into a namespace that does not exist or is terminating.
+async fn check_namespace(state: &State, target: &Target) -> Result<(), ApiError> {
+    let Some(namespace) = target.namespace.as_deref().filter(|_| target.resource.namespaced) else { return Ok(()) };
+    let key = format!("/registry/namespaces/{namespace}");
+    let ns_target = ErrorTarget { resource: "namespaces".into(), kind: "Namespace".into(), name: namespace.into(), ..Default::default() };
+    let Some(kv) = state.store.get(&key).await.map_err(|e| store_error(e, &ns_target))? else {
+        return Err(ApiError::not_found(&ns_target));
+    };
+    let ns = decode_stored(&kv)?;
+    if ns.pointer("/metadata/deletionTimestamp").is_some() {
+        return Err(ApiError::forbidden(format!(
+            "unable to create new content in namespace {namespace} because it is being terminated"
+        )));
+    }
+    Ok(())
+}
+
+/// Fills server-set fields of a new object.
+fn prepare_create(target: &Target, object: &mut Value, name: &str) {
+    let resource = target.resource.clone();
+    let metadata = metadata_mut(object);
+    metadata.insert("name".into(), name.into());
+    if resource.namespaced {
+        metadata.insert("namespace".into(), target.namespace.clone().unwrap_or_default().into());
+    } else {
+        metadata.remove("namespace");
+    }
+    metadata.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
+    metadata.insert("creationTimestamp".into(), meta::now_rfc3339().into());
+    metadata.insert("generation".into(), 1.into());
+    for field in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+        metadata.remove(field);
+    }
+    if resource.group.is_empty() && resource.plural == "namespaces" {
+        object["status"] = json!({"phase": "Active"});
+        if object.pointer("/spec/finalizers").is_none() {
+            object["spec"] = json!({"finalizers": ["kubernetes"]});
+        }
+    }
+    if resource.group.is_empty() && resource.plural == "pods" && object.pointer("/status/phase").is_none() {
+        object["status"] = json!({"phase": "Pending"});
+    }
+}
+
+/// POST to a collection.
+pub(crate) async fn create(
+    state: &State,
+    target: &Target,
+    query: &Query,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<Value, ApiError> {
+    let mut object = body::decode_object(bytes, headers)?;
+    if let (Some(url_ns), Some(body_ns)) = (&target.namespace, meta_str(&object, "namespace"))
+        && !body_ns.is_empty()
+        && body_ns != url_ns
+    {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    let name = match (meta_str(&object, "name").filter(|n| !n.is_empty()), meta_str(&object, "generateName")) {
+        (Some(name), _) => name.to_owned(),
+        (None, Some(prefix)) if !prefix.is_empty() => generated_name(prefix),
+        _ => {
+            return Err(ApiError::invalid(
+                &target.error_target(""),
+                vec![FieldError::required("metadata.name").with_message("name or generateName is required")],
+            ));
+        }
+    };
+    validate(target, &mut object, &name)?;
+    check_namespace(state, target).await?;
+    prepare_create(target, &mut object, &name);
+    if query.dry_run {
+        return Ok(object);
+    }
+    let kv = state
+        .store
+        .create(&target.key(&name), encode(&object), None)
+        .await
+        .map_err(|e| store_error(e, &target.error_target(&name)))?;
+    metadata_mut(&mut object).insert("resourceVersion".into(), kv.mod_revision.to_string().into());
+    Ok(object)
+}
+
+/// The object without `metadata` and `status`: what `generation` tracks.
+fn spec_of(object: &Value) -> Map<String, Value> {
+    let mut map = object.as_object().cloned().unwrap_or_default();
+    for field in ["metadata", "status", "apiVersion", "kind"] {
+        map.remove(field);
+    }
+    map
+}
+
+/// Merges an update into the stored object: immutable metadata is kept,
+/// `status` changes only through the status subresource and everything else
+/// only through the main resource; `generation` follows spec changes.
+fn merge_update(target: &Target, old: &Value, mut new: Value, subresource: Option<&str>) -> Value {
+    let resource = &target.resource;
+    if subresource == Some("status") {
+        let mut merged = old.clone();
+        merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);
+        if merged["status"].is_null() {
+            merged.as_object_mut().expect("objects are maps").remove("status");
+        }
+        return merged;
+    }
+    if resource.has_subresource("status") {
+        match old.get("status") {
+            Some(status) => new["status"] = status.clone(),
+            None => {
+                new.as_object_mut().expect("objects are maps").remove("status");
+            }
+        }
+    }
+    let old_meta = old.get("metadata").cloned().unwrap_or_default();
+    let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+    let spec_changed = spec_of(old) != spec_of(&new);
+    let metadata = metadata_mut(&mut new);
+    for field in ["uid", "creationTimestamp", "namespace", "name", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+        match old_meta.get(field) {
+            Some(value) => metadata.insert(field.into(), value.clone()),
+            None => metadata.remove(field),
+        };
+    }
+    metadata.insert("generation".into(), (if spec_changed { generation + 1 } else { generation }).into());
+    new
+}
+
+/// Writes `new` over the stored `old` (at `old_revision`), finishing the
+/// deletion of an object whose last finalizer went away.
+async fn store_update(
+    state: &State,
+    target: &Target,
+    name: &str,
+    new: Value,
+    old_revision: Revision,
+    dry_run: bool,
+) -> Result<Value, ApiError> {
+    let error_target = target.error_target(name);
+    let finalized = new.pointer("/metadata/deletionTimestamp").is_some()
+        && new.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty);
+    if dry_run {
+        return Ok(new);
+    }
+    let key = target.key(name);
+    if finalized {
+        state.store.delete(&key, Some(old_revision)).await.map_err(|e| store_error(e, &error_target))?;
+        return Ok(new);
+    }
+    let kv = state.store.update(&key, encode(&new), old_revision, None).await.map_err(|e| store_error(e, &error_target))?;
+    decode_stored(&kv)
+}
+
+/// PUT of an object or its status.
+pub(crate) async fn update(
+    state: &State,
+    target: &Target,
+    name: &str,
+    subresource: Option<&str>,
+    query: &Query,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<Value, ApiError> {
+    let mut new = body::decode_object(bytes, headers)?;
+    if let Some(body_name) = meta_str(&new, "name").filter(|n| !n.is_empty())
+        && body_name != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let error_target = target.error_target(name);
+    let kv = state.store.get(&target.key(name)).await.map_err(|e| store_error(e, &error_target))?;
+    let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
+    if let Some(rv) = meta_str(&new, "resourceVersion").filter(|rv| !rv.is_empty())
+        && parse_revision(rv)? != kv.mod_revision
+    {
+        return Err(ApiError::conflict(&error_target));
+    }
+    let old = decode_stored(&kv)?;
+    validate(target, &mut new, name)?;
+    let merged = merge_update(target, &old, new, subresource);
+    store_update(state, target, name, merged, kv.mod_revision, query.dry_run).await
+}
+
+/// PATCH of an object or its status: JSON patch or JSON merge patch.
+pub(crate) async fn patch(
+    state: &State,
+    target: &Target,
+    name: &str,
+    subresource: Option<&str>,
+    query: &Query,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<Value, ApiError> {
+    let media = body::content_type(headers);
+    let patch: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))?;
+    let error_target = target.error_target(name);
+    // Retried on conflicts with concurrent writers, like upstream, unless the
+    // patch itself pins a resource version.
+    for _ in 0..16 {
+        let kv = state.store.get(&target.key(name)).await.map_err(|e| store_error(e, &error_target))?;
+        let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
+        let old = decode_stored(&kv)?;
+        let mut new = old.clone();
+        match media.as_str() {
+            "application/merge-patch+json" => json_patch::merge(&mut new, &patch),
+            "application/json-patch+json" => {
+                let operations: json_patch::Patch = serde_json::from_value(patch.clone())
+                    .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+                json_patch::patch(&mut new, &operations)
+                    .map_err(|e| ApiError { code: 422, reason: "Invalid", message: format!("the JSON patch could not be applied: {e}"), details: None })?;
+            }
+            other => return Err(ApiError::unsupported_media_type(other)),
+        }
+        let pinned = patch.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(parse_revision).transpose()?;
+        if pinned.is_some_and(|rv| rv != kv.mod_revision) {
+            return Err(ApiError::conflict(&error_target));
+        }
+        validate(target, &mut new, name)?;
+        let merged = merge_update(target, &old, new, subresource);
+        match store_update(state, target, name, merged, kv.mod_revision, query.dry_run).await {
+            Err(e) if e.reason == "Conflict" && pinned.is_none() => continue,
+            other => return other,
+        }
+    }
+    Err(ApiError::conflict(&error_target))
+}
+
+/// What a DELETE body may say.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeleteOptions {
+    grace_period_seconds: Option<i64>,
+    propagation_policy: Option<String>,
+    preconditions: Option<Preconditions>,
+    #[serde(default)]
+    dry_run: Vec<String>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Preconditions {
+    uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+/// DELETE of one object. Objects with finalizers (and pods bound to a node,
+/// given a grace period) get a deletion timestamp and stay until finalized.
+pub(crate) async fn delete(
+    state: &State,
+    target: &Target,
+    name: &str,
+    query: &Query,
+    bytes: &[u8],
+) -> Result<Value, ApiError> {
+    let options: DeleteOptions = if bytes.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+    };
+    let dry_run = query.dry_run || options.dry_run.iter().any(|d| d == "All");
+    let error_target = target.error_target(name);
+    let key = target.key(name);
+    let kv = state.store.get(&key).await.map_err(|e| store_error(e, &error_target))?;
+    let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
+    let mut object = decode_stored(&kv)?;
+    if let Some(pre) = &options.preconditions {
+        if let Some(uid) = &pre.uid
+            && meta_str(&object, "uid") != Some(uid.as_str())
+        {
+            return Err(ApiError::conflict_because(&error_target, format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta_str(&object, "uid").unwrap_or(""))));
+        }
+        if let Some(rv) = &pre.resource_version
+            && parse_revision(rv)? != kv.mod_revision
+        {
+            return Err(ApiError::conflict_because(&error_target, format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", kv.mod_revision)));
+        }
+    }
+    let mut finalizers: Vec<Value> =
+        object.pointer("/metadata/finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
+    match options.propagation_policy.as_deref() {
+        Some("Foreground") => finalizers.push("foregroundDeletion".into()),
+        Some("Orphan") => finalizers.push("orphan".into()),
+        _ => {}
+    }
+    finalizers.dedup();
+    let is_namespace = target.resource.group.is_empty() && target.resource.plural == "namespaces";
+    let graceful_pod = target.resource.group.is_empty()
+        && target.resource.plural == "pods"
+        && object.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty())
+        && options.grace_period_seconds.or_else(|| object.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64)).unwrap_or(30) > 0;
+    let namespace_pending = is_namespace && object.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+    if finalizers.is_empty() && !graceful_pod && !namespace_pending {
+        if !dry_run {
+            state.store.delete(&key, Some(kv.mod_revision)).await.map_err(|e| store_error(e, &error_target))?;
+        }
+        return Ok(object);
+    }
+    if object.pointer("/metadata/deletionTimestamp").is_some() {
+        return Ok(object);
+    }
+    let grace = if graceful_pod {
+        options.grace_period_seconds.or_else(|| object.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64)).unwrap_or(30)
+    } else {
+        0
+    };
+    let metadata = metadata_mut(&mut object);
+    metadata.insert("deletionTimestamp".into(), meta::now_rfc3339().into());
+    metadata.insert("deletionGracePeriodSeconds".into(), grace.into());
+    if !finalizers.is_empty() {
+        metadata.insert("finalizers".into(), finalizers.into());
+    }
+    if is_namespace {
+        object["status"] = json!({"phase": "Terminating"});
+    }
+    if dry_run {
+        return Ok(object);
+    }
+    let kv = state.store.update(&key, encode(&object), kv.mod_revision, None).await.map_err(|e| store_error(e, &error_target))?;
+    decode_stored(&kv)
+}
+
+/// DELETE of a collection: every object matching the selectors.
+pub(crate) async fn delete_collection(state: &State, target: &Target, query: &Query, bytes: &[u8]) -> Result<Value, ApiError> {
+    let mut list_query = query.clone();
+    list_query.limit = None;
+    list_query.continue_token = None;
+    let listed = list_items(state, target, &list_query).await?;
+    let mut deleted = Vec::new();
+    for item in listed.items {
+        let name = meta_str(&item, "name").unwrap_or_default().to_owned();
+        let namespaced = Target { resource: target.resource.clone(), namespace: meta_str(&item, "namespace").map(str::to_owned) };
+        match delete(state, &namespaced, &name, query, bytes).await {
+            Ok(object) => deleted.push(object),
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(json!({
+        "apiVersion": target.resource.api_version(),
+        "kind": target.resource.list_kind,
+        "metadata": {"resourceVersion": listed.revision.to_string()},
+        "items": deleted,
+    }))
+}
+
+/// The response of a successful write: the object with 200 or 201.
+pub(crate) fn respond(result: Result<Value, ApiError>, created: bool) -> Response {
+    match result {
+        Ok(object) => body::json(if created { 201 } else { 200 }, &object),
+        Err(error) => body::error(&error),
+    }
+}

@@ -1,0 +1,185 @@
+//! Subresources with their own shapes: `binding`, `scale`, namespace `finalize`.
+
+use axum::http::{HeaderMap, Method};
+use serde_json::{Value, json};
+
+use super::body;
+use super::objects::{Target, decode_stored, store_error};
+use super::state::State;
+use crate::api::meta::{meta_str, metadata_mut};
+use crate::api::{ApiError, FieldError};
+
+/// Reads an object with its store revision.
+async fn load(state: &State, target: &Target, name: &str) -> Result<(Value, i64), ApiError> {
+    let error_target = target.error_target(name);
+    let key = target.resource.storage_key(target.namespace.as_deref(), name);
+    let kv = state.store.get(&key).await.map_err(|e| store_error(e, &error_target))?;
+    let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
+    Ok((decode_stored(&kv)?, kv.mod_revision))
+}
+
+/// Writes an object back, guarded by the revision it was read at.
+async fn save(state: &State, target: &Target, name: &str, object: &Value, revision: i64) -> Result<Value, ApiError> {
+    let key = target.resource.storage_key(target.namespace.as_deref(), name);
+    let mut object = object.clone();
+    metadata_mut(&mut object).remove("resourceVersion");
+    let bytes = serde_json::to_vec(&object).expect("JSON values serialize");
+    let kv = state
+        .store
+        .update(&key, bytes.into(), revision, None)
+        .await
+        .map_err(|e| store_error(e, &target.error_target(name)))?;
+    decode_stored(&kv)
+}
+
+/// `POST pods/<name>/binding`: assigns the pod to a node, once.
+pub(crate) async fn bind(
+    state: &State,
+    target: &Target,
+    name: &str,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<Value, ApiError> {
+    let binding = body::decode_object(bytes, headers)?;
+    let node = binding.pointer("/target/name").and_then(Value::as_str).filter(|n| !n.is_empty());
+    let Some(node) = node else {
+        return Err(ApiError::invalid(&target.error_target(name), vec![FieldError::required("target.name")]));
+    };
+    let (mut pod, revision) = load(state, target, name).await?;
+    if pod.pointer("/metadata/deletionTimestamp").is_some() {
+        return Err(ApiError::conflict_because(&target.error_target(name), "pod is being deleted, cannot be assigned to a host"));
+    }
+    if let Some(bound) = pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        return Err(ApiError::conflict_because(&target.error_target(name), format!("pod {name} is already assigned to node {bound:?}")));
+    }
+    pod["spec"]["nodeName"] = node.into();
+    if let Some(annotations) = binding.pointer("/metadata/annotations").and_then(Value::as_object) {
+        let metadata = metadata_mut(&mut pod);
+        let existing = metadata.entry("annotations").or_insert_with(|| json!({}));
+        for (k, v) in annotations {
+            existing[k] = v.clone();
+        }
+    }
+    save(state, target, name, &pod, revision).await?;
+    Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
+}
+
+/// The label selector of a workload as a string (`app=web,tier=front`).
+fn selector_string(object: &Value) -> String {
+    let Some(labels) = object.pointer("/spec/selector/matchLabels").and_then(Value::as_object) else {
+        // ReplicationControllers: a plain map.
+        return object
+            .pointer("/spec/selector")
+            .and_then(Value::as_object)
+            .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(","))
+            .unwrap_or_default();
+    };
+    labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(",")
+}
+
+fn scale_of(object: &Value) -> Value {
+    let metadata = object.get("metadata").cloned().unwrap_or_default();
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": metadata.get("name"),
+            "namespace": metadata.get("namespace"),
+            "uid": metadata.get("uid"),
+            "resourceVersion": metadata.get("resourceVersion"),
+            "creationTimestamp": metadata.get("creationTimestamp"),
+        },
+        "spec": {"replicas": object.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)},
+        "status": {
+            "replicas": object.pointer("/status/replicas").and_then(Value::as_i64).unwrap_or(0),
+            "selector": selector_string(object),
+        },
+    })
+}
+
+/// `GET <workload>/<name>/scale`.
+pub(crate) async fn get_scale(state: &State, target: &Target, name: &str) -> Result<Value, ApiError> {
+    let (object, _) = load(state, target, name).await?;
+    Ok(scale_of(&object))
+}
+
+/// `PUT` or `PATCH <workload>/<name>/scale`: sets `spec.replicas`.
+pub(crate) async fn update_scale(
+    state: &State,
+    target: &Target,
+    name: &str,
+    method: &Method,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<Value, ApiError> {
+    let (mut object, revision) = load(state, target, name).await?;
+    let mut scale = scale_of(&object);
+    let input: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))?;
+    if *method == Method::PUT {
+        if let Some(rv) = meta_str(&input, "resourceVersion").filter(|rv| !rv.is_empty())
+            && rv != revision.to_string()
+        {
+            return Err(ApiError::conflict(&target.error_target(name)));
+        }
+        scale = input;
+    } else {
+        match body::content_type(headers).as_str() {
+            "application/merge-patch+json" | "application/strategic-merge-patch+json" => json_patch::merge(&mut scale, &input),
+            "application/json-patch+json" => {
+                let patch: json_patch::Patch =
+                    serde_json::from_value(input).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+                json_patch::patch(&mut scale, &patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            }
+            other => return Err(ApiError::unsupported_media_type(other)),
+        }
+    }
+    let Some(replicas) = scale.pointer("/spec/replicas").and_then(Value::as_i64).filter(|r| *r >= 0) else {
+        return Err(ApiError::invalid(
+            &ErrorTargetExt::scale(target, name),
+            vec![FieldError::invalid("spec.replicas", &scale.pointer("/spec/replicas").map(Value::to_string).unwrap_or_default(), "must be greater than or equal to 0")],
+        ));
+    };
+    if object.pointer("/spec/replicas").and_then(Value::as_i64) != Some(replicas) {
+        object["spec"]["replicas"] = replicas.into();
+        let generation = object.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+        metadata_mut(&mut object).insert("generation".into(), (generation + 1).into());
+        object = save(state, target, name, &object, revision).await?;
+    }
+    Ok(scale_of(&object))
+}
+
+/// Errors about a Scale name the Scale kind.
+struct ErrorTargetExt;
+
+impl ErrorTargetExt {
+    fn scale(target: &Target, name: &str) -> crate::api::ErrorTarget {
+        let mut t = target.error_target(name);
+        t.kind = "Scale".into();
+        t
+    }
+}
+
+/// `PUT namespaces/<name>/finalize`: replaces `spec.finalizers`; a namespace
+/// being deleted goes away with its last finalizer.
+pub(crate) async fn finalize(
+    state: &State,
+    target: &Target,
+    name: &str,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<Value, ApiError> {
+    let input = body::decode_object(bytes, headers)?;
+    let (mut namespace, revision) = load(state, target, name).await?;
+    let finalizers = input.pointer("/spec/finalizers").cloned().unwrap_or_else(|| json!([]));
+    namespace["spec"]["finalizers"] = finalizers.clone();
+    let done = finalizers.as_array().is_none_or(Vec::is_empty)
+        && namespace.pointer("/metadata/deletionTimestamp").is_some()
+        && namespace.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty);
+    if done {
+        let key = target.resource.storage_key(None, name);
+        state.store.delete(&key, Some(revision)).await.map_err(|e| store_error(e, &target.error_target(name)))?;
+        return Ok(namespace);
+    }
+    save(state, target, name, &namespace, revision).await
+}

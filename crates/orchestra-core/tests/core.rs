@@ -1,0 +1,13 @@
+//! orchestra-core's integration tests: real clients against the API server.
+
+#[path = "core/support.rs"]
+mod support;
+
+#[path = "core/kube_rs.rs"]
+mod kube_rs;
+
+#[path = "core/kubectl.rs"]
+mod kubectl;
+
+#[path = "core/http.rs"]
+mod http;
