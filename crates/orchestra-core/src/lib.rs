@@ -8,6 +8,8 @@
 //! * [`server`] (feature `server`) — a Kubernetes-compatible API server as a
 //!   `tower::Service` over an `orchestra_store::Store`: discovery, CRUD,
 //!   patch, watch, and the `binding`, `scale` and `finalize` subresources.
+//! * [`auth`] (feature `server`) — the `Authenticator`, `Authorizer` and
+//!   `AdmissionPlugin` traits, their chains and simple built-ins.
 //! * [`client`] (feature `client`) — `kube::Client` constructors, in process
 //!   or from a kubeconfig.
 //!
@@ -15,6 +17,8 @@
 //! (`v1_33`).
 
 pub mod api;
+#[cfg(feature = "server")]
+pub mod auth;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "server")]

@@ -11,3 +11,6 @@ mod kubectl;
 
 #[path = "core/http.rs"]
 mod http;
+
+#[path = "core/auth.rs"]
+mod auth;

@@ -35,6 +35,9 @@ use self::objects::{Target, respond};
 use self::route::{Query, Route};
 use self::state::State;
 use crate::api::{ApiError, Registry, ResourceInfo};
+use crate::auth::{
+    AdmissionChain, AllowAll, Attributes, AuthenticatorChain, AuthorizerChain, Decision, ExtensionAuthenticator, UserInfo,
+};
 
 /// Tunables of the API server.
 #[derive(Debug, Clone)]
@@ -59,11 +62,19 @@ pub struct ApiServer {
     state: Arc<State>,
 }
 
-/// Builds an [`ApiServer`]: the store, the kinds served, the options.
+/// Builds an [`ApiServer`]: the store, the kinds served, the request
+/// pipeline, the options.
+///
+/// By default the pipeline is open: in-process identities and anonymous
+/// requests are authenticated, every request is allowed, and no admission
+/// plugin runs. Assemblies that listen on a network set their own chains.
 pub struct ApiServerBuilder {
     store: Arc<dyn Store>,
     registry: Registry,
     options: ServerOptions,
+    authenticator: AuthenticatorChain,
+    authorizer: AuthorizerChain,
+    admission: AdmissionChain,
 }
 
 impl ApiServerBuilder {
@@ -79,9 +90,28 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Sets the authenticator chain.
+    pub fn authenticator(mut self, chain: AuthenticatorChain) -> ApiServerBuilder {
+        self.authenticator = chain;
+        self
+    }
+
+    /// Sets the authorizer chain.
+    pub fn authorizer(mut self, chain: AuthorizerChain) -> ApiServerBuilder {
+        self.authorizer = chain;
+        self
+    }
+
+    /// Sets the admission chain.
+    pub fn admission(mut self, chain: AdmissionChain) -> ApiServerBuilder {
+        self.admission = chain;
+        self
+    }
+
     /// Builds the server and makes sure the system namespaces exist.
     pub async fn build(self) -> Result<ApiServer, ApiError> {
-        let server = ApiServer { state: Arc::new(State::new(self.store, self.registry, self.options)) };
+        let pipeline = (self.authenticator, self.authorizer, self.admission);
+        let server = ApiServer { state: Arc::new(State::new(self.store, self.registry, self.options, pipeline)) };
         server.bootstrap().await?;
         Ok(server)
     }
@@ -95,7 +125,14 @@ impl ApiServer {
 
     /// Starts building a server.
     pub fn builder(store: Arc<dyn Store>) -> ApiServerBuilder {
-        ApiServerBuilder { store, registry: Registry::builtin(), options: ServerOptions::default() }
+        ApiServerBuilder {
+            store,
+            registry: Registry::builtin(),
+            options: ServerOptions::default(),
+            authenticator: AuthenticatorChain::new().with(ExtensionAuthenticator).allow_anonymous(true),
+            authorizer: AuthorizerChain::new().with(AllowAll),
+            admission: AdmissionChain::new(),
+        }
     }
 
     /// The store behind the server.
@@ -145,6 +182,18 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
         Err(error) => return body::error(&error),
     };
     let method = parts.method.clone();
+    let user = match state.authenticator.authenticate(&parts).await {
+        Ok(user) => user,
+        Err(error) => {
+            tracing::debug!(%error, path = %parts.uri.path(), "authentication failed");
+            return body::error(&ApiError::unauthorized());
+        }
+    };
+    let attributes = attributes(&route, &method, &query, user, parts.uri.path());
+    if let Decision::Deny(reason) = state.authorizer.authorize(&attributes).await {
+        return body::error(&forbidden(&attributes, &reason));
+    }
+    let user = attributes.user;
     let headers = &parts.headers;
     let read = |body_stream| async move { body::read_body(body_stream, headers).await };
     match route {
@@ -156,7 +205,7 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
             discovery::group_version(&registry, &group, &version)
         }
         Route::Collection { resource, namespace } => {
-            let target = Target { resource, namespace };
+            let target = Target { resource, namespace, user };
             match method {
                 Method::GET if query.watch => watch::watch(state.clone(), target, query).await,
                 Method::GET => respond(objects::list(&state, &target, &query).await, false),
@@ -172,7 +221,7 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
             }
         }
         Route::Object { resource, namespace, name, subresource } => {
-            let target = Target { resource, namespace };
+            let target = Target { resource, namespace, user };
             let sub = subresource.as_deref();
             if let Some(sub) = sub
                 && !target.resource.has_subresource(sub)
@@ -215,4 +264,62 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
         }
         _ => body::error(&ApiError::method_not_allowed(format!("{method} is not supported on {}", parts.uri.path()))),
     }
+}
+
+/// What the authorizer is asked about a request.
+fn attributes(route: &Route, method: &Method, query: &Query, user: UserInfo, path: &str) -> Attributes {
+    let mut attributes = Attributes { user, path: path.to_owned(), ..Default::default() };
+    let (resource, namespace, name, subresource, collection) = match route {
+        Route::Collection { resource, namespace } => (resource, namespace, None, None, true),
+        Route::Object { resource, namespace, name, subresource } => {
+            (resource, namespace, Some(name), subresource.as_ref(), false)
+        }
+        _ => {
+            attributes.verb = method.as_str().to_ascii_lowercase();
+            return attributes;
+        }
+    };
+    attributes.resource_request = true;
+    attributes.verb = match (method.as_str(), collection) {
+        ("GET", true) if query.watch => "watch",
+        ("GET", true) => "list",
+        ("GET", false) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "deletecollection",
+        ("DELETE", false) => "delete",
+        (other, _) => return Attributes { verb: other.to_ascii_lowercase(), ..attributes },
+    }
+    .into();
+    attributes.api_group = resource.group.clone();
+    attributes.resource = resource.plural.clone();
+    attributes.namespace = namespace.clone().unwrap_or_default();
+    attributes.name = name.cloned().unwrap_or_default();
+    attributes.subresource = subresource.cloned().unwrap_or_default();
+    attributes
+}
+
+/// The 403 upstream returns, e.g. `pods is forbidden: User "x" cannot list
+/// resource "pods" in API group "" in the namespace "default"`.
+fn forbidden(attributes: &Attributes, reason: &str) -> ApiError {
+    let resource = if attributes.subresource.is_empty() {
+        attributes.resource.clone()
+    } else {
+        format!("{}/{}", attributes.resource, attributes.subresource)
+    };
+    let scope = if attributes.namespace.is_empty() {
+        "at the cluster scope".to_owned()
+    } else {
+        format!("in the namespace {:?}", attributes.namespace)
+    };
+    let message = if attributes.resource_request {
+        format!(
+            "{resource} is forbidden: User {:?} cannot {} resource {resource:?} in API group {:?} {scope}: {reason}",
+            attributes.user.name, attributes.verb, attributes.api_group
+        )
+    } else {
+        format!("forbidden: User {:?} cannot {} path {:?}: {reason}", attributes.user.name, attributes.verb, attributes.path)
+    };
+    ApiError::forbidden(message)
 }

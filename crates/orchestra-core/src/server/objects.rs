@@ -14,11 +14,14 @@ use super::route::Query;
 use super::state::State;
 use crate::api::meta::{self, meta_str, metadata_mut};
 use crate::api::{ApiError, ErrorTarget, FieldError, FieldSelector, LabelSelector, ResourceInfo};
+use crate::auth::{AdmissionRequest, Operation};
 
 /// Everything a handler needs to know about the addressed resource.
 pub(crate) struct Target {
     pub resource: Arc<ResourceInfo>,
     pub namespace: Option<String>,
+    /// Who is asking (for admission).
+    pub user: crate::auth::UserInfo,
 }
 
 impl Target {
@@ -205,6 +208,35 @@ pub(crate) async fn list(state: &State, target: &Target, query: &Query) -> Resul
     }))
 }
 
+/// Runs the admission chain on a write; returns the (possibly mutated) object.
+async fn admit(
+    state: &State,
+    target: &Target,
+    operation: Operation,
+    name: &str,
+    subresource: Option<&str>,
+    object: Option<Value>,
+    old_object: Option<Value>,
+    dry_run: bool,
+) -> Result<Option<Value>, ApiError> {
+    if state.admission.is_empty() {
+        return Ok(object);
+    }
+    let mut request = AdmissionRequest {
+        operation,
+        resource: target.resource.clone(),
+        subresource: subresource.map(str::to_owned),
+        namespace: target.namespace.clone(),
+        name: name.to_owned(),
+        object,
+        old_object,
+        user: target.user.clone(),
+        dry_run,
+    };
+    state.admission.admit(&mut request).await?;
+    Ok(request.object)
+}
+
 /// Characters of generated name suffixes (upstream's: no vowels, no lookalikes).
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
@@ -324,9 +356,12 @@ pub(crate) async fn create(
             ));
         }
     };
-    validate(target, &mut object, &name)?;
     check_namespace(state, target).await?;
     prepare_create(target, &mut object, &name);
+    let mut object = admit(state, target, Operation::Create, &name, None, Some(object), None, query.dry_run)
+        .await?
+        .expect("admission keeps the object of a create");
+    validate(target, &mut object, &name)?;
     if query.dry_run {
         return Ok(object);
     }
@@ -389,11 +424,16 @@ async fn store_update(
     state: &State,
     target: &Target,
     name: &str,
-    new: Value,
+    subresource: Option<&str>,
+    (old, new): (&Value, Value),
     old_revision: Revision,
     dry_run: bool,
 ) -> Result<Value, ApiError> {
     let error_target = target.error_target(name);
+    let mut new = admit(state, target, Operation::Update, name, subresource, Some(new), Some(old.clone()), dry_run)
+        .await?
+        .expect("admission keeps the object of an update");
+    validate(target, &mut new, name)?;
     let finalized = new.pointer("/metadata/deletionTimestamp").is_some()
         && new.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty);
     if dry_run {
@@ -418,7 +458,7 @@ pub(crate) async fn update(
     headers: &HeaderMap,
     bytes: &[u8],
 ) -> Result<Value, ApiError> {
-    let mut new = body::decode_object(bytes, headers)?;
+    let new = body::decode_object(bytes, headers)?;
     if let Some(body_name) = meta_str(&new, "name").filter(|n| !n.is_empty())
         && body_name != name
     {
@@ -435,9 +475,8 @@ pub(crate) async fn update(
         return Err(ApiError::conflict(&error_target));
     }
     let old = decode_stored(&kv)?;
-    validate(target, &mut new, name)?;
     let merged = merge_update(target, &old, new, subresource);
-    store_update(state, target, name, merged, kv.mod_revision, query.dry_run).await
+    store_update(state, target, name, subresource, (&old, merged), kv.mod_revision, query.dry_run).await
 }
 
 /// PATCH of an object or its status: JSON patch or JSON merge patch.
@@ -475,9 +514,8 @@ pub(crate) async fn patch(
         if pinned.is_some_and(|rv| rv != kv.mod_revision) {
             return Err(ApiError::conflict(&error_target));
         }
-        validate(target, &mut new, name)?;
         let merged = merge_update(target, &old, new, subresource);
-        match store_update(state, target, name, merged, kv.mod_revision, query.dry_run).await {
+        match store_update(state, target, name, subresource, (&old, merged), kv.mod_revision, query.dry_run).await {
             Err(e) if e.reason == "Conflict" && pinned.is_none() => continue,
             other => return other,
         }
@@ -535,6 +573,7 @@ pub(crate) async fn delete(
             return Err(ApiError::conflict_because(&error_target, format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", kv.mod_revision)));
         }
     }
+    admit(state, target, Operation::Delete, name, None, None, Some(object.clone()), dry_run).await?;
     let mut finalizers: Vec<Value> =
         object.pointer("/metadata/finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
     match options.propagation_policy.as_deref() {
@@ -588,7 +627,11 @@ pub(crate) async fn delete_collection(state: &State, target: &Target, query: &Qu
     let mut deleted = Vec::new();
     for item in listed.items {
         let name = meta_str(&item, "name").unwrap_or_default().to_owned();
-        let namespaced = Target { resource: target.resource.clone(), namespace: meta_str(&item, "namespace").map(str::to_owned) };
+        let namespaced = Target {
+            resource: target.resource.clone(),
+            namespace: meta_str(&item, "namespace").map(str::to_owned),
+            user: target.user.clone(),
+        };
         match delete(state, &namespaced, &name, query, bytes).await {
             Ok(object) => deleted.push(object),
             Err(e) if e.code == 404 => {}

@@ -6,17 +6,26 @@ use orchestra_store::Store;
 
 use super::ServerOptions;
 use crate::api::Registry;
+use crate::auth::{AdmissionChain, AuthenticatorChain, AuthorizerChain};
 
 /// The server's shared state.
 pub(crate) struct State {
     pub store: Arc<dyn Store>,
     registry: RwLock<Arc<Registry>>,
     pub options: ServerOptions,
+    pub authenticator: AuthenticatorChain,
+    pub authorizer: AuthorizerChain,
+    pub admission: AdmissionChain,
 }
 
 impl State {
-    pub(crate) fn new(store: Arc<dyn Store>, registry: Registry, options: ServerOptions) -> State {
-        State { store, registry: RwLock::new(Arc::new(registry)), options }
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        registry: Registry,
+        options: ServerOptions,
+        (authenticator, authorizer, admission): (AuthenticatorChain, AuthorizerChain, AdmissionChain),
+    ) -> State {
+        State { store, registry: RwLock::new(Arc::new(registry)), options, authenticator, authorizer, admission }
     }
 
     /// A snapshot of the registry (cheap: one `Arc` clone).

@@ -1,0 +1,17 @@
+//! Authentication, authorization and admission: the traits every request
+//! passes through, the chains that run them, and simple built-ins.
+//!
+//! The pipeline is authenticate → authorize → admit (mutating, then
+//! validating; writes only) → validate → store. In-process components carry
+//! their identity as an [`Identity`] request extension, which
+//! [`ExtensionAuthenticator`] recognises like any other credential.
+
+mod admission;
+mod authn;
+mod authz;
+
+pub use admission::{AdmissionChain, AdmissionPlugin, AdmissionRequest, Operation};
+pub use authn::{
+    AuthError, Authenticator, AuthenticatorChain, ExtensionAuthenticator, Identity, IdentityLayer, TokenFile, UserInfo,
+};
+pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision};
