@@ -1,1 +1,21 @@
-//! benches
+//! # orchestra-benches
+//!
+//! Shared helpers for Orchestra's benchmarks, which measure Orchestra's
+//! components side by side with the systems they replace (see
+//! `/work/shared/BENCHMARKS.md`). The benchmarks themselves are the targets
+//! under `benches/benches/`; this library holds what they have in common:
+//!
+//! * [`etcd`] — starts a private single-member etcd on loopback ports in a
+//!   temporary data directory and stops it again (also on panic).
+//! * [`load`] — a closed-loop load driver: C concurrent clients, each issuing
+//!   one operation after the other for a fixed time, every latency recorded.
+//! * [`stats`] — latency percentiles and medians.
+//! * [`sys`] — machine facts for report headers, and a scratch directory on a
+//!   real disk (not tmpfs), so durable writes are measured as durable.
+//! * [`args`] — the tiny command-line parser the benchmarks share.
+
+pub mod args;
+pub mod etcd;
+pub mod load;
+pub mod stats;
+pub mod sys;

@@ -5,3 +5,6 @@ mod crash;
 
 #[path = "store/conformance.rs"]
 mod conformance;
+
+#[path = "store/policy.rs"]
+mod policy;
