@@ -40,7 +40,10 @@ impl Args {
                     values.insert(flag.to_owned(), None);
                 }
                 None => {
-                    let value = args.next().ok_or_else(|| format!("--{flag} needs a value"))?;
+                    let value = args
+                        .next()
+                        .filter(|v| !v.starts_with("--"))
+                        .ok_or_else(|| format!("--{flag} is not a switch, so it needs a value"))?;
                     values.insert(flag.to_owned(), Some(value));
                 }
             }
@@ -68,9 +71,9 @@ impl Args {
     }
 
     /// The comma-separated list value of `--name`, or `default` if absent.
-    pub fn list<T: FromStr>(&self, name: &str, default: &[T]) -> Result<Vec<T>, String>
+    pub fn list<T>(&self, name: &str, default: &[T]) -> Result<Vec<T>, String>
     where
-        T: Clone,
+        T: FromStr + Clone,
         T::Err: std::fmt::Display,
     {
         self.used.borrow_mut().push(name.to_owned());

@@ -113,12 +113,13 @@ mod tests {
 
     #[tokio::test]
     async fn counts_operations_and_errors() {
-        let result = closed_loop(vec![(); 4], Duration::from_millis(20), Duration::from_millis(100), |s, c, n| async move {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            let r = if c == 0 && n == 3 { Err("boom") } else { Ok(()) };
-            (s, r)
-        })
-        .await;
+        let result =
+            closed_loop(vec![(); 4], Duration::from_millis(20), Duration::from_millis(100), |s, c, n| async move {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let r = if c == 0 && n == 3 { Err("boom") } else { Ok(()) };
+                (s, r)
+            })
+            .await;
         assert!(result.ops > 100, "{result:?}");
         assert_eq!(result.errors, 1);
         assert_eq!(result.first_error.as_deref(), Some("boom"));
