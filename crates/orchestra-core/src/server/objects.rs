@@ -77,13 +77,17 @@ fn parse_revision(value: &str) -> Result<Revision, ApiError> {
     })
 }
 
+/// Reads one object with the store revision it was read at; 404 if absent.
+pub(crate) async fn load(state: &State, target: &Target, name: &str) -> Result<(Value, Revision), ApiError> {
+    let error_target = target.error_target(name);
+    let kv = state.store.get(&target.key(name)).await.map_err(|e| store_error(e, &error_target))?;
+    let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
+    Ok((decode_stored(&kv)?, kv.mod_revision))
+}
+
 /// GET of one object.
 pub(crate) async fn get(state: &State, target: &Target, name: &str) -> Result<Value, ApiError> {
-    let error_target = target.error_target(name);
-    match state.store.get(&target.key(name)).await.map_err(|e| store_error(e, &error_target))? {
-        Some(kv) => decode_stored(&kv),
-        None => Err(ApiError::not_found(&error_target)),
-    }
+    load(state, target, name).await.map(|(object, _)| object)
 }
 
 /// A list: items, the revision it was read at, and the continuation.
@@ -466,17 +470,14 @@ pub(crate) async fn update(
             "the name of the object ({body_name}) does not match the name on the URL ({name})"
         )));
     }
-    let error_target = target.error_target(name);
-    let kv = state.store.get(&target.key(name)).await.map_err(|e| store_error(e, &error_target))?;
-    let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
+    let (old, revision) = load(state, target, name).await?;
     if let Some(rv) = meta_str(&new, "resourceVersion").filter(|rv| !rv.is_empty())
-        && parse_revision(rv)? != kv.mod_revision
+        && parse_revision(rv)? != revision
     {
-        return Err(ApiError::conflict(&error_target));
+        return Err(ApiError::conflict(&target.error_target(name)));
     }
-    let old = decode_stored(&kv)?;
     let merged = merge_update(target, &old, new, subresource);
-    store_update(state, target, name, subresource, (&old, merged), kv.mod_revision, query.dry_run).await
+    store_update(state, target, name, subresource, (&old, merged), revision, query.dry_run).await
 }
 
 /// PATCH of an object or its status: JSON patch or JSON merge patch.
@@ -496,9 +497,7 @@ pub(crate) async fn patch(
     // Retried on conflicts with concurrent writers, like upstream, unless the
     // patch itself pins a resource version.
     for _ in 0..16 {
-        let kv = state.store.get(&target.key(name)).await.map_err(|e| store_error(e, &error_target))?;
-        let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
-        let old = decode_stored(&kv)?;
+        let (old, revision) = load(state, target, name).await?;
         let mut new = old.clone();
         match media.as_str() {
             "application/merge-patch+json" => json_patch::merge(&mut new, &patch),
@@ -511,11 +510,11 @@ pub(crate) async fn patch(
             other => return Err(ApiError::unsupported_media_type(other)),
         }
         let pinned = patch.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(parse_revision).transpose()?;
-        if pinned.is_some_and(|rv| rv != kv.mod_revision) {
+        if pinned.is_some_and(|rv| rv != revision) {
             return Err(ApiError::conflict(&error_target));
         }
         let merged = merge_update(target, &old, new, subresource);
-        match store_update(state, target, name, subresource, (&old, merged), kv.mod_revision, query.dry_run).await {
+        match store_update(state, target, name, subresource, (&old, merged), revision, query.dry_run).await {
             Err(e) if e.reason == "Conflict" && pinned.is_none() => continue,
             other => return other,
         }

@@ -4,19 +4,10 @@ use axum::http::{HeaderMap, Method};
 use serde_json::{Value, json};
 
 use super::body;
-use super::objects::{Target, decode_stored, store_error};
+use super::objects::{Target, decode_stored, load, store_error};
 use super::state::State;
 use crate::api::meta::{meta_str, metadata_mut};
 use crate::api::{ApiError, FieldError};
-
-/// Reads an object with its store revision.
-async fn load(state: &State, target: &Target, name: &str) -> Result<(Value, i64), ApiError> {
-    let error_target = target.error_target(name);
-    let key = target.resource.storage_key(target.namespace.as_deref(), name);
-    let kv = state.store.get(&key).await.map_err(|e| store_error(e, &error_target))?;
-    let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
-    Ok((decode_stored(&kv)?, kv.mod_revision))
-}
 
 /// Writes an object back, guarded by the revision it was read at.
 async fn save(state: &State, target: &Target, name: &str, object: &Value, revision: i64) -> Result<Value, ApiError> {
