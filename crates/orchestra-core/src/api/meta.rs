@@ -22,12 +22,18 @@ pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
 pub fn validate_subdomain(field: &str, name: &str) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if name.len() > 253 {
-        errors.push(FieldError::invalid(field, name, "must be no more than 253 characters"));
+        errors.push(FieldError::invalid(
+            field,
+            name,
+            "must be no more than 253 characters",
+        ));
     }
     let ok = !name.is_empty()
         && name.split('.').all(|part| {
             !part.is_empty()
-                && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
                 && !part.starts_with('-')
                 && !part.ends_with('-')
         });
@@ -46,7 +52,9 @@ pub fn validate_subdomain(field: &str, name: &str) -> Vec<FieldError> {
 pub fn validate_label(field: &str, name: &str) -> Vec<FieldError> {
     let ok = !name.is_empty()
         && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.starts_with('-')
         && !name.ends_with('-');
     if ok {
@@ -68,20 +76,32 @@ pub fn requires_label_name(group: &str, plural: &str) -> bool {
 /// characters for labels.
 pub fn validate_labels(object: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    let Some(labels) = object.pointer("/metadata/labels") else { return errors };
+    let Some(labels) = object.pointer("/metadata/labels") else {
+        return errors;
+    };
     let Some(labels) = labels.as_object() else {
-        errors.push(FieldError::invalid("metadata.labels", &labels.to_string(), "must be a map of strings"));
+        errors.push(FieldError::invalid(
+            "metadata.labels",
+            &labels.to_string(),
+            "must be a map of strings",
+        ));
         return errors;
     };
     for (key, value) in labels {
         let Some(value) = value.as_str() else {
-            errors.push(FieldError::invalid(format!("metadata.labels[{key}]"), &value.to_string(), "must be a string"));
+            errors.push(FieldError::invalid(
+                format!("metadata.labels[{key}]"),
+                &value.to_string(),
+                "must be a string",
+            ));
             continue;
         };
         let name = key.rsplit('/').next().unwrap_or(key);
         let name_ok = !name.is_empty()
             && name.len() <= 63
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
             && name.starts_with(|c: char| c.is_ascii_alphanumeric())
             && name.ends_with(|c: char| c.is_ascii_alphanumeric());
         if !name_ok {
@@ -89,7 +109,9 @@ pub fn validate_labels(object: &Value) -> Vec<FieldError> {
         }
         let value_ok = value.is_empty()
             || (value.len() <= 63
-                && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                && value
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
                 && value.starts_with(|c: char| c.is_ascii_alphanumeric())
                 && value.ends_with(|c: char| c.is_ascii_alphanumeric()));
         if !value_ok {
@@ -101,7 +123,9 @@ pub fn validate_labels(object: &Value) -> Vec<FieldError> {
 
 /// The current time as Kubernetes writes timestamps (RFC 3339, seconds).
 pub fn now_rfc3339() -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     let time = k8s_openapi::jiff::Timestamp::from_second(now.as_secs() as i64).unwrap_or_default();
     serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(time))
         .ok()
@@ -127,8 +151,14 @@ mod tests {
 
     #[test]
     fn labels_and_time() {
-        assert!(validate_labels(&json!({"metadata": {"labels": {"app.kubernetes.io/name": "web"}}})).is_empty());
-        assert_eq!(validate_labels(&json!({"metadata": {"labels": {"app": "bad value"}}})).len(), 1);
+        assert!(
+            validate_labels(&json!({"metadata": {"labels": {"app.kubernetes.io/name": "web"}}}))
+                .is_empty()
+        );
+        assert_eq!(
+            validate_labels(&json!({"metadata": {"labels": {"app": "bad value"}}})).len(),
+            1
+        );
         let now = now_rfc3339();
         assert!(now.ends_with('Z') && now.len() == 20, "{now}");
     }

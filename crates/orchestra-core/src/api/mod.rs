@@ -10,5 +10,5 @@ pub mod validation;
 
 pub use error::{ApiError, ErrorTarget, FieldError};
 pub use registry::Registry;
-pub use resource::{RESOURCE_VERBS, ResourceInfo, Scope, SubresourceInfo};
+pub use resource::{KindSchema, RESOURCE_VERBS, ResourceInfo, Scope, SubresourceInfo};
 pub use selector::{FieldSelector, LabelSelector};

@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::{
-    admissionregistration::v1 as admission, apps::v1 as apps, batch::v1 as batch, coordination::v1 as coordination,
-    core::v1 as core, discovery::v1 as discovery, events::v1 as events, policy::v1 as policy, rbac::v1 as rbac,
-    scheduling::v1 as scheduling, storage::v1 as storage,
+    admissionregistration::v1 as admission, apps::v1 as apps, batch::v1 as batch,
+    coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
+    events::v1 as events, policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
+    storage::v1 as storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 
@@ -31,43 +32,106 @@ impl Registry {
     pub fn builtin() -> Registry {
         let mut r = Registry::new();
         // core/v1
-        r.register(ResourceInfo::of::<core::Pod>().validated_by(validation::pod).short_names(&["po"]).in_all().with_status().with_subresource(
-            "binding",
-            "",
-            "v1",
-            "Binding",
-            &["create"],
-        ).with_subresource("eviction", "policy", "v1", "Eviction", &["create"]));
-        r.register(ResourceInfo::of::<core::Node>().short_names(&["no"]).with_status());
-        r.register(ResourceInfo::of::<core::Service>().short_names(&["svc"]).in_all().with_status());
+        r.register(
+            ResourceInfo::of::<core::Pod>()
+                .validated_by(validation::pod)
+                .short_names(&["po"])
+                .in_all()
+                .with_status()
+                .with_subresource("binding", "", "v1", "Binding", &["create"])
+                .with_subresource("eviction", "policy", "v1", "Eviction", &["create"]),
+        );
+        r.register(
+            ResourceInfo::of::<core::Node>()
+                .short_names(&["no"])
+                .with_status(),
+        );
+        r.register(
+            ResourceInfo::of::<core::Service>()
+                .short_names(&["svc"])
+                .in_all()
+                .with_status(),
+        );
         r.register(ResourceInfo::of::<core::Endpoints>().short_names(&["ep"]));
-        r.register(ResourceInfo::of::<core::Namespace>().short_names(&["ns"]).with_status().with_subresource(
-            "finalize",
-            "",
-            "v1",
-            "Namespace",
-            &["update"],
-        ));
+        r.register(
+            ResourceInfo::of::<core::Namespace>()
+                .short_names(&["ns"])
+                .with_status()
+                .with_subresource("finalize", "", "v1", "Namespace", &["update"]),
+        );
         r.register(ResourceInfo::of::<core::ConfigMap>().short_names(&["cm"]));
         r.register(ResourceInfo::of::<core::Secret>());
         r.register(ResourceInfo::of::<core::ServiceAccount>().short_names(&["sa"]));
         r.register(ResourceInfo::of::<core::Event>().short_names(&["ev"]));
-        r.register(ResourceInfo::of::<core::PersistentVolume>().short_names(&["pv"]).with_status());
-        r.register(ResourceInfo::of::<core::PersistentVolumeClaim>().short_names(&["pvc"]).with_status());
-        r.register(ResourceInfo::of::<core::LimitRange>().short_names(&["limits"]));
-        r.register(ResourceInfo::of::<core::ResourceQuota>().short_names(&["quota"]).with_status());
         r.register(
-            ResourceInfo::of::<core::ReplicationController>().short_names(&["rc"]).in_all().with_status().with_scale(),
+            ResourceInfo::of::<core::PersistentVolume>()
+                .short_names(&["pv"])
+                .with_status(),
+        );
+        r.register(
+            ResourceInfo::of::<core::PersistentVolumeClaim>()
+                .short_names(&["pvc"])
+                .with_status(),
+        );
+        r.register(ResourceInfo::of::<core::LimitRange>().short_names(&["limits"]));
+        r.register(
+            ResourceInfo::of::<core::ResourceQuota>()
+                .short_names(&["quota"])
+                .with_status(),
+        );
+        r.register(
+            ResourceInfo::of::<core::ReplicationController>()
+                .short_names(&["rc"])
+                .in_all()
+                .with_status()
+                .with_scale(),
         );
         // apps/v1
-        r.register(ResourceInfo::of::<apps::Deployment>().validated_by(validation::workload).short_names(&["deploy"]).in_all().with_status().with_scale());
-        r.register(ResourceInfo::of::<apps::ReplicaSet>().validated_by(validation::workload).short_names(&["rs"]).in_all().with_status().with_scale());
-        r.register(ResourceInfo::of::<apps::StatefulSet>().validated_by(validation::workload).short_names(&["sts"]).in_all().with_status().with_scale());
-        r.register(ResourceInfo::of::<apps::DaemonSet>().validated_by(validation::workload).short_names(&["ds"]).in_all().with_status());
+        r.register(
+            ResourceInfo::of::<apps::Deployment>()
+                .validated_by(validation::workload)
+                .short_names(&["deploy"])
+                .in_all()
+                .with_status()
+                .with_scale(),
+        );
+        r.register(
+            ResourceInfo::of::<apps::ReplicaSet>()
+                .validated_by(validation::workload)
+                .short_names(&["rs"])
+                .in_all()
+                .with_status()
+                .with_scale(),
+        );
+        r.register(
+            ResourceInfo::of::<apps::StatefulSet>()
+                .validated_by(validation::workload)
+                .short_names(&["sts"])
+                .in_all()
+                .with_status()
+                .with_scale(),
+        );
+        r.register(
+            ResourceInfo::of::<apps::DaemonSet>()
+                .validated_by(validation::workload)
+                .short_names(&["ds"])
+                .in_all()
+                .with_status(),
+        );
         r.register(ResourceInfo::of::<apps::ControllerRevision>());
         // batch/v1
-        r.register(ResourceInfo::of::<batch::Job>().validated_by(validation::job).in_all().with_status());
-        r.register(ResourceInfo::of::<batch::CronJob>().short_names(&["cj"]).in_all().with_status());
+        r.register(
+            ResourceInfo::of::<batch::Job>()
+                .validated_by(validation::job)
+                .in_all()
+                .with_status(),
+        );
+        r.register(
+            ResourceInfo::of::<batch::CronJob>()
+                .short_names(&["cj"])
+                .in_all()
+                .with_status(),
+        );
         // the other groups
         r.register(ResourceInfo::of::<discovery::EndpointSlice>());
         r.register(ResourceInfo::of::<coordination::Lease>());
@@ -77,12 +141,18 @@ impl Registry {
         r.register(ResourceInfo::of::<rbac::ClusterRoleBinding>());
         r.register(ResourceInfo::of::<storage::StorageClass>().short_names(&["sc"]));
         r.register(ResourceInfo::of::<scheduling::PriorityClass>().short_names(&["pc"]));
-        r.register(ResourceInfo::of::<policy::PodDisruptionBudget>().short_names(&["pdb"]).with_status());
+        r.register(
+            ResourceInfo::of::<policy::PodDisruptionBudget>()
+                .short_names(&["pdb"])
+                .with_status(),
+        );
         r.register(ResourceInfo::of::<events::Event>().short_names(&["ev"]));
         r.register(ResourceInfo::of::<admission::MutatingWebhookConfiguration>());
         r.register(ResourceInfo::of::<admission::ValidatingWebhookConfiguration>());
         r.register(
-            ResourceInfo::of::<apiextensions::CustomResourceDefinition>().short_names(&["crd", "crds"]).with_status(),
+            ResourceInfo::of::<apiextensions::CustomResourceDefinition>()
+                .short_names(&["crd", "crds"])
+                .with_status(),
         );
         r
     }
@@ -92,13 +162,24 @@ impl Registry {
         if !self.groups.contains(&info.group) {
             self.groups.push(info.group.clone());
         }
-        let key = (info.group.clone(), info.version.clone(), info.plural.clone());
+        let key = (
+            info.group.clone(),
+            info.version.clone(),
+            info.plural.clone(),
+        );
         self.resources.insert(key, Arc::new(info));
     }
 
     /// Removes a kind; returns it if it was registered.
-    pub fn unregister(&mut self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
-        let removed = self.resources.remove(&(group.to_owned(), version.to_owned(), plural.to_owned()));
+    pub fn unregister(
+        &mut self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<Arc<ResourceInfo>> {
+        let removed =
+            self.resources
+                .remove(&(group.to_owned(), version.to_owned(), plural.to_owned()));
         if removed.is_some() && !self.resources.keys().any(|(g, _, _)| g == group) {
             self.groups.retain(|g| g != group);
         }
@@ -107,12 +188,17 @@ impl Registry {
 
     /// The kind served at `group`/`version`/`plural`.
     pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
-        self.resources.get(&(group.to_owned(), version.to_owned(), plural.to_owned())).cloned()
+        self.resources
+            .get(&(group.to_owned(), version.to_owned(), plural.to_owned()))
+            .cloned()
     }
 
     /// The kind with this group, version and kind name.
     pub fn by_kind(&self, group: &str, version: &str, kind: &str) -> Option<Arc<ResourceInfo>> {
-        self.resources.values().find(|r| r.group == group && r.version == version && r.kind == kind).cloned()
+        self.resources
+            .values()
+            .find(|r| r.group == group && r.version == version && r.kind == kind)
+            .cloned()
     }
 
     /// Group names, core ("") first, then in registration order.
@@ -134,13 +220,19 @@ impl Registry {
 
     /// The kinds of one group version, sorted by plural.
     pub fn resources(&self, group: &str, version: &str) -> Vec<Arc<ResourceInfo>> {
-        self.resources.values().filter(|r| r.group == group && r.version == version).cloned().collect()
+        self.resources
+            .values()
+            .filter(|r| r.group == group && r.version == version)
+            .cloned()
+            .collect()
     }
 }
 
 /// Kubernetes version ordering: GA > beta > alpha, then by number.
 fn version_priority(version: &str) -> (u8, u32, u32) {
-    let Some(rest) = version.strip_prefix('v') else { return (0, 0, 0) };
+    let Some(rest) = version.strip_prefix('v') else {
+        return (0, 0, 0);
+    };
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     let major = digits.parse().unwrap_or(0);
     let tail = &rest[digits.len()..];
@@ -164,9 +256,22 @@ mod tests {
     fn builtin_kinds_are_served() {
         let r = Registry::builtin();
         assert_eq!(r.get("", "v1", "pods").unwrap().kind, "Pod");
-        assert!(r.get("apps", "v1", "deployments").unwrap().has_subresource("scale"));
-        assert_eq!(r.by_kind("rbac.authorization.k8s.io", "v1", "ClusterRole").unwrap().plural, "clusterroles");
-        assert!(!r.get("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap().namespaced);
+        assert!(
+            r.get("apps", "v1", "deployments")
+                .unwrap()
+                .has_subresource("scale")
+        );
+        assert_eq!(
+            r.by_kind("rbac.authorization.k8s.io", "v1", "ClusterRole")
+                .unwrap()
+                .plural,
+            "clusterroles"
+        );
+        assert!(
+            !r.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+                .unwrap()
+                .namespaced
+        );
         assert_eq!(r.groups().next(), Some(""));
         assert!(r.groups().any(|g| g == "events.k8s.io"));
     }
@@ -175,9 +280,18 @@ mod tests {
     fn versions_prefer_ga() {
         let mut r = Registry::new();
         for v in ["v1alpha1", "v2beta1", "v1", "v2"] {
-            r.register(ResourceInfo::new("example.com", v, "Widget", "widgets", true));
+            r.register(ResourceInfo::new(
+                "example.com",
+                v,
+                "Widget",
+                "widgets",
+                true,
+            ));
         }
-        assert_eq!(r.versions("example.com"), ["v2", "v1", "v2beta1", "v1alpha1"]);
+        assert_eq!(
+            r.versions("example.com"),
+            ["v2", "v1", "v2beta1", "v1alpha1"]
+        );
         r.unregister("example.com", "v1", "widgets");
         assert_eq!(r.versions("example.com"), ["v2", "v2beta1", "v1alpha1"]);
     }

@@ -1,6 +1,23 @@
 //! What the API server knows about a kind: its resource description.
 
+use std::sync::Arc;
+
+use k8s_openapi::schemars::{JsonSchema, Schema, SchemaGenerator};
 use k8s_openapi::{ListableResource, Resource};
+
+/// Where a kind's OpenAPI v3 schema comes from: the one source for OpenAPI
+/// documents, `kubectl explain`, strict field validation, strategic merge
+/// patch and server-side apply.
+#[derive(Debug, Clone)]
+pub enum KindSchema {
+    /// A Rust type's `schemars::JsonSchema` implementation (the built-in
+    /// `k8s-openapi` kinds). Nested types are `$ref`s into the generator's
+    /// definitions, named like upstream (`io.k8s.api.core.v1.PodSpec`).
+    Typed(fn(&mut SchemaGenerator) -> Schema),
+    /// A schema given as JSON (custom resources: the CRD version's
+    /// `openAPIV3Schema`), self-contained.
+    Json(Arc<serde_json::Value>),
+}
 
 /// A subresource served under an object, e.g. `pods/status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +62,8 @@ pub struct ResourceInfo {
     pub decode_check: Option<fn(&serde_json::Value) -> Result<(), String>>,
     /// The kind's own validation (422 with causes).
     pub validate: Option<fn(&serde_json::Value) -> Vec<super::FieldError>>,
+    /// The kind's schema, if known.
+    pub schema: Option<KindSchema>,
 }
 
 /// Whether a `k8s-openapi` scope type is namespaced.
@@ -62,13 +81,22 @@ impl Scope for k8s_openapi::ClusterResourceScope {
 }
 
 /// The verbs every collection resource supports.
-pub const RESOURCE_VERBS: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+pub const RESOURCE_VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 impl ResourceInfo {
     /// Describes a `k8s-openapi` type.
     pub fn of<K>() -> ResourceInfo
     where
-        K: Resource + ListableResource + serde::de::DeserializeOwned,
+        K: Resource + ListableResource + serde::de::DeserializeOwned + JsonSchema,
         K::Scope: Scope,
     {
         ResourceInfo {
@@ -84,11 +112,20 @@ impl ResourceInfo {
             subresources: Vec::new(),
             decode_check: Some(|value| K::deserialize(value).map(drop).map_err(|e| e.to_string())),
             validate: None,
+            schema: Some(KindSchema::Typed(|generator| {
+                generator.subschema_for::<K>()
+            })),
         }
     }
 
     /// Describes a kind from its names (custom resources, user kinds).
-    pub fn new(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -> ResourceInfo {
+    pub fn new(
+        group: &str,
+        version: &str,
+        kind: &str,
+        plural: &str,
+        namespaced: bool,
+    ) -> ResourceInfo {
         ResourceInfo {
             group: group.into(),
             version: version.into(),
@@ -102,12 +139,22 @@ impl ResourceInfo {
             subresources: Vec::new(),
             decode_check: None,
             validate: None,
+            schema: None,
         }
     }
 
     /// Sets the kind's validation.
-    pub fn validated_by(mut self, validate: fn(&serde_json::Value) -> Vec<super::FieldError>) -> ResourceInfo {
+    pub fn validated_by(
+        mut self,
+        validate: fn(&serde_json::Value) -> Vec<super::FieldError>,
+    ) -> ResourceInfo {
         self.validate = Some(validate);
+        self
+    }
+
+    /// Sets the kind's schema.
+    pub fn with_schema(mut self, schema: KindSchema) -> ResourceInfo {
+        self.schema = Some(schema);
         self
     }
 
@@ -126,16 +173,35 @@ impl ResourceInfo {
     /// Adds a `status` subresource.
     pub fn with_status(self) -> ResourceInfo {
         let (group, version, kind) = (self.group.clone(), self.version.clone(), self.kind.clone());
-        self.with_subresource("status", &group, &version, &kind, &["get", "patch", "update"])
+        self.with_subresource(
+            "status",
+            &group,
+            &version,
+            &kind,
+            &["get", "patch", "update"],
+        )
     }
 
     /// Adds a `scale` subresource (autoscaling/v1 Scale).
     pub fn with_scale(self) -> ResourceInfo {
-        self.with_subresource("scale", "autoscaling", "v1", "Scale", &["get", "patch", "update"])
+        self.with_subresource(
+            "scale",
+            "autoscaling",
+            "v1",
+            "Scale",
+            &["get", "patch", "update"],
+        )
     }
 
     /// Adds any subresource.
-    pub fn with_subresource(mut self, name: &str, group: &str, version: &str, kind: &str, verbs: &[&str]) -> ResourceInfo {
+    pub fn with_subresource(
+        mut self,
+        name: &str,
+        group: &str,
+        version: &str,
+        kind: &str,
+        verbs: &[&str],
+    ) -> ResourceInfo {
         self.subresources.push(SubresourceInfo {
             name: name.into(),
             group: group.into(),
@@ -148,7 +214,11 @@ impl ResourceInfo {
 
     /// `v1` or `apps/v1`.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 
     /// True if the resource serves `name` as a subresource.
@@ -191,14 +261,30 @@ mod tests {
     #[test]
     fn describes_openapi_types() {
         let pod = ResourceInfo::of::<Pod>();
-        assert_eq!((pod.group.as_str(), pod.plural.as_str(), pod.list_kind.as_str()), ("", "pods", "PodList"));
+        assert_eq!(
+            (
+                pod.group.as_str(),
+                pod.plural.as_str(),
+                pod.list_kind.as_str()
+            ),
+            ("", "pods", "PodList")
+        );
         assert!(pod.namespaced);
-        assert_eq!(pod.storage_key(Some("default"), "web"), "/registry/pods/default/web");
+        assert_eq!(
+            pod.storage_key(Some("default"), "web"),
+            "/registry/pods/default/web"
+        );
         let node = ResourceInfo::of::<Node>();
         assert!(!node.namespaced);
-        assert_eq!(node.storage_key(Some("ignored"), "n1"), "/registry/nodes/n1");
+        assert_eq!(
+            node.storage_key(Some("ignored"), "n1"),
+            "/registry/nodes/n1"
+        );
         let deploy = ResourceInfo::of::<Deployment>();
         assert_eq!(deploy.api_version(), "apps/v1");
-        assert_eq!(deploy.storage_collection(Some("prod")), "/registry/apps/deployments/prod/");
+        assert_eq!(
+            deploy.storage_collection(Some("prod")),
+            "/registry/apps/deployments/prod/"
+        );
     }
 }

@@ -99,7 +99,11 @@ mod tests {
     #[async_trait]
     impl Authorizer for OnlyGroup {
         async fn authorize(&self, attributes: &Attributes) -> Decision {
-            if attributes.user.groups.iter().any(|g| g == self.0) { Decision::Allow } else { Decision::NoOpinion }
+            if attributes.user.groups.iter().any(|g| g == self.0) {
+                Decision::Allow
+            } else {
+                Decision::NoOpinion
+            }
         }
     }
 
@@ -108,20 +112,46 @@ mod tests {
     #[async_trait]
     impl Authorizer for DenySecrets {
         async fn authorize(&self, attributes: &Attributes) -> Decision {
-            if attributes.resource == "secrets" { Decision::Deny("no secrets".into()) } else { Decision::NoOpinion }
+            if attributes.resource == "secrets" {
+                Decision::Deny("no secrets".into())
+            } else {
+                Decision::NoOpinion
+            }
         }
     }
 
     #[tokio::test]
     async fn first_decision_wins_and_silence_denies() {
-        let chain = AuthorizerChain::new().with(DenySecrets).with(OnlyGroup("system:masters"));
+        let chain = AuthorizerChain::new()
+            .with(DenySecrets)
+            .with(OnlyGroup("system:masters"));
         let admin = UserInfo::new("admin", &["system:masters"]);
-        let pods = Attributes { user: admin.clone(), verb: "get".into(), resource: "pods".into(), ..Default::default() };
+        let pods = Attributes {
+            user: admin.clone(),
+            verb: "get".into(),
+            resource: "pods".into(),
+            ..Default::default()
+        };
         assert_eq!(chain.authorize(&pods).await, Decision::Allow);
-        let secrets = Attributes { resource: "secrets".into(), ..pods.clone() };
-        assert_eq!(chain.authorize(&secrets).await, Decision::Deny("no secrets".into()));
-        let nobody = Attributes { user: UserInfo::anonymous(), ..pods };
+        let secrets = Attributes {
+            resource: "secrets".into(),
+            ..pods.clone()
+        };
+        assert_eq!(
+            chain.authorize(&secrets).await,
+            Decision::Deny("no secrets".into())
+        );
+        let nobody = Attributes {
+            user: UserInfo::anonymous(),
+            ..pods
+        };
         assert!(matches!(chain.authorize(&nobody).await, Decision::Deny(_)));
-        assert_eq!(AuthorizerChain::new().with(AllowAll).authorize(&nobody).await, Decision::Allow);
+        assert_eq!(
+            AuthorizerChain::new()
+                .with(AllowAll)
+                .authorize(&nobody)
+                .await,
+            Decision::Allow
+        );
     }
 }

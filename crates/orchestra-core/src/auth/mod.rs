@@ -12,6 +12,7 @@ mod authz;
 
 pub use admission::{AdmissionChain, AdmissionPlugin, AdmissionRequest, Operation};
 pub use authn::{
-    AuthError, Authenticator, AuthenticatorChain, ExtensionAuthenticator, Identity, IdentityLayer, TokenFile, UserInfo,
+    AuthError, Authenticator, AuthenticatorChain, ExtensionAuthenticator, Identity, IdentityLayer,
+    TokenFile, UserInfo,
 };
 pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision};

@@ -36,7 +36,8 @@ use self::route::{Query, Route};
 use self::state::State;
 use crate::api::{ApiError, Registry, ResourceInfo};
 use crate::auth::{
-    AdmissionChain, AllowAll, Attributes, AuthenticatorChain, AuthorizerChain, Decision, ExtensionAuthenticator, UserInfo,
+    AdmissionChain, AllowAll, Attributes, AuthenticatorChain, AuthorizerChain, Decision,
+    ExtensionAuthenticator, UserInfo,
 };
 
 /// Tunables of the API server.
@@ -49,12 +50,15 @@ pub struct ServerOptions {
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions { bookmark_interval: Duration::from_secs(60) }
+        ServerOptions {
+            bookmark_interval: Duration::from_secs(60),
+        }
     }
 }
 
 /// Namespaces every cluster has.
-pub const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+pub const SYSTEM_NAMESPACES: [&str; 4] =
+    ["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// A Kubernetes-compatible API server over a store.
 #[derive(Clone)]
@@ -111,7 +115,14 @@ impl ApiServerBuilder {
     /// Builds the server and makes sure the system namespaces exist.
     pub async fn build(self) -> Result<ApiServer, ApiError> {
         let pipeline = (self.authenticator, self.authorizer, self.admission);
-        let server = ApiServer { state: Arc::new(State::new(self.store, self.registry, self.options, pipeline)) };
+        let server = ApiServer {
+            state: Arc::new(State::new(
+                self.store,
+                self.registry,
+                self.options,
+                pipeline,
+            )),
+        };
         server.bootstrap().await?;
         Ok(server)
     }
@@ -129,7 +140,9 @@ impl ApiServer {
             store,
             registry: Registry::builtin(),
             options: ServerOptions::default(),
-            authenticator: AuthenticatorChain::new().with(ExtensionAuthenticator).allow_anonymous(true),
+            authenticator: AuthenticatorChain::new()
+                .with(ExtensionAuthenticator)
+                .allow_anonymous(true),
             authorizer: AuthorizerChain::new().with(AllowAll),
             admission: AdmissionChain::new(),
         }
@@ -151,7 +164,9 @@ impl ApiServer {
 
     async fn bootstrap(&self) -> Result<(), ApiError> {
         let registry = self.state.registry();
-        let Some(namespaces) = registry.get("", "v1", "namespaces") else { return Ok(()) };
+        let Some(namespaces) = registry.get("", "v1", "namespaces") else {
+            return Ok(());
+        };
         for name in SYSTEM_NAMESPACES {
             let key = namespaces.storage_key(None, name);
             let object = json!({
@@ -161,7 +176,16 @@ impl ApiServer {
                 "spec": {"finalizers": ["kubernetes"]},
                 "status": {"phase": "Active"},
             });
-            match self.state.store.create(&key, serde_json::to_vec(&object).expect("serializes").into(), None).await {
+            match self
+                .state
+                .store
+                .create(
+                    &key,
+                    serde_json::to_vec(&object).expect("serializes").into(),
+                    None,
+                )
+                .await
+            {
                 Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
                 Err(e) => return Err(ApiError::internal(e)),
             }
@@ -199,29 +223,55 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
     match route {
         Route::Version if method == Method::GET => discovery::version(),
         Route::Health if method == Method::GET => body::text(200, "ok"),
-        Route::CoreVersions if method == Method::GET => discovery::core_versions(&registry, headers),
+        Route::CoreVersions if method == Method::GET => {
+            discovery::core_versions(&registry, headers)
+        }
         Route::Groups if method == Method::GET => discovery::groups(&registry, headers),
         Route::GroupVersion { group, version } if method == Method::GET => {
             discovery::group_version(&registry, &group, &version)
         }
-        Route::Collection { resource, namespace } => {
-            let target = Target { resource, namespace, user };
+        Route::Collection {
+            resource,
+            namespace,
+        } => {
+            let target = Target {
+                resource,
+                namespace,
+                user,
+            };
             match method {
                 Method::GET if query.watch => watch::watch(state.clone(), target, query).await,
                 Method::GET => respond(objects::list(&state, &target, &query).await, false),
                 Method::POST => match read(body_stream).await {
-                    Ok(bytes) => respond(objects::create(&state, &target, &query, headers, &bytes).await, true),
+                    Ok(bytes) => respond(
+                        objects::create(&state, &target, &query, headers, &bytes).await,
+                        true,
+                    ),
                     Err(e) => body::error(&e),
                 },
                 Method::DELETE => match read(body_stream).await {
-                    Ok(bytes) => respond(objects::delete_collection(&state, &target, &query, &bytes).await, false),
+                    Ok(bytes) => respond(
+                        objects::delete_collection(&state, &target, &query, &bytes).await,
+                        false,
+                    ),
                     Err(e) => body::error(&e),
                 },
-                _ => body::error(&ApiError::method_not_allowed(format!("{method} is not supported on a collection"))),
+                _ => body::error(&ApiError::method_not_allowed(format!(
+                    "{method} is not supported on a collection"
+                ))),
             }
         }
-        Route::Object { resource, namespace, name, subresource } => {
-            let target = Target { resource, namespace, user };
+        Route::Object {
+            resource,
+            namespace,
+            name,
+            subresource,
+        } => {
+            let target = Target {
+                resource,
+                namespace,
+                user,
+            };
             let sub = subresource.as_deref();
             if let Some(sub) = sub
                 && !target.resource.has_subresource(sub)
@@ -236,23 +286,35 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                 },
             };
             match (sub, &method) {
-                (None | Some("status"), &Method::GET) => respond(objects::get(&state, &target, &name).await, false),
-                (None | Some("status"), &Method::PUT) => {
-                    respond(objects::update(&state, &target, &name, sub, &query, headers, &bytes).await, false)
+                (None | Some("status"), &Method::GET) => {
+                    respond(objects::get(&state, &target, &name).await, false)
                 }
-                (None | Some("status"), &Method::PATCH) => {
-                    respond(objects::patch(&state, &target, &name, sub, &query, headers, &bytes).await, false)
+                (None | Some("status"), &Method::PUT) => respond(
+                    objects::update(&state, &target, &name, sub, &query, headers, &bytes).await,
+                    false,
+                ),
+                (None | Some("status"), &Method::PATCH) => respond(
+                    objects::patch(&state, &target, &name, sub, &query, headers, &bytes).await,
+                    false,
+                ),
+                (None, &Method::DELETE) => respond(
+                    objects::delete(&state, &target, &name, &query, &bytes).await,
+                    false,
+                ),
+                (Some("finalize"), &Method::PUT) => respond(
+                    subresources::finalize(&state, &target, &name, headers, &bytes).await,
+                    false,
+                ),
+                (Some("binding"), &Method::POST) => respond(
+                    subresources::bind(&state, &target, &name, headers, &bytes).await,
+                    true,
+                ),
+                (Some("scale"), &Method::GET) => {
+                    respond(subresources::get_scale(&state, &target, &name).await, false)
                 }
-                (None, &Method::DELETE) => respond(objects::delete(&state, &target, &name, &query, &bytes).await, false),
-                (Some("finalize"), &Method::PUT) => {
-                    respond(subresources::finalize(&state, &target, &name, headers, &bytes).await, false)
-                }
-                (Some("binding"), &Method::POST) => {
-                    respond(subresources::bind(&state, &target, &name, headers, &bytes).await, true)
-                }
-                (Some("scale"), &Method::GET) => respond(subresources::get_scale(&state, &target, &name).await, false),
                 (Some("scale"), &Method::PUT | &Method::PATCH) => respond(
-                    subresources::update_scale(&state, &target, &name, &method, headers, &bytes).await,
+                    subresources::update_scale(&state, &target, &name, &method, headers, &bytes)
+                        .await,
                     false,
                 ),
                 _ => body::error(&ApiError::method_not_allowed(format!(
@@ -262,18 +324,37 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                 ))),
             }
         }
-        _ => body::error(&ApiError::method_not_allowed(format!("{method} is not supported on {}", parts.uri.path()))),
+        _ => body::error(&ApiError::method_not_allowed(format!(
+            "{method} is not supported on {}",
+            parts.uri.path()
+        ))),
     }
 }
 
 /// What the authorizer is asked about a request.
-fn attributes(route: &Route, method: &Method, query: &Query, user: UserInfo, path: &str) -> Attributes {
-    let mut attributes = Attributes { user, path: path.to_owned(), ..Default::default() };
+fn attributes(
+    route: &Route,
+    method: &Method,
+    query: &Query,
+    user: UserInfo,
+    path: &str,
+) -> Attributes {
+    let mut attributes = Attributes {
+        user,
+        path: path.to_owned(),
+        ..Default::default()
+    };
     let (resource, namespace, name, subresource, collection) = match route {
-        Route::Collection { resource, namespace } => (resource, namespace, None, None, true),
-        Route::Object { resource, namespace, name, subresource } => {
-            (resource, namespace, Some(name), subresource.as_ref(), false)
-        }
+        Route::Collection {
+            resource,
+            namespace,
+        } => (resource, namespace, None, None, true),
+        Route::Object {
+            resource,
+            namespace,
+            name,
+            subresource,
+        } => (resource, namespace, Some(name), subresource.as_ref(), false),
         _ => {
             attributes.verb = method.as_str().to_ascii_lowercase();
             return attributes;
@@ -289,7 +370,12 @@ fn attributes(route: &Route, method: &Method, query: &Query, user: UserInfo, pat
         ("PATCH", _) => "patch",
         ("DELETE", true) => "deletecollection",
         ("DELETE", false) => "delete",
-        (other, _) => return Attributes { verb: other.to_ascii_lowercase(), ..attributes },
+        (other, _) => {
+            return Attributes {
+                verb: other.to_ascii_lowercase(),
+                ..attributes
+            };
+        }
     }
     .into();
     attributes.api_group = resource.group.clone();
@@ -319,7 +405,10 @@ fn forbidden(attributes: &Attributes, reason: &str) -> ApiError {
             attributes.user.name, attributes.verb, attributes.api_group
         )
     } else {
-        format!("forbidden: User {:?} cannot {} path {:?}: {reason}", attributes.user.name, attributes.verb, attributes.path)
+        format!(
+            "forbidden: User {:?} cannot {} path {:?}: {reason}",
+            attributes.user.name, attributes.verb, attributes.path
+        )
     };
     ApiError::forbidden(message)
 }

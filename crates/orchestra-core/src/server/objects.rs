@@ -45,11 +45,18 @@ pub(crate) fn store_error(error: StoreError, target: &ErrorTarget) -> ApiError {
         StoreError::AlreadyExists { .. } => ApiError::already_exists(target),
         StoreError::NotFound { .. } => ApiError::not_found(target),
         StoreError::Conflict { .. } => ApiError::conflict(target),
-        StoreError::Compacted { requested, compacted } => {
-            ApiError::expired(format!("too old resource version: {requested} ({compacted})"))
+        StoreError::Compacted {
+            requested,
+            compacted,
+        } => ApiError::expired(format!(
+            "too old resource version: {requested} ({compacted})"
+        )),
+        StoreError::ValueTooLarge { .. } => {
+            ApiError::too_large(orchestra_store::limits::MAX_VALUE_BYTES)
         }
-        StoreError::ValueTooLarge { .. } => ApiError::too_large(orchestra_store::limits::MAX_VALUE_BYTES),
-        StoreError::InvalidKey { reason, .. } => ApiError::bad_request(format!("invalid object key: {reason}")),
+        StoreError::InvalidKey { reason, .. } => {
+            ApiError::bad_request(format!("invalid object key: {reason}"))
+        }
         StoreError::Unavailable(message) => ApiError::unavailable(message),
         other => ApiError::internal(other),
     }
@@ -57,8 +64,8 @@ pub(crate) fn store_error(error: StoreError, target: &ErrorTarget) -> ApiError {
 
 /// Decodes a stored object and stamps its resource version.
 pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value, ApiError> {
-    let mut object: Value =
-        serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(format!("stored object is corrupt: {e}")))?;
+    let mut object: Value = serde_json::from_slice(&kv.value)
+        .map_err(|e| ApiError::internal(format!("stored object is corrupt: {e}")))?;
     metadata_mut(&mut object).insert("resourceVersion".into(), kv.mod_revision.to_string().into());
     Ok(object)
 }
@@ -72,15 +79,29 @@ fn encode(object: &Value) -> Bytes {
 }
 
 fn parse_revision(value: &str) -> Result<Revision, ApiError> {
-    value.parse::<Revision>().ok().filter(|r| *r >= 0).ok_or_else(|| {
-        ApiError::bad_request(format!("invalid resource version {value:?}: must be a non-negative integer"))
-    })
+    value
+        .parse::<Revision>()
+        .ok()
+        .filter(|r| *r >= 0)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "invalid resource version {value:?}: must be a non-negative integer"
+            ))
+        })
 }
 
 /// Reads one object with the store revision it was read at; 404 if absent.
-pub(crate) async fn load(state: &State, target: &Target, name: &str) -> Result<(Value, Revision), ApiError> {
+pub(crate) async fn load(
+    state: &State,
+    target: &Target,
+    name: &str,
+) -> Result<(Value, Revision), ApiError> {
     let error_target = target.error_target(name);
-    let kv = state.store.get(&target.key(name)).await.map_err(|e| store_error(e, &error_target))?;
+    let kv = state
+        .store
+        .get(&target.key(name))
+        .await
+        .map_err(|e| store_error(e, &error_target))?;
     let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
     Ok((decode_stored(&kv)?, kv.mod_revision))
 }
@@ -120,16 +141,25 @@ fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
 
 /// The revision a list reads at, from `resourceVersion` and `resourceVersionMatch`.
 async fn list_revision(state: &State, query: &Query) -> Result<Revision, ApiError> {
-    let Some(rv) = query.resource_version.as_deref() else { return Ok(0) };
+    let Some(rv) = query.resource_version.as_deref() else {
+        return Ok(0);
+    };
     let requested = parse_revision(rv)?;
     match query.resource_version_match.as_deref() {
-        Some("Exact") if requested == 0 => Err(ApiError::bad_request("resourceVersionMatch=Exact requires a non-zero resourceVersion")),
+        Some("Exact") if requested == 0 => Err(ApiError::bad_request(
+            "resourceVersionMatch=Exact requires a non-zero resourceVersion",
+        )),
         Some("Exact") => Ok(requested),
         None | Some("NotOlderThan") => {
             // Served from the latest state, which must be at least `requested`.
             let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
             loop {
-                let current = state.store.status().await.map_err(|e| ApiError::internal(e))?.revision;
+                let current = state
+                    .store
+                    .status()
+                    .await
+                    .map_err(|e| ApiError::internal(e))?
+                    .revision;
                 if current >= requested {
                     return Ok(0);
                 }
@@ -137,22 +167,34 @@ async fn list_revision(state: &State, query: &Query) -> Result<Revision, ApiErro
                     return Err(ApiError {
                         code: 504,
                         reason: "Timeout",
-                        message: format!("Too large resource version: {requested}, current: {current}"),
+                        message: format!(
+                            "Too large resource version: {requested}, current: {current}"
+                        ),
                         details: None,
                     });
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        Some(other) => Err(ApiError::bad_request(format!("unsupported resourceVersionMatch {other:?}"))),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "unsupported resourceVersionMatch {other:?}"
+        ))),
     }
 }
 
 /// Reads a (possibly paginated) list with selectors applied.
-pub(crate) async fn list_items(state: &State, target: &Target, query: &Query) -> Result<Listed, ApiError> {
+pub(crate) async fn list_items(
+    state: &State,
+    target: &Target,
+    query: &Query,
+) -> Result<Listed, ApiError> {
     let labels = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))?;
     let fields = FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?;
-    let collection = KeyRange::prefix(target.resource.storage_collection(target.namespace.as_deref()));
+    let collection = KeyRange::prefix(
+        target
+            .resource
+            .storage_collection(target.namespace.as_deref()),
+    );
     let limit = query.limit.unwrap_or(0);
     let mut request = match &query.continue_token {
         Some(token) => {
@@ -163,7 +205,12 @@ pub(crate) async fn list_items(state: &State, target: &Target, query: &Query) ->
     }
     .with_limit(limit);
     let error_target = target.error_target("");
-    let mut listed = Listed { items: Vec::new(), revision: 0, continue_token: None, remaining: None };
+    let mut listed = Listed {
+        items: Vec::new(),
+        revision: 0,
+        continue_token: None,
+        remaining: None,
+    };
     loop {
         let response = state.store.range(request.clone()).await.map_err(|e| match e {
             StoreError::Compacted { .. } if query.continue_token.is_some() => ApiError::expired(
@@ -246,7 +293,10 @@ const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 fn generated_name(prefix: &str) -> String {
     let random = uuid::Uuid::new_v4();
-    let suffix: String = random.as_bytes()[..5].iter().map(|b| NAME_ALPHABET[*b as usize % NAME_ALPHABET.len()] as char).collect();
+    let suffix: String = random.as_bytes()[..5]
+        .iter()
+        .map(|b| NAME_ALPHABET[*b as usize % NAME_ALPHABET.len()] as char)
+        .collect();
     format!("{prefix}{suffix}")
 }
 
@@ -268,11 +318,16 @@ fn validate(target: &Target, object: &mut Value, name: &str) -> Result<(), ApiEr
         None | Some("") => object["kind"] = resource.kind.clone().into(),
         Some(k) if k == resource.kind => {}
         Some(k) => {
-            return Err(ApiError::bad_request(format!("the kind in the data ({k}) does not match the expected kind ({})", resource.kind)));
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                resource.kind
+            )));
         }
     }
     if let Some(check) = resource.decode_check {
-        check(object).map_err(|e| ApiError::bad_request(format!("{} in body is invalid: {e}", resource.kind)))?;
+        check(object).map_err(|e| {
+            ApiError::bad_request(format!("{} in body is invalid: {e}", resource.kind))
+        })?;
     }
     let mut errors = if meta::requires_label_name(&resource.group, &resource.plural) {
         meta::validate_label("metadata.name", name)
@@ -291,10 +346,26 @@ fn validate(target: &Target, object: &mut Value, name: &str) -> Result<(), ApiEr
 
 /// Refuses writes into a namespace that does not exist or is terminating.
 async fn check_namespace(state: &State, target: &Target) -> Result<(), ApiError> {
-    let Some(namespace) = target.namespace.as_deref().filter(|_| target.resource.namespaced) else { return Ok(()) };
+    let Some(namespace) = target
+        .namespace
+        .as_deref()
+        .filter(|_| target.resource.namespaced)
+    else {
+        return Ok(());
+    };
     let key = format!("/registry/namespaces/{namespace}");
-    let ns_target = ErrorTarget { resource: "namespaces".into(), kind: "Namespace".into(), name: namespace.into(), ..Default::default() };
-    let Some(kv) = state.store.get(&key).await.map_err(|e| store_error(e, &ns_target))? else {
+    let ns_target = ErrorTarget {
+        resource: "namespaces".into(),
+        kind: "Namespace".into(),
+        name: namespace.into(),
+        ..Default::default()
+    };
+    let Some(kv) = state
+        .store
+        .get(&key)
+        .await
+        .map_err(|e| store_error(e, &ns_target))?
+    else {
         return Err(ApiError::not_found(&ns_target));
     };
     let ns = decode_stored(&kv)?;
@@ -312,14 +383,22 @@ fn prepare_create(target: &Target, object: &mut Value, name: &str) {
     let metadata = metadata_mut(object);
     metadata.insert("name".into(), name.into());
     if resource.namespaced {
-        metadata.insert("namespace".into(), target.namespace.clone().unwrap_or_default().into());
+        metadata.insert(
+            "namespace".into(),
+            target.namespace.clone().unwrap_or_default().into(),
+        );
     } else {
         metadata.remove("namespace");
     }
     metadata.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
     metadata.insert("creationTimestamp".into(), meta::now_rfc3339().into());
     metadata.insert("generation".into(), 1.into());
-    for field in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+    for field in [
+        "resourceVersion",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+    ] {
         metadata.remove(field);
     }
     if resource.group.is_empty() && resource.plural == "namespaces" {
@@ -328,7 +407,10 @@ fn prepare_create(target: &Target, object: &mut Value, name: &str) {
             object["spec"] = json!({"finalizers": ["kubernetes"]});
         }
     }
-    if resource.group.is_empty() && resource.plural == "pods" && object.pointer("/status/phase").is_none() {
+    if resource.group.is_empty()
+        && resource.plural == "pods"
+        && object.pointer("/status/phase").is_none()
+    {
         object["status"] = json!({"phase": "Pending"});
     }
 }
@@ -350,21 +432,36 @@ pub(crate) async fn create(
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
     }
-    let name = match (meta_str(&object, "name").filter(|n| !n.is_empty()), meta_str(&object, "generateName")) {
+    let name = match (
+        meta_str(&object, "name").filter(|n| !n.is_empty()),
+        meta_str(&object, "generateName"),
+    ) {
         (Some(name), _) => name.to_owned(),
         (None, Some(prefix)) if !prefix.is_empty() => generated_name(prefix),
         _ => {
             return Err(ApiError::invalid(
                 &target.error_target(""),
-                vec![FieldError::required("metadata.name").with_message("name or generateName is required")],
+                vec![
+                    FieldError::required("metadata.name")
+                        .with_message("name or generateName is required"),
+                ],
             ));
         }
     };
     check_namespace(state, target).await?;
     prepare_create(target, &mut object, &name);
-    let mut object = admit(state, target, Operation::Create, &name, None, Some(object), None, query.dry_run)
-        .await?
-        .expect("admission keeps the object of a create");
+    let mut object = admit(
+        state,
+        target,
+        Operation::Create,
+        &name,
+        None,
+        Some(object),
+        None,
+        query.dry_run,
+    )
+    .await?
+    .expect("admission keeps the object of a create");
     validate(target, &mut object, &name)?;
     if query.dry_run {
         return Ok(object);
@@ -396,7 +493,10 @@ fn merge_update(target: &Target, old: &Value, mut new: Value, subresource: Optio
         let mut merged = old.clone();
         merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);
         if merged["status"].is_null() {
-            merged.as_object_mut().expect("objects are maps").remove("status");
+            merged
+                .as_object_mut()
+                .expect("objects are maps")
+                .remove("status");
         }
         return merged;
     }
@@ -404,21 +504,41 @@ fn merge_update(target: &Target, old: &Value, mut new: Value, subresource: Optio
         match old.get("status") {
             Some(status) => new["status"] = status.clone(),
             None => {
-                new.as_object_mut().expect("objects are maps").remove("status");
+                new.as_object_mut()
+                    .expect("objects are maps")
+                    .remove("status");
             }
         }
     }
     let old_meta = old.get("metadata").cloned().unwrap_or_default();
-    let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+    let generation = old_meta
+        .get("generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
     let spec_changed = spec_of(old) != spec_of(&new);
     let metadata = metadata_mut(&mut new);
-    for field in ["uid", "creationTimestamp", "namespace", "name", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "namespace",
+        "name",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ] {
         match old_meta.get(field) {
             Some(value) => metadata.insert(field.into(), value.clone()),
             None => metadata.remove(field),
         };
     }
-    metadata.insert("generation".into(), (if spec_changed { generation + 1 } else { generation }).into());
+    metadata.insert(
+        "generation".into(),
+        (if spec_changed {
+            generation + 1
+        } else {
+            generation
+        })
+        .into(),
+    );
     new
 }
 
@@ -434,21 +554,41 @@ async fn store_update(
     dry_run: bool,
 ) -> Result<Value, ApiError> {
     let error_target = target.error_target(name);
-    let mut new = admit(state, target, Operation::Update, name, subresource, Some(new), Some(old.clone()), dry_run)
-        .await?
-        .expect("admission keeps the object of an update");
+    let mut new = admit(
+        state,
+        target,
+        Operation::Update,
+        name,
+        subresource,
+        Some(new),
+        Some(old.clone()),
+        dry_run,
+    )
+    .await?
+    .expect("admission keeps the object of an update");
     validate(target, &mut new, name)?;
     let finalized = new.pointer("/metadata/deletionTimestamp").is_some()
-        && new.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty);
+        && new
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
     if dry_run {
         return Ok(new);
     }
     let key = target.key(name);
     if finalized {
-        state.store.delete(&key, Some(old_revision)).await.map_err(|e| store_error(e, &error_target))?;
+        state
+            .store
+            .delete(&key, Some(old_revision))
+            .await
+            .map_err(|e| store_error(e, &error_target))?;
         return Ok(new);
     }
-    let kv = state.store.update(&key, encode(&new), old_revision, None).await.map_err(|e| store_error(e, &error_target))?;
+    let kv = state
+        .store
+        .update(&key, encode(&new), old_revision, None)
+        .await
+        .map_err(|e| store_error(e, &error_target))?;
     decode_stored(&kv)
 }
 
@@ -477,7 +617,16 @@ pub(crate) async fn update(
         return Err(ApiError::conflict(&target.error_target(name)));
     }
     let merged = merge_update(target, &old, new, subresource);
-    store_update(state, target, name, subresource, (&old, merged), revision, query.dry_run).await
+    store_update(
+        state,
+        target,
+        name,
+        subresource,
+        (&old, merged),
+        revision,
+        query.dry_run,
+    )
+    .await
 }
 
 /// PATCH of an object or its status: JSON patch or JSON merge patch.
@@ -491,8 +640,9 @@ pub(crate) async fn patch(
     bytes: &[u8],
 ) -> Result<Value, ApiError> {
     let media = body::content_type(headers);
-    let patch: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))?;
+    let patch: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+    })?;
     let error_target = target.error_target(name);
     // Retried on conflicts with concurrent writers, like upstream, unless the
     // patch itself pins a resource version.
@@ -504,17 +654,35 @@ pub(crate) async fn patch(
             "application/json-patch+json" => {
                 let operations: json_patch::Patch = serde_json::from_value(patch.clone())
                     .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-                json_patch::patch(&mut new, &operations)
-                    .map_err(|e| ApiError { code: 422, reason: "Invalid", message: format!("the JSON patch could not be applied: {e}"), details: None })?;
+                json_patch::patch(&mut new, &operations).map_err(|e| ApiError {
+                    code: 422,
+                    reason: "Invalid",
+                    message: format!("the JSON patch could not be applied: {e}"),
+                    details: None,
+                })?;
             }
             other => return Err(ApiError::unsupported_media_type(other)),
         }
-        let pinned = patch.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(parse_revision).transpose()?;
+        let pinned = patch
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .map(parse_revision)
+            .transpose()?;
         if pinned.is_some_and(|rv| rv != revision) {
             return Err(ApiError::conflict(&error_target));
         }
         let merged = merge_update(target, &old, new, subresource);
-        match store_update(state, target, name, subresource, (&old, merged), revision, query.dry_run).await {
+        match store_update(
+            state,
+            target,
+            name,
+            subresource,
+            (&old, merged),
+            revision,
+            query.dry_run,
+        )
+        .await
+        {
             Err(e) if e.reason == "Conflict" && pinned.is_none() => continue,
             other => return other,
         }
@@ -552,29 +720,59 @@ pub(crate) async fn delete(
     let options: DeleteOptions = if bytes.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
     } else {
-        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+        serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
     };
     let dry_run = query.dry_run || options.dry_run.iter().any(|d| d == "All");
     let error_target = target.error_target(name);
     let key = target.key(name);
-    let kv = state.store.get(&key).await.map_err(|e| store_error(e, &error_target))?;
+    let kv = state
+        .store
+        .get(&key)
+        .await
+        .map_err(|e| store_error(e, &error_target))?;
     let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
     let mut object = decode_stored(&kv)?;
     if let Some(pre) = &options.preconditions {
         if let Some(uid) = &pre.uid
             && meta_str(&object, "uid") != Some(uid.as_str())
         {
-            return Err(ApiError::conflict_because(&error_target, format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta_str(&object, "uid").unwrap_or(""))));
+            return Err(ApiError::conflict_because(
+                &error_target,
+                format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(&object, "uid").unwrap_or("")
+                ),
+            ));
         }
         if let Some(rv) = &pre.resource_version
             && parse_revision(rv)? != kv.mod_revision
         {
-            return Err(ApiError::conflict_because(&error_target, format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", kv.mod_revision)));
+            return Err(ApiError::conflict_because(
+                &error_target,
+                format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    kv.mod_revision
+                ),
+            ));
         }
     }
-    admit(state, target, Operation::Delete, name, None, None, Some(object.clone()), dry_run).await?;
-    let mut finalizers: Vec<Value> =
-        object.pointer("/metadata/finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
+    admit(
+        state,
+        target,
+        Operation::Delete,
+        name,
+        None,
+        None,
+        Some(object.clone()),
+        dry_run,
+    )
+    .await?;
+    let mut finalizers: Vec<Value> = object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     match options.propagation_policy.as_deref() {
         Some("Foreground") => finalizers.push("foregroundDeletion".into()),
         Some("Orphan") => finalizers.push("orphan".into()),
@@ -584,12 +782,31 @@ pub(crate) async fn delete(
     let is_namespace = target.resource.group.is_empty() && target.resource.plural == "namespaces";
     let graceful_pod = target.resource.group.is_empty()
         && target.resource.plural == "pods"
-        && object.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty())
-        && options.grace_period_seconds.or_else(|| object.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64)).unwrap_or(30) > 0;
-    let namespace_pending = is_namespace && object.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+        && object
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty())
+        && options
+            .grace_period_seconds
+            .or_else(|| {
+                object
+                    .pointer("/spec/terminationGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+            })
+            .unwrap_or(30)
+            > 0;
+    let namespace_pending = is_namespace
+        && object
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
     if finalizers.is_empty() && !graceful_pod && !namespace_pending {
         if !dry_run {
-            state.store.delete(&key, Some(kv.mod_revision)).await.map_err(|e| store_error(e, &error_target))?;
+            state
+                .store
+                .delete(&key, Some(kv.mod_revision))
+                .await
+                .map_err(|e| store_error(e, &error_target))?;
         }
         return Ok(object);
     }
@@ -597,7 +814,14 @@ pub(crate) async fn delete(
         return Ok(object);
     }
     let grace = if graceful_pod {
-        options.grace_period_seconds.or_else(|| object.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64)).unwrap_or(30)
+        options
+            .grace_period_seconds
+            .or_else(|| {
+                object
+                    .pointer("/spec/terminationGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+            })
+            .unwrap_or(30)
     } else {
         0
     };
@@ -613,12 +837,21 @@ pub(crate) async fn delete(
     if dry_run {
         return Ok(object);
     }
-    let kv = state.store.update(&key, encode(&object), kv.mod_revision, None).await.map_err(|e| store_error(e, &error_target))?;
+    let kv = state
+        .store
+        .update(&key, encode(&object), kv.mod_revision, None)
+        .await
+        .map_err(|e| store_error(e, &error_target))?;
     decode_stored(&kv)
 }
 
 /// DELETE of a collection: every object matching the selectors.
-pub(crate) async fn delete_collection(state: &State, target: &Target, query: &Query, bytes: &[u8]) -> Result<Value, ApiError> {
+pub(crate) async fn delete_collection(
+    state: &State,
+    target: &Target,
+    query: &Query,
+    bytes: &[u8],
+) -> Result<Value, ApiError> {
     let mut list_query = query.clone();
     list_query.limit = None;
     list_query.continue_token = None;

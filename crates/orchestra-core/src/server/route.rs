@@ -18,9 +18,17 @@ pub(crate) enum Route {
     /// `/api/v1` or `/apis/<group>/<version>`: its resources.
     GroupVersion { group: String, version: String },
     /// A resource collection, in one namespace or across all (`namespace: None`).
-    Collection { resource: Arc<ResourceInfo>, namespace: Option<String> },
+    Collection {
+        resource: Arc<ResourceInfo>,
+        namespace: Option<String>,
+    },
     /// One object, or one of its subresources.
-    Object { resource: Arc<ResourceInfo>, namespace: Option<String>, name: String, subresource: Option<String> },
+    Object {
+        resource: Arc<ResourceInfo>,
+        namespace: Option<String>,
+        name: String,
+        subresource: Option<String>,
+    },
 }
 
 impl Route {
@@ -44,26 +52,59 @@ impl Route {
         let resource = |plural: &str| registry.get(group, version, plural).ok_or_else(not_found);
         let owned = |s: &str| s.to_owned();
         Ok(match rest {
-            [] => Route::GroupVersion { group: group.into(), version: version.into() },
+            [] => Route::GroupVersion {
+                group: group.into(),
+                version: version.into(),
+            },
             // `/namespaces/<ns>/<resource>...`: a namespaced resource, unless
             // the third segment is a subresource of the namespace itself.
-            ["namespaces", ns, plural, tail @ ..] if registry.get(group, version, plural).is_some_and(|r| r.namespaced) => {
+            ["namespaces", ns, plural, tail @ ..]
+                if registry
+                    .get(group, version, plural)
+                    .is_some_and(|r| r.namespaced) =>
+            {
                 let resource = resource(plural)?;
                 let namespace = Some(owned(ns));
                 match tail {
-                    [] => Route::Collection { resource, namespace },
-                    [name] => Route::Object { resource, namespace, name: owned(name), subresource: None },
-                    [name, sub] => Route::Object { resource, namespace, name: owned(name), subresource: Some(owned(sub)) },
+                    [] => Route::Collection {
+                        resource,
+                        namespace,
+                    },
+                    [name] => Route::Object {
+                        resource,
+                        namespace,
+                        name: owned(name),
+                        subresource: None,
+                    },
+                    [name, sub] => Route::Object {
+                        resource,
+                        namespace,
+                        name: owned(name),
+                        subresource: Some(owned(sub)),
+                    },
                     _ => return Err(not_found()),
                 }
             }
             [plural, tail @ ..] => {
                 let resource = resource(plural)?;
                 match tail {
-                    [] => Route::Collection { resource, namespace: None },
+                    [] => Route::Collection {
+                        resource,
+                        namespace: None,
+                    },
                     _ if resource.namespaced => return Err(not_found()),
-                    [name] => Route::Object { resource, namespace: None, name: owned(name), subresource: None },
-                    [name, sub] => Route::Object { resource, namespace: None, name: owned(name), subresource: Some(owned(sub)) },
+                    [name] => Route::Object {
+                        resource,
+                        namespace: None,
+                        name: owned(name),
+                        subresource: None,
+                    },
+                    [name, sub] => Route::Object {
+                        resource,
+                        namespace: None,
+                        name: owned(name),
+                        subresource: Some(owned(sub)),
+                    },
                     _ => return Err(not_found()),
                 }
             }
@@ -95,12 +136,16 @@ fn parse_bool(name: &str, value: &str) -> Result<bool, ApiError> {
     match value {
         "1" | "t" | "T" | "true" | "True" | "TRUE" => Ok(true),
         "0" | "f" | "F" | "false" | "False" | "FALSE" => Ok(false),
-        _ => Err(ApiError::bad_request(format!("invalid boolean for {name}: {value:?}"))),
+        _ => Err(ApiError::bad_request(format!(
+            "invalid boolean for {name}: {value:?}"
+        ))),
     }
 }
 
 fn parse_number<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ApiError> {
-    value.parse().map_err(|_| ApiError::bad_request(format!("invalid value for {name}: {value:?}")))
+    value
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid value for {name}: {value:?}")))
 }
 
 impl Query {
@@ -117,7 +162,9 @@ impl Query {
                 "limit" => query.limit = Some(parse_number(key, &value)?).filter(|l| *l > 0),
                 "continue" => query.continue_token = Some(value).filter(|v| !v.is_empty()),
                 "resourceVersion" => query.resource_version = Some(value).filter(|v| !v.is_empty()),
-                "resourceVersionMatch" => query.resource_version_match = Some(value).filter(|v| !v.is_empty()),
+                "resourceVersionMatch" => {
+                    query.resource_version_match = Some(value).filter(|v| !v.is_empty())
+                }
                 "watch" => query.watch = parse_bool(key, &value)?,
                 "allowWatchBookmarks" => query.allow_watch_bookmarks = parse_bool(key, &value)?,
                 "sendInitialEvents" => query.send_initial_events = Some(parse_bool(key, &value)?),
@@ -142,7 +189,9 @@ pub(crate) fn percent_decode(value: &str) -> String {
     while i < bytes.len() {
         match bytes[i] {
             b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
                 match hex {
                     Some(b) => {
                         out.push(b);
@@ -167,23 +216,55 @@ mod tests {
     #[test]
     fn routes() {
         let r = Registry::builtin();
-        assert!(matches!(Route::parse("/api/v1/namespaces/default/pods", &r), Ok(Route::Collection { namespace: Some(ns), .. }) if ns == "default"));
-        assert!(matches!(Route::parse("/api/v1/pods", &r), Ok(Route::Collection { namespace: None, .. })));
-        assert!(matches!(Route::parse("/api/v1/namespaces/kube-system", &r), Ok(Route::Object { name, subresource: None, .. }) if name == "kube-system"));
-        assert!(matches!(Route::parse("/api/v1/namespaces/x/status", &r), Ok(Route::Object { subresource: Some(s), .. }) if s == "status"));
-        assert!(matches!(Route::parse("/api/v1/namespaces/d/pods/p/binding", &r), Ok(Route::Object { subresource: Some(s), .. }) if s == "binding"));
-        assert!(matches!(Route::parse("/apis/apps/v1/namespaces/d/deployments/x/scale", &r), Ok(Route::Object { .. })));
-        assert!(matches!(Route::parse("/api/v1/nodes/n1", &r), Ok(Route::Object { namespace: None, .. })));
-        assert!(matches!(Route::parse("/apis/apps/v1", &r), Ok(Route::GroupVersion { .. })));
+        assert!(
+            matches!(Route::parse("/api/v1/namespaces/default/pods", &r), Ok(Route::Collection { namespace: Some(ns), .. }) if ns == "default")
+        );
+        assert!(matches!(
+            Route::parse("/api/v1/pods", &r),
+            Ok(Route::Collection {
+                namespace: None,
+                ..
+            })
+        ));
+        assert!(
+            matches!(Route::parse("/api/v1/namespaces/kube-system", &r), Ok(Route::Object { name, subresource: None, .. }) if name == "kube-system")
+        );
+        assert!(
+            matches!(Route::parse("/api/v1/namespaces/x/status", &r), Ok(Route::Object { subresource: Some(s), .. }) if s == "status")
+        );
+        assert!(
+            matches!(Route::parse("/api/v1/namespaces/d/pods/p/binding", &r), Ok(Route::Object { subresource: Some(s), .. }) if s == "binding")
+        );
+        assert!(matches!(
+            Route::parse("/apis/apps/v1/namespaces/d/deployments/x/scale", &r),
+            Ok(Route::Object { .. })
+        ));
+        assert!(matches!(
+            Route::parse("/api/v1/nodes/n1", &r),
+            Ok(Route::Object {
+                namespace: None,
+                ..
+            })
+        ));
+        assert!(matches!(
+            Route::parse("/apis/apps/v1", &r),
+            Ok(Route::GroupVersion { .. })
+        ));
         assert!(matches!(Route::parse("/version/", &r), Ok(Route::Version)));
-        assert!(Route::parse("/api/v1/pods/p", &r).is_err(), "namespaced objects need a namespace");
+        assert!(
+            Route::parse("/api/v1/pods/p", &r).is_err(),
+            "namespaced objects need a namespace"
+        );
         assert!(Route::parse("/api/v1/widgets", &r).is_err());
         assert!(Route::parse("/apis/nope/v1", &r).is_err());
     }
 
     #[test]
     fn queries() {
-        let q = Query::parse(Some("labelSelector=app%3Dweb&limit=500&watch=True&timeoutSeconds=5&timeout=32s")).unwrap();
+        let q = Query::parse(Some(
+            "labelSelector=app%3Dweb&limit=500&watch=True&timeoutSeconds=5&timeout=32s",
+        ))
+        .unwrap();
         assert_eq!(q.label_selector.as_deref(), Some("app=web"));
         assert_eq!(q.limit, Some(500));
         assert!(q.watch);

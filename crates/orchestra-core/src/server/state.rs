@@ -23,13 +23,27 @@ impl State {
         store: Arc<dyn Store>,
         registry: Registry,
         options: ServerOptions,
-        (authenticator, authorizer, admission): (AuthenticatorChain, AuthorizerChain, AdmissionChain),
+        (authenticator, authorizer, admission): (
+            AuthenticatorChain,
+            AuthorizerChain,
+            AdmissionChain,
+        ),
     ) -> State {
-        State { store, registry: RwLock::new(Arc::new(registry)), options, authenticator, authorizer, admission }
+        State {
+            store,
+            registry: RwLock::new(Arc::new(registry)),
+            options,
+            authenticator,
+            authorizer,
+            admission,
+        }
     }
 
     /// A snapshot of the registry (cheap: one `Arc` clone).
     pub(crate) fn registry(&self) -> Arc<Registry> {
-        self.registry.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.registry
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }

@@ -10,8 +10,16 @@ use crate::api::meta::{meta_str, metadata_mut};
 use crate::api::{ApiError, FieldError};
 
 /// Writes an object back, guarded by the revision it was read at.
-async fn save(state: &State, target: &Target, name: &str, object: &Value, revision: i64) -> Result<Value, ApiError> {
-    let key = target.resource.storage_key(target.namespace.as_deref(), name);
+async fn save(
+    state: &State,
+    target: &Target,
+    name: &str,
+    object: &Value,
+    revision: i64,
+) -> Result<Value, ApiError> {
+    let key = target
+        .resource
+        .storage_key(target.namespace.as_deref(), name);
     let mut object = object.clone();
     metadata_mut(&mut object).remove("resourceVersion");
     let bytes = serde_json::to_vec(&object).expect("JSON values serialize");
@@ -32,19 +40,38 @@ pub(crate) async fn bind(
     bytes: &[u8],
 ) -> Result<Value, ApiError> {
     let binding = body::decode_object(bytes, headers)?;
-    let node = binding.pointer("/target/name").and_then(Value::as_str).filter(|n| !n.is_empty());
+    let node = binding
+        .pointer("/target/name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty());
     let Some(node) = node else {
-        return Err(ApiError::invalid(&target.error_target(name), vec![FieldError::required("target.name")]));
+        return Err(ApiError::invalid(
+            &target.error_target(name),
+            vec![FieldError::required("target.name")],
+        ));
     };
     let (mut pod, revision) = load(state, target, name).await?;
     if pod.pointer("/metadata/deletionTimestamp").is_some() {
-        return Err(ApiError::conflict_because(&target.error_target(name), "pod is being deleted, cannot be assigned to a host"));
+        return Err(ApiError::conflict_because(
+            &target.error_target(name),
+            "pod is being deleted, cannot be assigned to a host",
+        ));
     }
-    if let Some(bound) = pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
-        return Err(ApiError::conflict_because(&target.error_target(name), format!("pod {name} is already assigned to node {bound:?}")));
+    if let Some(bound) = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
+        return Err(ApiError::conflict_because(
+            &target.error_target(name),
+            format!("pod {name} is already assigned to node {bound:?}"),
+        ));
     }
     pod["spec"]["nodeName"] = node.into();
-    if let Some(annotations) = binding.pointer("/metadata/annotations").and_then(Value::as_object) {
+    if let Some(annotations) = binding
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+    {
         let metadata = metadata_mut(&mut pod);
         let existing = metadata.entry("annotations").or_insert_with(|| json!({}));
         for (k, v) in annotations {
@@ -52,20 +79,34 @@ pub(crate) async fn bind(
         }
     }
     save(state, target, name, &pod, revision).await?;
-    Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
+    Ok(
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    )
 }
 
 /// The label selector of a workload as a string (`app=web,tier=front`).
 fn selector_string(object: &Value) -> String {
-    let Some(labels) = object.pointer("/spec/selector/matchLabels").and_then(Value::as_object) else {
+    let Some(labels) = object
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+    else {
         // ReplicationControllers: a plain map.
         return object
             .pointer("/spec/selector")
             .and_then(Value::as_object)
-            .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(","))
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
             .unwrap_or_default();
     };
-    labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(",")
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn scale_of(object: &Value) -> Value {
@@ -89,7 +130,11 @@ fn scale_of(object: &Value) -> Value {
 }
 
 /// `GET <workload>/<name>/scale`.
-pub(crate) async fn get_scale(state: &State, target: &Target, name: &str) -> Result<Value, ApiError> {
+pub(crate) async fn get_scale(
+    state: &State,
+    target: &Target,
+    name: &str,
+) -> Result<Value, ApiError> {
     let (object, _) = load(state, target, name).await?;
     Ok(scale_of(&object))
 }
@@ -105,8 +150,9 @@ pub(crate) async fn update_scale(
 ) -> Result<Value, ApiError> {
     let (mut object, revision) = load(state, target, name).await?;
     let mut scale = scale_of(&object);
-    let input: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))?;
+    let input: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+    })?;
     if *method == Method::PUT {
         if let Some(rv) = meta_str(&input, "resourceVersion").filter(|rv| !rv.is_empty())
             && rv != revision.to_string()
@@ -116,24 +162,41 @@ pub(crate) async fn update_scale(
         scale = input;
     } else {
         match body::content_type(headers).as_str() {
-            "application/merge-patch+json" | "application/strategic-merge-patch+json" => json_patch::merge(&mut scale, &input),
+            "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+                json_patch::merge(&mut scale, &input)
+            }
             "application/json-patch+json" => {
-                let patch: json_patch::Patch =
-                    serde_json::from_value(input).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-                json_patch::patch(&mut scale, &patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
+                let patch: json_patch::Patch = serde_json::from_value(input)
+                    .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+                json_patch::patch(&mut scale, &patch)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
             }
             other => return Err(ApiError::unsupported_media_type(other)),
         }
     }
-    let Some(replicas) = scale.pointer("/spec/replicas").and_then(Value::as_i64).filter(|r| *r >= 0) else {
+    let Some(replicas) = scale
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .filter(|r| *r >= 0)
+    else {
         return Err(ApiError::invalid(
             &ErrorTargetExt::scale(target, name),
-            vec![FieldError::invalid("spec.replicas", &scale.pointer("/spec/replicas").map(Value::to_string).unwrap_or_default(), "must be greater than or equal to 0")],
+            vec![FieldError::invalid(
+                "spec.replicas",
+                &scale
+                    .pointer("/spec/replicas")
+                    .map(Value::to_string)
+                    .unwrap_or_default(),
+                "must be greater than or equal to 0",
+            )],
         ));
     };
     if object.pointer("/spec/replicas").and_then(Value::as_i64) != Some(replicas) {
         object["spec"]["replicas"] = replicas.into();
-        let generation = object.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+        let generation = object
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
         metadata_mut(&mut object).insert("generation".into(), (generation + 1).into());
         object = save(state, target, name, &object, revision).await?;
     }
@@ -162,14 +225,24 @@ pub(crate) async fn finalize(
 ) -> Result<Value, ApiError> {
     let input = body::decode_object(bytes, headers)?;
     let (mut namespace, revision) = load(state, target, name).await?;
-    let finalizers = input.pointer("/spec/finalizers").cloned().unwrap_or_else(|| json!([]));
+    let finalizers = input
+        .pointer("/spec/finalizers")
+        .cloned()
+        .unwrap_or_else(|| json!([]));
     namespace["spec"]["finalizers"] = finalizers.clone();
     let done = finalizers.as_array().is_none_or(Vec::is_empty)
         && namespace.pointer("/metadata/deletionTimestamp").is_some()
-        && namespace.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty);
+        && namespace
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
     if done {
         let key = target.resource.storage_key(None, name);
-        state.store.delete(&key, Some(revision)).await.map_err(|e| store_error(e, &target.error_target(name)))?;
+        state
+            .store
+            .delete(&key, Some(revision))
+            .await
+            .map_err(|e| store_error(e, &target.error_target(name)))?;
         return Ok(namespace);
     }
     save(state, target, name, &namespace, revision).await

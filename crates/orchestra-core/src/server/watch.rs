@@ -12,10 +12,10 @@ use orchestra_store::{EventKind, KeyRange, Revision, WatchRequest};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::body;
 use super::objects::{Target, decode_stored, list_items, store_error};
 use super::route::Query;
 use super::state::State;
-use super::body;
 use crate::api::{ApiError, FieldSelector, LabelSelector, meta::metadata_mut};
 
 /// How long a watch without `timeoutSeconds` stays open (upstream: 30 to 60 minutes).
@@ -34,7 +34,8 @@ impl Filter {
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
-    let mut bytes = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("JSON values serialize");
+    let mut bytes = serde_json::to_vec(&json!({"type": kind, "object": object}))
+        .expect("JSON values serialize");
     bytes.push(b'\n');
     Bytes::from(bytes)
 }
@@ -65,11 +66,16 @@ async fn start(state: Arc<State>, target: Target, query: Query) -> Result<Respon
     };
     let requested = match query.resource_version.as_deref() {
         None | Some("0") => None,
-        Some(rv) => Some(rv.parse::<Revision>().map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?),
+        Some(rv) => Some(
+            rv.parse::<Revision>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?,
+        ),
     };
     let initial_events = match query.send_initial_events {
         Some(true) => {
-            if query.resource_version_match.as_deref() != Some("NotOlderThan") || !query.allow_watch_bookmarks {
+            if query.resource_version_match.as_deref() != Some("NotOlderThan")
+                || !query.allow_watch_bookmarks
+            {
                 return Err(ApiError::invalid(
                     &target.error_target(""),
                     vec![crate::api::FieldError::invalid(
@@ -95,17 +101,28 @@ async fn start(state: Arc<State>, target: Target, query: Query) -> Result<Respon
         list_query.resource_version_match = None;
         let listed = list_items(&state, &target, &list_query).await?;
         from = listed.revision + 1;
-        initial = listed.items.iter().map(|item| line("ADDED", item)).collect();
+        initial = listed
+            .items
+            .iter()
+            .map(|item| line("ADDED", item))
+            .collect();
         if query.send_initial_events == Some(true) {
             initial.push(bookmark(&target, listed.revision, true));
         }
     }
-    let range = KeyRange::prefix(target.resource.storage_collection(target.namespace.as_deref()));
+    let range = KeyRange::prefix(
+        target
+            .resource
+            .storage_collection(target.namespace.as_deref()),
+    );
     let mut request = WatchRequest::new(range).from_revision(from);
     if query.allow_watch_bookmarks {
         request = request.with_progress_notify(state.options.bookmark_interval);
     }
-    let timeout = query.timeout_seconds.map(Duration::from_secs).unwrap_or(DEFAULT_TIMEOUT);
+    let timeout = query
+        .timeout_seconds
+        .map(Duration::from_secs)
+        .unwrap_or(DEFAULT_TIMEOUT);
     let watch = state.store.watch(request).await;
     tokio::spawn(async move {
         let mut stream = match watch {
@@ -141,13 +158,20 @@ async fn start(state: Arc<State>, target: Target, query: Query) -> Result<Respon
                 }
             };
             if response.is_progress_notify() {
-                if query.allow_watch_bookmarks && tx.send(bookmark(&target, response.revision, false)).await.is_err() {
+                if query.allow_watch_bookmarks
+                    && tx
+                        .send(bookmark(&target, response.revision, false))
+                        .await
+                        .is_err()
+                {
                     return;
                 }
                 continue;
             }
             for event in response.events {
-                let Some(line) = to_line(&filter, &event) else { continue };
+                let Some(line) = to_line(&filter, &event) else {
+                    continue;
+                };
                 if tx.send(line).await.is_err() {
                     return;
                 }
@@ -155,10 +179,15 @@ async fn start(state: Arc<State>, target: Target, query: Query) -> Result<Respon
         }
     });
     let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|bytes| (Ok::<_, std::convert::Infallible>(bytes), rx))
+        rx.recv()
+            .await
+            .map(|bytes| (Ok::<_, std::convert::Infallible>(bytes), rx))
     });
     let mut response = Response::new(Body::from_stream(stream));
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     Ok(response)
 }
 
@@ -168,7 +197,11 @@ fn to_line(filter: &Filter, event: &orchestra_store::Event) -> Option<Bytes> {
     match event.kind {
         EventKind::Put => {
             let new = decode(&event.kv)?;
-            let old_matched = event.prev_kv.as_ref().and_then(decode).is_some_and(|old| filter.matches(&old));
+            let old_matched = event
+                .prev_kv
+                .as_ref()
+                .and_then(decode)
+                .is_some_and(|old| filter.matches(&old));
             match (old_matched, filter.matches(&new)) {
                 (true, true) => Some(line("MODIFIED", &new)),
                 (false, true) => Some(line("ADDED", &new)),
@@ -181,7 +214,10 @@ fn to_line(filter: &Filter, event: &orchestra_store::Event) -> Option<Bytes> {
             if !filter.matches(&old) {
                 return None;
             }
-            metadata_mut(&mut old).insert("resourceVersion".into(), event.kv.mod_revision.to_string().into());
+            metadata_mut(&mut old).insert(
+                "resourceVersion".into(),
+                event.kv.mod_revision.to_string().into(),
+            );
             Some(line("DELETED", &old))
         }
     }

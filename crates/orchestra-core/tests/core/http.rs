@@ -9,22 +9,34 @@ use tower::ServiceExt;
 
 use super::support;
 
-async fn call(server: &orchestra_core::server::ApiServer, request: Request<Body>) -> (StatusCode, String, Value) {
+async fn call(
+    server: &orchestra_core::server::ApiServer,
+    request: Request<Body>,
+) -> (StatusCode, String, Value) {
     let response = server.router().oneshot(request).await.unwrap();
     let status = response.status();
-    let content_type =
-        response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     (status, content_type, value)
 }
 
 fn get(uri: &str, accept: &str) -> Request<Body> {
-    Request::get(uri).header("accept", accept).body(Body::empty()).unwrap()
+    Request::get(uri)
+        .header("accept", accept)
+        .body(Body::empty())
+        .unwrap()
 }
 
 fn post(uri: &str, content_type: &str, body: impl Into<Body>) -> Request<Body> {
-    Request::post(uri).header("content-type", content_type).body(body.into()).unwrap()
+    Request::post(uri)
+        .header("content-type", content_type)
+        .body(body.into())
+        .unwrap()
 }
 
 const AGG: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
@@ -34,14 +46,40 @@ async fn discovery_shapes() {
     let server = support::server().await;
     let (status, content_type, body) = call(&server, get("/apis", AGG)).await;
     assert_eq!(status, 200);
-    assert_eq!(content_type, "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList");
-    let apps = body["items"].as_array().unwrap().iter().find(|g| g["metadata"]["name"] == "apps").unwrap();
-    let deployments = apps["versions"][0]["resources"].as_array().unwrap().iter().find(|r| r["resource"] == "deployments").unwrap();
+    assert_eq!(
+        content_type,
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    let apps = body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["metadata"]["name"] == "apps")
+        .unwrap();
+    let deployments = apps["versions"][0]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "deployments")
+        .unwrap();
     assert_eq!(deployments["responseKind"]["kind"], "Deployment");
     assert_eq!(deployments["shortNames"], json!(["deploy"]));
-    assert!(deployments["subresources"].as_array().unwrap().iter().any(|s| s["subresource"] == "scale" && s["responseKind"]["group"] == "autoscaling"));
+    assert!(
+        deployments["subresources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["subresource"] == "scale" && s["responseKind"]["group"] == "autoscaling")
+    );
 
-    let (_, content_type, body) = call(&server, get("/api", "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList")).await;
+    let (_, content_type, body) = call(
+        &server,
+        get(
+            "/api",
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+        ),
+    )
+    .await;
     assert!(content_type.contains("v=v2beta1"));
     assert_eq!(body["apiVersion"], "apidiscovery.k8s.io/v2beta1");
     assert_eq!(body["items"][0]["metadata"]["name"], "");
@@ -51,7 +89,12 @@ async fn discovery_shapes() {
     assert_eq!(body["kind"], "APIGroupList");
     let (_, _, body) = call(&server, get("/api/v1", "application/json")).await;
     assert_eq!(body["kind"], "APIResourceList");
-    let eviction = body["resources"].as_array().unwrap().iter().find(|r| r["name"] == "pods/eviction").unwrap();
+    let eviction = body["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "pods/eviction")
+        .unwrap();
     assert_eq!(eviction["group"], "policy");
     let (status, _, body) = call(&server, get("/version/", "application/json")).await;
     assert_eq!((status.as_u16(), body["minor"].as_str()), (200, Some("33")));
@@ -63,7 +106,10 @@ async fn bad_input_gets_status_errors_and_writes_nothing() {
     let pods = "/api/v1/namespaces/default/pods";
     let (status, _, body) = call(&server, post(pods, "application/json", "{not json")).await;
     assert_eq!(status, 400);
-    assert_eq!((body["kind"].as_str(), body["reason"].as_str()), (Some("Status"), Some("BadRequest")));
+    assert_eq!(
+        (body["kind"].as_str(), body["reason"].as_str()),
+        (Some("Status"), Some("BadRequest"))
+    );
 
     let (status, _, body) = call(&server, post(pods, "text/csv", "a,b")).await;
     assert_eq!(status, 415);
@@ -75,33 +121,62 @@ async fn bad_input_gets_status_errors_and_writes_nothing() {
     assert_eq!(body["code"], 413);
 
     let wrong_type = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": "nope"}});
-    let (status, _, body) = call(&server, post(pods, "application/json", wrong_type.to_string())).await;
+    let (status, _, body) = call(
+        &server,
+        post(pods, "application/json", wrong_type.to_string()),
+    )
+    .await;
     assert_eq!(status, 400, "{body}");
 
     let no_name = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-    let (status, _, body) = call(&server, post(pods, "application/json", no_name.to_string())).await;
+    let (status, _, body) =
+        call(&server, post(pods, "application/json", no_name.to_string())).await;
     assert_eq!(status, 422);
     assert_eq!(body["details"]["causes"][0]["field"], "metadata.name");
 
     let generated = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-    let (status, _, body) = call(&server, post(pods, "application/yaml", generated.to_string())).await;
+    let (status, _, body) = call(
+        &server,
+        post(pods, "application/yaml", generated.to_string()),
+    )
+    .await;
     assert_eq!(status, 201);
-    assert!(body["metadata"]["name"].as_str().unwrap().starts_with("web-"));
+    assert!(
+        body["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("web-")
+    );
 
     // Nothing but the generated pod was written.
     let (_, _, list) = call(&server, get(pods, "application/json")).await;
     assert_eq!(list["items"].as_array().unwrap().len(), 1);
     assert_eq!(list["kind"], "PodList");
 
-    let (status, _, body) = call(&server, get("/api/v1/namespaces/default/widgets", "application/json")).await;
-    assert_eq!((status.as_u16(), body["reason"].as_str()), (404, Some("NotFound")));
+    let (status, _, body) = call(
+        &server,
+        get("/api/v1/namespaces/default/widgets", "application/json"),
+    )
+    .await;
+    assert_eq!(
+        (status.as_u16(), body["reason"].as_str()),
+        (404, Some("NotFound"))
+    );
 
     // A watch from a compacted revision ends with an Expired error event.
     let revision = server.store().status().await.unwrap().revision;
     server.store().compact(revision).await.unwrap();
-    let response = server.router().oneshot(get(&format!("{pods}?watch=true&resourceVersion=1"), "application/json")).await.unwrap();
+    let response = server
+        .router()
+        .oneshot(get(
+            &format!("{pods}?watch=true&resourceVersion=1"),
+            "application/json",
+        ))
+        .await
+        .unwrap();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let event: Value = serde_json::from_slice(bytes.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    let event: Value =
+        serde_json::from_slice(bytes.split(|b| *b == b'\n').next().unwrap()).unwrap();
     assert_eq!(event["type"], "ERROR");
     assert_eq!(event["object"]["code"], 410);
     assert_eq!(event["object"]["reason"], "Expired");

@@ -18,7 +18,12 @@ fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, Str
     let mut child = command.spawn().expect("kubectl is installed");
     if let Some(input) = stdin {
         use std::io::Write;
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
     }
     drop(child.stdin.take());
     let output = child.wait_with_output().unwrap();
@@ -65,8 +70,17 @@ async fn kubectl_drives_the_server() {
 
         let (ok, out, err) = run(&["api-resources"]);
         assert!(ok, "{err}");
-        for expected in ["pods", "deployments", "customresourcedefinitions", "leases", "clusterroles"] {
-            assert!(out.contains(expected), "api-resources lacks {expected}:\n{out}");
+        for expected in [
+            "pods",
+            "deployments",
+            "customresourcedefinitions",
+            "leases",
+            "clusterroles",
+        ] {
+            assert!(
+                out.contains(expected),
+                "api-resources lacks {expected}:\n{out}"
+            );
         }
 
         // OpenAPI is not served yet: client-side validation is off.
@@ -75,7 +89,11 @@ async fn kubectl_drives_the_server() {
         assert!(out.contains("pod/web created"), "{out}");
         let (ok, _, err) = kubectl(&dir, &["create", "--validate=false", "-f", "-"], Some(POD));
         assert!(!ok);
-        assert!(err.contains("Error from server (AlreadyExists)") && err.contains("pods \"web\" already exists"), "{err}");
+        assert!(
+            err.contains("Error from server (AlreadyExists)")
+                && err.contains("pods \"web\" already exists"),
+            "{err}"
+        );
 
         let (ok, out, err) = run(&["get", "pods"]);
         assert!(ok, "{err}");
@@ -85,7 +103,10 @@ async fn kubectl_drives_the_server() {
         assert_eq!(out.trim(), "pod/web");
         let (ok, out, err) = run(&["get", "pod", "web", "-o", "yaml"]);
         assert!(ok, "{err}");
-        assert!(out.contains("image: nginx:1.27") && out.contains("uid:"), "{out}");
+        assert!(
+            out.contains("image: nginx:1.27") && out.contains("uid:"),
+            "{out}"
+        );
 
         let (ok, out, err) = run(&["label", "pod", "web", "tier=front"]);
         assert!(ok, "{err}");
@@ -93,13 +114,23 @@ async fn kubectl_drives_the_server() {
         let (ok, out, err) = run(&["annotate", "pod", "web", "note=hello"]);
         assert!(ok, "{err}");
         assert!(out.contains("pod/web annotated"), "{out}");
-        let (ok, out, _) = run(&["get", "pods", "-l", "tier=front", "-o", "jsonpath={.items[*].metadata.annotations.note}"]);
+        let (ok, out, _) = run(&[
+            "get",
+            "pods",
+            "-l",
+            "tier=front",
+            "-o",
+            "jsonpath={.items[*].metadata.annotations.note}",
+        ]);
         assert!(ok);
         assert_eq!(out, "hello");
 
         let (ok, _, err) = run(&["get", "pod", "nope"]);
         assert!(!ok);
-        assert!(err.contains("Error from server (NotFound): pods \"nope\" not found"), "{err}");
+        assert!(
+            err.contains("Error from server (NotFound): pods \"nope\" not found"),
+            "{err}"
+        );
 
         let (ok, out, err) = run(&["delete", "pod", "web"]);
         assert!(ok, "{err}");
