@@ -1,3 +1,4 @@
 //! One module per subcommand.
 
+pub mod apiserver;
 pub mod store_demo;

@@ -9,10 +9,14 @@
 mod admission;
 mod authn;
 mod authz;
+mod client_cert;
+mod public;
 
 pub use admission::{AdmissionChain, AdmissionPlugin, AdmissionRequest, Operation};
 pub use authn::{
     AuthError, Authenticator, AuthenticatorChain, ExtensionAuthenticator, Identity, IdentityLayer,
     TokenFile, UserInfo,
 };
+pub use client_cert::{ClientCertAuthenticator, PeerCertificates, user_of as certificate_user};
+pub use public::{AllowAuthenticated, PUBLIC_PATHS, PublicInfoViewer};
 pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision};

@@ -95,11 +95,13 @@ pub(crate) fn error(error: &ApiError) -> Response {
 
 /// A plain-text response.
 pub(crate) fn text(status: u16, body: &'static str) -> Response {
-    let mut response = Response::new(Body::from(body));
+    text_with_type(status, body, "text/plain; charset=utf-8")
+}
+
+/// A text response with a specific content type.
+pub(crate) fn text_with_type(status: u16, body: impl Into<Body>, content_type: &'static str) -> Response {
+    let mut response = Response::new(body.into());
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }

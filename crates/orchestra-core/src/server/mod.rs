@@ -14,7 +14,11 @@
 
 mod body;
 mod discovery;
+mod health;
+mod listener;
+pub mod metrics;
 mod objects;
+pub mod pki;
 mod route;
 mod state;
 mod subresources;
@@ -30,6 +34,7 @@ use orchestra_store::{Error as StoreError, Store};
 use serde_json::json;
 
 pub use discovery::KUBERNETES_VERSION;
+pub use listener::{ListenOptions, serve};
 
 use self::objects::{Target, respond};
 use self::route::{Query, Route};
@@ -153,6 +158,12 @@ impl ApiServer {
         &self.state.store
     }
 
+    /// The server's metrics (served on `/metrics`); embedding programs may
+    /// add their own.
+    pub fn metrics(&self) -> &metrics::Metrics {
+        &self.state.metrics
+    }
+
     /// The server as a tower `Service` (an axum `Router`).
     pub fn router(&self) -> axum::Router {
         let state = self.state.clone();
@@ -194,7 +205,31 @@ impl ApiServer {
     }
 }
 
+/// Serves one request and records its metrics.
 async fn handle(state: Arc<State>, request: Request) -> Response {
+    let started = std::time::Instant::now();
+    let mut labels = metrics::RequestLabels::default();
+    let response = dispatch(&state, request, &mut labels).await;
+    if labels.verb.is_empty() {
+        return response;
+    }
+    state.metrics.observe(&labels, response.status().as_u16(), started.elapsed());
+    if labels.verb == "WATCH" && response.status().is_success() {
+        let guard = state.metrics.long_running(&labels);
+        return response.map(|body| {
+            use http_body_util::BodyExt as _;
+            axum::body::Body::new(body.map_frame(move |frame| {
+                let _counted_until_the_stream_ends = &guard;
+                frame
+            }))
+        });
+    }
+    response
+}
+
+/// Routes one request through authentication, authorization and the
+/// handlers; fills `labels` once the request is understood.
+async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::RequestLabels) -> Response {
     let (parts, body_stream) = request.into_parts();
     let registry = state.registry();
     let route = match Route::parse(parts.uri.path(), &registry) {
@@ -214,6 +249,7 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
         }
     };
     let attributes = attributes(&route, &method, &query, user, parts.uri.path());
+    *labels = metric_labels(&attributes, &route, headers_content_type(&parts.headers));
     if let Decision::Deny(reason) = state.authorizer.authorize(&attributes).await {
         return body::error(&forbidden(&attributes, &reason));
     }
@@ -222,7 +258,8 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
     let read = |body_stream| async move { body::read_body(body_stream, headers).await };
     match route {
         Route::Version if method == Method::GET => discovery::version(),
-        Route::Health if method == Method::GET => body::text(200, "ok"),
+        Route::Health if method == Method::GET => health::check(state, parts.uri.path(), parts.uri.query()).await,
+        Route::Metrics if method == Method::GET => body::text_with_type(200, state.metrics.render(), metrics::CONTENT_TYPE),
         Route::CoreVersions if method == Method::GET => {
             discovery::core_versions(&registry, headers)
         }
@@ -328,6 +365,42 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
             "{method} is not supported on {}",
             parts.uri.path()
         ))),
+    }
+}
+
+fn headers_content_type(headers: &axum::http::HeaderMap) -> bool {
+    body::content_type(headers) == "application/apply-patch+yaml"
+}
+
+/// The metric labels of a request, named as kube-apiserver names them.
+fn metric_labels(attributes: &Attributes, route: &Route, is_apply: bool) -> metrics::RequestLabels {
+    let version = match route {
+        Route::Collection { resource, .. } | Route::Object { resource, .. } => resource.version.clone(),
+        _ => String::new(),
+    };
+    let verb = match attributes.verb.as_str() {
+        "list" => "LIST",
+        "watch" => "WATCH",
+        "get" => "GET",
+        "create" => "POST",
+        "update" => "PUT",
+        "patch" if is_apply => "APPLY",
+        "patch" => "PATCH",
+        "delete" | "deletecollection" => "DELETE",
+        other => return metrics::RequestLabels { verb: other.to_ascii_uppercase(), ..Default::default() },
+    };
+    let scope = match route {
+        Route::Object { .. } => "resource",
+        Route::Collection { namespace: Some(_), resource } if resource.namespaced => "namespace",
+        _ => "cluster",
+    };
+    metrics::RequestLabels {
+        verb: verb.into(),
+        group: attributes.api_group.clone(),
+        version,
+        resource: attributes.resource.clone(),
+        subresource: attributes.subresource.clone(),
+        scope: scope.into(),
     }
 }
 

@@ -11,6 +11,8 @@ pub(crate) enum Route {
     Version,
     /// `/healthz`, `/livez`, `/readyz`.
     Health,
+    /// `/metrics`.
+    Metrics,
     /// `/api`: the core group's versions.
     CoreVersions,
     /// `/apis`: the named groups.
@@ -40,6 +42,7 @@ impl Route {
         let (group, version, rest) = match segments.as_slice() {
             ["version"] => return Ok(Route::Version),
             ["healthz" | "livez" | "readyz", ..] => return Ok(Route::Health),
+            ["metrics"] => return Ok(Route::Metrics),
             ["api"] => return Ok(Route::CoreVersions),
             ["apis"] => return Ok(Route::Groups),
             ["api", version, rest @ ..] => ("", *version, rest),

@@ -16,6 +16,7 @@ pub(crate) struct State {
     pub authenticator: AuthenticatorChain,
     pub authorizer: AuthorizerChain,
     pub admission: AdmissionChain,
+    pub metrics: super::metrics::Metrics,
 }
 
 impl State {
@@ -36,6 +37,7 @@ impl State {
             authenticator,
             authorizer,
             admission,
+            metrics: super::metrics::Metrics::new(),
         }
     }
 
