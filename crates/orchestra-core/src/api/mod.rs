@@ -1,11 +1,12 @@
 //! The types-only layer: resource descriptions and the registry, Status
-//! errors, selectors, object-meta helpers and validation. No I/O.
+//! errors, selectors, object-meta helpers, validation and Table printing. No I/O.
 
 mod error;
 pub mod meta;
 mod registry;
 mod resource;
 mod selector;
+pub mod table;
 pub mod validation;
 
 pub use error::{ApiError, ErrorTarget, FieldError};

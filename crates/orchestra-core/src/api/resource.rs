@@ -64,6 +64,8 @@ pub struct ResourceInfo {
     pub validate: Option<fn(&serde_json::Value) -> Vec<super::FieldError>>,
     /// The kind's schema, if known.
     pub schema: Option<KindSchema>,
+    /// How `kubectl get` prints the kind (server-side Table); `None`: Name, Age.
+    pub printer: Option<super::table::Printer>,
 }
 
 /// Whether a `k8s-openapi` scope type is namespaced.
@@ -115,6 +117,7 @@ impl ResourceInfo {
             schema: Some(KindSchema::Typed(|generator| {
                 generator.subschema_for::<K>()
             })),
+            printer: super::table::builtin(K::GROUP, K::KIND),
         }
     }
 
@@ -140,6 +143,7 @@ impl ResourceInfo {
             decode_check: None,
             validate: None,
             schema: None,
+            printer: None,
         }
     }
 
@@ -155,6 +159,13 @@ impl ResourceInfo {
     /// Sets the kind's schema.
     pub fn with_schema(mut self, schema: KindSchema) -> ResourceInfo {
         self.schema = Some(schema);
+        self
+    }
+
+    /// Sets how the kind is printed as a Table (e.g. a CRD's
+    /// [`TableColumns`](super::table::TableColumns)).
+    pub fn with_printer(mut self, printer: super::table::Printer) -> ResourceInfo {
+        self.printer = Some(printer);
         self
     }
 
