@@ -2,6 +2,7 @@
 //! errors, selectors, object-meta helpers, validation and Table printing. No I/O.
 
 mod error;
+pub mod fields;
 pub mod meta;
 mod registry;
 mod resource;

@@ -18,6 +18,7 @@ mod objects;
 mod route;
 mod state;
 mod subresources;
+mod table;
 mod watch;
 
 use std::sync::Arc;
@@ -239,9 +240,23 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                 namespace,
                 user,
             };
+            let output = match method {
+                Method::GET => match table::negotiate(headers, parts.uri.query(), query.watch) {
+                    Ok(output) => output,
+                    Err(e) => return body::error(&e),
+                },
+                _ => table::Output::Json,
+            };
             match method {
-                Method::GET if query.watch => watch::watch(state.clone(), target, query).await,
-                Method::GET => respond(objects::list(&state, &target, &query).await, false),
+                Method::GET if query.watch => {
+                    watch::watch(state.clone(), target, query, output).await
+                }
+                Method::GET => table::respond(
+                    objects::list(&state, &target, &query).await,
+                    output,
+                    &target.resource,
+                    true,
+                ),
                 Method::POST => match read(body_stream).await {
                     Ok(bytes) => respond(
                         objects::create(&state, &target, &query, headers, &bytes).await,
@@ -287,7 +302,15 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
             };
             match (sub, &method) {
                 (None | Some("status"), &Method::GET) => {
-                    respond(objects::get(&state, &target, &name).await, false)
+                    match table::negotiate(headers, parts.uri.query(), false) {
+                        Ok(output) => table::respond(
+                            objects::get(&state, &target, &name).await,
+                            output,
+                            &target.resource,
+                            false,
+                        ),
+                        Err(e) => body::error(&e),
+                    }
                 }
                 (None | Some("status"), &Method::PUT) => respond(
                     objects::update(&state, &target, &name, sub, &query, headers, &bytes).await,
