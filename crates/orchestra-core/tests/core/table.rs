@@ -185,7 +185,11 @@ fn kubectl(dir: &Path, args: &[&str]) -> String {
         .expect("kubectl is installed");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "kubectl {args:?}: {stderr}");
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if std::env::var_os("ORCHESTRA_SHOW_KUBECTL").is_some() {
+        eprintln!("$ kubectl {}\n{stdout}", args.join(" "));
+    }
+    stdout
 }
 
 /// The whitespace-separated words of each line.
@@ -354,6 +358,25 @@ async fn kubectl_describe_and_watch() {
     assert!(
         describe.contains("(web.1)") && !describe.contains("(web.2)"),
         "{describe}"
+    );
+    let (node, deployment) = {
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || {
+            (
+                kubectl(&dir, &["describe", "node", "n1"]),
+                kubectl(&dir, &["describe", "deployment", "web"]),
+            )
+        })
+        .await
+        .unwrap()
+    };
+    assert!(
+        node.contains("Non-terminated Pods:") && node.contains("web"),
+        "{node}"
+    );
+    assert!(
+        deployment.contains("Replicas:") && deployment.contains("app=web"),
+        "{deployment}"
     );
 
     // `get pods -w`: the list, then rows for later changes.
