@@ -135,7 +135,9 @@ fn include_object(raw_query: Option<&str>) -> Result<IncludeObject, ApiError> {
         .map(|(_, v)| super::route::percent_decode(v))
         .unwrap_or_default();
     IncludeObject::parse(&value).ok_or_else(|| {
-        ApiError::bad_request(format!("unrecognized includeObject value: {value:?}"))
+        ApiError::bad_request(format!(
+            "Unable to convert to Table as requested: includeObject: Invalid value: {value:?}: must be 'Metadata', 'Object', 'None', or empty"
+        ))
     })
 }
 

@@ -137,6 +137,20 @@ impl Printer {
     }
 }
 
+impl TablePrinter for Printer {
+    fn columns(&self) -> Vec<ColumnDefinition> {
+        self.0.columns()
+    }
+
+    fn cells(&self, object: &Value, now: Timestamp) -> Vec<Value> {
+        self.0.cells(object, now)
+    }
+
+    fn conditions(&self, object: &Value) -> Option<Value> {
+        self.0.conditions(object)
+    }
+}
+
 impl std::ops::Deref for Printer {
     type Target = dyn TablePrinter;
 
