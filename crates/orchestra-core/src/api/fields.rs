@@ -46,6 +46,7 @@ pub fn supported_labels(group: &str, kind: &str) -> Option<&'static [&'static st
             "spec.hostNetwork",
             "status.phase",
             "status.podIP",
+            "status.podIPs",
             "status.nominatedNodeName",
             "spec.host",
         ],
@@ -136,7 +137,7 @@ pub fn field_value(object: &Value, label: &str) -> String {
     let value = match label {
         "spec.host" => read("spec.nodeName"),
         "status.successful" => read("status.succeeded"),
-        "status.podIP" => read("status.podIP").or_else(|| {
+        "status.podIP" | "status.podIPs" => read("status.podIP").or_else(|| {
             object
                 .pointer("/status/podIPs/0/ip")
                 .and_then(Value::as_str)

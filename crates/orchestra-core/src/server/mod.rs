@@ -254,7 +254,7 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                 Method::GET => table::respond(
                     objects::list(&state, &target, &query).await,
                     output,
-                    &target.resource,
+                    &table::printer_of(&target.resource),
                     true,
                 ),
                 Method::POST => match read(body_stream).await {
@@ -306,7 +306,7 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                         Ok(output) => table::respond(
                             objects::get(&state, &target, &name).await,
                             output,
-                            &target.resource,
+                            &table::printer_of(&target.resource),
                             false,
                         ),
                         Err(e) => body::error(&e),
@@ -333,7 +333,15 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                     true,
                 ),
                 (Some("scale"), &Method::GET) => {
-                    respond(subresources::get_scale(&state, &target, &name).await, false)
+                    match table::negotiate(headers, parts.uri.query(), false) {
+                        Ok(output) => table::respond(
+                            subresources::get_scale(&state, &target, &name).await,
+                            output,
+                            &crate::api::table::scale_printer(),
+                            false,
+                        ),
+                        Err(e) => body::error(&e),
+                    }
                 }
                 (Some("scale"), &Method::PUT | &Method::PATCH) => respond(
                     subresources::update_scale(&state, &target, &name, &method, headers, &bytes)

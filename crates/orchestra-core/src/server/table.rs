@@ -141,7 +141,8 @@ fn include_object(raw_query: Option<&str>) -> Result<IncludeObject, ApiError> {
     })
 }
 
-fn printer_of(resource: &ResourceInfo) -> Printer {
+/// The printer of a kind: its own, or Name and Age.
+pub(crate) fn printer_of(resource: &ResourceInfo) -> Printer {
     resource
         .printer
         .clone()
@@ -170,13 +171,12 @@ fn content_type(output: Output, list: bool) -> &'static str {
 }
 
 /// Converts a GET's object or a list into the negotiated shape.
-fn convert(value: Value, output: Output, resource: &ResourceInfo, list: bool) -> Value {
+fn convert(value: Value, output: Output, printer: &Printer, list: bool) -> Value {
     let now = Timestamp::now();
     match output {
         Output::Json | Output::Yaml => value,
         Output::Table { version, include } => {
-            let printer = printer_of(resource);
-            let table = Table::new(&*printer, now).include(include);
+            let table = Table::new(&**printer, now).include(include);
             let table = if list {
                 let items = value["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
                 table.metadata_from(&value["metadata"]).rows(items)
@@ -204,15 +204,16 @@ fn convert(value: Value, output: Output, resource: &ResourceInfo, list: bool) ->
     }
 }
 
-/// Answers a GET of one object (`list: false`) or of a collection.
+/// Answers a GET of one object (`list: false`) or of a collection,
+/// printing Tables with `printer` (see [`printer_of`]).
 pub(crate) fn respond(
     result: Result<Value, ApiError>,
     output: Output,
-    resource: &ResourceInfo,
+    printer: &Printer,
     list: bool,
 ) -> Response {
     let value = match result {
-        Ok(value) => convert(value, output, resource, list),
+        Ok(value) => convert(value, output, printer, list),
         Err(error) => return body::error(&error),
     };
     if output != Output::Yaml {

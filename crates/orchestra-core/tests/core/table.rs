@@ -295,6 +295,13 @@ async fn kubectl_get_prints_upstream_columns() {
         );
         assert_eq!(row(&rows, &["configmap/settings"])[1], "2");
 
+        let out = words(&kubectl(
+            &dir,
+            &["get", "deployment", "web", "--subresource=scale"],
+        ));
+        assert_eq!(out[0], ["NAME", "DESIRED", "AVAILABLE", "AGE"]);
+        assert_eq!(out[1][..3], ["web", "2", "2"]);
+
         let out = kubectl(&dir, &["get", "all"]);
         for expected in ["pod/web", "service/web", "deployment.apps/web"] {
             assert!(out.contains(expected), "get all lacks {expected}:\n{out}");

@@ -219,6 +219,12 @@ pub fn builtin(group: &str, kind: &str) -> Option<Printer> {
     Some(Printer::new(printer))
 }
 
+/// The printer of `autoscaling/v1` `Scale` (the `scale` subresource):
+/// Name, Desired, Available, Age.
+pub fn scale_printer() -> Printer {
+    Printer::new(other::SCALE)
+}
+
 /// What `rows[].object` holds (`includeObject`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum IncludeObject {

@@ -38,6 +38,39 @@ fn created_at_cells(object: &Value, _now: Timestamp) -> Vec<Value> {
     vec![name(object).into(), created.into()]
 }
 
+/// `autoscaling/v1` Scale (the scale subresource).
+pub(crate) const SCALE: FnPrinter = FnPrinter {
+    columns: scale_columns,
+    cells: scale_cells,
+    conditions: None,
+};
+
+fn scale_columns() -> Vec<Col> {
+    vec![
+        Col::new("Name", "string", super::format::NAME_DESCRIPTION),
+        Col::new(
+            "Desired",
+            "integer",
+            "replicas is the desired number of instances for the scaled object.",
+        ),
+        Col::new(
+            "Available",
+            "integer",
+            "replicas is the actual number of observed instances of the scaled object.",
+        ),
+        Col::age_column(),
+    ]
+}
+
+fn scale_cells(scale: &Value, now: Timestamp) -> Vec<Value> {
+    vec![
+        name(scale).into(),
+        int_at(scale, "/spec/replicas").into(),
+        int_at(scale, "/status/replicas").into(),
+        age(scale, now).into(),
+    ]
+}
+
 /// The printer of a kind in another group.
 pub(super) fn printer(group: &str, kind: &str) -> Option<FnPrinter> {
     let (columns, cells): (fn() -> Vec<Col>, fn(&Value, Timestamp) -> Vec<Value>) =
@@ -57,6 +90,7 @@ pub(super) fn printer(group: &str, kind: &str) -> Option<FnPrinter> {
                 (priority_class_columns, priority_class_cells)
             }
             ("policy", "PodDisruptionBudget") => (pdb_columns, pdb_cells),
+            ("autoscaling", "Scale") => return Some(SCALE),
             ("events.k8s.io", "Event") => (events_columns, event_cells),
             (
                 "admissionregistration.k8s.io",
