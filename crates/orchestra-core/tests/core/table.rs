@@ -697,3 +697,76 @@ async fn watch_sends_one_row_tables() {
     assert_eq!(table["rows"][0]["cells"][0], "web");
     assert!(table["columnDefinitions"].as_array().is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_kinds_print_their_columns() {
+    use orchestra_core::api::ResourceInfo;
+    use orchestra_core::api::table::{Printer, TableColumns};
+
+    let columns = TableColumns::from_crd_version(
+        &json!({"name": "v1", "additionalPrinterColumns": [
+        {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+        {"name": "Owner", "type": "string", "jsonPath": ".spec.owner", "priority": 1},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]}),
+    );
+    let server = ApiServer::builder(std::sync::Arc::new(orchestra_store::MemStore::new()))
+        .register(
+            ResourceInfo::new("example.com", "v1", "Widget", "widgets", true)
+                .with_status()
+                .with_printer(Printer::new(columns)),
+        )
+        .register(ResourceInfo::new(
+            "example.com",
+            "v1",
+            "Gadget",
+            "gadgets",
+            true,
+        ))
+        .build()
+        .await
+        .unwrap();
+    create(&server, "/apis/example.com/v1/namespaces/default/widgets", json!({
+        "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"},
+        "spec": {"size": 3, "owner": "ann"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .await;
+    create(
+        &server,
+        "/apis/example.com/v1/namespaces/default/gadgets",
+        json!({
+            "apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g1"},
+        }),
+    )
+    .await;
+    let (_, _, table) = call(
+        &server,
+        "GET",
+        "/apis/example.com/v1/namespaces/default/widgets",
+        &[("accept", TBL)],
+        None,
+    )
+    .await;
+    assert_eq!(
+        arr(&table["rows"][0]["cells"])[..4],
+        [json!("w1"), json!(3), json!("True"), json!("ann")]
+    );
+    assert_eq!(table["columnDefinitions"][3]["priority"], 1);
+
+    let address = support::listen(&server).await;
+    let tmp = tempfile::tempdir().unwrap();
+    kubeconfig(tmp.path(), address);
+    let dir = tmp.path().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let out = words(&kubectl(&dir, &["get", "widgets"]));
+        assert_eq!(out[0], ["NAME", "SIZE", "READY", "AGE"]);
+        assert_eq!(out[1][..3], ["w1", "3", "True"]);
+        let out = words(&kubectl(&dir, &["get", "widgets", "-o", "wide"]));
+        assert_eq!(out[0], ["NAME", "SIZE", "READY", "OWNER", "AGE"]);
+        let out = words(&kubectl(&dir, &["get", "gadgets"]));
+        assert_eq!(out[0], ["NAME", "AGE"]);
+        assert_eq!(out[1][0], "g1");
+    })
+    .await
+    .unwrap();
+}

@@ -78,6 +78,23 @@ impl TableColumns {
     }
 }
 
+impl TableColumns {
+    /// The columns of version `version` of a CustomResourceDefinition
+    /// (`apiextensions.k8s.io/v1`, as JSON); an Age column if the version
+    /// is not found or declares none.
+    pub fn from_crd(crd: &Value, version: &str) -> TableColumns {
+        let found = crd
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .and_then(|versions| {
+                versions
+                    .iter()
+                    .find(|v| v.get("name").and_then(Value::as_str) == Some(version))
+            });
+        TableColumns::from_crd_version(found.unwrap_or(&Value::Null))
+    }
+}
+
 impl TablePrinter for TableColumns {
     fn columns(&self) -> Vec<ColumnDefinition> {
         std::iter::once(ColumnDefinition::name_column())
@@ -270,7 +287,15 @@ mod tests {
                 json!(null)
             ]
         );
-        let default = TableColumns::from_crd_version(&json!({"name": "v1"}));
+        let crd = json!({"spec": {"versions": [{"name": "v1"}, {"name": "v2", "additionalPrinterColumns": [
+            {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}]}]}});
+        let v2: Vec<String> = TableColumns::from_crd(&crd, "v2")
+            .columns()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(v2, ["Name", "Ready"]);
+        let default = TableColumns::from_crd(&crd, "v1");
         let names: Vec<String> = default.columns().into_iter().map(|c| c.name).collect();
         assert_eq!(names, ["Name", "Age"]);
         assert_eq!(default.cells(&object, now)[1], "60m");
