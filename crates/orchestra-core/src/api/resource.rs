@@ -162,13 +162,6 @@ impl ResourceInfo {
         self
     }
 
-    /// Sets how the kind is printed as a Table (e.g. a CRD's
-    /// [`TableColumns`](super::table::TableColumns)).
-    pub fn with_printer(mut self, printer: super::table::Printer) -> ResourceInfo {
-        self.printer = Some(printer);
-        self
-    }
-
     /// Sets the short names.
     pub fn short_names(mut self, names: &[&str]) -> ResourceInfo {
         self.short_names = names.iter().map(|s| s.to_string()).collect();
@@ -178,6 +171,13 @@ impl ResourceInfo {
     /// Puts the resource in the `all` category (`kubectl get all`).
     pub fn in_all(mut self) -> ResourceInfo {
         self.categories.push("all".into());
+        self
+    }
+
+    /// Sets how the kind is printed as a Table (e.g. a CRD's
+    /// [`TableColumns`](super::table::TableColumns)).
+    pub fn with_printer(mut self, printer: super::table::Printer) -> ResourceInfo {
+        self.printer = Some(printer);
         self
     }
 
