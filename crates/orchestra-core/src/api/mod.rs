@@ -1,5 +1,5 @@
 //! The types-only layer: resource descriptions and the registry, Status
-//! errors, selectors, object-meta helpers, validation and Table printing. No I/O.
+//! errors, selectors, object-meta helpers and validation. No I/O.
 
 mod error;
 pub mod fields;
