@@ -2,10 +2,12 @@
 //! errors, selectors, object-meta helpers and validation. No I/O.
 
 mod error;
+pub mod fields;
 pub mod meta;
 mod registry;
 mod resource;
 mod selector;
+pub mod table;
 pub mod validation;
 
 pub use error::{ApiError, ErrorTarget, FieldError};

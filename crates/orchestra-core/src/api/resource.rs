@@ -64,6 +64,8 @@ pub struct ResourceInfo {
     pub validate: Option<fn(&serde_json::Value) -> Vec<super::FieldError>>,
     /// The kind's schema, if known.
     pub schema: Option<KindSchema>,
+    /// How `kubectl get` prints the kind (server-side Table); `None`: Name, Age.
+    pub printer: Option<super::table::Printer>,
 }
 
 /// Whether a `k8s-openapi` scope type is namespaced.
@@ -115,6 +117,7 @@ impl ResourceInfo {
             schema: Some(KindSchema::Typed(|generator| {
                 generator.subschema_for::<K>()
             })),
+            printer: super::table::builtin(K::GROUP, K::KIND),
         }
     }
 
@@ -140,6 +143,7 @@ impl ResourceInfo {
             decode_check: None,
             validate: None,
             schema: None,
+            printer: None,
         }
     }
 
@@ -167,6 +171,13 @@ impl ResourceInfo {
     /// Puts the resource in the `all` category (`kubectl get all`).
     pub fn in_all(mut self) -> ResourceInfo {
         self.categories.push("all".into());
+        self
+    }
+
+    /// Sets how the kind is printed as a Table (e.g. a CRD's
+    /// [`TableColumns`](super::table::TableColumns)).
+    pub fn with_printer(mut self, printer: super::table::Printer) -> ResourceInfo {
+        self.printer = Some(printer);
         self
     }
 

@@ -186,19 +186,20 @@ impl FieldSelector {
             .map(|(_, _, v)| v.as_str())
     }
 
-    /// True if the object satisfies every term. A missing field reads as "".
+    /// Checks every term's field against the labels the kind supports
+    /// (400 `field label not supported: x`, like upstream).
+    pub fn for_kind(self, group: &str, kind: &str) -> Result<FieldSelector, ApiError> {
+        for (field, _, _) in &self.terms {
+            super::fields::check_label(group, kind, field)?;
+        }
+        Ok(self)
+    }
+
+    /// True if the object satisfies every term. A missing field reads as ""
+    /// (see [`field_value`](super::fields::field_value) for the exceptions).
     pub fn matches_object(&self, object: &Value) -> bool {
         self.terms.iter().all(|(field, equal, value)| {
-            let mut current = object;
-            for part in field.split('.') {
-                current = current.get(part).unwrap_or(&Value::Null);
-            }
-            let actual = match current {
-                Value::String(s) => s.clone(),
-                Value::Null => String::new(),
-                other => other.to_string(),
-            };
-            (actual == *value) == *equal
+            (super::fields::field_value(object, field) == *value) == *equal
         })
     }
 }

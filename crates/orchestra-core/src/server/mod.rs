@@ -22,6 +22,7 @@ pub mod pki;
 mod route;
 mod state;
 mod subresources;
+mod table;
 mod watch;
 
 use std::sync::Arc;
@@ -276,9 +277,23 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                 namespace,
                 user,
             };
+            let output = match method {
+                Method::GET => match table::negotiate(headers, parts.uri.query(), query.watch) {
+                    Ok(output) => output,
+                    Err(e) => return body::error(&e),
+                },
+                _ => table::Output::Json,
+            };
             match method {
-                Method::GET if query.watch => watch::watch(state.clone(), target, query).await,
-                Method::GET => respond(objects::list(&state, &target, &query).await, false),
+                Method::GET if query.watch => {
+                    watch::watch(state.clone(), target, query, output).await
+                }
+                Method::GET => table::respond(
+                    objects::list(&state, &target, &query).await,
+                    output,
+                    &table::printer_of(&target.resource),
+                    true,
+                ),
                 Method::POST => match read(body_stream).await {
                     Ok(bytes) => respond(
                         objects::create(&state, &target, &query, headers, &bytes).await,
@@ -324,7 +339,15 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
             };
             match (sub, &method) {
                 (None | Some("status"), &Method::GET) => {
-                    respond(objects::get(&state, &target, &name).await, false)
+                    match table::negotiate(headers, parts.uri.query(), false) {
+                        Ok(output) => table::respond(
+                            objects::get(&state, &target, &name).await,
+                            output,
+                            &table::printer_of(&target.resource),
+                            false,
+                        ),
+                        Err(e) => body::error(&e),
+                    }
                 }
                 (None | Some("status"), &Method::PUT) => respond(
                     objects::update(&state, &target, &name, sub, &query, headers, &bytes).await,
@@ -347,7 +370,15 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     true,
                 ),
                 (Some("scale"), &Method::GET) => {
-                    respond(subresources::get_scale(&state, &target, &name).await, false)
+                    match table::negotiate(headers, parts.uri.query(), false) {
+                        Ok(output) => table::respond(
+                            subresources::get_scale(&state, &target, &name).await,
+                            output,
+                            &crate::api::table::scale_printer(),
+                            false,
+                        ),
+                        Err(e) => body::error(&e),
+                    }
                 }
                 (Some("scale"), &Method::PUT | &Method::PATCH) => respond(
                     subresources::update_scale(&state, &target, &name, &method, headers, &bytes)

@@ -189,7 +189,8 @@ pub(crate) async fn list_items(
     query: &Query,
 ) -> Result<Listed, ApiError> {
     let labels = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))?;
-    let fields = FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?;
+    let fields = FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?
+        .for_kind(&target.resource.group, &target.resource.kind)?;
     let collection = KeyRange::prefix(
         target
             .resource

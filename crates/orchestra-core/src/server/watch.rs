@@ -40,29 +40,39 @@ fn line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(bytes)
 }
 
-fn bookmark(target: &Target, revision: Revision, initial_events_end: bool) -> Bytes {
+fn bookmark(target: &Target, revision: Revision, initial_events_end: bool) -> Value {
     let mut metadata = json!({"resourceVersion": revision.to_string()});
     if initial_events_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    line(
-        "BOOKMARK",
-        &json!({"kind": target.resource.kind, "apiVersion": target.resource.api_version(), "metadata": metadata}),
-    )
+    json!({"kind": target.resource.kind, "apiVersion": target.resource.api_version(), "metadata": metadata})
 }
 
-/// Serves a watch request.
-pub(crate) async fn watch(state: Arc<State>, target: Target, query: Query) -> Response {
-    match start(state, target, query).await {
+/// Serves a watch request; events are shaped as negotiated (`output`).
+pub(crate) async fn watch(
+    state: Arc<State>,
+    target: Target,
+    query: Query,
+    output: super::table::Output,
+) -> Response {
+    match start(state, target, query, output).await {
         Ok(response) => response,
         Err(error) => body::error(&error),
     }
 }
 
-async fn start(state: Arc<State>, target: Target, query: Query) -> Result<Response, ApiError> {
+async fn start(
+    state: Arc<State>,
+    target: Target,
+    query: Query,
+    output: super::table::Output,
+) -> Result<Response, ApiError> {
+    let mut encoder = super::table::WatchEncoder::new(output, &target.resource);
+    let content_type = encoder.content_type();
     let filter = Filter {
         labels: LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))?,
-        fields: FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?,
+        fields: FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?
+            .for_kind(&target.resource.group, &target.resource.kind)?,
     };
     let requested = match query.resource_version.as_deref() {
         None | Some("0") => None,
@@ -104,10 +114,10 @@ async fn start(state: Arc<State>, target: Target, query: Query) -> Result<Respon
         initial = listed
             .items
             .iter()
-            .map(|item| line("ADDED", item))
+            .map(|item| encoder.encode("ADDED", item))
             .collect();
         if query.send_initial_events == Some(true) {
-            initial.push(bookmark(&target, listed.revision, true));
+            initial.push(encoder.encode("BOOKMARK", &bookmark(&target, listed.revision, true)));
         }
     }
     let range = KeyRange::prefix(
@@ -160,7 +170,10 @@ async fn start(state: Arc<State>, target: Target, query: Query) -> Result<Respon
             if response.is_progress_notify() {
                 if query.allow_watch_bookmarks
                     && tx
-                        .send(bookmark(&target, response.revision, false))
+                        .send(
+                            encoder
+                                .encode("BOOKMARK", &bookmark(&target, response.revision, false)),
+                        )
                         .await
                         .is_err()
                 {
@@ -169,10 +182,10 @@ async fn start(state: Arc<State>, target: Target, query: Query) -> Result<Respon
                 continue;
             }
             for event in response.events {
-                let Some(line) = to_line(&filter, &event) else {
+                let Some((kind, object)) = to_event(&filter, &event) else {
                     continue;
                 };
-                if tx.send(line).await.is_err() {
+                if tx.send(encoder.encode(kind, &object)).await.is_err() {
                     return;
                 }
             }
@@ -184,15 +197,15 @@ async fn start(state: Arc<State>, target: Target, query: Query) -> Result<Respon
             .map(|bytes| (Ok::<_, std::convert::Infallible>(bytes), rx))
     });
     let mut response = Response::new(Body::from_stream(stream));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     Ok(response)
 }
 
-/// The watch line of a store event, or `None` if the filter hides it.
-fn to_line(filter: &Filter, event: &orchestra_store::Event) -> Option<Bytes> {
+/// The watch event (type, object) of a store event, or `None` if the
+/// filter hides it.
+fn to_event(filter: &Filter, event: &orchestra_store::Event) -> Option<(&'static str, Value)> {
     let decode = |kv| decode_stored(kv).ok();
     match event.kind {
         EventKind::Put => {
@@ -203,9 +216,9 @@ fn to_line(filter: &Filter, event: &orchestra_store::Event) -> Option<Bytes> {
                 .and_then(decode)
                 .is_some_and(|old| filter.matches(&old));
             match (old_matched, filter.matches(&new)) {
-                (true, true) => Some(line("MODIFIED", &new)),
-                (false, true) => Some(line("ADDED", &new)),
-                (true, false) => Some(line("DELETED", &new)),
+                (true, true) => Some(("MODIFIED", new)),
+                (false, true) => Some(("ADDED", new)),
+                (true, false) => Some(("DELETED", new)),
                 (false, false) => None,
             }
         }
@@ -218,7 +231,7 @@ fn to_line(filter: &Filter, event: &orchestra_store::Event) -> Option<Bytes> {
                 "resourceVersion".into(),
                 event.kv.mod_revision.to_string().into(),
             );
-            Some(line("DELETED", &old))
+            Some(("DELETED", old))
         }
     }
 }
