@@ -12,8 +12,8 @@ mod selector;
 pub mod validation;
 
 pub use error::{ApiError, ErrorTarget, FieldError};
-pub use registry::Registry;
 pub use openapi::OpenApi;
+pub use registry::Registry;
 pub use resource::{KindSchema, RESOURCE_VERBS, ResourceInfo, Scope, SubresourceInfo};
 pub use schema::{Ordered, SchemaView};
 pub use selector::{FieldSelector, LabelSelector};

@@ -25,13 +25,13 @@ use k8s_openapi::api::{
     autoscaling::v1::Scale, core::v1::Binding, core::v1::Pod, policy::v1::Eviction,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
-use k8s_openapi::schemars::generate::{SchemaGenerator, SchemaSettings};
 use k8s_openapi::schemars::Schema;
+use k8s_openapi::schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
 
+use super::Registry;
 use super::resource::{KindSchema, ResourceInfo};
 use super::schema::{REF_PREFIX, SchemaView};
-use super::Registry;
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
@@ -256,15 +256,51 @@ fn force() -> Value {
 
 fn list_params(watch: bool) -> Vec<Value> {
     let mut params = vec![
-        query_param("allowWatchBookmarks", "boolean", "allowWatchBookmarks requests watch events with type \"BOOKMARK\". Servers that do not implement bookmarks may ignore this flag and bookmarks are sent at the server's discretion."),
-        query_param("continue", "string", "The continue option should be set when retrieving more results from the server."),
-        query_param("fieldSelector", "string", "A selector to restrict the list of returned objects by their fields. Defaults to everything."),
-        query_param("labelSelector", "string", "A selector to restrict the list of returned objects by their labels. Defaults to everything."),
-        query_param("limit", "integer", "limit is a maximum number of responses to return for a list call."),
-        query_param("resourceVersion", "string", "resourceVersion sets a constraint on what resource versions a request may be served from."),
-        query_param("resourceVersionMatch", "string", "resourceVersionMatch determines how resourceVersion is applied to list calls."),
-        query_param("sendInitialEvents", "boolean", "`sendInitialEvents=true` may be set together with `watch=true`."),
-        query_param("timeoutSeconds", "integer", "Timeout for the list/watch call."),
+        query_param(
+            "allowWatchBookmarks",
+            "boolean",
+            "allowWatchBookmarks requests watch events with type \"BOOKMARK\". Servers that do not implement bookmarks may ignore this flag and bookmarks are sent at the server's discretion.",
+        ),
+        query_param(
+            "continue",
+            "string",
+            "The continue option should be set when retrieving more results from the server.",
+        ),
+        query_param(
+            "fieldSelector",
+            "string",
+            "A selector to restrict the list of returned objects by their fields. Defaults to everything.",
+        ),
+        query_param(
+            "labelSelector",
+            "string",
+            "A selector to restrict the list of returned objects by their labels. Defaults to everything.",
+        ),
+        query_param(
+            "limit",
+            "integer",
+            "limit is a maximum number of responses to return for a list call.",
+        ),
+        query_param(
+            "resourceVersion",
+            "string",
+            "resourceVersion sets a constraint on what resource versions a request may be served from.",
+        ),
+        query_param(
+            "resourceVersionMatch",
+            "string",
+            "resourceVersionMatch determines how resourceVersion is applied to list calls.",
+        ),
+        query_param(
+            "sendInitialEvents",
+            "boolean",
+            "`sendInitialEvents=true` may be set together with `watch=true`.",
+        ),
+        query_param(
+            "timeoutSeconds",
+            "integer",
+            "Timeout for the list/watch call.",
+        ),
     ];
     if watch {
         params.push(query_param("watch", "boolean", "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications. Specify resourceVersion."));
@@ -275,8 +311,16 @@ fn list_params(watch: bool) -> Vec<Value> {
 fn delete_params() -> Vec<Value> {
     vec![
         dry_run(),
-        query_param("gracePeriodSeconds", "integer", "The duration in seconds before the object should be deleted."),
-        query_param("propagationPolicy", "string", "Whether and how garbage collection will be performed."),
+        query_param(
+            "gracePeriodSeconds",
+            "integer",
+            "The duration in seconds before the object should be deleted.",
+        ),
+        query_param(
+            "propagationPolicy",
+            "string",
+            "Whether and how garbage collection will be performed.",
+        ),
     ]
 }
 
@@ -346,7 +390,13 @@ impl PathsBuilder {
             .insert(op.method.into(), operation);
     }
 
-    fn resource(&mut self, r: &ResourceInfo, kind_name: &str, list_name: &str, sub_kinds: &BTreeMap<(String, String, String), String>) {
+    fn resource(
+        &mut self,
+        r: &ResourceInfo,
+        kind_name: &str,
+        list_name: &str,
+        sub_kinds: &BTreeMap<(String, String, String), String>,
+    ) {
         let tag = self.group_version_id.clone();
         let gv = self.group_version_id.clone();
         let gv = gv.as_str();
@@ -363,7 +413,10 @@ impl PathsBuilder {
         let object = format!("{collection}/{{name}}");
         let ns_param = || {
             if r.namespaced {
-                vec![path_param("namespace", "object name and auth scope, such as for teams and projects")]
+                vec![path_param(
+                    "namespace",
+                    "object name and auth scope, such as for teams and projects",
+                )]
             } else {
                 Vec::new()
             }
@@ -374,9 +427,7 @@ impl PathsBuilder {
             p
         };
         let write_params = || vec![dry_run(), field_manager(), field_validation()];
-        let body = |schema: &Value| {
-            json!({"content": {"*/*": {"schema": schema.clone()}}, "required": true})
-        };
+        let body = |schema: &Value| json!({"content": {"*/*": {"schema": schema.clone()}}, "required": true});
         let patch_body = || {
             let mut content = Map::new();
             for media in PATCH_CONTENT_TYPES {
@@ -387,103 +438,138 @@ impl PathsBuilder {
         let kind = &r.kind;
 
         // The collection.
-        self.add(&collection, ns_param(), Operation {
-            method: "get",
-            action: "list",
-            id: format!("list{gv}{namespaced}{kind}"),
-            description: format!("list or watch objects of kind {kind}"),
-            gvk: kind_gvk.clone(),
-            parameters: list_params(true),
-            body: None,
-            responses: responses(&[("200", "OK")], &list_ref),
-            tag: &tag,
-        });
-        self.add(&collection, ns_param(), Operation {
-            method: "post",
-            action: "post",
-            id: format!("create{gv}{namespaced}{kind}"),
-            description: format!("create a {kind}"),
-            gvk: kind_gvk.clone(),
-            parameters: write_params(),
-            body: Some(body(&kind_ref)),
-            responses: responses(&[("200", "OK"), ("201", "Created"), ("202", "Accepted")], &kind_ref),
-            tag: &tag,
-        });
-        let mut params = delete_params();
-        params.extend(list_params(false));
-        self.add(&collection, ns_param(), Operation {
-            method: "delete",
-            action: "deletecollection",
-            id: format!("deletecollection{gv}{namespaced}{kind}"),
-            description: format!("delete collection of {kind}"),
-            gvk: kind_gvk.clone(),
-            parameters: params,
-            body: Some(json!({"content": {"*/*": {"schema": schema_ref(DELETE_OPTIONS)}}})),
-            responses: responses(&[("200", "OK")], &status_ref),
-            tag: &tag,
-        });
-        if r.namespaced {
-            let all = format!("{}/{}", self.prefix, r.plural);
-            self.add(&all, Vec::new(), Operation {
+        self.add(
+            &collection,
+            ns_param(),
+            Operation {
                 method: "get",
                 action: "list",
-                id: format!("list{gv}{kind}ForAllNamespaces"),
+                id: format!("list{gv}{namespaced}{kind}"),
                 description: format!("list or watch objects of kind {kind}"),
                 gvk: kind_gvk.clone(),
                 parameters: list_params(true),
                 body: None,
                 responses: responses(&[("200", "OK")], &list_ref),
                 tag: &tag,
-            });
+            },
+        );
+        self.add(
+            &collection,
+            ns_param(),
+            Operation {
+                method: "post",
+                action: "post",
+                id: format!("create{gv}{namespaced}{kind}"),
+                description: format!("create a {kind}"),
+                gvk: kind_gvk.clone(),
+                parameters: write_params(),
+                body: Some(body(&kind_ref)),
+                responses: responses(
+                    &[("200", "OK"), ("201", "Created"), ("202", "Accepted")],
+                    &kind_ref,
+                ),
+                tag: &tag,
+            },
+        );
+        let mut params = delete_params();
+        params.extend(list_params(false));
+        self.add(
+            &collection,
+            ns_param(),
+            Operation {
+                method: "delete",
+                action: "deletecollection",
+                id: format!("deletecollection{gv}{namespaced}{kind}"),
+                description: format!("delete collection of {kind}"),
+                gvk: kind_gvk.clone(),
+                parameters: params,
+                body: Some(json!({"content": {"*/*": {"schema": schema_ref(DELETE_OPTIONS)}}})),
+                responses: responses(&[("200", "OK")], &status_ref),
+                tag: &tag,
+            },
+        );
+        if r.namespaced {
+            let all = format!("{}/{}", self.prefix, r.plural);
+            self.add(
+                &all,
+                Vec::new(),
+                Operation {
+                    method: "get",
+                    action: "list",
+                    id: format!("list{gv}{kind}ForAllNamespaces"),
+                    description: format!("list or watch objects of kind {kind}"),
+                    gvk: kind_gvk.clone(),
+                    parameters: list_params(true),
+                    body: None,
+                    responses: responses(&[("200", "OK")], &list_ref),
+                    tag: &tag,
+                },
+            );
         }
 
         // One object.
-        self.add(&object, name_params(), Operation {
-            method: "get",
-            action: "get",
-            id: format!("read{gv}{namespaced}{kind}"),
-            description: format!("read the specified {kind}"),
-            gvk: kind_gvk.clone(),
-            parameters: Vec::new(),
-            body: None,
-            responses: responses(&[("200", "OK")], &kind_ref),
-            tag: &tag,
-        });
-        self.add(&object, name_params(), Operation {
-            method: "put",
-            action: "put",
-            id: format!("replace{gv}{namespaced}{kind}"),
-            description: format!("replace the specified {kind}"),
-            gvk: kind_gvk.clone(),
-            parameters: write_params(),
-            body: Some(body(&kind_ref)),
-            responses: responses(&[("200", "OK"), ("201", "Created")], &kind_ref),
-            tag: &tag,
-        });
+        self.add(
+            &object,
+            name_params(),
+            Operation {
+                method: "get",
+                action: "get",
+                id: format!("read{gv}{namespaced}{kind}"),
+                description: format!("read the specified {kind}"),
+                gvk: kind_gvk.clone(),
+                parameters: Vec::new(),
+                body: None,
+                responses: responses(&[("200", "OK")], &kind_ref),
+                tag: &tag,
+            },
+        );
+        self.add(
+            &object,
+            name_params(),
+            Operation {
+                method: "put",
+                action: "put",
+                id: format!("replace{gv}{namespaced}{kind}"),
+                description: format!("replace the specified {kind}"),
+                gvk: kind_gvk.clone(),
+                parameters: write_params(),
+                body: Some(body(&kind_ref)),
+                responses: responses(&[("200", "OK"), ("201", "Created")], &kind_ref),
+                tag: &tag,
+            },
+        );
         let mut params = write_params();
         params.push(force());
-        self.add(&object, name_params(), Operation {
-            method: "patch",
-            action: "patch",
-            id: format!("patch{gv}{namespaced}{kind}"),
-            description: format!("partially update the specified {kind}"),
-            gvk: kind_gvk.clone(),
-            parameters: params,
-            body: Some(patch_body()),
-            responses: responses(&[("200", "OK"), ("201", "Created")], &kind_ref),
-            tag: &tag,
-        });
-        self.add(&object, name_params(), Operation {
-            method: "delete",
-            action: "delete",
-            id: format!("delete{gv}{namespaced}{kind}"),
-            description: format!("delete a {kind}"),
-            gvk: kind_gvk.clone(),
-            parameters: delete_params(),
-            body: Some(json!({"content": {"*/*": {"schema": schema_ref(DELETE_OPTIONS)}}})),
-            responses: responses(&[("200", "OK"), ("202", "Accepted")], &kind_ref),
-            tag: &tag,
-        });
+        self.add(
+            &object,
+            name_params(),
+            Operation {
+                method: "patch",
+                action: "patch",
+                id: format!("patch{gv}{namespaced}{kind}"),
+                description: format!("partially update the specified {kind}"),
+                gvk: kind_gvk.clone(),
+                parameters: params,
+                body: Some(patch_body()),
+                responses: responses(&[("200", "OK"), ("201", "Created")], &kind_ref),
+                tag: &tag,
+            },
+        );
+        self.add(
+            &object,
+            name_params(),
+            Operation {
+                method: "delete",
+                action: "delete",
+                id: format!("delete{gv}{namespaced}{kind}"),
+                description: format!("delete a {kind}"),
+                gvk: kind_gvk.clone(),
+                parameters: delete_params(),
+                body: Some(json!({"content": {"*/*": {"schema": schema_ref(DELETE_OPTIONS)}}})),
+                responses: responses(&[("200", "OK"), ("202", "Accepted")], &kind_ref),
+                tag: &tag,
+            },
+        );
 
         // Subresources.
         for sub in &r.subresources {
@@ -502,28 +588,60 @@ impl PathsBuilder {
             let sub_gvk = gvk(&sub.group, &sub.version, &sub.kind);
             let suffix = capitalize(&sub.name);
             for verb in &sub.verbs {
-                let (method, action, id_verb, codes, params, body_schema): (_, _, _, &[(&str, &str)], _, _) = match verb.as_str() {
+                let (method, action, id_verb, codes, params, body_schema): (
+                    _,
+                    _,
+                    _,
+                    &[(&str, &str)],
+                    _,
+                    _,
+                ) = match verb.as_str() {
                     "get" => ("get", "get", "read", &[("200", "OK")], Vec::new(), None),
-                    "update" => ("put", "put", "replace", &[("200", "OK"), ("201", "Created")], write_params(), Some(body(&sub_schema))),
+                    "update" => (
+                        "put",
+                        "put",
+                        "replace",
+                        &[("200", "OK"), ("201", "Created")],
+                        write_params(),
+                        Some(body(&sub_schema)),
+                    ),
                     "patch" => {
                         let mut p = write_params();
                         p.push(force());
-                        ("patch", "patch", "patch", &[("200", "OK"), ("201", "Created")], p, Some(patch_body()))
+                        (
+                            "patch",
+                            "patch",
+                            "patch",
+                            &[("200", "OK"), ("201", "Created")],
+                            p,
+                            Some(patch_body()),
+                        )
                     }
-                    "create" => ("post", "post", "create", &[("200", "OK"), ("201", "Created"), ("202", "Accepted")], write_params(), Some(body(&sub_schema))),
+                    "create" => (
+                        "post",
+                        "post",
+                        "create",
+                        &[("200", "OK"), ("201", "Created"), ("202", "Accepted")],
+                        write_params(),
+                        Some(body(&sub_schema)),
+                    ),
                     _ => continue,
                 };
-                self.add(&path, name_params(), Operation {
-                    method,
-                    action,
-                    id: format!("{id_verb}{gv}{namespaced}{kind}{suffix}"),
-                    description: format!("{id_verb} {} of the specified {kind}", sub.name),
-                    gvk: sub_gvk.clone(),
-                    parameters: params,
-                    body: body_schema,
-                    responses: responses(codes, &sub_schema),
-                    tag: &tag,
-                });
+                self.add(
+                    &path,
+                    name_params(),
+                    Operation {
+                        method,
+                        action,
+                        id: format!("{id_verb}{gv}{namespaced}{kind}{suffix}"),
+                        description: format!("{id_verb} {} of the specified {kind}", sub.name),
+                        gvk: sub_gvk.clone(),
+                        parameters: params,
+                        body: body_schema,
+                        responses: responses(codes, &sub_schema),
+                        tag: &tag,
+                    },
+                );
             }
         }
     }
@@ -659,7 +777,8 @@ impl OpenApi {
             let mut schemas = Map::new();
             let mut kinds = BTreeMap::new();
             for r in &resources {
-                let kind_name = kind_names[&(r.group.clone(), r.version.clone(), r.kind.clone())].clone();
+                let kind_name =
+                    kind_names[&(r.group.clone(), r.version.clone(), r.kind.clone())].clone();
                 let list_name = match kind_name.rsplit_once('.') {
                     Some((prefix, _)) => format!("{prefix}.{}", r.list_kind),
                     None => r.list_kind.clone(),
@@ -688,7 +807,15 @@ impl OpenApi {
             collect_refs(&Value::Object(schemas.clone()), &mut pending);
             pending.extend(kinds.values().cloned());
             pending.extend(
-                [OBJECT_META, LIST_META, STATUS, DELETE_OPTIONS, WATCH_EVENT, PATCH].map(String::from),
+                [
+                    OBJECT_META,
+                    LIST_META,
+                    STATUS,
+                    DELETE_OPTIONS,
+                    WATCH_EVENT,
+                    PATCH,
+                ]
+                .map(String::from),
             );
             let mut seen: BTreeSet<String> = schemas.keys().cloned().collect();
             while let Some(name) = pending.pop() {
@@ -775,7 +902,13 @@ mod tests {
                 }))),
             ),
         );
-        registry.register(ResourceInfo::new("example.com", "v1", "Blob", "blobs", false));
+        registry.register(ResourceInfo::new(
+            "example.com",
+            "v1",
+            "Blob",
+            "blobs",
+            false,
+        ));
         let openapi = OpenApi::build(&registry, "v1.33.0");
         (registry, openapi)
     }
@@ -793,12 +926,18 @@ mod tests {
             for version in registry.versions(group) {
                 let path = group_version_path(group, &version);
                 let url = paths[&path]["serverRelativeURL"].as_str().unwrap();
-                assert!(url.starts_with(&format!("/openapi/v3/{path}?hash=")), "{url}");
+                assert!(
+                    url.starts_with(&format!("/openapi/v3/{path}?hash=")),
+                    "{url}"
+                );
             }
         }
         assert!(paths.contains_key("api/v1") && paths.contains_key("apis/apps/v1"));
         // Stable: the same registry gives the same hashes.
-        assert_eq!(OpenApi::build(&registry, "v1.33.0").index(), openapi.index());
+        assert_eq!(
+            OpenApi::build(&registry, "v1.33.0").index(),
+            openapi.index()
+        );
     }
 
     #[test]
@@ -820,7 +959,11 @@ mod tests {
                         .unwrap_or_else(|| panic!("no PATCH for {}", r.kind));
                     let params = patch["parameters"].as_array().unwrap();
                     for name in ["fieldValidation", "fieldManager", "dryRun", "force"] {
-                        assert!(params.iter().any(|p| p["name"] == name), "{} lacks {name}", r.kind);
+                        assert!(
+                            params.iter().any(|p| p["name"] == name),
+                            "{} lacks {name}",
+                            r.kind
+                        );
                     }
                     let content = patch["requestBody"]["content"].as_object().unwrap();
                     for media in PATCH_CONTENT_TYPES {
@@ -863,7 +1006,13 @@ mod tests {
             .iter()
             .map(|p| p["name"].as_str().unwrap())
             .collect();
-        for name in ["labelSelector", "limit", "continue", "resourceVersion", "watch"] {
+        for name in [
+            "labelSelector",
+            "limit",
+            "continue",
+            "resourceVersion",
+            "watch",
+        ] {
             assert!(list_params.contains(&name), "{name}");
         }
         let pod = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"];
@@ -879,14 +1028,23 @@ mod tests {
             .collect();
         assert_eq!(path_params, ["name", "namespace", "pretty"]);
         let status = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/status"];
-        assert_eq!(status["patch"]["operationId"], "patchCoreV1NamespacedPodStatus");
+        assert_eq!(
+            status["patch"]["operationId"],
+            "patchCoreV1NamespacedPodStatus"
+        );
         let binding = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/binding"];
-        assert_eq!(binding["post"]["operationId"], "createCoreV1NamespacedPodBinding");
+        assert_eq!(
+            binding["post"]["operationId"],
+            "createCoreV1NamespacedPodBinding"
+        );
         assert!(doc["paths"]["/api/v1/pods"]["get"].is_object());
         assert!(doc["paths"]["/api/v1/nodes/{name}"]["patch"].is_object());
         let apps = document(&openapi, "apis/apps/v1");
         let scale = &apps["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"];
-        assert_eq!(scale["patch"]["x-kubernetes-group-version-kind"]["kind"], "Scale");
+        assert_eq!(
+            scale["patch"]["x-kubernetes-group-version-kind"]["kind"],
+            "Scale"
+        );
         assert!(apps["components"]["schemas"]["io.k8s.api.autoscaling.v1.Scale"].is_object());
         let rbac = document(&openapi, "apis/rbac.authorization.k8s.io/v1");
         assert_eq!(
@@ -895,7 +1053,15 @@ mod tests {
         );
         // Meta types are there; references beside descriptions are wrapped.
         let schemas = &doc["components"]["schemas"];
-        for name in [OBJECT_META, STATUS, DELETE_OPTIONS, WATCH_EVENT, PATCH, LIST_META, "io.k8s.api.core.v1.PodList"] {
+        for name in [
+            OBJECT_META,
+            STATUS,
+            DELETE_OPTIONS,
+            WATCH_EVENT,
+            PATCH,
+            LIST_META,
+            "io.k8s.api.core.v1.PodList",
+        ] {
             assert!(schemas[name].is_object(), "{name}");
         }
         assert_eq!(
@@ -911,25 +1077,40 @@ mod tests {
         let containers = pod.field("spec").unwrap().field("containers").unwrap();
         let image = containers.items().unwrap().field("image").unwrap();
         assert_eq!(image.type_name(), Some("string"));
-        assert!(pod.field("metadata").unwrap().field("labels").unwrap().is_map());
+        assert!(
+            pod.field("metadata")
+                .unwrap()
+                .field("labels")
+                .unwrap()
+                .is_map()
+        );
         let deploy = openapi.kind_schema("apps", "v1", "Deployment").unwrap();
         let strategy = deploy.field("spec").unwrap().field("strategy").unwrap();
         assert!(strategy.description().is_some());
-        let max_surge = strategy.field("rollingUpdate").unwrap().field("maxSurge").unwrap();
+        let max_surge = strategy
+            .field("rollingUpdate")
+            .unwrap()
+            .field("maxSurge")
+            .unwrap();
         assert!(max_surge.is_int_or_string());
         assert_eq!(
-            pod.unknown_fields(&json!({"spec": {"foo": 1, "containers": [{"name": "c", "bar": 2}]}})),
+            pod.unknown_fields(
+                &json!({"spec": {"foo": 1, "containers": [{"name": "c", "bar": 2}]}})
+            ),
             ["spec.containers[0].bar", "spec.foo"]
         );
         // Custom resources: their schema, metadata as ObjectMeta.
         let widget = openapi.kind_schema("example.com", "v1", "Widget").unwrap();
         assert_eq!(
-            widget.unknown_fields(&json!({"metadata": {"name": "w", "nme": 1}, "spec": {"size": 1, "colour": "red"}})),
+            widget.unknown_fields(
+                &json!({"metadata": {"name": "w", "nme": 1}, "spec": {"size": 1, "colour": "red"}})
+            ),
             ["metadata.nme", "spec.colour"]
         );
         let doc = document(&openapi, "apis/example.com/v1");
         assert_eq!(
-            doc["components"]["schemas"]["com.example.v1.Widget"]["x-kubernetes-group-version-kind"][0]["kind"],
+            doc["components"]["schemas"]["com.example.v1.Widget"]["x-kubernetes-group-version-kind"]
+                [0]["kind"],
             "Widget"
         );
         // Kinds without a schema take anything but still check metadata.

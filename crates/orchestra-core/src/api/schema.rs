@@ -196,7 +196,7 @@ impl<'a> SchemaView<'a> {
     /// `value`'s map order: `spec.foo`, `spec.containers[0].bar`.
     pub fn unknown_fields(&self, value: &Value) -> Vec<String> {
         let mut found = Vec::new();
-        walk_value(Some(*self), value, &mut String::new(), &mut found);
+        walk_value(Some(*self), value, &mut String::new(), &mut found, false);
         found
     }
 
@@ -205,8 +205,52 @@ impl<'a> SchemaView<'a> {
     /// their paths.
     pub fn prune_unknown_fields(&self, value: &mut Value) -> Vec<String> {
         let mut found = Vec::new();
-        prune_value(*self, value, &mut String::new(), &mut found);
+        prune_value(*self, value, &mut String::new(), &mut found, false);
         found
+    }
+
+    /// Like [`unknown_fields`](Self::unknown_fields) for a merge patch or a
+    /// strategic merge patch: `$`-directives (`$patch`,
+    /// `$setElementOrder/...`, `$retainKeys`) and deletions (`null`) are not
+    /// fields.
+    pub fn unknown_patch_fields(&self, patch: &Value) -> Vec<String> {
+        let mut found = Vec::new();
+        walk_value(Some(*self), patch, &mut String::new(), &mut found, true);
+        found
+    }
+
+    /// Like [`prune_unknown_fields`](Self::prune_unknown_fields) for a merge
+    /// patch or a strategic merge patch.
+    pub fn prune_unknown_patch_fields(&self, patch: &mut Value) -> Vec<String> {
+        let mut found = Vec::new();
+        prune_value(*self, patch, &mut String::new(), &mut found, true);
+        found
+    }
+
+    /// The schema at a JSON pointer below this one (`/spec/containers/0`)
+    /// and the field path it names (`spec.containers[0]`); `Ok((None, _))`
+    /// where the schema says nothing (free-form), `Err(path)` if a segment
+    /// is not a known field.
+    pub fn at_pointer(&self, pointer: &str) -> Result<(Option<SchemaView<'a>>, String), String> {
+        let mut current = Some(*self);
+        let mut path = String::new();
+        for raw in pointer.split('/').skip(1) {
+            let segment = raw.replace("~1", "/").replace("~0", "~");
+            let array = current.and_then(|s| s.items());
+            if array.is_some() || segment.parse::<usize>().is_ok() || segment == "-" {
+                if array.is_some() || current.is_none_or(|s| !s.has_properties()) {
+                    path.push_str(&format!("[{segment}]"));
+                    current = array;
+                    continue;
+                }
+            }
+            path = child_path(&path, &segment);
+            current = match entry_schema(current, &segment) {
+                Ok(sub) => sub,
+                Err(()) => return Err(path),
+            };
+        }
+        Ok((current, path))
     }
 
     /// The strict decoding problems of a JSON (or YAML) document, in document
@@ -263,6 +307,7 @@ fn walk_value(
     value: &Value,
     path: &mut String,
     found: &mut Vec<String>,
+    patch: bool,
 ) {
     let Some(schema) = schema else { return };
     if schema.is_int_or_string() {
@@ -271,12 +316,15 @@ fn walk_value(
     match value {
         Value::Object(map) => {
             for (key, child) in map {
+                if patch && (key.starts_with('$') || child.is_null()) {
+                    continue;
+                }
                 let child_path = child_path(path, key);
                 match entry_schema(Some(schema), key) {
                     Err(()) => found.push(child_path),
                     Ok(sub) => {
                         let mut p = child_path;
-                        walk_value(sub, child, &mut p, found);
+                        walk_value(sub, child, &mut p, found, patch);
                     }
                 }
             }
@@ -287,14 +335,20 @@ fn walk_value(
             };
             for (i, item) in items.iter().enumerate() {
                 let mut p = format!("{path}[{i}]");
-                walk_value(Some(item_schema), item, &mut p, found);
+                walk_value(Some(item_schema), item, &mut p, found, patch);
             }
         }
         _ => {}
     }
 }
 
-fn prune_value(schema: SchemaView<'_>, value: &mut Value, path: &mut String, found: &mut Vec<String>) {
+fn prune_value(
+    schema: SchemaView<'_>,
+    value: &mut Value,
+    path: &mut String,
+    found: &mut Vec<String>,
+    patch: bool,
+) {
     if schema.is_int_or_string() {
         return;
     }
@@ -302,6 +356,9 @@ fn prune_value(schema: SchemaView<'_>, value: &mut Value, path: &mut String, fou
         Value::Object(map) => {
             let mut unknown = Vec::new();
             for (key, child) in map.iter_mut() {
+                if patch && (key.starts_with('$') || child.is_null()) {
+                    continue;
+                }
                 let child_path = child_path(path, key);
                 match entry_schema(Some(schema), key) {
                     Err(()) => {
@@ -310,7 +367,7 @@ fn prune_value(schema: SchemaView<'_>, value: &mut Value, path: &mut String, fou
                     }
                     Ok(Some(sub)) => {
                         let mut p = child_path;
-                        prune_value(sub, child, &mut p, found);
+                        prune_value(sub, child, &mut p, found, patch);
                     }
                     Ok(None) => {}
                 }
@@ -325,7 +382,7 @@ fn prune_value(schema: SchemaView<'_>, value: &mut Value, path: &mut String, fou
             };
             for (i, item) in items.iter_mut().enumerate() {
                 let mut p = format!("{path}[{i}]");
-                prune_value(item_schema, item, &mut p, found);
+                prune_value(item_schema, item, &mut p, found, patch);
             }
         }
         _ => {}
@@ -575,16 +632,34 @@ mod tests {
         let defs = definitions();
         let kind = SchemaView::reference(&defs, "Kind").unwrap();
         let cases: Vec<(Value, Vec<&str>)> = vec![
-            (json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "x"}}), vec![]),
+            (
+                json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "x"}}),
+                vec![],
+            ),
             (json!({"foo": 1}), vec!["foo"]),
-            (json!({"metadata": {"name": "x", "bogus": 1, "labels": {"a": "b"}}}), vec!["metadata.bogus"]),
-            (json!({"spec": {"containers": [{"name": "a"}, {"name": "b", "imag": "x"}]}}), vec!["spec.containers[1].imag"]),
-            (json!({"spec": {"ports": {"http": {"number": 80, "nmber": 1}}}}), vec!["spec.ports.http.nmber"]),
+            (
+                json!({"metadata": {"name": "x", "bogus": 1, "labels": {"a": "b"}}}),
+                vec!["metadata.bogus"],
+            ),
+            (
+                json!({"spec": {"containers": [{"name": "a"}, {"name": "b", "imag": "x"}]}}),
+                vec!["spec.containers[1].imag"],
+            ),
+            (
+                json!({"spec": {"ports": {"http": {"number": 80, "nmber": 1}}}}),
+                vec!["spec.ports.http.nmber"],
+            ),
             (json!({"spec": {"port": "http"}}), vec![]),
             (json!({"spec": {"port": 80}}), vec![]),
-            (json!({"spec": {"raw": {"anything": {"goes": [1]}}}}), vec![]),
+            (
+                json!({"spec": {"raw": {"anything": {"goes": [1]}}}}),
+                vec![],
+            ),
             (json!({"spec": {"free": {"a": "x", "b": {"c": 1}}}}), vec![]),
-            (json!({"spec": {"matrix": [[{"number": 1}], [{"numbr": 2}]]}}), vec!["spec.matrix[1][0].numbr"]),
+            (
+                json!({"spec": {"matrix": [[{"number": 1}], [{"numbr": 2}]]}}),
+                vec!["spec.matrix[1][0].numbr"],
+            ),
             // type mismatches are the decoder's business, not this walker's
             (json!({"spec": {"containers": "nope"}}), vec![]),
             (json!({"spec": {"b": 1, "a": 2}}), vec!["spec.a", "spec.b"]),
@@ -604,6 +679,62 @@ mod tests {
         assert_eq!(
             object,
             json!({"metadata": {"name": "x"}, "spec": {"containers": [{"name": "a"}], "free": {"b": 1}}})
+        );
+    }
+
+    #[test]
+    fn pointers_resolve_to_fields() {
+        let defs = definitions();
+        let kind = SchemaView::reference(&defs, "Kind").unwrap();
+        let (container, path) = kind.at_pointer("/spec/containers/0").unwrap();
+        assert_eq!(path, "spec.containers[0]");
+        assert!(container.unwrap().field("image").is_some());
+        assert_eq!(
+            kind.at_pointer("/spec/containers/-").unwrap().1,
+            "spec.containers[-]"
+        );
+        assert_eq!(
+            kind.at_pointer("/spec/nope/x").err(),
+            Some("spec.nope".to_owned())
+        );
+        assert_eq!(
+            kind.at_pointer("/metadata/labels/a~1b").unwrap().1,
+            "metadata.labels.a/b"
+        );
+        assert!(kind.at_pointer("/spec/raw/x/y").unwrap().0.is_none());
+    }
+
+    #[test]
+    fn patches_skip_directives_and_deletions() {
+        let defs = definitions();
+        let kind = SchemaView::reference(&defs, "Kind").unwrap();
+        let patch = json!({
+            "metadata": {"gone": null, "labels": {"a": null}},
+            "spec": {"$setElementOrder/containers": [{"name": "c"}], "containers": [{"name": "c", "$patch": "delete", "imagee": "x"}]},
+        });
+        assert_eq!(
+            kind.unknown_patch_fields(&patch),
+            ["spec.containers[0].imagee"]
+        );
+        assert_eq!(
+            kind.unknown_fields(&patch),
+            [
+                "metadata.gone",
+                "spec.$setElementOrder/containers",
+                "spec.containers[0].$patch",
+                "spec.containers[0].imagee"
+            ]
+        );
+        let mut pruned = patch.clone();
+        assert_eq!(
+            kind.prune_unknown_patch_fields(&mut pruned),
+            ["spec.containers[0].imagee"]
+        );
+        assert!(pruned.pointer("/spec/containers/0/imagee").is_none());
+        assert!(
+            pruned
+                .pointer("/spec/$setElementOrder~1containers")
+                .is_some()
         );
     }
 

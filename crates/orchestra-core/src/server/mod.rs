@@ -14,7 +14,9 @@
 
 mod body;
 mod discovery;
+mod field_validation;
 mod objects;
+mod openapi;
 mod route;
 mod state;
 mod subresources;
@@ -227,6 +229,9 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
             discovery::core_versions(&registry, headers)
         }
         Route::Groups if method == Method::GET => discovery::groups(&registry, headers),
+        Route::OpenApiV3 { path } if method == Method::GET => {
+            openapi::serve(&state.openapi, &registry, &path, headers)
+        }
         Route::GroupVersion { group, version } if method == Method::GET => {
             discovery::group_version(&registry, &group, &version)
         }
@@ -242,11 +247,22 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
             match method {
                 Method::GET if query.watch => watch::watch(state.clone(), target, query).await,
                 Method::GET => respond(objects::list(&state, &target, &query).await, false),
-                Method::POST => match read(body_stream).await {
-                    Ok(bytes) => respond(
-                        objects::create(&state, &target, &query, headers, &bytes).await,
+                Method::POST => match read(body_stream).await.and_then(|bytes| {
+                    let checked = field_validation::check_object(
+                        &state.openapi,
+                        &registry,
+                        &target.resource,
+                        &query,
+                        headers,
+                        &bytes,
+                    )?;
+                    Ok((bytes, checked))
+                }) {
+                    Ok((bytes, checked)) => checked.finish(respond(
+                        objects::create(&state, &target, &query, headers, checked.body(&bytes))
+                            .await,
                         true,
-                    ),
+                    )),
                     Err(e) => body::error(&e),
                 },
                 Method::DELETE => match read(body_stream).await {
@@ -285,16 +301,57 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                     Err(e) => return body::error(&e),
                 },
             };
-            match (sub, &method) {
+            let checked = match (sub, &method) {
+                (None | Some("status"), &Method::PUT) => field_validation::check_object(
+                    &state.openapi,
+                    &registry,
+                    &target.resource,
+                    &query,
+                    headers,
+                    &bytes,
+                ),
+                (None | Some("status"), &Method::PATCH) => field_validation::check_patch(
+                    &state.openapi,
+                    &registry,
+                    &target.resource,
+                    &query,
+                    headers,
+                    &bytes,
+                ),
+                _ => Ok(Default::default()),
+            };
+            let checked = match checked {
+                Ok(checked) => checked,
+                Err(e) => return body::error(&e),
+            };
+            let response = match (sub, &method) {
                 (None | Some("status"), &Method::GET) => {
                     respond(objects::get(&state, &target, &name).await, false)
                 }
                 (None | Some("status"), &Method::PUT) => respond(
-                    objects::update(&state, &target, &name, sub, &query, headers, &bytes).await,
+                    objects::update(
+                        &state,
+                        &target,
+                        &name,
+                        sub,
+                        &query,
+                        headers,
+                        checked.body(&bytes),
+                    )
+                    .await,
                     false,
                 ),
                 (None | Some("status"), &Method::PATCH) => respond(
-                    objects::patch(&state, &target, &name, sub, &query, headers, &bytes).await,
+                    objects::patch(
+                        &state,
+                        &target,
+                        &name,
+                        sub,
+                        &query,
+                        headers,
+                        checked.body(&bytes),
+                    )
+                    .await,
                     false,
                 ),
                 (None, &Method::DELETE) => respond(
@@ -322,7 +379,8 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                     target.resource.plural,
                     sub.map(|s| format!("/{s}")).unwrap_or_default()
                 ))),
-            }
+            };
+            checked.finish(response)
         }
         _ => body::error(&ApiError::method_not_allowed(format!(
             "{method} is not supported on {}",

@@ -16,6 +16,8 @@ pub(crate) struct State {
     pub authenticator: AuthenticatorChain,
     pub authorizer: AuthorizerChain,
     pub admission: AdmissionChain,
+    /// The OpenAPI documents of the current registry.
+    pub openapi: super::openapi::OpenApiCache,
 }
 
 impl State {
@@ -36,6 +38,7 @@ impl State {
             authenticator,
             authorizer,
             admission,
+            openapi: Default::default(),
         }
     }
 

@@ -1,0 +1,419 @@
+//! `fieldValidation` on create, update and patch: unknown and duplicate
+//! fields are refused (`Strict`, 400), reported in `Warning` headers (`Warn`,
+//! the default like upstream since 1.27) or dropped silently (`Ignore`).
+//! Unknown fields are dropped from what is stored in every mode.
+//!
+//! The checks run on the request body before the handler, against the
+//! kind's schema from the OpenAPI documents ([`crate::api::SchemaView`]).
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::body;
+use super::openapi::OpenApiCache;
+use super::route::Query;
+use crate::api::schema::duplicate_fields;
+use crate::api::{ApiError, Ordered, Registry, ResourceInfo, SchemaView};
+
+/// What the client asked for with `fieldValidation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Directive {
+    /// Drop unknown fields silently.
+    Ignore,
+    /// Drop unknown fields, with a warning for each problem.
+    Warn,
+    /// Refuse the request if there is any problem.
+    Strict,
+}
+
+impl Directive {
+    /// Parses the query parameter; absent means `Warn`.
+    pub(crate) fn of(query: &Query) -> Result<Directive, ApiError> {
+        match query.field_validation.as_deref() {
+            None | Some("") | Some("Warn") => Ok(Directive::Warn),
+            Some("Ignore") => Ok(Directive::Ignore),
+            Some("Strict") => Ok(Directive::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation must be one of \"Ignore\", \"Warn\" or \"Strict\", not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// The outcome of a check that let the request through: warnings for the
+/// response and the body to use instead of the request's (unknown fields
+/// dropped), if it changed.
+#[derive(Debug, Default)]
+pub(crate) struct Checked {
+    warnings: Vec<String>,
+    body: Option<Bytes>,
+}
+
+impl Checked {
+    /// The body the handler should process.
+    pub(crate) fn body<'a>(&'a self, original: &'a [u8]) -> &'a [u8] {
+        self.body.as_deref().unwrap_or(original)
+    }
+
+    /// Adds the warnings to a response: `Warning: 299 - "<text>"` each.
+    pub(crate) fn finish(&self, mut response: Response) -> Response {
+        for warning in &self.warnings {
+            let escaped = warning.replace('\\', "\\\\").replace('"', "\\\"");
+            if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+                response.headers_mut().append("warning", value);
+            }
+        }
+        response
+    }
+}
+
+/// Turns the problems found into the outcome the directive asks for.
+fn decide(
+    directive: Directive,
+    problems: Vec<String>,
+    prefix: impl FnOnce() -> String,
+    body: Option<Bytes>,
+) -> Result<Checked, ApiError> {
+    match directive {
+        Directive::Strict if !problems.is_empty() => Err(ApiError::bad_request(format!(
+            "{}strict decoding error: {}",
+            prefix(),
+            problems.join(", ")
+        ))),
+        Directive::Warn => Ok(Checked {
+            warnings: problems,
+            body,
+        }),
+        _ => Ok(Checked {
+            warnings: Vec::new(),
+            body,
+        }),
+    }
+}
+
+fn is_yaml(media: &str) -> bool {
+    matches!(
+        media,
+        "application/yaml" | "application/x-yaml" | "text/yaml" | "application/apply-patch+yaml"
+    )
+}
+
+fn parse_ordered(bytes: &[u8], yaml: bool) -> Option<Ordered> {
+    if yaml {
+        serde_yaml::from_slice(bytes).ok()
+    } else {
+        Ordered::from_json(bytes).ok()
+    }
+}
+
+fn parse_value(bytes: &[u8], yaml: bool) -> Option<Value> {
+    if yaml {
+        serde_yaml::from_slice(bytes).ok()
+    } else {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+fn encode(value: &Value) -> Option<Bytes> {
+    Some(Bytes::from(
+        serde_json::to_vec(value).expect("JSON values serialize"),
+    ))
+}
+
+/// The schema of `resource`'s kind, with the documents it lives in.
+fn with_schema<T>(
+    cache: &OpenApiCache,
+    registry: &Arc<Registry>,
+    resource: &ResourceInfo,
+    f: impl FnOnce(SchemaView<'_>) -> T,
+) -> Option<T> {
+    let openapi = cache.get(registry);
+    let schema = openapi.resource_schema(resource)?;
+    Some(f(schema))
+}
+
+/// Checks a create or update body (the whole object).
+pub(crate) fn check_object(
+    cache: &OpenApiCache,
+    registry: &Arc<Registry>,
+    resource: &ResourceInfo,
+    query: &Query,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<Checked, ApiError> {
+    let directive = Directive::of(query)?;
+    let yaml = is_yaml(&body::content_type(headers));
+    // Bodies that do not parse are the handler's to refuse.
+    let (Some(document), Some(mut object)) = (parse_ordered(bytes, yaml), parse_value(bytes, yaml))
+    else {
+        return Ok(Checked::default());
+    };
+    let outcome = with_schema(cache, registry, resource, |schema| {
+        let problems = schema.strict_problems(&document);
+        let pruned = !schema.prune_unknown_fields(&mut object).is_empty();
+        (problems, pruned)
+    });
+    let Some((problems, pruned)) = outcome else {
+        return Ok(Checked::default());
+    };
+    let prefix = || {
+        // Upstream names the kind and version the data claims to be.
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .filter(|k| !k.is_empty())
+            .unwrap_or(&resource.kind);
+        let version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .map(|v| v.rsplit('/').next().unwrap_or(v))
+            .filter(|v| !v.is_empty())
+            .unwrap_or(&resource.version);
+        format!(
+            "{kind} in version {version:?} cannot be handled as a {}: ",
+            resource.kind
+        )
+    };
+    let body = if pruned { encode(&object) } else { None };
+    decide(directive, problems, prefix, body)
+}
+
+/// Checks a patch body: duplicate fields in the patch itself, then the
+/// fields the patch would set that the kind does not know.
+pub(crate) fn check_patch(
+    cache: &OpenApiCache,
+    registry: &Arc<Registry>,
+    resource: &ResourceInfo,
+    query: &Query,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<Checked, ApiError> {
+    let directive = Directive::of(query)?;
+    let media = body::content_type(headers);
+    let yaml = is_yaml(&media);
+    let (Some(document), Some(mut patch)) = (parse_ordered(bytes, yaml), parse_value(bytes, yaml))
+    else {
+        return Ok(Checked::default());
+    };
+    let json_patch = media == "application/json-patch+json";
+    let outcome = with_schema(cache, registry, resource, |schema| {
+        let mut problems = duplicate_fields(&document);
+        let mut unknown = Vec::new();
+        if json_patch {
+            problems = problems
+                .into_iter()
+                .map(|p| format!("json patch {p}"))
+                .collect();
+            unknown = prune_json_patch(schema, &mut patch);
+        } else if patch.is_object() {
+            unknown = schema.prune_unknown_patch_fields(&mut patch);
+        }
+        unknown.sort();
+        let pruned = !unknown.is_empty();
+        problems.extend(unknown.into_iter().map(|p| format!("unknown field {p:?}")));
+        (problems, pruned)
+    });
+    let Some((problems, pruned)) = outcome else {
+        return Ok(Checked::default());
+    };
+    let body = if pruned { encode(&patch) } else { None };
+    decide(directive, problems, String::new, body)
+}
+
+/// The unknown fields a JSON patch would set; drops them from the values
+/// of its operations, and drops `add`/`replace` operations aimed at an
+/// unknown field.
+fn prune_json_patch(schema: SchemaView<'_>, patch: &mut Value) -> Vec<String> {
+    let mut unknown = Vec::new();
+    let Some(operations) = patch.as_array_mut() else {
+        return unknown;
+    };
+    operations.retain_mut(|operation| {
+        let op = operation.get("op").and_then(Value::as_str).unwrap_or("");
+        if !matches!(op, "add" | "replace") {
+            return true;
+        }
+        let Some(path) = operation.get("path").and_then(Value::as_str) else {
+            return true;
+        };
+        match schema.at_pointer(path) {
+            Err(field) => {
+                unknown.push(field);
+                false
+            }
+            Ok((None, _)) => true,
+            Ok((Some(target), prefix)) => {
+                if let Some(value) = operation.get_mut("value") {
+                    for field in target.prune_unknown_fields(value) {
+                        unknown.push(if prefix.is_empty() {
+                            field
+                        } else if field.starts_with('[') {
+                            format!("{prefix}{field}")
+                        } else {
+                            format!("{prefix}.{field}")
+                        });
+                    }
+                }
+                true
+            }
+        }
+    });
+    unknown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::header;
+
+    fn query(directive: &str) -> Query {
+        Query {
+            field_validation: Some(directive.to_owned()).filter(|d| !d.is_empty()),
+            ..Default::default()
+        }
+    }
+
+    fn headers(content_type: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_str(content_type).unwrap(),
+        );
+        headers
+    }
+
+    struct Fixture {
+        cache: OpenApiCache,
+        registry: Arc<Registry>,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            Fixture {
+                cache: OpenApiCache::default(),
+                registry: Arc::new(Registry::builtin()),
+            }
+        }
+
+        fn pods(&self) -> Arc<ResourceInfo> {
+            self.registry.get("", "v1", "pods").unwrap()
+        }
+
+        fn object(&self, directive: &str, body: &str) -> Result<Checked, ApiError> {
+            check_object(
+                &self.cache,
+                &self.registry,
+                &self.pods(),
+                &query(directive),
+                &headers("application/json"),
+                body.as_bytes(),
+            )
+        }
+
+        fn patch(&self, directive: &str, media: &str, body: &str) -> Result<Checked, ApiError> {
+            check_patch(
+                &self.cache,
+                &self.registry,
+                &self.pods(),
+                &query(directive),
+                &headers(media),
+                body.as_bytes(),
+            )
+        }
+    }
+
+    const POD: &str = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"foo": 1, "containers": [{"name": "c", "image": "i", "image": "j"}]}}"#;
+
+    #[test]
+    fn strict_refuses_with_upstream_wording() {
+        let f = Fixture::new();
+        let error = f.object("Strict", POD).unwrap_err();
+        assert_eq!(error.code, 400);
+        assert_eq!(
+            error.message,
+            r#"Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.foo", duplicate field "spec.containers[0].image""#
+        );
+        let fine = f
+            .object(
+                "Strict",
+                r#"{"metadata": {"name": "p"}, "spec": {"containers": []}}"#,
+            )
+            .unwrap();
+        assert!(fine.warnings.is_empty() && fine.body.is_none());
+    }
+
+    #[test]
+    fn warn_is_the_default_and_drops_unknown_fields() {
+        let f = Fixture::new();
+        for directive in ["Warn", ""] {
+            let checked = f.object(directive, POD).unwrap();
+            assert_eq!(
+                checked.warnings,
+                [
+                    r#"unknown field "spec.foo""#,
+                    r#"duplicate field "spec.containers[0].image""#
+                ]
+            );
+            let stored: Value = serde_json::from_slice(checked.body(b"")).unwrap();
+            assert!(stored.pointer("/spec/foo").is_none());
+            let response = checked.finish(Response::new(axum::body::Body::empty()));
+            let warnings: Vec<_> = response.headers().get_all("warning").iter().collect();
+            assert_eq!(warnings[0], r#"299 - "unknown field \"spec.foo\"""#);
+            assert_eq!(warnings.len(), 2);
+        }
+        let ignored = f.object("Ignore", POD).unwrap();
+        assert!(ignored.warnings.is_empty());
+        assert!(ignored.body.is_some(), "unknown fields are dropped");
+        assert!(f.object("Bogus", POD).is_err());
+    }
+
+    #[test]
+    fn patches_are_checked() {
+        let f = Fixture::new();
+        let merge = r#"{"spec": {"zeta": 1, "alpha": 2, "nodeName": "a", "nodeName": "b"}, "metadata": {"labels": {"x": null}}}"#;
+        let error = f
+            .patch("Strict", "application/merge-patch+json", merge)
+            .unwrap_err();
+        assert_eq!(
+            error.message,
+            r#"strict decoding error: duplicate field "spec.nodeName", unknown field "spec.alpha", unknown field "spec.zeta""#
+        );
+        let smp = r#"{"spec": {"$setElementOrder/containers": [{"name": "c"}], "containers": [{"name": "c", "imag": "x"}]}}"#;
+        let checked = f
+            .patch("Warn", "application/strategic-merge-patch+json", smp)
+            .unwrap();
+        assert_eq!(
+            checked.warnings,
+            [r#"unknown field "spec.containers[0].imag""#]
+        );
+        let json = r#"[{"op": "add", "path": "/spec/bogus", "value": 1},
+                       {"op": "replace", "path": "/spec/containers/0", "value": {"name": "c", "imag": "x"}},
+                       {"op": "add", "path": "/metadata/labels/a", "value": "b"}]"#;
+        let checked = f
+            .patch("Warn", "application/json-patch+json", json)
+            .unwrap();
+        assert_eq!(
+            checked.warnings,
+            [
+                r#"unknown field "spec.bogus""#,
+                r#"unknown field "spec.containers[0].imag""#
+            ]
+        );
+        let kept: Value = serde_json::from_slice(checked.body(b"")).unwrap();
+        assert_eq!(kept.as_array().unwrap().len(), 2);
+        let dup =
+            r#"[{"op": "add", "path": "/spec/nodeName", "path": "/spec/nodeName", "value": "n"}]"#;
+        let error = f
+            .patch("Strict", "application/json-patch+json", dup)
+            .unwrap_err();
+        assert_eq!(
+            error.message,
+            r#"strict decoding error: json patch duplicate field "[0].path""#
+        );
+    }
+}
