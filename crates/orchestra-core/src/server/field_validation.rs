@@ -148,13 +148,21 @@ pub(crate) fn check_object(
     let directive = Directive::of(query)?;
     let yaml = is_yaml(&body::content_type(headers));
     // Bodies that do not parse are the handler's to refuse.
-    let (Some(document), Some(mut object)) = (parse_ordered(bytes, yaml), parse_value(bytes, yaml))
-    else {
+    let Some(mut object) = parse_value(bytes, yaml) else {
         return Ok(Checked::default());
     };
+    let document = parse_ordered(bytes, yaml);
     let outcome = with_schema(cache, registry, resource, |schema| {
-        let problems = schema.strict_problems(&document);
-        let pruned = !schema.prune_unknown_fields(&mut object).is_empty();
+        let unknown = schema.prune_unknown_fields(&mut object);
+        let pruned = !unknown.is_empty();
+        let problems = match &document {
+            Some(document) => schema.strict_problems(document),
+            // Not parsed in order (a YAML quirk): unknown fields still count.
+            None => unknown
+                .into_iter()
+                .map(|p| format!("unknown field {p:?}"))
+                .collect(),
+        };
         (problems, pruned)
     });
     let Some((problems, pruned)) = outcome else {
@@ -195,10 +203,10 @@ pub(crate) fn check_patch(
     let directive = Directive::of(query)?;
     let media = body::content_type(headers);
     let yaml = is_yaml(&media);
-    let (Some(document), Some(mut patch)) = (parse_ordered(bytes, yaml), parse_value(bytes, yaml))
-    else {
+    let Some(mut patch) = parse_value(bytes, yaml) else {
         return Ok(Checked::default());
     };
+    let document = parse_ordered(bytes, yaml).unwrap_or(Ordered::Scalar);
     let json_patch = media == "application/json-patch+json";
     let outcome = with_schema(cache, registry, resource, |schema| {
         let mut problems = duplicate_fields(&document);
@@ -337,6 +345,24 @@ mod tests {
         assert_eq!(
             error.message,
             r#"Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.foo", duplicate field "spec.containers[0].image""#
+        );
+        let yaml =
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  foo: 1\n  containers: []\n";
+        let error = check_object(
+            &f.cache,
+            &f.registry,
+            &f.pods(),
+            &query("Strict"),
+            &headers("application/yaml"),
+            yaml.as_bytes(),
+        )
+        .unwrap_err();
+        assert!(
+            error
+                .message
+                .ends_with(r#"strict decoding error: unknown field "spec.foo""#),
+            "{}",
+            error.message
         );
         let fine = f
             .object(
