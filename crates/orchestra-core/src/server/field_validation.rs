@@ -1,5 +1,6 @@
 //! `fieldValidation` on create, update and patch: unknown and duplicate
-//! fields are refused (`Strict`, 400), reported in `Warning` headers (`Warn`,
+//! fields are refused (`Strict`: 400 on create and update, 422 on patch,
+//! like upstream), reported in `Warning` headers (`Warn`,
 //! the default like upstream since 1.27) or dropped silently (`Ignore`).
 //! Unknown fields are dropped from what is stored in every mode.
 //!
@@ -17,7 +18,7 @@ use super::body;
 use super::openapi::OpenApiCache;
 use super::route::Query;
 use crate::api::schema::duplicate_fields;
-use crate::api::{ApiError, Ordered, Registry, ResourceInfo, SchemaView};
+use crate::api::{ApiError, ErrorTarget, FieldError, Ordered, Registry, ResourceInfo, SchemaView};
 
 /// What the client asked for with `fieldValidation`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,17 +72,17 @@ impl Checked {
     }
 }
 
-/// Turns the problems found into the outcome the directive asks for.
+/// Turns the problems found into the outcome the directive asks for;
+/// `refuse` makes the error of `Strict` from `strict decoding error: ...`.
 fn decide(
     directive: Directive,
     problems: Vec<String>,
-    prefix: impl FnOnce() -> String,
+    refuse: impl FnOnce(String) -> ApiError,
     body: Option<Bytes>,
 ) -> Result<Checked, ApiError> {
     match directive {
-        Directive::Strict if !problems.is_empty() => Err(ApiError::bad_request(format!(
-            "{}strict decoding error: {}",
-            prefix(),
+        Directive::Strict if !problems.is_empty() => Err(refuse(format!(
+            "strict decoding error: {}",
             problems.join(", ")
         ))),
         Directive::Warn => Ok(Checked {
@@ -186,8 +187,9 @@ pub(crate) fn check_object(
             resource.kind
         )
     };
+    let refuse = |error: String| ApiError::bad_request(format!("{}{error}", prefix()));
     let body = if pruned { encode(&object) } else { None };
-    decide(directive, problems, prefix, body)
+    decide(directive, problems, refuse, body)
 }
 
 /// Checks a patch body: duplicate fields in the patch itself, then the
@@ -228,8 +230,22 @@ pub(crate) fn check_patch(
     let Some((problems, pruned)) = outcome else {
         return Ok(Checked::default());
     };
+    // Like upstream: an apply patch is a bad request, any other patch makes
+    // an invalid object (422, the cause on the field `patch`).
+    let apply = media == "application/apply-patch+yaml";
+    let refuse = |error: String| {
+        if apply {
+            ApiError::bad_request(format!("error strict decoding patch: {error}"))
+        } else {
+            let patch = String::from_utf8_lossy(bytes);
+            ApiError::invalid(
+                &ErrorTarget::default(),
+                vec![FieldError::invalid("patch", patch.trim(), error)],
+            )
+        }
+    };
     let body = if pruned { encode(&patch) } else { None };
-    decide(directive, problems, String::new, body)
+    decide(directive, problems, refuse, body)
 }
 
 /// The unknown fields a JSON patch would set; drops them from the values
@@ -405,9 +421,18 @@ mod tests {
         let error = f
             .patch("Strict", "application/merge-patch+json", merge)
             .unwrap_err();
-        assert_eq!(
-            error.message,
-            r#"strict decoding error: duplicate field "spec.nodeName", unknown field "spec.alpha", unknown field "spec.zeta""#
+        assert_eq!((error.code, error.reason), (422, "Invalid"));
+        assert!(
+            error
+                .message
+                .starts_with(r#" "" is invalid: patch: Invalid value: "{"#),
+            "{}",
+            error.message
+        );
+        assert!(
+            error.message.ends_with(r#": strict decoding error: duplicate field "spec.nodeName", unknown field "spec.alpha", unknown field "spec.zeta""#),
+            "{}",
+            error.message
         );
         let smp = r#"{"spec": {"$setElementOrder/containers": [{"name": "c"}], "containers": [{"name": "c", "imag": "x"}]}}"#;
         let checked = f
@@ -437,9 +462,21 @@ mod tests {
         let error = f
             .patch("Strict", "application/json-patch+json", dup)
             .unwrap_err();
+        assert!(
+            error
+                .message
+                .ends_with(r#"strict decoding error: json patch duplicate field "[0].path""#),
+            "{}",
+            error.message
+        );
+        let apply = "spec:\n  foo: 1\n";
+        let error = f
+            .patch("Strict", "application/apply-patch+yaml", apply)
+            .unwrap_err();
+        assert_eq!(error.code, 400);
         assert_eq!(
             error.message,
-            r#"strict decoding error: json patch duplicate field "[0].path""#
+            r#"error strict decoding patch: strict decoding error: unknown field "spec.foo""#
         );
     }
 }

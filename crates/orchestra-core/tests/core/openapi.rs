@@ -380,11 +380,16 @@ async fn field_validation_over_http() {
         ),
     )
     .await;
-    assert_eq!(status, 400, "{body}");
-    assert_eq!(
-        body["message"],
-        r#"strict decoding error: unknown field "spec.qux""#
+    // Upstream refuses a patch that makes an invalid object: 422, the
+    // cause on the field `patch`.
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["reason"], "Invalid");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.ends_with(r#"strict decoding error: unknown field "spec.qux""#),
+        "{body}"
     );
+    assert_eq!(body["details"]["causes"][0]["field"], "patch");
     let (_, _, unchanged) = call(
         &server,
         request("GET", &format!("{pods}/p"), "", String::new()),
