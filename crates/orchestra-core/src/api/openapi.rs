@@ -1158,4 +1158,156 @@ mod tests {
             ["metadata.nme"]
         );
     }
+
+    /// Real manifests, exercising odd types (int-or-string, quantities,
+    /// byte strings, times, raw JSON, CRD schemas): nothing is unknown, so
+    /// nothing is warned about or dropped.
+    #[test]
+    fn real_manifests_have_no_unknown_fields() {
+        let (_, openapi) = built();
+        let manifests = [
+            (
+                "apps",
+                "v1",
+                "Deployment",
+                json!({
+                    "apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "web", "labels": {"app": "web"}, "annotations": {"a": "b"},
+                        "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "u", "controller": true}],
+                        "managedFields": [{"manager": "kubectl", "operation": "Apply", "apiVersion": "apps/v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]},
+                    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]},
+                        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}},
+                        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                            "containers": [{"name": "c", "image": "nginx", "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                                "env": [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                                "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}, "requests": {"cpu": 0.5}},
+                                "livenessProbe": {"httpGet": {"path": "/", "port": "http"}, "initialDelaySeconds": 3},
+                                "readinessProbe": {"tcpSocket": {"port": 80}},
+                                "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}, "runAsUser": 1000},
+                                "volumeMounts": [{"name": "v", "mountPath": "/data"}]}],
+                            "volumes": [{"name": "v", "emptyDir": {"sizeLimit": "1Gi"}}, {"name": "s", "secret": {"secretName": "s"}}],
+                            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+                            "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+                            "nodeSelector": {"disk": "ssd"}, "terminationGracePeriodSeconds": 30}}},
+                    "status": {"replicas": 2, "conditions": [{"type": "Available", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z"}]},
+                }),
+            ),
+            (
+                "",
+                "v1",
+                "Service",
+                json!({
+                    "apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+                    "spec": {"type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": "http", "nodePort": 30080}], "clusterIP": "10.0.0.1"},
+                    "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}},
+                }),
+            ),
+            (
+                "",
+                "v1",
+                "Node",
+                json!({
+                    "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+                    "spec": {"podCIDR": "10.1.0.0/24", "taints": [{"key": "k", "effect": "NoSchedule"}]},
+                    "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"}, "allocatable": {"cpu": "4"},
+                        "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2024-01-01T00:00:00Z"}],
+                        "addresses": [{"type": "InternalIP", "address": "10.0.0.2"}], "nodeInfo": {"kubeletVersion": "v1.33.0", "architecture": "amd64", "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux", "osImage": "", "systemUUID": ""}},
+                }),
+            ),
+            (
+                "",
+                "v1",
+                "Secret",
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "type": "Opaque", "data": {"a": "YWJj"}, "stringData": {"b": "x"}}),
+            ),
+            (
+                "",
+                "v1",
+                "ConfigMap",
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}, "binaryData": {"b": "YWJj"}, "immutable": true}),
+            ),
+            (
+                "",
+                "v1",
+                "Event",
+                json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e", "namespace": "d"}, "involvedObject": {"kind": "Pod", "name": "p"}, "reason": "R", "firstTimestamp": "2024-01-01T00:00:00Z", "count": 1, "source": {"component": "c"}, "eventTime": "2024-01-01T00:00:00.000000Z"}),
+            ),
+            (
+                "coordination.k8s.io",
+                "v1",
+                "Lease",
+                json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"}, "spec": {"holderIdentity": "h", "leaseDurationSeconds": 15, "renewTime": "2024-01-01T00:00:00.000000Z"}}),
+            ),
+            (
+                "policy",
+                "v1",
+                "PodDisruptionBudget",
+                json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "p"}, "spec": {"maxUnavailable": "50%", "selector": {"matchLabels": {"a": "b"}}}}),
+            ),
+            (
+                "batch",
+                "v1",
+                "CronJob",
+                json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"}, "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}}}}}),
+            ),
+            (
+                "rbac.authorization.k8s.io",
+                "v1",
+                "ClusterRole",
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}], "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"a": "b"}}]}}),
+            ),
+            (
+                "admissionregistration.k8s.io",
+                "v1",
+                "MutatingWebhookConfiguration",
+                json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": {"name": "m"}, "webhooks": [{"name": "w.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None", "clientConfig": {"caBundle": "YWJj", "service": {"name": "s", "namespace": "n", "port": 443}}, "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}]}),
+            ),
+            (
+                "storage.k8s.io",
+                "v1",
+                "StorageClass",
+                json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "s"}, "provisioner": "p", "parameters": {"type": "ssd"}}),
+            ),
+            (
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition",
+                json!({
+                    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "widgets.example.com"},
+                    "spec": {"group": "example.com", "scope": "Namespaced",
+                        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
+                        "versions": [{"name": "v1", "served": true, "storage": true,
+                            "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
+                            "additionalPrinterColumns": [{"name": "Size", "type": "integer", "jsonPath": ".spec.size"}],
+                            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                                "spec": {"type": "object", "required": ["size"], "properties": {
+                                    "size": {"type": "integer", "minimum": 0, "default": 1},
+                                    "port": {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]},
+                                    "tags": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},
+                                    "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                                    "mode": {"type": "string", "enum": ["a", "b"], "x-kubernetes-validations": [{"rule": "self != 'c'", "message": "no c"}]},
+                                    "config": {"type": "object", "default": {"a": 1}, "example": {"b": 2}}}},
+                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]},
+                    "status": {"acceptedNames": {"plural": "widgets", "kind": "Widget"}, "storedVersions": ["v1"], "conditions": [{"type": "Established", "status": "True"}]},
+                }),
+            ),
+        ];
+        for (group, version, kind, manifest) in manifests {
+            let schema = openapi.kind_schema(group, version, kind).unwrap();
+            assert_eq!(
+                schema.unknown_fields(&manifest),
+                Vec::<String>::new(),
+                "{kind}"
+            );
+            let mut bad = manifest.clone();
+            bad["zzz"] = json!(1);
+            bad["metadata"]["zzz"] = json!(1);
+            assert_eq!(
+                schema.unknown_fields(&bad),
+                ["metadata.zzz", "zzz"],
+                "{kind}"
+            );
+        }
+    }
 }
