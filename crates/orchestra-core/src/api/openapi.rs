@@ -34,9 +34,8 @@ use serde_json::{Map, Value, json};
 
 use super::Registry;
 use super::resource::{KindSchema, ResourceInfo};
-use super::schema::{REF_PREFIX, SchemaView};
+use super::schema::{OBJECT_META, REF_PREFIX, SchemaView};
 
-const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
 const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
 const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
@@ -936,7 +935,11 @@ mod tests {
             ResourceInfo::new("example.com", "v1", "Widget", "widgets", true).with_schema(
                 KindSchema::Json(Arc::new(json!({
                     "type": "object",
-                    "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}},
+                    "properties": {"spec": {"type": "object", "properties": {
+                        "size": {"type": "integer"},
+                        "template": {"type": "object", "x-kubernetes-embedded-resource": true, "x-kubernetes-preserve-unknown-fields": true,
+                            "properties": {"metadata": {"type": "object"}}},
+                    }}},
                 }))),
             ),
         );
@@ -1144,6 +1147,10 @@ mod tests {
                 &json!({"metadata": {"name": "w", "nme": 1}, "spec": {"size": 1, "colour": "red"}})
             ),
             ["metadata.nme", "spec.colour"]
+        );
+        assert_eq!(
+            widget.unknown_fields(&json!({"spec": {"template": {"apiVersion": "v1", "kind": "ConfigMap", "data": {}, "metadata": {"name": "x", "nam": 1}}}})),
+            ["spec.template.metadata.nam"]
         );
         let doc = document(&openapi, "apis/example.com/v1");
         assert_eq!(

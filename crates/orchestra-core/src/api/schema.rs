@@ -27,6 +27,9 @@ use serde_json::{Map, Value};
 /// Where `$ref`s point: `#/components/schemas/<name>`.
 pub const REF_PREFIX: &str = "#/components/schemas/";
 
+/// The schema name of `ObjectMeta`.
+pub const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+
 /// One schema node, resolved through `$ref`s, with the definitions it can
 /// refer to.
 #[derive(Debug, Clone, Copy)]
@@ -289,6 +292,23 @@ fn entry_schema<'a>(
     let Some(schema) = schema else {
         return Ok(None);
     };
+    // An embedded object (`x-kubernetes-embedded-resource`) has the
+    // metadata of an object, whatever its schema says.
+    if schema
+        .extension("x-kubernetes-embedded-resource")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
+        match key {
+            "metadata" => {
+                if let Some(meta) = SchemaView::reference(schema.definitions, OBJECT_META) {
+                    return Ok(Some(meta));
+                }
+            }
+            "apiVersion" | "kind" => return Ok(None),
+            _ => {}
+        }
+    }
     if let Some(field) = schema.field(key) {
         return Ok(Some(field));
     }

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::response::Response;
 use bytes::Bytes;
 use serde_json::Value;
@@ -125,111 +125,119 @@ fn encode(value: &Value) -> Option<Bytes> {
     ))
 }
 
-/// The schema of `resource`'s kind, with the documents it lives in.
-fn with_schema<T>(
+/// Checks the body of a write: `POST` and `PUT` carry an object, `PATCH` a
+/// patch. The schema is that of the resource's kind, or of the
+/// subresource's (`Scale`, `Binding`, `Eviction`); kinds and subresources
+/// with no known schema, and other methods, pass unchecked.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check(
     cache: &OpenApiCache,
     registry: &Arc<Registry>,
     resource: &ResourceInfo,
-    f: impl FnOnce(SchemaView<'_>) -> T,
-) -> Option<T> {
-    let openapi = cache.get(registry);
-    let schema = openapi.resource_schema(resource)?;
-    Some(f(schema))
-}
-
-/// Checks a create or update body (the whole object).
-pub(crate) fn check_object(
-    cache: &OpenApiCache,
-    registry: &Arc<Registry>,
-    resource: &ResourceInfo,
+    subresource: Option<&str>,
+    method: &Method,
     query: &Query,
     headers: &HeaderMap,
     bytes: &[u8],
 ) -> Result<Checked, ApiError> {
+    let patch = match *method {
+        Method::POST | Method::PUT => false,
+        Method::PATCH => true,
+        _ => return Ok(Checked::default()),
+    };
     let directive = Directive::of(query)?;
+    let (group, version, kind) = match subresource {
+        None => (&resource.group, &resource.version, &resource.kind),
+        Some(name) => match resource.subresources.iter().find(|s| s.name == name) {
+            Some(sub) => (&sub.group, &sub.version, &sub.kind),
+            None => return Ok(Checked::default()),
+        },
+    };
+    let openapi = cache.get(registry);
+    let Some(schema) = openapi.kind_schema(group, version, kind) else {
+        return Ok(Checked::default());
+    };
+    if patch {
+        check_patch(schema, directive, headers, bytes)
+    } else {
+        check_object(schema, directive, (kind, version), headers, bytes)
+    }
+}
+
+/// Checks a create or update body (the whole object) of kind
+/// `expected.0` at version `expected.1`.
+fn check_object(
+    schema: SchemaView<'_>,
+    directive: Directive,
+    expected: (&str, &str),
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<Checked, ApiError> {
     let yaml = is_yaml(&body::content_type(headers));
     // Bodies that do not parse are the handler's to refuse.
     let Some(mut object) = parse_value(bytes, yaml) else {
         return Ok(Checked::default());
     };
-    let document = parse_ordered(bytes, yaml);
-    let outcome = with_schema(cache, registry, resource, |schema| {
-        let unknown = schema.prune_unknown_fields(&mut object);
-        let pruned = !unknown.is_empty();
-        let problems = match &document {
-            Some(document) => schema.strict_problems(document),
-            // Not parsed in order (a YAML quirk): unknown fields still count.
-            None => unknown
-                .into_iter()
-                .map(|p| format!("unknown field {p:?}"))
-                .collect(),
-        };
-        (problems, pruned)
-    });
-    let Some((problems, pruned)) = outcome else {
-        return Ok(Checked::default());
+    let unknown = schema.prune_unknown_fields(&mut object);
+    let pruned = !unknown.is_empty();
+    let problems = match parse_ordered(bytes, yaml) {
+        Some(document) => schema.strict_problems(&document),
+        // Not parsed in order (a YAML quirk): unknown fields still count.
+        None => unknown
+            .into_iter()
+            .map(|p| format!("unknown field {p:?}"))
+            .collect(),
     };
-    let prefix = || {
+    let refuse = |error: String| {
         // Upstream names the kind and version the data claims to be.
         let kind = object
             .get("kind")
             .and_then(Value::as_str)
             .filter(|k| !k.is_empty())
-            .unwrap_or(&resource.kind);
+            .unwrap_or(expected.0);
         let version = object
             .get("apiVersion")
             .and_then(Value::as_str)
             .map(|v| v.rsplit('/').next().unwrap_or(v))
             .filter(|v| !v.is_empty())
-            .unwrap_or(&resource.version);
-        format!(
-            "{kind} in version {version:?} cannot be handled as a {}: ",
-            resource.kind
-        )
+            .unwrap_or(expected.1);
+        ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {}: {error}",
+            expected.0
+        ))
     };
-    let refuse = |error: String| ApiError::bad_request(format!("{}{error}", prefix()));
     let body = if pruned { encode(&object) } else { None };
     decide(directive, problems, refuse, body)
 }
 
 /// Checks a patch body: duplicate fields in the patch itself, then the
 /// fields the patch would set that the kind does not know.
-pub(crate) fn check_patch(
-    cache: &OpenApiCache,
-    registry: &Arc<Registry>,
-    resource: &ResourceInfo,
-    query: &Query,
+fn check_patch(
+    schema: SchemaView<'_>,
+    directive: Directive,
     headers: &HeaderMap,
     bytes: &[u8],
 ) -> Result<Checked, ApiError> {
-    let directive = Directive::of(query)?;
     let media = body::content_type(headers);
     let yaml = is_yaml(&media);
     let Some(mut patch) = parse_value(bytes, yaml) else {
         return Ok(Checked::default());
     };
     let document = parse_ordered(bytes, yaml).unwrap_or(Ordered::Scalar);
-    let json_patch = media == "application/json-patch+json";
-    let outcome = with_schema(cache, registry, resource, |schema| {
-        let mut problems = duplicate_fields(&document);
-        let mut unknown = Vec::new();
-        if json_patch {
-            problems = problems
-                .into_iter()
-                .map(|p| format!("json patch {p}"))
-                .collect();
-            unknown = prune_json_patch(schema, &mut patch);
-        } else if patch.is_object() {
-            unknown = schema.prune_unknown_patch_fields(&mut patch);
-        }
-        unknown.sort();
-        let pruned = !unknown.is_empty();
-        problems.extend(unknown.into_iter().map(|p| format!("unknown field {p:?}")));
-        (problems, pruned)
-    });
-    let Some((problems, pruned)) = outcome else {
-        return Ok(Checked::default());
-    };
+    let mut problems = duplicate_fields(&document);
+    let mut unknown = Vec::new();
+    if media == "application/json-patch+json" {
+        problems = problems
+            .into_iter()
+            .map(|p| format!("json patch {p}"))
+            .collect();
+        unknown = prune_json_patch(schema, &mut patch);
+    } else if patch.is_object() {
+        unknown = schema.prune_unknown_patch_fields(&mut patch);
+    }
+    unknown.sort();
+    let pruned = !unknown.is_empty();
+    problems.extend(unknown.into_iter().map(|p| format!("unknown field {p:?}")));
     // Like upstream: an apply patch is a bad request, any other patch makes
     // an invalid object (422, the cause on the field `patch`).
     let apply = media == "application/apply-patch+yaml";
@@ -328,21 +336,26 @@ mod tests {
         }
 
         fn object(&self, directive: &str, body: &str) -> Result<Checked, ApiError> {
-            check_object(
-                &self.cache,
-                &self.registry,
-                &self.pods(),
-                &query(directive),
-                &headers("application/json"),
-                body.as_bytes(),
-            )
+            self.write(Method::POST, directive, "application/json", body)
         }
 
         fn patch(&self, directive: &str, media: &str, body: &str) -> Result<Checked, ApiError> {
-            check_patch(
+            self.write(Method::PATCH, directive, media, body)
+        }
+
+        fn write(
+            &self,
+            method: Method,
+            directive: &str,
+            media: &str,
+            body: &str,
+        ) -> Result<Checked, ApiError> {
+            check(
                 &self.cache,
                 &self.registry,
                 &self.pods(),
+                None,
+                &method,
                 &query(directive),
                 &headers(media),
                 body.as_bytes(),
@@ -364,15 +377,9 @@ mod tests {
         );
         let yaml =
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  foo: 1\n  containers: []\n";
-        let error = check_object(
-            &f.cache,
-            &f.registry,
-            &f.pods(),
-            &query("Strict"),
-            &headers("application/yaml"),
-            yaml.as_bytes(),
-        )
-        .unwrap_err();
+        let error = f
+            .write(Method::PUT, "Strict", "application/yaml", yaml)
+            .unwrap_err();
         assert!(
             error
                 .message
@@ -477,6 +484,65 @@ mod tests {
         assert_eq!(
             error.message,
             r#"error strict decoding patch: strict decoding error: unknown field "spec.foo""#
+        );
+    }
+
+    #[test]
+    fn subresources_use_their_kind() {
+        let f = Fixture::new();
+        let deployments = f.registry.get("apps", "v1", "deployments").unwrap();
+        let scale = |method: Method, media: &str, body: &str| {
+            check(
+                &f.cache,
+                &f.registry,
+                &deployments,
+                Some("scale"),
+                &method,
+                &query("Strict"),
+                &headers(media),
+                body.as_bytes(),
+            )
+        };
+        let fine = r#"{"spec": {"replicas": 3}}"#;
+        assert!(scale(Method::PATCH, "application/merge-patch+json", fine).is_ok());
+        let bad = r#"{"spec": {"replicas": 3, "paused": true}}"#;
+        let error = scale(Method::PATCH, "application/merge-patch+json", bad).unwrap_err();
+        assert!(
+            error.message.ends_with(r#"unknown field "spec.paused""#),
+            "{}",
+            error.message
+        );
+        let error = scale(Method::PUT, "application/json", r#"{"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": {"name": "x"}, "spec": {"nope": 1}}"#).unwrap_err();
+        assert_eq!(
+            error.message,
+            r#"Scale in version "v1" cannot be handled as a Scale: strict decoding error: unknown field "spec.nope""#
+        );
+        let binding = r#"{"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}}"#;
+        let pods = f.pods();
+        let checked = check(
+            &f.cache,
+            &f.registry,
+            &pods,
+            Some("binding"),
+            &Method::POST,
+            &query("Strict"),
+            &headers("application/json"),
+            binding.as_bytes(),
+        );
+        assert!(checked.is_ok());
+        // Reads are not checked.
+        assert!(
+            check(
+                &f.cache,
+                &f.registry,
+                &pods,
+                None,
+                &Method::GET,
+                &query("Bogus"),
+                &HeaderMap::new(),
+                b""
+            )
+            .is_ok()
         );
     }
 }

@@ -248,10 +248,12 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                 Method::GET if query.watch => watch::watch(state.clone(), target, query).await,
                 Method::GET => respond(objects::list(&state, &target, &query).await, false),
                 Method::POST => match read(body_stream).await.and_then(|bytes| {
-                    let checked = field_validation::check_object(
+                    let checked = field_validation::check(
                         &state.openapi,
                         &registry,
                         &target.resource,
+                        None,
+                        &method,
                         &query,
                         headers,
                         &bytes,
@@ -301,25 +303,16 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                     Err(e) => return body::error(&e),
                 },
             };
-            let checked = match (sub, &method) {
-                (None | Some("status"), &Method::PUT) => field_validation::check_object(
-                    &state.openapi,
-                    &registry,
-                    &target.resource,
-                    &query,
-                    headers,
-                    &bytes,
-                ),
-                (None | Some("status"), &Method::PATCH) => field_validation::check_patch(
-                    &state.openapi,
-                    &registry,
-                    &target.resource,
-                    &query,
-                    headers,
-                    &bytes,
-                ),
-                _ => Ok(Default::default()),
-            };
+            let checked = field_validation::check(
+                &state.openapi,
+                &registry,
+                &target.resource,
+                sub,
+                &method,
+                &query,
+                headers,
+                &bytes,
+            );
             let checked = match checked {
                 Ok(checked) => checked,
                 Err(e) => return body::error(&e),
@@ -359,19 +352,27 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                     false,
                 ),
                 (Some("finalize"), &Method::PUT) => respond(
-                    subresources::finalize(&state, &target, &name, headers, &bytes).await,
+                    subresources::finalize(&state, &target, &name, headers, checked.body(&bytes))
+                        .await,
                     false,
                 ),
                 (Some("binding"), &Method::POST) => respond(
-                    subresources::bind(&state, &target, &name, headers, &bytes).await,
+                    subresources::bind(&state, &target, &name, headers, checked.body(&bytes)).await,
                     true,
                 ),
                 (Some("scale"), &Method::GET) => {
                     respond(subresources::get_scale(&state, &target, &name).await, false)
                 }
                 (Some("scale"), &Method::PUT | &Method::PATCH) => respond(
-                    subresources::update_scale(&state, &target, &name, &method, headers, &bytes)
-                        .await,
+                    subresources::update_scale(
+                        &state,
+                        &target,
+                        &name,
+                        &method,
+                        headers,
+                        checked.body(&bytes),
+                    )
+                    .await,
                     false,
                 ),
                 _ => body::error(&ApiError::method_not_allowed(format!(
