@@ -55,9 +55,11 @@ pub(crate) struct Checked {
 }
 
 impl Checked {
-    /// The body the handler should process.
-    pub(crate) fn body<'a>(&'a self, original: &'a [u8]) -> &'a [u8] {
-        self.body.as_deref().unwrap_or(original)
+    /// The outcome with the body the handler should process (the request's,
+    /// or the one with unknown fields dropped).
+    pub(crate) fn with_body(mut self, original: Bytes) -> (Checked, Bytes) {
+        let body = self.body.take().unwrap_or(original);
+        (self, body)
     }
 
     /// Adds the warnings to a response: `Warning: 299 - "<text>"` each.
@@ -408,7 +410,7 @@ mod tests {
                     r#"duplicate field "spec.containers[0].image""#
                 ]
             );
-            let stored: Value = serde_json::from_slice(checked.body(b"")).unwrap();
+            let stored: Value = serde_json::from_slice(&checked.body.clone().unwrap()).unwrap();
             assert!(stored.pointer("/spec/foo").is_none());
             let response = checked.finish(Response::new(axum::body::Body::empty()));
             let warnings: Vec<_> = response.headers().get_all("warning").iter().collect();
@@ -462,7 +464,7 @@ mod tests {
                 r#"unknown field "spec.containers[0].imag""#
             ]
         );
-        let kept: Value = serde_json::from_slice(checked.body(b"")).unwrap();
+        let kept: Value = serde_json::from_slice(&checked.body.clone().unwrap()).unwrap();
         assert_eq!(kept.as_array().unwrap().len(), 2);
         let dup =
             r#"[{"op": "add", "path": "/spec/nodeName", "path": "/spec/nodeName", "value": "n"}]"#;

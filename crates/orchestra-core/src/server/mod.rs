@@ -258,11 +258,10 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                         headers,
                         &bytes,
                     )?;
-                    Ok((bytes, checked))
+                    Ok(checked.with_body(bytes))
                 }) {
-                    Ok((bytes, checked)) => checked.finish(respond(
-                        objects::create(&state, &target, &query, headers, checked.body(&bytes))
-                            .await,
+                    Ok((checked, bytes)) => checked.finish(respond(
+                        objects::create(&state, &target, &query, headers, &bytes).await,
                         true,
                     )),
                     Err(e) => body::error(&e),
@@ -303,7 +302,7 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                     Err(e) => return body::error(&e),
                 },
             };
-            let checked = field_validation::check(
+            let (checked, bytes) = match field_validation::check(
                 &state.openapi,
                 &registry,
                 &target.resource,
@@ -312,39 +311,20 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                 &query,
                 headers,
                 &bytes,
-            );
-            let checked = match checked {
-                Ok(checked) => checked,
+            ) {
+                Ok(checked) => checked.with_body(bytes),
                 Err(e) => return body::error(&e),
             };
-            let response = match (sub, &method) {
+            checked.finish(match (sub, &method) {
                 (None | Some("status"), &Method::GET) => {
                     respond(objects::get(&state, &target, &name).await, false)
                 }
                 (None | Some("status"), &Method::PUT) => respond(
-                    objects::update(
-                        &state,
-                        &target,
-                        &name,
-                        sub,
-                        &query,
-                        headers,
-                        checked.body(&bytes),
-                    )
-                    .await,
+                    objects::update(&state, &target, &name, sub, &query, headers, &bytes).await,
                     false,
                 ),
                 (None | Some("status"), &Method::PATCH) => respond(
-                    objects::patch(
-                        &state,
-                        &target,
-                        &name,
-                        sub,
-                        &query,
-                        headers,
-                        checked.body(&bytes),
-                    )
-                    .await,
+                    objects::patch(&state, &target, &name, sub, &query, headers, &bytes).await,
                     false,
                 ),
                 (None, &Method::DELETE) => respond(
@@ -352,27 +332,19 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                     false,
                 ),
                 (Some("finalize"), &Method::PUT) => respond(
-                    subresources::finalize(&state, &target, &name, headers, checked.body(&bytes))
-                        .await,
+                    subresources::finalize(&state, &target, &name, headers, &bytes).await,
                     false,
                 ),
                 (Some("binding"), &Method::POST) => respond(
-                    subresources::bind(&state, &target, &name, headers, checked.body(&bytes)).await,
+                    subresources::bind(&state, &target, &name, headers, &bytes).await,
                     true,
                 ),
                 (Some("scale"), &Method::GET) => {
                     respond(subresources::get_scale(&state, &target, &name).await, false)
                 }
                 (Some("scale"), &Method::PUT | &Method::PATCH) => respond(
-                    subresources::update_scale(
-                        &state,
-                        &target,
-                        &name,
-                        &method,
-                        headers,
-                        checked.body(&bytes),
-                    )
-                    .await,
+                    subresources::update_scale(&state, &target, &name, &method, headers, &bytes)
+                        .await,
                     false,
                 ),
                 _ => body::error(&ApiError::method_not_allowed(format!(
@@ -380,8 +352,7 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                     target.resource.plural,
                     sub.map(|s| format!("/{s}")).unwrap_or_default()
                 ))),
-            };
-            checked.finish(response)
+            })
         }
         _ => body::error(&ApiError::method_not_allowed(format!(
             "{method} is not supported on {}",
