@@ -131,6 +131,22 @@ async fn kubectl_validates_with_openapi_v3() {
         let pod: Value = serde_json::from_str(&out).unwrap();
         assert!(pod.pointer("/spec/foo").is_none(), "{out}");
 
+        // replace (PUT) is validated the same way.
+        let changed = POD.replace("nginx:1.27", "nginx:1.28");
+        let (ok, _, err) = kubectl(
+            &dir,
+            &["replace", "-f", "-"],
+            Some(&changed.replace("spec:\n", "spec:\n  bogus: 1\n")),
+        );
+        assert!(!ok);
+        assert!(
+            err.contains(r#"strict decoding error: unknown field "spec.bogus""#),
+            "{err}"
+        );
+        let (ok, out, err) = kubectl(&dir, &["replace", "-f", "-"], Some(&changed));
+        assert!(ok, "{err}");
+        assert!(out.contains("pod/checked replaced"), "{out}");
+
         // Client-side apply creates on first use.
         let (ok, out, err) = kubectl(&dir, &["apply", "-f", "-"], Some(DEPLOYMENT));
         assert!(ok, "{err}");
