@@ -17,3 +17,5 @@ mod auth;
 
 #[path = "core/table.rs"]
 mod table;
+#[path = "core/openapi.rs"]
+mod openapi;

@@ -1,16 +1,21 @@
 //! The types-only layer: resource descriptions and the registry, Status
-//! errors, selectors, object-meta helpers and validation. No I/O.
+//! errors, selectors, object-meta helpers, validation, OpenAPI documents and
+//! the schema view. No I/O.
 
 mod error;
 pub mod fields;
 pub mod meta;
+pub mod openapi;
 mod registry;
 mod resource;
+pub mod schema;
 mod selector;
 pub mod table;
 pub mod validation;
 
 pub use error::{ApiError, ErrorTarget, FieldError};
+pub use openapi::OpenApi;
 pub use registry::Registry;
 pub use resource::{KindSchema, RESOURCE_VERBS, ResourceInfo, Scope, SubresourceInfo};
+pub use schema::{Ordered, SchemaView};
 pub use selector::{FieldSelector, LabelSelector};

@@ -14,10 +14,12 @@
 
 mod body;
 mod discovery;
+mod field_validation;
 mod health;
 mod listener;
 pub mod metrics;
 mod objects;
+mod openapi;
 pub mod pki;
 mod route;
 mod state;
@@ -265,6 +267,9 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
             discovery::core_versions(&registry, headers)
         }
         Route::Groups if method == Method::GET => discovery::groups(&registry, headers),
+        Route::OpenApiV3 { path } if method == Method::GET => {
+            openapi::serve(&state.openapi, &registry, &path, headers)
+        }
         Route::GroupVersion { group, version } if method == Method::GET => {
             discovery::group_version(&registry, &group, &version)
         }
@@ -294,11 +299,23 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     &table::printer_of(&target.resource),
                     true,
                 ),
-                Method::POST => match read(body_stream).await {
-                    Ok(bytes) => respond(
+                Method::POST => match read(body_stream).await.and_then(|bytes| {
+                    let checked = field_validation::check(
+                        &state.openapi,
+                        &registry,
+                        &target.resource,
+                        None,
+                        &method,
+                        &query,
+                        headers,
+                        &bytes,
+                    )?;
+                    Ok(checked.with_body(bytes))
+                }) {
+                    Ok((checked, bytes)) => checked.finish(respond(
                         objects::create(&state, &target, &query, headers, &bytes).await,
                         true,
-                    ),
+                    )),
                     Err(e) => body::error(&e),
                 },
                 Method::DELETE => match read(body_stream).await {
@@ -337,7 +354,20 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     Err(e) => return body::error(&e),
                 },
             };
-            match (sub, &method) {
+            let (checked, bytes) = match field_validation::check(
+                &state.openapi,
+                &registry,
+                &target.resource,
+                sub,
+                &method,
+                &query,
+                headers,
+                &bytes,
+            ) {
+                Ok(checked) => checked.with_body(bytes),
+                Err(e) => return body::error(&e),
+            };
+            checked.finish(match (sub, &method) {
                 (None | Some("status"), &Method::GET) => {
                     match table::negotiate(headers, parts.uri.query(), false) {
                         Ok(output) => table::respond(
@@ -390,7 +420,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     target.resource.plural,
                     sub.map(|s| format!("/{s}")).unwrap_or_default()
                 ))),
-            }
+            })
         }
         _ => body::error(&ApiError::method_not_allowed(format!(
             "{method} is not supported on {}",

@@ -17,6 +17,8 @@ pub(crate) enum Route {
     CoreVersions,
     /// `/apis`: the named groups.
     Groups,
+    /// `/openapi/v3` (empty path) or `/openapi/v3/<api/v1 | apis/<g>/<v>>`.
+    OpenApiV3 { path: String },
     /// `/api/v1` or `/apis/<group>/<version>`: its resources.
     GroupVersion { group: String, version: String },
     /// A resource collection, in one namespace or across all (`namespace: None`).
@@ -45,6 +47,11 @@ impl Route {
             ["metrics"] => return Ok(Route::Metrics),
             ["api"] => return Ok(Route::CoreVersions),
             ["apis"] => return Ok(Route::Groups),
+            ["openapi", "v3", rest @ ..] => {
+                return Ok(Route::OpenApiV3 {
+                    path: rest.join("/"),
+                });
+            }
             ["api", version, rest @ ..] => ("", *version, rest),
             ["apis", group, version, rest @ ..] => (*group, *version, rest),
             _ => return Err(not_found()),
@@ -254,6 +261,13 @@ mod tests {
             Ok(Route::GroupVersion { .. })
         ));
         assert!(matches!(Route::parse("/version/", &r), Ok(Route::Version)));
+        assert!(
+            matches!(Route::parse("/openapi/v3", &r), Ok(Route::OpenApiV3 { path }) if path.is_empty())
+        );
+        assert!(
+            matches!(Route::parse("/openapi/v3/apis/apps/v1", &r), Ok(Route::OpenApiV3 { path }) if path == "apis/apps/v1")
+        );
+        assert!(Route::parse("/openapi/v2", &r).is_err());
         assert!(
             Route::parse("/api/v1/pods/p", &r).is_err(),
             "namespaced objects need a namespace"

@@ -17,6 +17,8 @@ pub(crate) struct State {
     pub authorizer: AuthorizerChain,
     pub admission: AdmissionChain,
     pub metrics: super::metrics::Metrics,
+    /// The OpenAPI documents of the current registry.
+    pub openapi: super::openapi::OpenApiCache,
 }
 
 impl State {
@@ -38,6 +40,7 @@ impl State {
             authorizer,
             admission,
             metrics: super::metrics::Metrics::new(),
+            openapi: Default::default(),
         }
     }
 

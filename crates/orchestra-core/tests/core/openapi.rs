@@ -1,0 +1,447 @@
+//! OpenAPI v3 and `fieldValidation`: kubectl `create`/`apply` with
+//! validation on, `kubectl explain`, and the raw HTTP shapes of Strict and
+//! Warn.
+
+use std::path::Path;
+use std::process::Command;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use super::support;
+
+/// Runs kubectl with a throwaway kubeconfig and cache; returns (success, stdout, stderr).
+fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut command = Command::new("kubectl");
+    command
+        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
+        .arg(format!("--cache-dir={}", dir.join("cache").display()))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().expect("kubectl is installed");
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn write_kubeconfig(dir: &Path, address: std::net::SocketAddr) {
+    std::fs::write(
+        dir.join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: ctx\n"
+        ),
+    )
+    .unwrap();
+}
+
+const POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: checked
+spec:
+  containers:
+  - name: c
+    image: nginx:1.27
+"#;
+
+const BAD_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: unchecked
+spec:
+  foo: bar
+  containers:
+  - name: c
+    image: nginx:1.27
+"#;
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: c
+        image: nginx:1.27
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_validates_with_openapi_v3() {
+    let server = support::server().await;
+    let address = support::listen(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_kubeconfig(dir.path(), address);
+    let dir = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || {
+        // Validation on (the default): kubectl reads OpenAPI v3, sees the
+        // fieldValidation parameter and leaves validation to the server.
+        let (ok, out, err) = kubectl(&dir, &["create", "-f", "-"], Some(POD));
+        assert!(ok, "{err}");
+        assert!(out.contains("pod/checked created"), "{out}");
+
+        let (ok, _, err) = kubectl(&dir, &["create", "-f", "-"], Some(BAD_POD));
+        assert!(!ok);
+        assert!(
+            err.contains("Error from server (BadRequest)")
+                && err.contains(r#"strict decoding error: unknown field "spec.foo""#),
+            "{err}"
+        );
+        let (ok, _, _) = kubectl(&dir, &["get", "pod", "unchecked"], None);
+        assert!(!ok, "a refused object is not stored");
+
+        // --validate=false sends Ignore: created, the unknown field dropped.
+        let (ok, _, err) = kubectl(
+            &dir,
+            &["create", "--validate=false", "-f", "-"],
+            Some(BAD_POD),
+        );
+        assert!(ok, "{err}");
+        let (ok, out, err) = kubectl(&dir, &["get", "pod", "unchecked", "-o", "json"], None);
+        assert!(ok, "{err}");
+        let pod: Value = serde_json::from_str(&out).unwrap();
+        assert!(pod.pointer("/spec/foo").is_none(), "{out}");
+
+        // replace (PUT) is validated the same way.
+        let changed = POD.replace("nginx:1.27", "nginx:1.28");
+        let (ok, _, err) = kubectl(
+            &dir,
+            &["replace", "-f", "-"],
+            Some(&changed.replace("spec:\n", "spec:\n  bogus: 1\n")),
+        );
+        assert!(!ok);
+        assert!(
+            err.contains(r#"strict decoding error: unknown field "spec.bogus""#),
+            "{err}"
+        );
+        let (ok, out, err) = kubectl(&dir, &["replace", "-f", "-"], Some(&changed));
+        assert!(ok, "{err}");
+        assert!(out.contains("pod/checked replaced"), "{out}");
+
+        // Client-side apply creates on first use.
+        let (ok, out, err) = kubectl(&dir, &["apply", "-f", "-"], Some(DEPLOYMENT));
+        assert!(ok, "{err}");
+        assert!(out.contains("deployment.apps/web created"), "{out}");
+        let (ok, out, err) = kubectl(
+            &dir,
+            &[
+                "get",
+                "deploy",
+                "web",
+                "-o",
+                "jsonpath={.metadata.annotations}",
+            ],
+            None,
+        );
+        assert!(ok, "{err}");
+        assert!(
+            out.contains("kubectl.kubernetes.io/last-applied-configuration"),
+            "{out}"
+        );
+
+        // explain reads the schemas.
+        let (ok, out, err) = kubectl(&dir, &["explain", "pods.spec"], None);
+        assert!(ok, "{err}");
+        assert!(out.contains("KIND:") && out.contains("Pod"), "{out}");
+        assert!(out.contains("FIELD: spec <PodSpec>"), "{out}");
+        assert!(
+            out.contains("containers\t<[]Container> -required-"),
+            "{out}"
+        );
+        assert!(out.contains("nodeName"), "{out}");
+        let (ok, out, err) = kubectl(&dir, &["explain", "deployments.spec.strategy"], None);
+        assert!(ok, "{err}");
+        assert!(out.contains("GROUP:") && out.contains("apps"), "{out}");
+        assert!(out.contains("rollingUpdate"), "{out}");
+        assert!(out.contains("DESCRIPTION:"), "{out}");
+        let (ok, out, err) = kubectl(
+            &dir,
+            &["explain", "deployment.spec.strategy.rollingUpdate.maxSurge"],
+            None,
+        );
+        assert!(ok, "{err}");
+        assert!(out.contains("<IntOrString>"), "{out}");
+        let (ok, out, err) = kubectl(&dir, &["explain", "nodes", "--recursive"], None);
+        assert!(ok, "{err}");
+        assert!(out.contains("podCIDRs"), "{out}");
+    })
+    .await
+    .unwrap();
+}
+
+async fn call(
+    server: &orchestra_core::server::ApiServer,
+    request: Request<Body>,
+) -> (StatusCode, Vec<String>, Value) {
+    let response = server.router().oneshot(request).await.unwrap();
+    let status = response.status();
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, warnings, value)
+}
+
+fn request(method: &str, uri: &str, content_type: &str, body: String) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", content_type)
+        .body(Body::from(body))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn openapi_documents_are_served() {
+    let server = support::server().await;
+    let (status, _, index) = call(&server, request("GET", "/openapi/v3", "", String::new())).await;
+    assert_eq!(status, 200);
+    let url = index["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(index["paths"]["apis/apps/v1"].is_object());
+    let response = server
+        .router()
+        .oneshot(request("GET", &url, "", String::new()))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let etag = response.headers()["etag"].to_str().unwrap().to_owned();
+    assert!(url.ends_with(etag.trim_matches('"')), "{url} {etag}");
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let doc: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(doc["info"]["version"], "v1.33.0");
+    assert!(doc["components"]["schemas"]["io.k8s.api.core.v1.Pod"].is_object());
+    let (status, _, _) = call(&server, request("GET", "/openapi/v2", "", String::new())).await;
+    assert_eq!(status, 404);
+    let (status, _, _) = call(
+        &server,
+        request("GET", "/openapi/v3/apis/nope/v1", "", String::new()),
+    )
+    .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn field_validation_over_http() {
+    let server = support::server().await;
+    let pods = "/api/v1/namespaces/default/pods";
+    let pod = |name: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"foo": 1, "containers": [{"name": "c", "image": "i", "bar": 2}]},
+        })
+        .to_string()
+    };
+
+    // POST
+    let (status, _, body) = call(
+        &server,
+        request(
+            "POST",
+            &format!("{pods}?fieldValidation=Strict"),
+            "application/json",
+            pod("p"),
+        ),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["kind"], "Status");
+    assert_eq!(body["reason"], "BadRequest");
+    assert_eq!(
+        body["message"],
+        // json! sorts keys: `containers` comes first in the document.
+        r#"Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.containers[0].bar", unknown field "spec.foo""#
+    );
+    let (status, warnings, body) = call(
+        &server,
+        request(
+            "POST",
+            &format!("{pods}?fieldValidation=Warn"),
+            "application/json",
+            pod("p"),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        warnings,
+        [
+            r#"299 - "unknown field \"spec.containers[0].bar\"""#,
+            r#"299 - "unknown field \"spec.foo\"""#,
+        ]
+    );
+    assert!(body.pointer("/spec/foo").is_none(), "dropped: {body}");
+    // Absent means Warn, like upstream.
+    let (status, warnings, _) =
+        call(&server, request("POST", pods, "application/json", pod("q"))).await;
+    assert_eq!(status, 201);
+    assert_eq!(warnings.len(), 2);
+    let (status, warnings, _) = call(
+        &server,
+        request(
+            "POST",
+            &format!("{pods}?fieldValidation=Ignore"),
+            "application/json",
+            pod("r"),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201);
+    assert!(warnings.is_empty());
+    // Duplicates.
+    let dup = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "d", "name": "d"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}"#;
+    let (status, _, body) = call(
+        &server,
+        request(
+            "POST",
+            &format!("{pods}?fieldValidation=Strict"),
+            "application/json",
+            dup.into(),
+        ),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(r#"strict decoding error: duplicate field "metadata.name""#),
+        "{body}"
+    );
+
+    // PUT
+    let (_, _, current) = call(
+        &server,
+        request("GET", &format!("{pods}/p"), "", String::new()),
+    )
+    .await;
+    let mut update = current.clone();
+    update["spec"]["baz"] = json!(true);
+    let (status, _, body) = call(
+        &server,
+        request(
+            "PUT",
+            &format!("{pods}/p?fieldValidation=Strict"),
+            "application/json",
+            update.to_string(),
+        ),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(r#"strict decoding error: unknown field "spec.baz""#),
+        "{body}"
+    );
+    let (status, warnings, body) = call(
+        &server,
+        request(
+            "PUT",
+            &format!("{pods}/p?fieldValidation=Warn"),
+            "application/json",
+            update.to_string(),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(warnings, [r#"299 - "unknown field \"spec.baz\"""#]);
+
+    // PATCH (merge)
+    let patch = json!({"metadata": {"labels": {"a": "b"}}, "spec": {"qux": 1}}).to_string();
+    let (status, _, body) = call(
+        &server,
+        request(
+            "PATCH",
+            &format!("{pods}/p?fieldValidation=Strict"),
+            "application/merge-patch+json",
+            patch.clone(),
+        ),
+    )
+    .await;
+    // Upstream refuses a patch that makes an invalid object: 422, the
+    // cause on the field `patch`.
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["reason"], "Invalid");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.ends_with(r#"strict decoding error: unknown field "spec.qux""#),
+        "{body}"
+    );
+    assert_eq!(body["details"]["causes"][0]["field"], "patch");
+    let (_, _, unchanged) = call(
+        &server,
+        request("GET", &format!("{pods}/p"), "", String::new()),
+    )
+    .await;
+    assert!(
+        unchanged.pointer("/metadata/labels/a").is_none(),
+        "a refused patch is not applied"
+    );
+    let (status, warnings, body) = call(
+        &server,
+        request(
+            "PATCH",
+            &format!("{pods}/p?fieldValidation=Warn"),
+            "application/merge-patch+json",
+            patch,
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(warnings, [r#"299 - "unknown field \"spec.qux\"""#]);
+    assert_eq!(body["metadata"]["labels"]["a"], "b");
+    assert!(body.pointer("/spec/qux").is_none());
+
+    // Known fields pass quietly everywhere.
+    let fine = json!({"metadata": {"labels": {"c": "d"}}}).to_string();
+    let (status, warnings, _) = call(
+        &server,
+        request(
+            "PATCH",
+            &format!("{pods}/p?fieldValidation=Strict"),
+            "application/merge-patch+json",
+            fine,
+        ),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(warnings.is_empty());
+}
