@@ -1,8 +1,10 @@
 //! The types-only layer: resource descriptions and the registry, Status
 //! errors, selectors, object-meta helpers and validation. No I/O.
 
+pub mod apply;
 mod error;
 pub mod meta;
+pub mod patch;
 mod registry;
 mod resource;
 mod selector;

@@ -1,0 +1,440 @@
+//! Server-side apply and `metadata.managedFields`.
+//!
+//! Every write records who set which fields: an `Apply` entry per applier
+//! (the fields of its last applied configuration) and an `Update` entry per
+//! other writer (the fields it changed). An apply merges its configuration
+//! into the live object, fails with a 409 naming the other managers of the
+//! fields it would change (unless forced, which takes them over), and
+//! removes the fields its manager applied before but left out this time and
+//! nobody else owns. Pure functions over JSON values and the kind's schema.
+
+mod fieldset;
+
+use serde_json::{Map, Value, json};
+
+pub use fieldset::{FieldSet, Path, PathElement, item_key, path_string, remove_at, value_at};
+
+use super::patch::{FieldMeta, ListType, Shape};
+use super::{ApiError, meta};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
+
+/// `operation` of an apply entry.
+pub const APPLY: &str = "Apply";
+/// `operation` of an update entry.
+pub const UPDATE: &str = "Update";
+
+/// Metadata fields the server owns: never part of a field set.
+const SERVER_METADATA: [&str; 10] = [
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
+
+/// What a write is and who makes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// The field manager, e.g. `kubectl`.
+    pub manager: &'a str,
+    /// The object's `apiVersion`, e.g. `apps/v1`.
+    pub api_version: &'a str,
+    /// The subresource written, e.g. `status`.
+    pub subresource: Option<&'a str>,
+    /// True if the kind has a status subresource: then writes to the main
+    /// resource leave `status` alone, and writes to `status` only it.
+    pub has_status: bool,
+    /// The schema shape of the object.
+    pub shape: Shape<'a>,
+}
+
+/// One `metadata.managedFields` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManagedEntry {
+    /// Who manages the fields.
+    pub manager: String,
+    /// `Apply` or `Update`.
+    pub operation: String,
+    /// The API version the fields were set through.
+    pub api_version: String,
+    /// When the entry last changed (RFC 3339).
+    pub time: Option<String>,
+    /// The subresource written, if any.
+    pub subresource: Option<String>,
+    /// The fields managed.
+    pub fields: FieldSet,
+}
+
+impl ManagedEntry {
+    fn same_manager(&self, ctx: &Context<'_>, operation: &str) -> bool {
+        self.manager == ctx.manager
+            && self.operation == operation
+            && self.subresource.as_deref() == ctx.subresource
+            && (operation == APPLY || self.api_version == ctx.api_version)
+    }
+
+    /// The manager as upstream's conflict messages print it:
+    /// `"kubectl"` for appliers, `"kubectl-edit" using apps/v1` for updaters.
+    pub fn describe(&self) -> String {
+        let mut text = Value::from(self.manager.as_str()).to_string();
+        if let Some(sub) = &self.subresource {
+            text = format!("{text} with subresource {}", Value::from(sub.as_str()));
+        }
+        if self.operation == UPDATE {
+            text = format!("{text} using {}", self.api_version);
+        }
+        text
+    }
+
+    fn to_json(&self) -> Value {
+        let mut entry = Map::new();
+        entry.insert("manager".into(), self.manager.clone().into());
+        entry.insert("operation".into(), self.operation.clone().into());
+        entry.insert("apiVersion".into(), self.api_version.clone().into());
+        if let Some(time) = &self.time {
+            entry.insert("time".into(), time.clone().into());
+        }
+        entry.insert("fieldsType".into(), "FieldsV1".into());
+        entry.insert("fieldsV1".into(), self.fields.to_fields_v1());
+        if let Some(sub) = &self.subresource {
+            entry.insert("subresource".into(), sub.clone().into());
+        }
+        Value::Object(entry)
+    }
+
+    fn from_json(value: &Value) -> Option<ManagedEntry> {
+        let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
+        Some(ManagedEntry {
+            manager: text("manager").unwrap_or_default(),
+            operation: text("operation")?,
+            api_version: text("apiVersion").unwrap_or_default(),
+            time: text("time"),
+            subresource: text("subresource").filter(|s| !s.is_empty()),
+            fields: FieldSet::from_fields_v1(value.get("fieldsV1").unwrap_or(&json!({}))).ok()?,
+        })
+    }
+}
+
+/// The `managedFields` entries of an object (unreadable entries are dropped).
+pub fn managed_fields(object: &Value) -> Vec<ManagedEntry> {
+    object
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .map(|entries| entries.iter().filter_map(ManagedEntry::from_json).collect())
+        .unwrap_or_default()
+}
+
+/// Writes `entries` as the object's `managedFields`, in upstream's order
+/// (operation, time, manager, apiVersion, subresource), without empty ones.
+pub fn set_managed_fields(object: &mut Value, mut entries: Vec<ManagedEntry>) {
+    entries.retain(|e| !e.fields.is_empty());
+    entries.sort_by(|p, q| {
+        (
+            &p.operation,
+            &p.time,
+            &p.manager,
+            &p.api_version,
+            &p.subresource,
+        )
+            .cmp(&(
+                &q.operation,
+                &q.time,
+                &q.manager,
+                &q.api_version,
+                &q.subresource,
+            ))
+    });
+    let metadata = meta::metadata_mut(object);
+    if entries.is_empty() {
+        metadata.remove("managedFields");
+    } else {
+        metadata.insert(
+            "managedFields".into(),
+            Value::Array(entries.iter().map(ManagedEntry::to_json).collect()),
+        );
+    }
+}
+
+/// The part of an object field sets cover: no `apiVersion`, `kind`, server
+/// metadata, nor what the written (sub)resource does not own.
+fn owned_part(object: &Value, ctx: &Context<'_>) -> Value {
+    let mut part = object.clone();
+    let Some(map) = part.as_object_mut() else {
+        return part;
+    };
+    if ctx.subresource == Some("status") {
+        map.retain(|k, _| k == "status");
+        return part;
+    }
+    map.remove("apiVersion");
+    map.remove("kind");
+    if ctx.has_status {
+        map.remove("status");
+    }
+    if let Some(Value::Object(metadata)) = map.get_mut("metadata") {
+        for field in SERVER_METADATA {
+            metadata.remove(field);
+        }
+        if metadata.is_empty() {
+            map.remove("metadata");
+        }
+    }
+    part
+}
+
+/// The fields of `object` a write through `ctx` can own.
+pub fn fields_of(object: &Value, ctx: &Context<'_>) -> FieldSet {
+    FieldSet::of_value(&owned_part(object, ctx), ctx.shape)
+}
+
+/// The paths of `set` whose value differs between `old` and `new`: leaves
+/// whose value changed, and list items that are new.
+fn changed(old: Option<&Value>, new: &Value, set: &FieldSet) -> FieldSet {
+    let mut out = FieldSet::new();
+    for path in set.paths() {
+        let before = old.and_then(|old| value_at(old, path));
+        let is_item = matches!(
+            path.last(),
+            Some(PathElement::Key(_) | PathElement::Value(_))
+        );
+        let differs = if is_item {
+            before.is_none()
+        } else {
+            before != value_at(new, path)
+        };
+        if differs {
+            out.insert(path.clone());
+        }
+    }
+    out
+}
+
+/// Records a non-apply write (create, update, patch) of `new` over `old` by
+/// `ctx.manager`: the manager's `Update` entry gains the fields it changed,
+/// which other managers lose. Managed fields the writer sent explicitly
+/// (different from the stored ones) replace the stored ones first.
+pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
+    let sent = new.pointer("/metadata/managedFields").cloned();
+    let stored = old
+        .and_then(|o| o.pointer("/metadata/managedFields"))
+        .cloned();
+    let mut entries = match (&sent, old) {
+        (Some(sent), _) if Some(sent) != stored.as_ref() => managed_fields(new),
+        (_, Some(old)) => managed_fields(old),
+        (_, None) => Vec::new(),
+    };
+    let new_set = fields_of(new, ctx);
+    let old_set = old.map(|o| fields_of(o, ctx)).unwrap_or_default();
+    let modified = changed(old, new, &new_set);
+    let removed = old_set.difference(&new_set);
+    let taken = modified.union(&removed);
+    for entry in &mut entries {
+        entry.fields = entry.fields.difference(&taken);
+    }
+    if !modified.is_empty() {
+        let now = meta::now_rfc3339();
+        match entries.iter_mut().find(|e| e.same_manager(ctx, UPDATE)) {
+            Some(entry) => {
+                entry.fields = entry.fields.union(&modified);
+                entry.time = Some(now);
+            }
+            None => entries.push(ManagedEntry {
+                manager: ctx.manager.to_owned(),
+                operation: UPDATE.into(),
+                api_version: ctx.api_version.to_owned(),
+                time: Some(now),
+                subresource: ctx.subresource.map(str::to_owned),
+                fields: modified,
+            }),
+        }
+    }
+    set_managed_fields(new, entries);
+}
+
+/// A field another manager owns with a different value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The other manager, described like upstream (see [`ManagedEntry::describe`]).
+    pub manager: String,
+    /// The field, e.g. `.spec.replicas`.
+    pub field: String,
+}
+
+/// The 409 Conflict upstream answers an apply with conflicts.
+pub fn conflict_error(conflicts: &[Conflict]) -> ApiError {
+    let message = match conflicts {
+        [one] => format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            one.manager, one.field
+        ),
+        _ => {
+            let mut managers: Vec<&str> = conflicts.iter().map(|c| c.manager.as_str()).collect();
+            managers.sort();
+            managers.dedup();
+            let mut lines = Vec::new();
+            for manager in managers {
+                lines.push(format!("conflicts with {manager}:"));
+                for conflict in conflicts.iter().filter(|c| c.manager == manager) {
+                    lines.push(format!("- {}", conflict.field));
+                }
+            }
+            format!(
+                "Apply failed with {} conflicts: {}",
+                conflicts.len(),
+                lines.join("\n")
+            )
+        }
+    };
+    ApiError {
+        code: 409,
+        reason: "Conflict",
+        message,
+        details: Some(StatusDetails {
+            causes: Some(
+                conflicts
+                    .iter()
+                    .map(|c| StatusCause {
+                        reason: Some("FieldManagerConflict".into()),
+                        message: Some(format!("conflict with {}", c.manager)),
+                        field: Some(c.field.clone()),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Merges an applied configuration into a live value: maps by field (atomic
+/// ones replaced), list-maps by key, sets as unions, other lists replaced.
+pub fn merge_applied(live: &Value, config: &Value, shape: Shape<'_>, meta: &FieldMeta) -> Value {
+    match (live, config) {
+        (Value::Object(live), Value::Object(config)) if !meta.atomic_map => {
+            let mut merged = live.clone();
+            for (key, value) in config {
+                if value.is_null() {
+                    merged.remove(key);
+                    continue;
+                }
+                let (child, child_meta) = shape.field(key);
+                let value = match live.get(key) {
+                    Some(current) => merge_applied(current, value, child, &child_meta),
+                    None => value.clone(),
+                };
+                merged.insert(key.clone(), value);
+            }
+            Value::Object(merged)
+        }
+        (Value::Array(live), Value::Array(config)) => match &meta.list {
+            ListType::Map(keys) => {
+                let items = shape.items();
+                let mut merged = live.clone();
+                for item in config {
+                    let key = item_key(item, keys);
+                    match merged.iter_mut().find(|old| item_key(old, keys) == key) {
+                        Some(old) => *old = merge_applied(old, item, items, &FieldMeta::default()),
+                        None => merged.push(item.clone()),
+                    }
+                }
+                Value::Array(merged)
+            }
+            ListType::Set => {
+                let mut merged = live.clone();
+                for item in config {
+                    if !merged.contains(item) {
+                        merged.push(item.clone());
+                    }
+                }
+                Value::Array(merged)
+            }
+            ListType::Atomic => Value::Array(config.clone()),
+        },
+        _ => config.clone(),
+    }
+}
+
+/// Server-side apply of `config` by `ctx.manager` to `live` (`None` if the
+/// object does not exist yet). Returns the new object with its
+/// `managedFields`, or the conflicts with other managers unless `force`.
+pub fn apply(
+    live: Option<&Value>,
+    config: &Value,
+    ctx: &Context<'_>,
+    force: bool,
+) -> Result<Value, Vec<Conflict>> {
+    let mut config = config.clone();
+    if let Some(metadata) = config.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("managedFields");
+    }
+    let mut entries = live.map(managed_fields).unwrap_or_default();
+    let applied = fields_of(&config, ctx);
+    let empty = Value::Object(Map::new());
+    let base = live.unwrap_or(&empty);
+    let mut merged = merge_applied(base, &config, ctx.shape, &FieldMeta::default());
+    let modified = changed(live, &merged, &applied);
+
+    let mine = entries.iter().position(|e| e.same_manager(ctx, APPLY));
+    let mut conflicts = Vec::new();
+    for (i, entry) in entries.iter_mut().enumerate() {
+        if Some(i) == mine {
+            continue;
+        }
+        let contested = entry.fields.intersection(&modified);
+        if contested.is_empty() {
+            continue;
+        }
+        if force {
+            entry.fields = entry.fields.difference(&contested);
+        } else {
+            conflicts.extend(contested.paths().map(|path| Conflict {
+                manager: entry.describe(),
+                field: path_string(path),
+            }));
+        }
+    }
+    if !conflicts.is_empty() {
+        return Err(conflicts);
+    }
+
+    // Fields this manager applied before, left out now and owned by nobody
+    // else go away.
+    let previous = mine.map(|i| entries[i].fields.clone()).unwrap_or_default();
+    let others = entries
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != mine)
+        .fold(FieldSet::new(), |all, (_, e)| all.union(&e.fields));
+    let dropped = previous.difference(&applied).difference(&others);
+    let mut dropped: Vec<&Path> = dropped
+        .paths()
+        .filter(|path| !others.contains_prefix(path) && !applied.contains_prefix(path))
+        .collect();
+    dropped.sort_by_key(|path| std::cmp::Reverse(path.len()));
+    for path in dropped {
+        remove_at(&mut merged, path);
+    }
+
+    let entry = ManagedEntry {
+        manager: ctx.manager.to_owned(),
+        operation: APPLY.into(),
+        api_version: ctx.api_version.to_owned(),
+        time: Some(meta::now_rfc3339()),
+        subresource: ctx.subresource.map(str::to_owned),
+        fields: applied,
+    };
+    match mine {
+        Some(i) => entries[i] = entry,
+        None => entries.push(entry),
+    }
+    set_managed_fields(&mut merged, entries);
+    Ok(merged)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,234 @@
+use super::*;
+use crate::api::ResourceInfo;
+use crate::api::patch::Schemas;
+use k8s_openapi::api::apps::v1::Deployment;
+use serde_json::json;
+
+fn schemas() -> std::sync::Arc<Schemas> {
+    Schemas::of(ResourceInfo::of::<Deployment>().schema.as_ref().unwrap())
+}
+
+fn ctx<'a>(manager: &'a str, schemas: &'a Schemas) -> Context<'a> {
+    Context {
+        manager,
+        api_version: "apps/v1",
+        subresource: None,
+        has_status: true,
+        shape: schemas.root(),
+    }
+}
+
+fn config(replicas: i64, image: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": image}]}
+            }
+        }
+    })
+}
+
+fn managers(object: &Value) -> Vec<(String, String)> {
+    managed_fields(object)
+        .into_iter()
+        .map(|e| (e.manager, e.operation))
+        .collect()
+}
+
+fn owns(object: &Value, manager: &str, path: &str) -> bool {
+    managed_fields(object)
+        .iter()
+        .filter(|e| e.manager == manager)
+        .any(|e| e.fields.paths().any(|p| path_string(p) == path))
+}
+
+#[test]
+fn apply_creates_and_records_ownership() {
+    let schemas = schemas();
+    let object = apply(
+        None,
+        &config(1, "nginx:1", json!({"app": "web"})),
+        &ctx("a", &schemas),
+        false,
+    )
+    .unwrap();
+    assert_eq!(object["spec"]["replicas"], 1);
+    assert_eq!(managers(&object), [("a".to_owned(), "Apply".to_owned())]);
+    let entry = &object["metadata"]["managedFields"][0];
+    assert_eq!(entry["apiVersion"], "apps/v1");
+    assert_eq!(entry["fieldsType"], "FieldsV1");
+    assert!(entry["time"].is_string());
+    assert_eq!(
+        entry["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"c\"}"],
+        json!({".": {}, "f:image": {}, "f:name": {}})
+    );
+    assert_eq!(
+        entry["fieldsV1"]["f:metadata"],
+        json!({"f:labels": {"f:app": {}}})
+    );
+    assert!(entry["fieldsV1"].get("f:apiVersion").is_none());
+}
+
+#[test]
+fn apply_scenarios() {
+    let schemas = schemas();
+    let first = apply(
+        None,
+        &config(1, "nginx:1", json!({"app": "web", "tier": "front"})),
+        &ctx("a", &schemas),
+        false,
+    )
+    .unwrap();
+
+    // Dropped fields go away; changed ones are taken.
+    let second = apply(
+        Some(&first),
+        &config(1, "nginx:2", json!({"app": "web"})),
+        &ctx("a", &schemas),
+        false,
+    )
+    .unwrap();
+    assert_eq!(second["metadata"]["labels"], json!({"app": "web"}));
+    assert_eq!(
+        second["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:2"
+    );
+
+    // Another manager changing a field: conflict naming the owner and field.
+    let conflicts = apply(
+        Some(&second),
+        &config(3, "nginx:2", json!({"app": "web"})),
+        &ctx("b", &schemas),
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(
+        conflicts,
+        [Conflict {
+            manager: "\"a\"".into(),
+            field: ".spec.replicas".into()
+        }]
+    );
+    let error = conflict_error(&conflicts);
+    assert_eq!(error.code, 409);
+    assert_eq!(
+        error.message,
+        "Apply failed with 1 conflict: conflict with \"a\": .spec.replicas"
+    );
+    let json = error.to_json();
+    assert_eq!(
+        json["details"]["causes"][0]["reason"],
+        "FieldManagerConflict"
+    );
+    assert_eq!(
+        json["details"]["causes"][0]["message"],
+        "conflict with \"a\""
+    );
+    assert_eq!(json["details"]["causes"][0]["field"], ".spec.replicas");
+
+    // Equal values are shared without conflict.
+    let shared = apply(
+        Some(&second),
+        &json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"}, "spec": {"replicas": 1}}),
+        &ctx("b", &schemas),
+        false,
+    )
+    .unwrap();
+    assert!(owns(&shared, "a", ".spec.replicas") && owns(&shared, "b", ".spec.replicas"));
+    // ... and a field one manager drops stays while the other still owns it.
+    let mut without_replicas = config(1, "nginx:2", json!({"app": "web"}));
+    without_replicas["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("replicas");
+    let dropped = apply(Some(&shared), &without_replicas, &ctx("a", &schemas), false).unwrap();
+    assert_eq!(dropped["spec"]["replicas"], 1);
+    assert!(!owns(&dropped, "a", ".spec.replicas") && owns(&dropped, "b", ".spec.replicas"));
+
+    // Force takes the field over.
+    let forced = apply(
+        Some(&second),
+        &config(3, "nginx:2", json!({"app": "web"})),
+        &ctx("b", &schemas),
+        true,
+    )
+    .unwrap();
+    assert_eq!(forced["spec"]["replicas"], 3);
+    assert!(owns(&forced, "b", ".spec.replicas") && !owns(&forced, "a", ".spec.replicas"));
+    assert!(owns(
+        &forced,
+        "a",
+        ".spec.template.spec.containers[name=\"c\"].image"
+    ));
+
+    // Several conflicts are listed per manager.
+    let many = apply(
+        Some(&second),
+        &config(4, "nginx:9", json!({"app": "web"})),
+        &ctx("b", &schemas),
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(
+        conflict_error(&many).message,
+        "Apply failed with 2 conflicts: conflicts with \"a\":\n- .spec.replicas\n- .spec.template.spec.containers[name=\"c\"].image"
+    );
+}
+
+#[test]
+fn updates_are_recorded_and_conflict_with_appliers() {
+    let schemas = schemas();
+    let mut created = config(1, "nginx:1", json!({"app": "web"}));
+    record_update(None, &mut created, &ctx("kubectl-create", &schemas));
+    assert_eq!(
+        managers(&created),
+        [("kubectl-create".to_owned(), "Update".to_owned())]
+    );
+    assert!(owns(&created, "kubectl-create", ".spec.replicas"));
+
+    let mut edited = created.clone();
+    edited["spec"]["replicas"] = 5.into();
+    record_update(Some(&created), &mut edited, &ctx("kubectl-edit", &schemas));
+    assert!(owns(&edited, "kubectl-edit", ".spec.replicas"));
+    assert!(!owns(&edited, "kubectl-create", ".spec.replicas"));
+    assert!(owns(
+        &edited,
+        "kubectl-create",
+        ".spec.template.spec.containers[name=\"c\"].image"
+    ));
+
+    let conflicts = apply(
+        Some(&edited),
+        &config(2, "nginx:1", json!({"app": "web"})),
+        &ctx("kubectl", &schemas),
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(
+        conflicts,
+        [Conflict {
+            manager: "\"kubectl-edit\" using apps/v1".into(),
+            field: ".spec.replicas".into()
+        }]
+    );
+
+    // An update that changes nothing leaves the entries alone.
+    let mut same = edited.clone();
+    record_update(Some(&edited), &mut same, &ctx("other", &schemas));
+    assert_eq!(
+        same["metadata"]["managedFields"],
+        edited["metadata"]["managedFields"]
+    );
+
+    // Status belongs to the status subresource.
+    let mut with_status = edited.clone();
+    with_status["status"] = json!({"replicas": 5});
+    record_update(Some(&edited), &mut with_status, &ctx("x", &schemas));
+    assert!(managers(&with_status).iter().all(|(m, _)| m != "x"));
+}

@@ -1,0 +1,436 @@
+//! Strategic merge patch (`application/strategic-merge-patch+json`).
+//!
+//! Maps merge recursively and `null` deletes a key. Lists the schema marks
+//! as merged by key (`containers` by `name`, ...) merge item by item; sets of
+//! scalars (`finalizers`) merge as unions; every other list is replaced.
+//! Directives: `$patch: replace|delete|merge` on maps and list items,
+//! `$retainKeys`, `$setElementOrder/<field>` and
+//! `$deleteFromPrimitiveList/<field>`.
+
+use serde_json::{Map, Value};
+
+use super::shape::{FieldMeta, ListType, Shape};
+
+const DIRECTIVE: &str = "$patch";
+const RETAIN_KEYS: &str = "$retainKeys";
+const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
+const DELETE_FROM_PRIMITIVE_LIST: &str = "$deleteFromPrimitiveList/";
+
+/// Why a strategic merge patch could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct PatchError {
+    /// What is wrong, worded like upstream.
+    pub message: String,
+    /// True if upstream answers 422 Invalid (the patch contradicts its own
+    /// `$retainKeys`); otherwise the patch is a bad request.
+    pub invalid: bool,
+}
+
+fn bad(message: impl Into<String>) -> PatchError {
+    PatchError {
+        message: message.into(),
+        invalid: false,
+    }
+}
+
+/// Applies a strategic merge patch to `original` (both JSON objects), using
+/// the schema shape of the object for list merge keys.
+pub fn strategic_merge(
+    original: &Value,
+    patch: &Value,
+    shape: Shape<'_>,
+) -> Result<Value, PatchError> {
+    let (Some(original), Some(patch)) = (original.as_object(), patch.as_object()) else {
+        return Err(bad("strategic merge patch must be a JSON object"));
+    };
+    merge_map(original.clone(), patch, shape).map(Value::Object)
+}
+
+fn is_directive(key: &str) -> bool {
+    key == DIRECTIVE
+        || key == RETAIN_KEYS
+        || key.starts_with(SET_ELEMENT_ORDER)
+        || key.starts_with(DELETE_FROM_PRIMITIVE_LIST)
+}
+
+fn merge_map(
+    mut original: Map<String, Value>,
+    patch: &Map<String, Value>,
+    shape: Shape<'_>,
+) -> Result<Map<String, Value>, PatchError> {
+    if let Some(directive) = patch.get(DIRECTIVE) {
+        match directive.as_str() {
+            Some("replace") => {
+                let mut replaced = patch.clone();
+                replaced.remove(DIRECTIVE);
+                return merge_map(Map::new(), &replaced, shape);
+            }
+            Some("delete") => return Ok(Map::new()),
+            Some("merge") => {}
+            _ => return Err(bad(format!("Unknown patch type: {directive}"))),
+        }
+    }
+    if let Some(retain) = patch.get(RETAIN_KEYS) {
+        let retain: Vec<&str> = retain
+            .as_array()
+            .and_then(|keys| keys.iter().map(Value::as_str).collect())
+            .ok_or_else(|| bad("invalid patch: $retainKeys must be a list of strings"))?;
+        if let Some(key) = patch
+            .iter()
+            .find(|(k, v)| !is_directive(k) && !v.is_null() && !retain.contains(&k.as_str()))
+            .map(|(k, _)| k)
+        {
+            return Err(PatchError {
+                message: format!(
+                    "$retainKeys does not contain all the keys of the patch: {key} is not retained"
+                ),
+                invalid: true,
+            });
+        }
+        original.retain(|k, _| retain.contains(&k.as_str()));
+    }
+    for (key, values) in patch {
+        let Some(field) = key.strip_prefix(DELETE_FROM_PRIMITIVE_LIST) else {
+            continue;
+        };
+        let values = values
+            .as_array()
+            .ok_or_else(|| bad(format!("invalid patch: {key} must be a list")))?;
+        if let Some(list) = original.get_mut(field).and_then(Value::as_array_mut) {
+            list.retain(|item| !values.contains(item));
+        }
+    }
+    for (key, value) in patch {
+        if is_directive(key) {
+            continue;
+        }
+        if value.is_null() {
+            original.remove(key);
+            continue;
+        }
+        let (child, meta) = shape.field(key);
+        let merged = match (original.remove(key), value) {
+            (Some(Value::Object(old)), Value::Object(patch)) => {
+                Value::Object(merge_map(old, patch, child)?)
+            }
+            (Some(Value::Array(old)), Value::Array(patch)) => {
+                Value::Array(merge_list(old, patch, child, &meta)?)
+            }
+            (_, Value::Object(patch)) => Value::Object(merge_map(Map::new(), patch, child)?),
+            (_, Value::Array(patch)) => Value::Array(merge_list(Vec::new(), patch, child, &meta)?),
+            (_, scalar) => scalar.clone(),
+        };
+        original.insert(key.clone(), merged);
+    }
+    for (key, order) in patch {
+        let Some(field) = key.strip_prefix(SET_ELEMENT_ORDER) else {
+            continue;
+        };
+        let order = order
+            .as_array()
+            .ok_or_else(|| bad(format!("invalid patch: {key} must be a list")))?;
+        let (_, meta) = shape.field(field);
+        if let Some(Value::Array(list)) = original.get_mut(field) {
+            let identity = |item: &Value| match merge_key(&meta) {
+                Some(merge_key) => item.get(merge_key).cloned().unwrap_or(Value::Null),
+                None => item.clone(),
+            };
+            let order: Vec<Value> = order.iter().map(identity).collect();
+            reorder(list, &order, identity);
+        }
+    }
+    Ok(original)
+}
+
+/// The strategic merge key of a list, if it merges by key.
+fn merge_key(meta: &FieldMeta) -> Option<&str> {
+    match &meta.list {
+        ListType::Map(keys) if meta.strategic_merge => keys.first().map(String::as_str),
+        _ => None,
+    }
+}
+
+fn merge_list(
+    original: Vec<Value>,
+    patch: &[Value],
+    items: Shape<'_>,
+    meta: &FieldMeta,
+) -> Result<Vec<Value>, PatchError> {
+    let directive_of = |item: &Value| {
+        item.get(DIRECTIVE)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    if let Some(key) = merge_key(meta) {
+        let replace = patch
+            .iter()
+            .any(|item| directive_of(item).as_deref() == Some("replace"));
+        let mut merged = if replace { Vec::new() } else { original };
+        for item in patch {
+            let Some(map) = item.as_object() else {
+                return Err(bad(format!(
+                    "unable to merge a list item that is not a map: {item} (merge key {key})"
+                )));
+            };
+            match directive_of(item).as_deref() {
+                Some("replace") => continue,
+                Some("delete") => {
+                    let id = map.get(key).ok_or_else(|| missing_key(item, key))?;
+                    merged.retain(|old| old.get(key) != Some(id));
+                    continue;
+                }
+                Some("merge") | None => {}
+                Some(other) => return Err(bad(format!("Unknown patch type: {other}"))),
+            }
+            let id = map.get(key).ok_or_else(|| missing_key(item, key))?;
+            match merged.iter_mut().find(|old| old.get(key) == Some(id)) {
+                Some(Value::Object(old)) => {
+                    *old = merge_map(std::mem::take(old), map, items)?;
+                }
+                Some(old) => *old = Value::Object(merge_map(Map::new(), map, items)?),
+                None => merged.push(Value::Object(merge_map(Map::new(), map, items)?)),
+            }
+        }
+        return Ok(merged);
+    }
+    if meta.list == ListType::Set && meta.strategic_merge {
+        let mut merged = original;
+        for item in patch {
+            if !merged.contains(item) {
+                merged.push(item.clone());
+            }
+        }
+        return Ok(merged);
+    }
+    // Replaced: nested maps still lose their directives.
+    patch
+        .iter()
+        .filter(|item| directive_of(item).as_deref() != Some("delete"))
+        .map(|item| match item.as_object() {
+            Some(map) => merge_map(Map::new(), map, items).map(Value::Object),
+            None => Ok(item.clone()),
+        })
+        .collect()
+}
+
+fn missing_key(item: &Value, key: &str) -> PatchError {
+    bad(format!(
+        "map: {item} does not contain declared merge key: {key}"
+    ))
+}
+
+/// Orders `list` like `order` (identities): items named there come in that
+/// order; the others keep their place after the item they followed.
+fn reorder(list: &mut Vec<Value>, order: &[Value], identity: impl Fn(&Value) -> Value) {
+    let mut leading = Vec::new();
+    let mut groups: Vec<(Value, Vec<Value>)> = Vec::new();
+    for item in list.drain(..) {
+        let id = identity(&item);
+        if order.contains(&id) {
+            groups.push((item, Vec::new()));
+        } else if let Some((_, followers)) = groups.last_mut() {
+            followers.push(item);
+        } else {
+            leading.push(item);
+        }
+    }
+    groups.sort_by_key(|(item, _)| {
+        let id = identity(item);
+        order.iter().position(|o| *o == id).unwrap_or(usize::MAX)
+    });
+    list.extend(leading);
+    for (item, followers) in groups {
+        list.push(item);
+        list.extend(followers);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ResourceInfo;
+    use crate::api::patch::Schemas;
+    use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod};
+    use serde_json::json;
+
+    fn pod() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"app": "web", "tier": "front"}, "finalizers": ["a"]},
+            "spec": {
+                "containers": [
+                    {"name": "c", "image": "nginx:1", "ports": [{"containerPort": 80}],
+                     "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
+                    {"name": "d", "image": "busybox", "args": ["x", "y"]}
+                ],
+                "tolerations": [{"key": "k", "operator": "Exists"}],
+                "volumes": [{"name": "v", "emptyDir": {}}]
+            }
+        })
+    }
+
+    #[test]
+    fn patches_like_upstream() {
+        let schemas = Schemas::of(ResourceInfo::of::<Pod>().schema.as_ref().unwrap());
+        let cases: Vec<(&str, Value, Box<dyn Fn(&Value)>)> = vec![
+            (
+                "containers merge by name",
+                json!({"spec": {"containers": [{"name": "c", "image": "nginx:2"}, {"name": "e", "image": "e"}]}}),
+                Box::new(|v: &Value| {
+                    let containers = v["spec"]["containers"].as_array().unwrap();
+                    assert_eq!(containers.len(), 3);
+                    assert_eq!(containers[0]["image"], "nginx:2");
+                    assert_eq!(containers[0]["ports"][0]["containerPort"], 80);
+                    assert_eq!(containers[1]["name"], "d");
+                    assert_eq!(containers[2]["name"], "e");
+                }),
+            ),
+            (
+                "null deletes",
+                json!({"metadata": {"labels": {"tier": null}}, "spec": {"volumes": null}}),
+                Box::new(|v: &Value| {
+                    assert_eq!(v["metadata"]["labels"], json!({"app": "web"}));
+                    assert!(v["spec"].get("volumes").is_none());
+                }),
+            ),
+            (
+                "$patch delete on a list item",
+                json!({"spec": {"containers": [{"name": "d", "$patch": "delete"}]}}),
+                Box::new(|v: &Value| {
+                    assert_eq!(v["spec"]["containers"].as_array().unwrap().len(), 1);
+                    assert_eq!(v["spec"]["containers"][0]["name"], "c");
+                }),
+            ),
+            (
+                "$patch replace on a list",
+                json!({"spec": {"containers": [{"$patch": "replace"}, {"name": "z", "image": "z"}]}}),
+                Box::new(|v: &Value| {
+                    assert_eq!(
+                        v["spec"]["containers"],
+                        json!([{"name": "z", "image": "z"}])
+                    );
+                }),
+            ),
+            (
+                "$patch replace on a map",
+                json!({"metadata": {"labels": {"$patch": "replace", "only": "me"}}}),
+                Box::new(|v: &Value| assert_eq!(v["metadata"]["labels"], json!({"only": "me"}))),
+            ),
+            (
+                "$patch delete on a map",
+                json!({"metadata": {"labels": {"$patch": "delete"}}}),
+                Box::new(|v: &Value| assert_eq!(v["metadata"]["labels"], json!({}))),
+            ),
+            (
+                "atomic lists are replaced",
+                json!({"spec": {"tolerations": [{"key": "j", "operator": "Exists"}],
+                                 "containers": [{"name": "d", "args": ["z"]}]}}),
+                Box::new(|v: &Value| {
+                    assert_eq!(
+                        v["spec"]["tolerations"],
+                        json!([{"key": "j", "operator": "Exists"}])
+                    );
+                    assert_eq!(v["spec"]["containers"][1]["args"], json!(["z"]));
+                }),
+            ),
+            (
+                "nested merge keys (env by name)",
+                json!({"spec": {"containers": [{"name": "c", "env": [{"name": "B", "value": "3"}, {"name": "A", "$patch": "delete"}]}]}}),
+                Box::new(|v: &Value| {
+                    assert_eq!(
+                        v["spec"]["containers"][0]["env"],
+                        json!([{"name": "B", "value": "3"}])
+                    );
+                }),
+            ),
+            (
+                "$setElementOrder",
+                json!({"spec": {"$setElementOrder/containers": [{"name": "d"}, {"name": "c"}],
+                                 "containers": [{"name": "c", "image": "nginx:3"}]}}),
+                Box::new(|v: &Value| {
+                    let names: Vec<&str> = v["spec"]["containers"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|c| c["name"].as_str().unwrap())
+                        .collect();
+                    assert_eq!(names, ["d", "c"]);
+                    assert_eq!(v["spec"]["containers"][1]["image"], "nginx:3");
+                }),
+            ),
+            (
+                "primitive sets merge",
+                json!({"metadata": {"finalizers": ["b", "a"]}}),
+                Box::new(|v: &Value| assert_eq!(v["metadata"]["finalizers"], json!(["a", "b"]))),
+            ),
+            (
+                "$deleteFromPrimitiveList",
+                json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}),
+                Box::new(|v: &Value| assert_eq!(v["metadata"]["finalizers"], json!([]))),
+            ),
+            (
+                "$setElementOrder on a primitive list",
+                json!({"metadata": {"finalizers": ["b"], "$setElementOrder/finalizers": ["b", "a"]}}),
+                Box::new(|v: &Value| assert_eq!(v["metadata"]["finalizers"], json!(["b", "a"]))),
+            ),
+            (
+                "$retainKeys drops the other keys",
+                json!({"spec": {"volumes": [{"name": "v", "$retainKeys": ["name", "hostPath"], "hostPath": {"path": "/x"}}]}}),
+                Box::new(|v: &Value| {
+                    assert_eq!(
+                        v["spec"]["volumes"],
+                        json!([{"name": "v", "hostPath": {"path": "/x"}}])
+                    );
+                }),
+            ),
+            (
+                "directives in new values are stripped",
+                json!({"spec": {"affinity": {"$patch": "replace", "nodeAffinity": {}}}}),
+                Box::new(|v: &Value| {
+                    assert_eq!(v["spec"]["affinity"], json!({"nodeAffinity": {}}))
+                }),
+            ),
+        ];
+        for (name, patch, check) in cases {
+            let patched = strategic_merge(&pod(), &patch, schemas.root())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            println!("{name}");
+            check(&patched);
+        }
+    }
+
+    #[test]
+    fn refuses_bad_patches() {
+        let schemas = Schemas::of(ResourceInfo::of::<Pod>().schema.as_ref().unwrap());
+        let missing_key = json!({"spec": {"containers": [{"image": "x"}]}});
+        let error = strategic_merge(&pod(), &missing_key, schemas.root()).unwrap_err();
+        assert!(
+            error
+                .message
+                .contains("does not contain declared merge key: name"),
+            "{error}"
+        );
+        let retain = json!({"spec": {"volumes": [{"name": "v", "$retainKeys": ["name"], "hostPath": {"path": "/x"}}]}});
+        assert!(
+            strategic_merge(&pod(), &retain, schemas.root())
+                .unwrap_err()
+                .invalid
+        );
+        let unknown = json!({"metadata": {"$patch": "nope"}});
+        assert!(strategic_merge(&pod(), &unknown, schemas.root()).is_err());
+    }
+
+    #[test]
+    fn deployment_image_patch() {
+        let schemas = Schemas::of(ResourceInfo::of::<Deployment>().schema.as_ref().unwrap());
+        let deployment = json!({"spec": {"replicas": 1, "template": {"spec": {"containers": [
+            {"name": "web", "image": "nginx:1"}, {"name": "side", "image": "s"}]}}}});
+        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:2"}]}}}});
+        let patched = strategic_merge(&deployment, &patch, schemas.root()).unwrap();
+        assert_eq!(
+            patched["spec"]["template"]["spec"]["containers"],
+            json!([{"name": "web", "image": "nginx:2"}, {"name": "side", "image": "s"}])
+        );
+    }
+}
