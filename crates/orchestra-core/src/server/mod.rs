@@ -15,6 +15,7 @@
 mod body;
 mod discovery;
 mod objects;
+mod patching;
 mod route;
 mod state;
 mod subresources;
@@ -293,10 +294,12 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                     objects::update(&state, &target, &name, sub, &query, headers, &bytes).await,
                     false,
                 ),
-                (None | Some("status"), &Method::PATCH) => respond(
-                    objects::patch(&state, &target, &name, sub, &query, headers, &bytes).await,
-                    false,
-                ),
+                (None | Some("status"), &Method::PATCH) => {
+                    let result =
+                        objects::patch(&state, &target, &name, sub, &query, headers, &bytes).await;
+                    let created = matches!(result, Ok((_, true)));
+                    respond(result.map(|(object, _)| object), created)
+                }
                 (None, &Method::DELETE) => respond(
                     objects::delete(&state, &target, &name, &query, &bytes).await,
                     false,
