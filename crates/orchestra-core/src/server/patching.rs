@@ -5,12 +5,13 @@
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, header};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
 use serde_json::Value;
 
 use super::objects::Target;
 use super::route::Query;
 use crate::api::apply::{self, Context};
-use crate::api::patch::{self, Schemas, Shape};
+use crate::api::patch::{self, PatchErrorKind, Schemas, Shape};
 use crate::api::{ApiError, KindSchema};
 
 const JSON_PATCH: &str = "application/json-patch+json";
@@ -57,6 +58,25 @@ fn decode_error(e: impl std::fmt::Display) -> ApiError {
     ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
 }
 
+/// The 422 upstream answers invalid `PatchOptions` (query parameters).
+fn invalid_options(field: &str, reason: &str, message: &str) -> ApiError {
+    ApiError {
+        code: 422,
+        reason: "Invalid",
+        message: format!("PatchOptions.meta.k8s.io \"\" is invalid: {field}: {message}"),
+        details: Some(StatusDetails {
+            group: Some("meta.k8s.io".into()),
+            kind: Some("PatchOptions".into()),
+            causes: Some(vec![StatusCause {
+                reason: Some(reason.into()),
+                message: Some(message.into()),
+                field: Some(field.into()),
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
 /// Decodes a PATCH body according to its content type.
 pub(crate) fn decode(
     media: &str,
@@ -65,6 +85,13 @@ pub(crate) fn decode(
     query: &Query,
 ) -> Result<PatchBody, ApiError> {
     let json = || serde_json::from_slice::<Value>(bytes).map_err(decode_error);
+    if query.force && media != APPLY_PATCH {
+        return Err(invalid_options(
+            "force",
+            "FieldValueForbidden",
+            "Forbidden: may not be specified for non-apply patch",
+        ));
+    }
     match media {
         MERGE_PATCH => Ok(PatchBody::Merge(json()?)),
         JSON_PATCH => serde_json::from_value(json()?)
@@ -73,21 +100,11 @@ pub(crate) fn decode(
         STRATEGIC_MERGE_PATCH if strategic_supported(target) => Ok(PatchBody::Strategic(json()?)),
         APPLY_PATCH => {
             if query.field_manager.as_deref().unwrap_or("").is_empty() {
-                return Err(ApiError {
-                    code: 422,
-                    reason: "Invalid",
-                    message: "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch".into(),
-                    details: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusDetails {
-                        group: Some("meta.k8s.io".into()),
-                        kind: Some("PatchOptions".into()),
-                        causes: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause {
-                            reason: Some("FieldValueRequired".into()),
-                            message: Some("Required value: is required for apply patch".into()),
-                            field: Some("fieldManager".into()),
-                        }]),
-                        ..Default::default()
-                    }),
-                });
+                return Err(invalid_options(
+                    "fieldManager",
+                    "FieldValueRequired",
+                    "Required value: is required for apply patch",
+                ));
             }
             let config: Value = serde_yaml::from_slice(bytes).map_err(decode_error)?;
             if !config.is_object() {
@@ -206,17 +223,14 @@ impl PatchBody {
             }
             PatchBody::Strategic(patch) => {
                 let schemas = schemas(target).ok_or_else(|| unsupported(false))?;
-                patch::strategic_merge(current, patch, schemas.root()).map_err(|e| {
-                    if e.invalid {
-                        ApiError {
-                            code: 422,
-                            reason: "Invalid",
-                            message: e.message,
-                            details: None,
-                        }
-                    } else {
-                        ApiError::bad_request(e.message)
-                    }
+                patch::strategic_merge(current, patch, schemas.root()).map_err(|e| match e.kind {
+                    PatchErrorKind::BadRequest => ApiError::bad_request(e.message),
+                    PatchErrorKind::Unknown => ApiError {
+                        code: 500,
+                        reason: "",
+                        message: e.message,
+                        details: None,
+                    },
                 })
             }
             PatchBody::Apply(config) => {

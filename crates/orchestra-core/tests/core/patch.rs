@@ -294,13 +294,28 @@ async fn patch_errors_and_yaml_apply() {
         ),
     )
     .await;
-    assert_eq!(code, 400, "{body}");
+    assert_eq!(code, 500, "{body}");
     assert!(
         body["message"]
             .as_str()
             .unwrap()
-            .contains("does not contain declared merge key: name"),
+            .contains("map: map[image:x] does not contain declared merge key: name"),
         "{body}"
+    );
+
+    let (code, body) = call(
+        &server,
+        patch_request(
+            &format!("{uri}?force=true"),
+            "application/merge-patch+json",
+            "{}",
+        ),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["message"],
+        "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"
     );
 
     let (code, body) = call(&server, patch_request(uri, "text/plain", "{}")).await;

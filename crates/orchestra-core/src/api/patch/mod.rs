@@ -6,7 +6,7 @@ mod shape;
 mod strategic;
 
 pub use shape::{FieldMeta, ListType, Schemas, Shape};
-pub use strategic::{PatchError, strategic_merge};
+pub use strategic::{PatchError, PatchErrorKind, strategic_merge};
 
 #[cfg(test)]
 mod tests {

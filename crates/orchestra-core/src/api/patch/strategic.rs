@@ -15,6 +15,7 @@ const DIRECTIVE: &str = "$patch";
 const RETAIN_KEYS: &str = "$retainKeys";
 const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
 const DELETE_FROM_PRIMITIVE_LIST: &str = "$deleteFromPrimitiveList/";
+const RETAIN_KEYS_FORMAT: &str = "invalid patch format of retainKeys";
 
 /// Why a strategic merge patch could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,16 +23,63 @@ const DELETE_FROM_PRIMITIVE_LIST: &str = "$deleteFromPrimitiveList/";
 pub struct PatchError {
     /// What is wrong, worded like upstream.
     pub message: String,
-    /// True if upstream answers 422 Invalid (the patch contradicts its own
-    /// `$retainKeys`); otherwise the patch is a bad request.
-    pub invalid: bool,
+    /// How upstream answers it.
+    pub kind: PatchErrorKind,
+}
+
+/// The HTTP answer upstream gives a failed strategic merge patch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchErrorKind {
+    /// 400 BadRequest: a malformed directive or document.
+    BadRequest,
+    /// 500 with no reason: upstream's untyped merge errors (a missing merge
+    /// key, an unknown `$patch`), which kubectl prints as
+    /// `Error from server: <message>`.
+    Unknown,
 }
 
 fn bad(message: impl Into<String>) -> PatchError {
     PatchError {
         message: message.into(),
-        invalid: false,
+        kind: PatchErrorKind::BadRequest,
     }
+}
+
+fn unknown(message: impl Into<String>) -> PatchError {
+    PatchError {
+        message: message.into(),
+        kind: PatchErrorKind::Unknown,
+    }
+}
+
+/// A value as Go's `%v` prints the decoded JSON (`map[a:1 b:[x y]]`).
+fn go_format(value: &Value) -> String {
+    match value {
+        Value::Null => "<nil>".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(go_format).collect::<Vec<_>>().join(" ")
+        ),
+        Value::Object(map) => {
+            let mut pairs: Vec<(&String, &Value)> = map.iter().collect();
+            pairs.sort_by(|a, b| a.0.cmp(b.0));
+            let pairs: Vec<String> = pairs
+                .iter()
+                .map(|(k, v)| format!("{k}:{}", go_format(v)))
+                .collect();
+            format!("map[{}]", pairs.join(" "))
+        }
+        other => other.to_string(),
+    }
+}
+
+fn bad_patch_type(directive: &Value, map: &Map<String, Value>) -> PatchError {
+    unknown(format!(
+        "unknown patch type: {} in map: {}",
+        go_format(directive),
+        go_format(&Value::Object(map.clone()))
+    ))
 }
 
 /// Applies a strategic merge patch to `original` (both JSON objects), using
@@ -42,7 +90,7 @@ pub fn strategic_merge(
     shape: Shape<'_>,
 ) -> Result<Value, PatchError> {
     let (Some(original), Some(patch)) = (original.as_object(), patch.as_object()) else {
-        return Err(bad("strategic merge patch must be a JSON object"));
+        return Err(bad("invalid JSON document"));
     };
     merge_map(original.clone(), patch, shape).map(Value::Object)
 }
@@ -67,26 +115,19 @@ fn merge_map(
                 return merge_map(Map::new(), &replaced, shape);
             }
             Some("delete") => return Ok(Map::new()),
-            Some("merge") => {}
-            _ => return Err(bad(format!("Unknown patch type: {directive}"))),
+            _ => return Err(bad_patch_type(directive, patch)),
         }
     }
     if let Some(retain) = patch.get(RETAIN_KEYS) {
         let retain: Vec<&str> = retain
             .as_array()
             .and_then(|keys| keys.iter().map(Value::as_str).collect())
-            .ok_or_else(|| bad("invalid patch: $retainKeys must be a list of strings"))?;
-        if let Some(key) = patch
+            .ok_or_else(|| bad(RETAIN_KEYS_FORMAT))?;
+        if patch
             .iter()
-            .find(|(k, v)| !is_directive(k) && !v.is_null() && !retain.contains(&k.as_str()))
-            .map(|(k, _)| k)
+            .any(|(k, v)| !is_directive(k) && !v.is_null() && !retain.contains(&k.as_str()))
         {
-            return Err(PatchError {
-                message: format!(
-                    "$retainKeys does not contain all the keys of the patch: {key} is not retained"
-                ),
-                invalid: true,
-            });
+            return Err(bad(RETAIN_KEYS_FORMAT));
         }
         original.retain(|k, _| retain.contains(&k.as_str()));
     }
@@ -96,7 +137,7 @@ fn merge_map(
         };
         let values = values
             .as_array()
-            .ok_or_else(|| bad(format!("invalid patch: {key} must be a list")))?;
+            .ok_or_else(|| bad("invalid patch format of primitive list"))?;
         if let Some(list) = original.get_mut(field).and_then(Value::as_array_mut) {
             list.retain(|item| !values.contains(item));
         }
@@ -129,7 +170,7 @@ fn merge_map(
         };
         let order = order
             .as_array()
-            .ok_or_else(|| bad(format!("invalid patch: {key} must be a list")))?;
+            .ok_or_else(|| bad("invalid patch format of setElementOrder list"))?;
         let (_, meta) = shape.field(field);
         if let Some(Value::Array(list)) = original.get_mut(field) {
             let identity = |item: &Value| match merge_key(&meta) {
@@ -169,19 +210,27 @@ fn merge_list(
         let mut merged = if replace { Vec::new() } else { original };
         for item in patch {
             let Some(map) = item.as_object() else {
-                return Err(bad(format!(
-                    "unable to merge a list item that is not a map: {item} (merge key {key})"
+                return Err(unknown(format!(
+                    "list element types are not identical: {}",
+                    go_format(&Value::Array(patch.to_vec()))
                 )));
             };
-            match directive_of(item).as_deref() {
-                Some("replace") => continue,
-                Some("delete") => {
-                    let id = map.get(key).ok_or_else(|| missing_key(item, key))?;
+            match (directive_of(item).as_deref(), map.get(DIRECTIVE)) {
+                (Some("replace"), _) => continue,
+                (Some("delete"), _) => {
+                    let id = map
+                        .get(key)
+                        .ok_or_else(|| unknown("delete patch type with no merge key defined"))?;
                     merged.retain(|old| old.get(key) != Some(id));
                     continue;
                 }
-                Some("merge") | None => {}
-                Some(other) => return Err(bad(format!("Unknown patch type: {other}"))),
+                (Some("merge"), _) => {
+                    return Err(unknown(
+                        "merging lists cannot yet be specified in the patch",
+                    ));
+                }
+                (_, Some(directive)) => return Err(bad_patch_type(directive, map)),
+                (_, None) => {}
             }
             let id = map.get(key).ok_or_else(|| missing_key(item, key))?;
             match merged.iter_mut().find(|old| old.get(key) == Some(id)) {
@@ -215,8 +264,9 @@ fn merge_list(
 }
 
 fn missing_key(item: &Value, key: &str) -> PatchError {
-    bad(format!(
-        "map: {item} does not contain declared merge key: {key}"
+    unknown(format!(
+        "map: {} does not contain declared merge key: {key}",
+        go_format(item)
     ))
 }
 
@@ -405,20 +455,23 @@ mod tests {
         let schemas = Schemas::of(ResourceInfo::of::<Pod>().schema.as_ref().unwrap());
         let missing_key = json!({"spec": {"containers": [{"image": "x"}]}});
         let error = strategic_merge(&pod(), &missing_key, schemas.root()).unwrap_err();
-        assert!(
-            error
-                .message
-                .contains("does not contain declared merge key: name"),
-            "{error}"
+        assert_eq!(
+            error.message,
+            "map: map[image:x] does not contain declared merge key: name"
         );
+        assert_eq!(error.kind, PatchErrorKind::Unknown);
         let retain = json!({"spec": {"volumes": [{"name": "v", "$retainKeys": ["name"], "hostPath": {"path": "/x"}}]}});
-        assert!(
-            strategic_merge(&pod(), &retain, schemas.root())
-                .unwrap_err()
-                .invalid
+        assert_eq!(
+            strategic_merge(&pod(), &retain, schemas.root()).unwrap_err(),
+            bad("invalid patch format of retainKeys")
         );
         let unknown = json!({"metadata": {"$patch": "nope"}});
-        assert!(strategic_merge(&pod(), &unknown, schemas.root()).is_err());
+        assert_eq!(
+            strategic_merge(&pod(), &unknown, schemas.root())
+                .unwrap_err()
+                .message,
+            "unknown patch type: nope in map: map[$patch:nope]"
+        );
     }
 
     #[test]
