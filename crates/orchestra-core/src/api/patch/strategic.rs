@@ -118,6 +118,15 @@ fn merge_map(
             _ => return Err(bad_patch_type(directive, patch)),
         }
     }
+    // The live order of lists the patch orders, before merging.
+    let server_orders: Vec<(String, Vec<Value>)> = patch
+        .keys()
+        .filter_map(|key| key.strip_prefix(SET_ELEMENT_ORDER))
+        .map(|field| {
+            let live = original.get(field).and_then(Value::as_array).cloned();
+            (field.to_owned(), live.unwrap_or_default())
+        })
+        .collect();
     if let Some(retain) = patch.get(RETAIN_KEYS) {
         let retain: Vec<&str> = retain
             .as_array()
@@ -178,7 +187,12 @@ fn merge_map(
                 None => item.clone(),
             };
             let order: Vec<Value> = order.iter().map(identity).collect();
-            reorder(list, &order, identity);
+            let server: Vec<Value> = server_orders
+                .iter()
+                .find(|(f, _)| f == field)
+                .map(|(_, live)| live.iter().map(identity).collect())
+                .unwrap_or_default();
+            reorder(list, &order, &server, identity);
         }
     }
     Ok(original)
@@ -270,29 +284,44 @@ fn missing_key(item: &Value, key: &str) -> PatchError {
     ))
 }
 
-/// Orders `list` like `order` (identities): items named there come in that
-/// order; the others keep their place after the item they followed.
-fn reorder(list: &mut Vec<Value>, order: &[Value], identity: impl Fn(&Value) -> Value) {
-    let mut leading = Vec::new();
-    let mut groups: Vec<(Value, Vec<Value>)> = Vec::new();
-    for item in list.drain(..) {
-        let id = identity(&item);
-        if order.contains(&id) {
-            groups.push((item, Vec::new()));
-        } else if let Some((_, followers)) = groups.last_mut() {
-            followers.push(item);
+/// Orders a merged list like upstream: the items the patch orders
+/// (`$setElementOrder`) come in that order; the other (server-only) items
+/// keep their live order and are interleaved where the live order puts them
+/// before an ordered item.
+fn reorder(
+    list: &mut Vec<Value>,
+    order: &[Value],
+    server: &[Value],
+    identity: impl Fn(&Value) -> Value,
+) {
+    let position = |list: &[Value], id: &Value| list.iter().position(|o| o == id);
+    let (mut ordered, server_only): (Vec<Value>, Vec<Value>) = list
+        .drain(..)
+        .partition(|item| position(order, &identity(item)).is_some());
+    ordered.sort_by_key(|item| position(order, &identity(item)));
+    let mut server_only = server_only.into_iter().peekable();
+    let mut ordered = ordered.into_iter().peekable();
+    loop {
+        let take_server = match (server_only.peek(), ordered.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(left), Some(right)) => {
+                match (
+                    position(server, &identity(left)),
+                    position(server, &identity(right)),
+                ) {
+                    (Some(l), Some(r)) => l < r,
+                    _ => false,
+                }
+            }
+        };
+        let next = if take_server {
+            server_only.next()
         } else {
-            leading.push(item);
-        }
-    }
-    groups.sort_by_key(|(item, _)| {
-        let id = identity(item);
-        order.iter().position(|o| *o == id).unwrap_or(usize::MAX)
-    });
-    list.extend(leading);
-    for (item, followers) in groups {
-        list.push(item);
-        list.extend(followers);
+            ordered.next()
+        };
+        list.extend(next);
     }
 }
 
@@ -407,6 +436,20 @@ mod tests {
                         .collect();
                     assert_eq!(names, ["d", "c"]);
                     assert_eq!(v["spec"]["containers"][1]["image"], "nginx:3");
+                }),
+            ),
+            (
+                "$setElementOrder keeps server-only items in place",
+                json!({"spec": {"$setElementOrder/containers": [{"name": "e"}, {"name": "c"}],
+                                 "containers": [{"name": "e", "image": "e"}]}}),
+                Box::new(|v: &Value| {
+                    let names: Vec<&str> = v["spec"]["containers"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|c| c["name"].as_str().unwrap())
+                        .collect();
+                    assert_eq!(names, ["e", "c", "d"]);
                 }),
             ),
             (
