@@ -489,6 +489,34 @@ async fn kubectl_patch_and_apply() {
         assert!(out.contains("serverside-applied"), "{out}");
         let object = get("ssa");
         assert_eq!(object["spec"]["replicas"], 3);
+
+        // Client-side then server-side apply: kubectl moves the
+        // client-side-apply ownership to its apply manager first.
+        let (ok, _, err) = run(
+            &["apply", "--validate=false", "-f", "-"],
+            Some(&yaml(&deployment("mig", 1, "nginx:1"))),
+        );
+        assert!(ok, "{err}");
+        let (ok, out, err) = run(
+            &["apply", "--server-side", "--validate=false", "-f", "-"],
+            Some(&yaml(&deployment("mig", 4, "nginx:4"))),
+        );
+        assert!(ok, "{err}");
+        assert!(out.contains("serverside-applied"), "{out}");
+        let object = get("mig");
+        assert_eq!(object["spec"]["replicas"], 4);
+        assert_eq!(
+            container_images(&object),
+            ["web=nginx:4", "sidecar=busybox"]
+        );
+        let managers: Vec<String> = object["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{}/{}", e["manager"].as_str().unwrap(), e["operation"].as_str().unwrap()))
+            .collect();
+        assert!(managers.contains(&"kubectl/Apply".to_owned()), "{managers:?}");
+        assert!(!managers.contains(&"kubectl-client-side-apply/Update".to_owned()), "{managers:?}");
     })
     .await
     .unwrap();

@@ -380,26 +380,41 @@ pub fn apply(
     let modified = changed(live, &merged, &applied);
 
     let mine = entries.iter().position(|e| e.same_manager(ctx, APPLY));
-    let mut conflicts = Vec::new();
-    for (i, entry) in entries.iter_mut().enumerate() {
-        if Some(i) == mine {
-            continue;
-        }
-        let contested = entry.fields.intersection(&modified);
-        if contested.is_empty() {
-            continue;
-        }
-        if force {
-            entry.fields = entry.fields.difference(&contested);
-        } else {
-            conflicts.extend(contested.paths().map(|path| Conflict {
-                manager: entry.describe(),
-                field: path_string(path),
-            }));
+    let contested = |entries: &[ManagedEntry]| -> Vec<(usize, Path)> {
+        entries
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != mine)
+            .flat_map(|(i, e)| {
+                let paths: Vec<Path> = e.fields.intersection(&modified).paths().cloned().collect();
+                paths.into_iter().map(move |p| (i, p))
+            })
+            .collect()
+    };
+    let mut conflicts = contested(&entries);
+    if !force && !conflicts.is_empty() && ctx.manager == KUBECTL {
+        // Like upstream, `kubectl` taking over from client-side apply may
+        // change the fields its last-applied configuration set.
+        if let Some(allowed) = live.and_then(|live| last_applied_fields(live, ctx)) {
+            conflicts.retain(|(_, path)| !allowed.contains(path));
+            if conflicts.is_empty() {
+                return apply(live, &config, ctx, true);
+            }
         }
     }
-    if !conflicts.is_empty() {
-        return Err(conflicts);
+    if !force && !conflicts.is_empty() {
+        return Err(conflicts
+            .iter()
+            .map(|(i, path)| Conflict {
+                manager: entries[*i].describe(),
+                field: path_string(path),
+            })
+            .collect());
+    }
+    for (i, path) in conflicts {
+        let mut taken = FieldSet::new();
+        taken.insert(path);
+        entries[i].fields = entries[i].fields.difference(&taken);
     }
 
     // Fields this manager applied before, left out now and owned by nobody
@@ -433,7 +448,68 @@ pub fn apply(
         None => entries.push(entry),
     }
     set_managed_fields(&mut merged, entries);
+    if ctx.manager == KUBECTL {
+        update_last_applied(&mut merged, &config);
+    }
     Ok(merged)
+}
+
+/// The manager whose applies take over from client-side apply.
+const KUBECTL: &str = "kubectl";
+
+/// The annotation client-side apply keeps the applied configuration in.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The fields of the object's last-applied configuration that still have
+/// the applied values (`None` without the annotation).
+fn last_applied_fields(live: &Value, ctx: &Context<'_>) -> Option<FieldSet> {
+    let text = live
+        .pointer("/metadata/annotations")?
+        .get(LAST_APPLIED)?
+        .as_str()?;
+    let last_applied: Value = serde_json::from_str(text).ok()?;
+    let mut allowed = FieldSet::new();
+    for path in fields_of(&last_applied, ctx).paths() {
+        let is_item = matches!(
+            path.last(),
+            Some(PathElement::Key(_) | PathElement::Value(_))
+        );
+        let live_value = value_at(live, path);
+        if live_value.is_some() && (is_item || live_value == value_at(&last_applied, path)) {
+            allowed.insert(path.clone());
+        }
+    }
+    Some(allowed)
+}
+
+/// Keeps an existing last-applied annotation in step with what `kubectl`
+/// applies server-side, like upstream.
+fn update_last_applied(object: &mut Value, config: &Value) {
+    let has_annotation = object
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED))
+        .is_some();
+    if !has_annotation {
+        return;
+    }
+    let mut applied = config.clone();
+    if let Some(metadata) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+        if let Some(annotations) = metadata
+            .get_mut("annotations")
+            .and_then(Value::as_object_mut)
+        {
+            annotations.remove(LAST_APPLIED);
+            if annotations.is_empty() {
+                metadata.remove("annotations");
+            }
+        }
+    }
+    if let Some(annotations) = object
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.insert(LAST_APPLIED.into(), applied.to_string().into());
+    }
 }
 
 #[cfg(test)]

@@ -232,3 +232,46 @@ fn updates_are_recorded_and_conflict_with_appliers() {
     record_update(Some(&edited), &mut with_status, &ctx("x", &schemas));
     assert!(managers(&with_status).iter().all(|(m, _)| m != "x"));
 }
+
+#[test]
+fn kubectl_takes_over_from_client_side_apply() {
+    let schemas = schemas();
+    let applied = config(1, "nginx:1", json!({"app": "web"}));
+    let mut created = applied.clone();
+    created["metadata"]["annotations"] = json!({LAST_APPLIED: applied.to_string()});
+    record_update(
+        None,
+        &mut created,
+        &ctx("kubectl-client-side-apply", &schemas),
+    );
+
+    let changed = config(2, "nginx:2", json!({"app": "web"}));
+    // Other managers conflict with the client-side-apply fields ...
+    let conflicts = apply(Some(&created), &changed, &ctx("someone", &schemas), false).unwrap_err();
+    assert_eq!(conflicts.len(), 2);
+    // ... kubectl takes them over, and keeps the annotation current.
+    let taken = apply(Some(&created), &changed, &ctx("kubectl", &schemas), false).unwrap();
+    assert_eq!(taken["spec"]["replicas"], 2);
+    assert!(owns(&taken, "kubectl", ".spec.replicas"));
+    assert!(!owns(&taken, "kubectl-client-side-apply", ".spec.replicas"));
+    let annotation: Value = serde_json::from_str(
+        taken["metadata"]["annotations"][LAST_APPLIED]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(annotation["spec"]["replicas"], 2);
+
+    // Fields changed since the last client-side apply still conflict.
+    let mut edited = created.clone();
+    edited["spec"]["replicas"] = 7.into();
+    record_update(Some(&created), &mut edited, &ctx("kubectl-edit", &schemas));
+    let conflicts = apply(Some(&edited), &changed, &ctx("kubectl", &schemas), false).unwrap_err();
+    assert_eq!(
+        conflicts,
+        [Conflict {
+            manager: "\"kubectl-edit\" using apps/v1".into(),
+            field: ".spec.replicas".into()
+        }]
+    );
+}
