@@ -589,6 +589,9 @@ async fn store_update(
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
             .is_none_or(Vec::is_empty);
+    if !finalized && crate::api::apply::is_noop(old, &new) {
+        return Ok(old.clone());
+    }
     if dry_run {
         return Ok(new);
     }

@@ -129,6 +129,15 @@ async fn kube_rs_strategic_merge_and_apply() {
         .unwrap();
     assert_eq!(applied.spec.as_ref().unwrap().replicas, Some(2));
     assert_eq!(applied.metadata.labels.as_ref().unwrap()["extra"], "yes");
+    // Applying the same configuration again changes nothing.
+    let again = deployments
+        .patch("ssa", &PatchParams::apply("mgr-a"), &Patch::Apply(&second))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        applied.metadata.resource_version
+    );
     // Dropping a field the manager alone owns removes it.
     let applied = deployments
         .patch(

@@ -257,6 +257,24 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
     set_managed_fields(new, entries);
 }
 
+/// True if a write of `new` over `old` changes nothing but `managedFields`
+/// timestamps (and the resource version): then, like upstream, the write is
+/// a no-op and the resource version stays.
+pub fn is_noop(old: &Value, new: &Value) -> bool {
+    fn normalized(object: &Value) -> Value {
+        let mut object = object.clone();
+        let metadata = meta::metadata_mut(&mut object);
+        metadata.remove("resourceVersion");
+        if let Some(Value::Array(entries)) = metadata.get_mut("managedFields") {
+            for entry in entries.iter_mut().filter_map(Value::as_object_mut) {
+                entry.remove("time");
+            }
+        }
+        object
+    }
+    normalized(old) == normalized(new)
+}
+
 /// A field another manager owns with a different value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conflict {

@@ -275,3 +275,33 @@ fn kubectl_takes_over_from_client_side_apply() {
         }]
     );
 }
+
+#[test]
+fn reapplying_is_a_noop() {
+    let schemas = schemas();
+    let mut first = apply(
+        None,
+        &config(1, "nginx:1", json!({"app": "web"})),
+        &ctx("a", &schemas),
+        false,
+    )
+    .unwrap();
+    first["metadata"]["resourceVersion"] = "5".into();
+    let mut again = apply(
+        Some(&first),
+        &config(1, "nginx:1", json!({"app": "web"})),
+        &ctx("a", &schemas),
+        false,
+    )
+    .unwrap();
+    again["metadata"]["managedFields"][0]["time"] = "2000-01-01T00:00:00Z".into();
+    assert!(is_noop(&first, &again));
+    let changed = apply(
+        Some(&first),
+        &config(2, "nginx:1", json!({"app": "web"})),
+        &ctx("a", &schemas),
+        false,
+    )
+    .unwrap();
+    assert!(!is_noop(&first, &changed));
+}
