@@ -146,6 +146,7 @@ fn context<'a>(
     Context {
         manager,
         api_version,
+        kind: &target.resource.kind,
         subresource,
         has_status: target.resource.has_subresource("status"),
         shape: match schemas {
@@ -244,8 +245,7 @@ impl PatchBody {
                     subresource,
                     schemas.as_deref(),
                 );
-                apply::apply(old, config, &ctx, query.force)
-                    .map_err(|conflicts| apply::conflict_error(&conflicts))
+                apply::apply(old, config, &ctx, query.force).map_err(|e| e.to_api_error())
             }
         }
     }

@@ -45,6 +45,8 @@ pub struct Context<'a> {
     pub manager: &'a str,
     /// The object's `apiVersion`, e.g. `apps/v1`.
     pub api_version: &'a str,
+    /// The object's kind, e.g. `Deployment`.
+    pub kind: &'a str,
     /// The subresource written, e.g. `status`.
     pub subresource: Option<&'a str>,
     /// True if the kind has a status subresource: then writes to the main
@@ -377,6 +379,93 @@ pub fn merge_applied(live: &Value, config: &Value, shape: Shape<'_>, meta: &Fiel
     }
 }
 
+/// Why an apply failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApplyError {
+    /// Other managers own fields the apply would change (409).
+    Conflicts(Vec<Conflict>),
+    /// The configuration does not fit the schema, e.g. a list-map item
+    /// without its key (upstream: an untyped 500 kubectl prints as
+    /// `Error from server: failed to create typed patch object ...`).
+    Invalid(String),
+}
+
+impl ApplyError {
+    /// The API error upstream answers.
+    pub fn to_api_error(&self) -> ApiError {
+        match self {
+            ApplyError::Conflicts(conflicts) => conflict_error(conflicts),
+            ApplyError::Invalid(message) => ApiError {
+                code: 500,
+                reason: "",
+                message: message.clone(),
+                details: None,
+            },
+        }
+    }
+}
+
+/// The upstream name of a group-version-kind, e.g. `apps/v1, Kind=Deployment`.
+fn gvk_string(ctx: &Context<'_>) -> String {
+    let group_version = if ctx.api_version.contains('/') {
+        ctx.api_version.to_owned()
+    } else {
+        format!("/{}", ctx.api_version)
+    };
+    format!("{group_version}, Kind={}", ctx.kind)
+}
+
+/// Checks that list-map items carry their keys, once each.
+fn check_list_keys(
+    value: &Value,
+    shape: Shape<'_>,
+    meta: &FieldMeta,
+    path: &mut Path,
+) -> Result<(), String> {
+    match value {
+        Value::Object(map) if !meta.atomic_map => {
+            for (key, child) in map {
+                let (child_shape, child_meta) = shape.field(key);
+                path.push(PathElement::Field(key.clone()));
+                check_list_keys(child, child_shape, &child_meta, path)?;
+                path.pop();
+            }
+            Ok(())
+        }
+        Value::Array(items) => {
+            let ListType::Map(keys) = &meta.list else {
+                return Ok(());
+            };
+            let mut seen = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                for key in keys {
+                    if item.get(key).is_none_or(Value::is_null) && super::patch::meta::key_default(key).is_none()
+                    {
+                        return Err(format!(
+                            "{}: element {i}: associative list with keys has an element that omits key field {:?} (and doesn't have default value)",
+                            path_string(path),
+                            key
+                        ));
+                    }
+                }
+                let element = item_key(item, keys);
+                if seen.contains(&element) {
+                    return Err(format!(
+                        "{}: duplicate entries for key {element}",
+                        path_string(path)
+                    ));
+                }
+                path.push(element.clone());
+                check_list_keys(item, shape.items(), &FieldMeta::default(), path)?;
+                path.pop();
+                seen.push(element);
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Server-side apply of `config` by `ctx.manager` to `live` (`None` if the
 /// object does not exist yet). Returns the new object with its
 /// `managedFields`, or the conflicts with other managers unless `force`.
@@ -385,12 +474,32 @@ pub fn apply(
     config: &Value,
     ctx: &Context<'_>,
     force: bool,
-) -> Result<Value, Vec<Conflict>> {
+) -> Result<Value, ApplyError> {
     let mut config = config.clone();
     if let Some(metadata) = config.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.remove("managedFields");
     }
+    check_list_keys(&config, ctx.shape, &FieldMeta::default(), &mut Vec::new()).map_err(|e| {
+        ApplyError::Invalid(format!(
+            "failed to create typed patch object ({}): {e}",
+            gvk_string(ctx)
+        ))
+    })?;
     let mut entries = live.map(managed_fields).unwrap_or_default();
+    if let Some(live) = live
+        && live.pointer("/metadata/managedFields").is_none()
+    {
+        // Fields of objects nobody tracked yet belong to a stand-in
+        // manager, so that the first applier conflicts with them.
+        entries.push(ManagedEntry {
+            manager: BEFORE_FIRST_APPLY.into(),
+            operation: UPDATE.into(),
+            api_version: ctx.api_version.to_owned(),
+            time: None,
+            subresource: None,
+            fields: fields_of(live, ctx),
+        });
+    }
     let applied = fields_of(&config, ctx);
     let empty = Value::Object(Map::new());
     let base = live.unwrap_or(&empty);
@@ -421,13 +530,15 @@ pub fn apply(
         }
     }
     if !force && !conflicts.is_empty() {
-        return Err(conflicts
-            .iter()
-            .map(|(i, path)| Conflict {
-                manager: entries[*i].describe(),
-                field: path_string(path),
-            })
-            .collect());
+        return Err(ApplyError::Conflicts(
+            conflicts
+                .iter()
+                .map(|(i, path)| Conflict {
+                    manager: entries[*i].describe(),
+                    field: path_string(path),
+                })
+                .collect(),
+        ));
     }
     for (i, path) in conflicts {
         let mut taken = FieldSet::new();
@@ -471,6 +582,9 @@ pub fn apply(
     }
     Ok(merged)
 }
+
+/// The stand-in manager of the fields of an untracked object.
+const BEFORE_FIRST_APPLY: &str = "before-first-apply";
 
 /// The manager whose applies take over from client-side apply.
 const KUBECTL: &str = "kubectl";

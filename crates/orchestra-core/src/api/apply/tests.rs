@@ -12,6 +12,7 @@ fn ctx<'a>(manager: &'a str, schemas: &'a Schemas) -> Context<'a> {
     Context {
         manager,
         api_version: "apps/v1",
+        kind: "Deployment",
         subresource: None,
         has_status: true,
         shape: schemas.root(),
@@ -107,6 +108,9 @@ fn apply_scenarios() {
         false,
     )
     .unwrap_err();
+    let ApplyError::Conflicts(conflicts) = conflicts else {
+        panic!("{conflicts:?}")
+    };
     assert_eq!(
         conflicts,
         [Conflict {
@@ -176,7 +180,7 @@ fn apply_scenarios() {
     )
     .unwrap_err();
     assert_eq!(
-        conflict_error(&many).message,
+        many.to_api_error().message,
         "Apply failed with 2 conflicts: conflicts with \"a\":\n- .spec.replicas\n- .spec.template.spec.containers[name=\"c\"].image"
     );
 }
@@ -210,6 +214,9 @@ fn updates_are_recorded_and_conflict_with_appliers() {
         false,
     )
     .unwrap_err();
+    let ApplyError::Conflicts(conflicts) = conflicts else {
+        panic!("{conflicts:?}")
+    };
     assert_eq!(
         conflicts,
         [Conflict {
@@ -248,6 +255,9 @@ fn kubectl_takes_over_from_client_side_apply() {
     let changed = config(2, "nginx:2", json!({"app": "web"}));
     // Other managers conflict with the client-side-apply fields ...
     let conflicts = apply(Some(&created), &changed, &ctx("someone", &schemas), false).unwrap_err();
+    let ApplyError::Conflicts(conflicts) = conflicts else {
+        panic!("{conflicts:?}")
+    };
     assert_eq!(conflicts.len(), 2);
     // ... kubectl takes them over, and keeps the annotation current.
     let taken = apply(Some(&created), &changed, &ctx("kubectl", &schemas), false).unwrap();
@@ -267,6 +277,9 @@ fn kubectl_takes_over_from_client_side_apply() {
     edited["spec"]["replicas"] = 7.into();
     record_update(Some(&created), &mut edited, &ctx("kubectl-edit", &schemas));
     let conflicts = apply(Some(&edited), &changed, &ctx("kubectl", &schemas), false).unwrap_err();
+    let ApplyError::Conflicts(conflicts) = conflicts else {
+        panic!("{conflicts:?}")
+    };
     assert_eq!(
         conflicts,
         [Conflict {
@@ -304,4 +317,38 @@ fn reapplying_is_a_noop() {
     )
     .unwrap();
     assert!(!is_noop(&first, &changed));
+}
+
+#[test]
+fn invalid_configurations_and_untracked_objects() {
+    let schemas = schemas();
+    let mut nameless = config(1, "nginx:1", json!({"app": "web"}));
+    nameless["spec"]["template"]["spec"]["containers"] = json!([{"image": "x"}]);
+    assert_eq!(
+        apply(None, &nameless, &ctx("a", &schemas), false).unwrap_err(),
+        ApplyError::Invalid("failed to create typed patch object (apps/v1, Kind=Deployment): .spec.template.spec.containers: element 0: associative list with keys has an element that omits key field \"name\" (and doesn't have default value)".into())
+    );
+    let mut twice = config(1, "nginx:1", json!({"app": "web"}));
+    twice["spec"]["template"]["spec"]["containers"] = json!([{"name": "c"}, {"name": "c"}]);
+    let ApplyError::Invalid(message) = apply(None, &twice, &ctx("a", &schemas), false).unwrap_err()
+    else {
+        panic!()
+    };
+    assert!(
+        message.ends_with(".spec.template.spec.containers: duplicate entries for key [name=\"c\"]"),
+        "{message}"
+    );
+
+    let untracked = config(1, "nginx:1", json!({"app": "web"}));
+    let error = apply(
+        Some(&untracked),
+        &config(2, "nginx:1", json!({"app": "web"})),
+        &ctx("a", &schemas),
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_api_error().message,
+        "Apply failed with 1 conflict: conflict with \"before-first-apply\" using apps/v1: .spec.replicas"
+    );
 }
