@@ -527,11 +527,142 @@ pub fn is_atomic_type(type_name: &str) -> bool {
     ATOMIC_TYPES.contains(&type_name)
 }
 
+/// Fields whose strategic patch strategy includes `retainKeys` (the patch
+/// may carry `$retainKeys`: a union type whose other members are cleared).
+pub const RETAIN_KEYS_FIELDS: &[(&str, &str)] = &[
+    ("io.k8s.api.core.v1.PodSpec", "volumes"),
+    ("io.k8s.api.core.v1.PodSpec", "resourceClaims"),
+    ("io.k8s.api.core.v1.PodStatus", "resourceClaimStatuses"),
+    ("io.k8s.api.apps.v1.DeploymentSpec", "strategy"),
+    ("io.k8s.api.apps.v1.DaemonSetSpec", "updateStrategy"),
+];
+
+/// The OpenAPI extensions upstream publishes for a field
+/// (`x-kubernetes-list-type`, `x-kubernetes-list-map-keys`,
+/// `x-kubernetes-map-type`, `x-kubernetes-patch-strategy`,
+/// `x-kubernetes-patch-merge-key`); empty for default fields.
+pub fn openapi_extensions(
+    type_name: &str,
+    field: &str,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut extensions = serde_json::Map::new();
+    let retain_keys = RETAIN_KEYS_FIELDS.contains(&(type_name, field));
+    let mut strategy = Vec::new();
+    if let Some(entry) = field_strategy(type_name, field) {
+        match entry.strategy {
+            Strategy::ListMap(keys) => {
+                extensions.insert("x-kubernetes-list-type".into(), "map".into());
+                extensions.insert("x-kubernetes-list-map-keys".into(), keys.to_vec().into());
+                if entry.strategic_merge {
+                    extensions.insert("x-kubernetes-patch-merge-key".into(), keys[0].into());
+                    strategy.push("merge");
+                }
+            }
+            Strategy::ListSet => {
+                extensions.insert("x-kubernetes-list-type".into(), "set".into());
+                if entry.strategic_merge {
+                    strategy.push("merge");
+                }
+            }
+            Strategy::AtomicList => {
+                extensions.insert("x-kubernetes-list-type".into(), "atomic".into());
+            }
+            Strategy::AtomicMap => {
+                extensions.insert("x-kubernetes-map-type".into(), "atomic".into());
+            }
+        }
+    }
+    if retain_keys {
+        strategy.push("retainKeys");
+    }
+    if !strategy.is_empty() {
+        extensions.insert(
+            "x-kubernetes-patch-strategy".into(),
+            strategy.join(",").into(),
+        );
+    }
+    extensions
+}
+
+/// Adds [`openapi_extensions`] to the properties of schema definitions
+/// named like upstream (`io.k8s.api.core.v1.PodSpec`), and
+/// `x-kubernetes-map-type: atomic` to the [`ATOMIC_TYPES`]: what OpenAPI
+/// documents need for clients (kubectl's client-side apply) to compute
+/// strategic merge patches.
+pub fn annotate_definitions(definitions: &mut serde_json::Map<String, serde_json::Value>) {
+    let fields = FIELD_STRATEGIES
+        .iter()
+        .map(|e| (e.type_name, e.field))
+        .chain(RETAIN_KEYS_FIELDS.iter().copied());
+    for (type_name, field) in fields {
+        if let Some(property) = definitions
+            .get_mut(type_name)
+            .and_then(|d| d.get_mut("properties"))
+            .and_then(|p| p.get_mut(field))
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            property.extend(openapi_extensions(type_name, field));
+        }
+    }
+    for type_name in ATOMIC_TYPES {
+        if let Some(definition) = definitions
+            .get_mut(*type_name)
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            definition.insert("x-kubernetes-map-type".into(), "atomic".into());
+        }
+    }
+}
+
 /// The value a list-map key takes when an item leaves it out (upstream
 /// defaults `protocol` to `TCP` before keys are compared).
 pub fn key_default(key: &str) -> Option<&'static str> {
     match key {
         "protocol" => Some("TCP"),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::schemars::SchemaGenerator;
+    use serde_json::json;
+
+    #[test]
+    fn openapi_extensions_like_upstream() {
+        assert_eq!(
+            serde_json::Value::Object(openapi_extensions("io.k8s.api.core.v1.PodSpec", "volumes")),
+            json!({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                   "x-kubernetes-patch-merge-key": "name", "x-kubernetes-patch-strategy": "merge,retainKeys"})
+        );
+        assert_eq!(
+            serde_json::Value::Object(openapi_extensions("io.k8s.api.core.v1.Container", "ports")),
+            json!({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["containerPort", "protocol"],
+                   "x-kubernetes-patch-merge-key": "containerPort", "x-kubernetes-patch-strategy": "merge"})
+        );
+        assert_eq!(
+            serde_json::Value::Object(openapi_extensions(
+                "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+                "finalizers"
+            )),
+            json!({"x-kubernetes-list-type": "set", "x-kubernetes-patch-strategy": "merge"})
+        );
+        assert!(openapi_extensions("io.k8s.api.core.v1.PodSpec", "tolerations").is_empty());
+
+        let mut generator = SchemaGenerator::default();
+        generator.subschema_for::<k8s_openapi::api::apps::v1::Deployment>();
+        let mut definitions = generator.definitions().clone();
+        annotate_definitions(&mut definitions);
+        let containers = &definitions["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];
+        assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
+        assert_eq!(containers["type"], "array");
+        let strategy = &definitions["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]["strategy"];
+        assert_eq!(strategy["x-kubernetes-patch-strategy"], "retainKeys");
+        assert!(strategy.get("$ref").is_some());
+        assert_eq!(
+            definitions["io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector"]["x-kubernetes-map-type"],
+            "atomic"
+        );
     }
 }

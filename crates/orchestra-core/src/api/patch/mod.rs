@@ -10,7 +10,7 @@ pub use strategic::{PatchError, PatchErrorKind, strategic_merge};
 
 #[cfg(test)]
 mod tests {
-    use super::meta::{ATOMIC_TYPES, FIELD_STRATEGIES, Strategy};
+    use super::meta::{ATOMIC_TYPES, FIELD_STRATEGIES, RETAIN_KEYS_FIELDS, Strategy};
     use k8s_openapi::schemars::{JsonSchema, SchemaGenerator};
 
     fn visit<T: JsonSchema>(generator: &mut SchemaGenerator) {
@@ -101,6 +101,15 @@ mod tests {
                 }
                 Strategy::AtomicMap => assert!(!is_array),
             }
+        }
+        for (type_name, field) in RETAIN_KEYS_FIELDS {
+            assert!(
+                definitions
+                    .get(*type_name)
+                    .and_then(|d| d.pointer(&format!("/properties/{field}")))
+                    .is_some(),
+                "{type_name} has no field {field}"
+            );
         }
         for name in ATOMIC_TYPES {
             assert!(definitions.contains_key(*name), "no schema type {name}");
