@@ -211,6 +211,11 @@ impl FieldSet {
             .is_some_and(|p| p.starts_with(prefix))
     }
 
+    /// Keeps only the paths `keep` accepts.
+    pub fn retain(&mut self, keep: impl FnMut(&Path) -> bool) {
+        self.0.retain(keep);
+    }
+
     /// True if the set is empty.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()

@@ -217,6 +217,41 @@ fn changed(old: Option<&Value>, new: &Value, set: &FieldSet) -> FieldSet {
     out
 }
 
+/// The non-empty maps (`additionalProperties`, not structs) of `new` that
+/// `old` lacks.
+fn added_maps(
+    old: Option<&Value>,
+    new: &Value,
+    shape: Shape<'_>,
+    meta: &FieldMeta,
+    path: &mut Path,
+    out: &mut FieldSet,
+) {
+    match new {
+        Value::Object(map) if !meta.atomic_map && !map.is_empty() => {
+            if shape.is_map() && !path.is_empty() && old.and_then(|o| value_at(o, path)).is_none() {
+                out.insert(path.clone());
+            }
+            for (key, child) in map {
+                let (child_shape, child_meta) = shape.field(key);
+                path.push(PathElement::Field(key.clone()));
+                added_maps(old, child, child_shape, &child_meta, path, out);
+                path.pop();
+            }
+        }
+        Value::Array(items) => {
+            if let ListType::Map(keys) = &meta.list {
+                for item in items {
+                    path.push(item_key(item, keys));
+                    added_maps(old, item, shape.items(), &FieldMeta::default(), path, out);
+                    path.pop();
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Records a non-apply write (create, update, patch) of `new` over `old` by
 /// `ctx.manager`: the manager's `Update` entry gains the fields it changed,
 /// which other managers lose. Managed fields the writer sent explicitly
@@ -233,11 +268,26 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
     };
     let new_set = fields_of(new, ctx);
     let old_set = old.map(|o| fields_of(o, ctx)).unwrap_or_default();
-    let modified = changed(old, new, &new_set);
+    let mut modified = changed(old, new, &new_set);
+    if !modified.is_empty() {
+        // Like upstream, an updater that adds a map owns the map itself too
+        // (`f:labels: {".": {}, ...}`).
+        let mut maps = FieldSet::new();
+        added_maps(
+            old,
+            &owned_part(new, ctx),
+            ctx.shape,
+            &FieldMeta::default(),
+            &mut Vec::new(),
+            &mut maps,
+        );
+        modified = modified.union(&maps);
+    }
     let removed = old_set.difference(&new_set);
     let taken = modified.union(&removed);
     for entry in &mut entries {
         entry.fields = entry.fields.difference(&taken);
+        entry.fields.retain(|path| value_at(new, path).is_some());
     }
     if !modified.is_empty() {
         let now = meta::now_rfc3339();
@@ -439,7 +489,8 @@ fn check_list_keys(
             let mut seen = Vec::new();
             for (i, item) in items.iter().enumerate() {
                 for key in keys {
-                    if item.get(key).is_none_or(Value::is_null) && super::patch::meta::key_default(key).is_none()
+                    if item.get(key).is_none_or(Value::is_null)
+                        && super::patch::meta::key_default(key).is_none()
                     {
                         return Err(format!(
                             "{}: element {i}: associative list with keys has an element that omits key field {:?} (and doesn't have default value)",

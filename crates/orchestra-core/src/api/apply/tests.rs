@@ -195,6 +195,22 @@ fn updates_are_recorded_and_conflict_with_appliers() {
         [("kubectl-create".to_owned(), "Update".to_owned())]
     );
     assert!(owns(&created, "kubectl-create", ".spec.replicas"));
+    assert_eq!(
+        created["metadata"]["managedFields"][0]["fieldsV1"]["f:metadata"],
+        json!({"f:labels": {".": {}, "f:app": {}}})
+    );
+    let mut unlabeled = created.clone();
+    unlabeled["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("labels");
+    record_update(
+        Some(&created),
+        &mut unlabeled,
+        &ctx("kubectl-edit", &schemas),
+    );
+    assert!(!owns(&unlabeled, "kubectl-create", ".metadata.labels"));
+    assert!(!owns(&unlabeled, "kubectl-create", ".metadata.labels.app"));
 
     let mut edited = created.clone();
     edited["spec"]["replicas"] = 5.into();

@@ -190,6 +190,15 @@ impl<'a> Shape<'a> {
         Shape::resolve(self.schemas, self.node.and_then(|n| n.get("items")))
     }
 
+    /// True if the schema here is a map (`additionalProperties`), not a
+    /// struct.
+    pub fn is_map(&self) -> bool {
+        self.node.is_some_and(|n| {
+            n.get("properties").is_none()
+                && n.get("additionalProperties").is_some_and(Value::is_object)
+        })
+    }
+
     /// The merge metadata of the items of this list, if they are lists or
     /// maps themselves (only CRD schemas can say anything about them).
     pub fn items_meta(&self) -> FieldMeta {
