@@ -306,7 +306,57 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
             }),
         }
     }
+    cap_update_managers(&mut entries);
     set_managed_fields(new, entries);
+}
+
+/// Most `Update` entries kept, like upstream; older ones merge into
+/// [`ANCIENT_CHANGES`].
+pub const MAX_UPDATE_MANAGERS: usize = 10;
+
+/// The manager older update entries merge into.
+pub const ANCIENT_CHANGES: &str = "ancient-changes";
+
+fn cap_update_managers(entries: &mut Vec<ManagedEntry>) {
+    let updates = entries.iter().filter(|e| e.operation == UPDATE).count();
+    if updates <= MAX_UPDATE_MANAGERS {
+        return;
+    }
+    let mut oldest: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].operation == UPDATE && entries[i].manager != ANCIENT_CHANGES)
+        .collect();
+    oldest.sort_by(|&a, &b| entries[a].time.cmp(&entries[b].time));
+    // The bucket itself counts as one of the kept entries.
+    let bucket_exists = entries.iter().any(|e| e.manager == ANCIENT_CHANGES);
+    let merge = updates - MAX_UPDATE_MANAGERS + usize::from(!bucket_exists);
+    let merged: Vec<usize> = oldest.into_iter().take(merge).collect();
+    let mut fields = FieldSet::new();
+    let mut time = None;
+    let mut api_version = String::new();
+    for &i in &merged {
+        fields = fields.union(&entries[i].fields);
+        time = time.max(entries[i].time.clone());
+        api_version = entries[i].api_version.clone();
+    }
+    let mut index = 0;
+    entries.retain(|_| {
+        index += 1;
+        !merged.contains(&(index - 1))
+    });
+    match entries.iter_mut().find(|e| e.manager == ANCIENT_CHANGES) {
+        Some(bucket) => {
+            bucket.fields = bucket.fields.union(&fields);
+            bucket.time = bucket.time.clone().max(time);
+        }
+        None => entries.push(ManagedEntry {
+            manager: ANCIENT_CHANGES.into(),
+            operation: UPDATE.into(),
+            api_version,
+            time,
+            subresource: None,
+            fields,
+        }),
+    }
 }
 
 /// True if a write of `new` over `old` changes nothing but `managedFields`

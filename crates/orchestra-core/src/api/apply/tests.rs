@@ -368,3 +368,21 @@ fn invalid_configurations_and_untracked_objects() {
         "Apply failed with 1 conflict: conflict with \"before-first-apply\" using apps/v1: .spec.replicas"
     );
 }
+
+#[test]
+fn update_managers_are_capped() {
+    let schemas = schemas();
+    let mut object = config(1, "nginx:1", json!({"app": "web"}));
+    record_update(None, &mut object, &ctx("creator", &schemas));
+    for i in 0..12 {
+        let mut next = object.clone();
+        next["metadata"]["labels"][format!("l{i}")] = "x".into();
+        let manager = format!("m{i}");
+        record_update(Some(&object), &mut next, &ctx(&manager, &schemas));
+        object = next;
+    }
+    let entries = managed_fields(&object);
+    assert_eq!(entries.len(), MAX_UPDATE_MANAGERS);
+    assert!(owns(&object, ANCIENT_CHANGES, ".spec.replicas"));
+    assert!(owns(&object, "m11", ".metadata.labels.l11"));
+}
