@@ -454,29 +454,82 @@ pub fn merge_applied(live: &Value, config: &Value, shape: Shape<'_>, meta: &Fiel
         (Value::Array(live), Value::Array(config)) => match &meta.list {
             ListType::Map(keys) => {
                 let items = shape.items();
-                let mut merged = live.clone();
-                for item in config {
-                    let key = item_key(item, keys);
-                    match merged.iter_mut().find(|old| item_key(old, keys) == key) {
-                        Some(old) => *old = merge_applied(old, item, items, &FieldMeta::default()),
-                        None => merged.push(item.clone()),
-                    }
-                }
-                Value::Array(merged)
+                Value::Array(interleave(
+                    live,
+                    config,
+                    |item| item_key(item, keys),
+                    |old, new| merge_applied(old, new, items, &FieldMeta::default()),
+                ))
             }
-            ListType::Set => {
-                let mut merged = live.clone();
-                for item in config {
-                    if !merged.contains(item) {
-                        merged.push(item.clone());
-                    }
-                }
-                Value::Array(merged)
-            }
+            ListType::Set => Value::Array(interleave(
+                live,
+                config,
+                |item| PathElement::Value(item.to_string()),
+                |_, new| new.clone(),
+            )),
             ListType::Atomic => Value::Array(config.clone()),
         },
         _ => config.clone(),
     }
+}
+
+/// Merges the items of a live associative list with an applied one in
+/// upstream's order: shared items in the applied order, live-only items where
+/// they were, applied-only items where the applied list puts them.
+fn interleave(
+    live: &[Value],
+    applied: &[Value],
+    key: impl Fn(&Value) -> PathElement,
+    merge: impl Fn(&Value, &Value) -> Value,
+) -> Vec<Value> {
+    let live_keys: Vec<PathElement> = live.iter().map(&key).collect();
+    let applied_keys: Vec<PathElement> = applied.iter().map(&key).collect();
+    let live_index = |k: &PathElement| live_keys.iter().position(|l| l == k);
+    let applied_index = |k: &PathElement| applied_keys.iter().position(|a| a == k);
+    let mut shared = applied_keys
+        .iter()
+        .filter(|k| live_index(k).is_some())
+        .peekable();
+    let mut out = Vec::with_capacity(live.len().max(applied.len()));
+    let (mut l, mut r) = (0, 0);
+    while l < live.len() || r < applied.len() {
+        if l < live.len() && r < applied.len() {
+            if live_keys[l] == applied_keys[r] {
+                out.push(merge(&live[l], &applied[r]));
+                l += 1;
+                r += 1;
+                shared.next();
+                continue;
+            }
+            if applied_index(&live_keys[l]).is_some()
+                && shared.peek().is_some_and(|next| **next != live_keys[l])
+            {
+                // A shared item the applied list wants later.
+                l += 1;
+                continue;
+            }
+        }
+        if l < live.len() && applied_index(&live_keys[l]).is_none() {
+            out.push(live[l].clone());
+            l += 1;
+            continue;
+        }
+        if r < applied.len() {
+            let item = match live_index(&applied_keys[r]) {
+                Some(i) => merge(&live[i], &applied[r]),
+                None => applied[r].clone(),
+            };
+            out.push(item);
+            if shared.peek().is_some_and(|next| **next == applied_keys[r]) {
+                shared.next();
+            }
+            r += 1;
+            continue;
+        }
+        // Only shared live items already merged remain.
+        l += 1;
+    }
+    out
 }
 
 /// Why an apply failed.

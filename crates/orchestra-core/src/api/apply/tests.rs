@@ -386,3 +386,33 @@ fn update_managers_are_capped() {
     assert!(owns(&object, ANCIENT_CHANGES, ".spec.replicas"));
     assert!(owns(&object, "m11", ".metadata.labels.l11"));
 }
+
+#[test]
+fn list_order_like_upstream() {
+    let key = |v: &Value| PathElement::Value(v.to_string());
+    let merge = |_: &Value, new: &Value| new.clone();
+    let cases = [
+        (json!(["a", "b"]), json!(["b", "a"]), json!(["b", "a"])),
+        (
+            json!(["a", "b", "c"]),
+            json!(["c", "a"]),
+            json!(["b", "c", "a"]),
+        ),
+        (
+            json!(["a", "b"]),
+            json!(["a", "x", "b"]),
+            json!(["a", "x", "b"]),
+        ),
+        (json!(["a", "b"]), json!(["x"]), json!(["a", "b", "x"])),
+        (json!([]), json!(["x", "y"]), json!(["x", "y"])),
+    ];
+    for (live, applied, expected) in cases {
+        let out = interleave(
+            live.as_array().unwrap(),
+            applied.as_array().unwrap(),
+            key,
+            merge,
+        );
+        assert_eq!(Value::Array(out), expected, "{live} + {applied}");
+    }
+}
