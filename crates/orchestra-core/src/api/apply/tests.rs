@@ -416,3 +416,55 @@ fn list_order_like_upstream() {
         assert_eq!(Value::Array(out), expected, "{live} + {applied}");
     }
 }
+
+#[test]
+fn custom_resources_use_their_schema_extensions() {
+    use crate::api::KindSchema;
+    let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "items": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"],
+                  "items": {"type": "object", "properties": {"id": {"type": "string"}, "v": {"type": "integer"}}}}
+    }}}});
+    let schemas = Schemas::of(&KindSchema::Json(std::sync::Arc::new(schema)));
+    let ctx = |manager| Context {
+        manager,
+        api_version: "example.com/v1",
+        kind: "Widget",
+        subresource: None,
+        has_status: false,
+        shape: schemas.root(),
+    };
+    let widget = |items: Value| {
+        json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w"}, "spec": {"items": items}})
+    };
+    let first = apply(
+        None,
+        &widget(json!([{"id": "a", "v": 1}])),
+        &ctx("one"),
+        false,
+    )
+    .unwrap();
+    let both = apply(
+        Some(&first),
+        &widget(json!([{"id": "b", "v": 2}])),
+        &ctx("two"),
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        both["spec"]["items"],
+        json!([{"id": "a", "v": 1}, {"id": "b", "v": 2}])
+    );
+    assert!(owns(&both, "two", ".spec.items[id=\"b\"].v"));
+    let error = apply(
+        Some(&both),
+        &widget(json!([{"id": "a", "v": 5}])),
+        &ctx("two"),
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_api_error().message,
+        "Apply failed with 1 conflict: conflict with \"one\": .spec.items[id=\"a\"].v"
+    );
+}

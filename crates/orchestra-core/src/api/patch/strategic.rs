@@ -518,6 +518,26 @@ mod tests {
     }
 
     #[test]
+    fn services_and_deployment_strategies() {
+        use k8s_openapi::api::core::v1::Service;
+        let schemas = Schemas::of(ResourceInfo::of::<Service>().schema.as_ref().unwrap());
+        let service = json!({"spec": {"ports": [{"port": 80, "targetPort": 8080}, {"port": 443}]}});
+        let patch = json!({"spec": {"ports": [{"port": 80, "targetPort": 9090}]}});
+        let patched = strategic_merge(&service, &patch, schemas.root()).unwrap();
+        assert_eq!(
+            patched["spec"]["ports"],
+            json!([{"port": 80, "targetPort": 9090}, {"port": 443}])
+        );
+
+        let schemas = Schemas::of(ResourceInfo::of::<Deployment>().schema.as_ref().unwrap());
+        let deployment = json!({"spec": {"strategy": {"type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 1}}}});
+        let patch = json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}});
+        let patched = strategic_merge(&deployment, &patch, schemas.root()).unwrap();
+        assert_eq!(patched["spec"]["strategy"], json!({"type": "Recreate"}));
+    }
+
+    #[test]
     fn deployment_image_patch() {
         let schemas = Schemas::of(ResourceInfo::of::<Deployment>().schema.as_ref().unwrap());
         let deployment = json!({"spec": {"replicas": 1, "template": {"spec": {"containers": [
