@@ -468,6 +468,23 @@ async fn kubectl_patch_and_apply() {
         assert!(out.contains("deployment.apps/csa patched"), "{out}");
         assert_eq!(container_images(&get("csa")), ["web=nginx:3", "sidecar=busybox"]);
 
+        // Merge errors read like upstream's.
+        let (ok, _, err) = run(
+            &[
+                "patch",
+                "deployment",
+                "csa",
+                "-p",
+                r#"{"spec":{"template":{"spec":{"containers":[{"image":"x"}]}}}}"#,
+            ],
+            None,
+        );
+        assert!(!ok);
+        assert!(
+            err.contains("Error from server: map: map[image:x] does not contain declared merge key: name"),
+            "{err}"
+        );
+
         // Server-side apply twice, with a change.
         let (ok, out, err) = run(&["apply", "--server-side", "--validate=false", "-f", "-"], Some(&yaml(&deployment("ssa", 1, "nginx:1"))));
         assert!(ok, "{err}");
