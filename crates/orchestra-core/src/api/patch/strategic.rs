@@ -148,7 +148,10 @@ fn merge_map(
             .as_array()
             .ok_or_else(|| bad("invalid patch format of primitive list"))?;
         if let Some(list) = original.get_mut(field).and_then(Value::as_array_mut) {
+            // Upstream leaves the rest deduplicated and sorted as text.
             list.retain(|item| !values.contains(item));
+            list.sort_by_key(go_format);
+            list.dedup();
         }
     }
     for (key, value) in patch {
