@@ -693,9 +693,15 @@ pub(crate) async fn patch(
         if pinned.is_some_and(|rv| rv != revision) {
             return Err(ApiError::conflict(&error_target));
         }
+        let applied = patch
+            .is_apply()
+            .then(|| new.pointer("/metadata/managedFields").cloned());
         let mut merged = merge_update(target, &old, new, subresource);
-        if !patch.is_apply() {
-            patching::track_update(target, Some(&old), &mut merged, query, headers, subresource);
+        match applied {
+            Some(managed) => patching::keep_managed_fields(&mut merged, managed),
+            None => {
+                patching::track_update(target, Some(&old), &mut merged, query, headers, subresource)
+            }
         }
         match store_update(
             state,

@@ -178,6 +178,16 @@ pub(crate) fn track_update(
     apply::record_update(old, new, &ctx);
 }
 
+/// Puts the `managedFields` an apply computed on the object to store (which
+/// a status write otherwise takes from the stored object).
+pub(crate) fn keep_managed_fields(object: &mut Value, managed: Option<Value>) {
+    let metadata = crate::api::meta::metadata_mut(object);
+    match managed {
+        Some(managed) => metadata.insert("managedFields".into(), managed),
+        None => metadata.remove("managedFields"),
+    };
+}
+
 impl PatchBody {
     /// True for server-side apply, which creates missing objects.
     pub(crate) fn is_apply(&self) -> bool {

@@ -203,6 +203,29 @@ async fn kube_rs_strategic_merge_and_apply() {
             ("mgr-b".into(), "Apply".into())
         ]
     );
+    // Status is applied through its subresource, with its own entry.
+    let status = deployments
+        .patch_status(
+            "ssa",
+            &PatchParams::apply("status-writer"),
+            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "ssa"}, "status": {"observedGeneration": 7}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status.status.as_ref().unwrap().observed_generation, Some(7));
+    let entry = status
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|e| e.manager.as_deref() == Some("status-writer"))
+        .expect("the status applier is recorded");
+    assert_eq!(entry.subresource.as_deref(), Some("status"));
+    assert_eq!(
+        entry.fields_v1.as_ref().unwrap().0,
+        json!({"f:status": {"f:observedGeneration": {}}})
+    );
     // An update by a third writer is recorded, and a later apply conflicts with it.
     let patched = deployments
         .patch(
