@@ -19,3 +19,5 @@ mod auth;
 mod table;
 #[path = "core/openapi.rs"]
 mod openapi;
+#[path = "core/patch.rs"]
+mod patch;

@@ -2,10 +2,12 @@
 //! errors, selectors, object-meta helpers, validation, OpenAPI documents and
 //! the schema view. No I/O.
 
+pub mod apply;
 mod error;
 pub mod fields;
 pub mod meta;
 pub mod openapi;
+pub mod patch;
 mod registry;
 mod resource;
 pub mod schema;

@@ -756,6 +756,9 @@ impl OpenApi {
             }
         }
         let mut definitions = generator.take_definitions(true);
+        // Patch strategies and list types, which kubectl's client-side apply
+        // needs to compute strategic merge patches that delete.
+        crate::api::patch::meta::annotate_definitions(&mut definitions);
         definitions.extend(custom);
         for ((group, version, kind), name) in &kinds {
             if let Some(schema) = definitions.get_mut(name) {

@@ -21,6 +21,7 @@ pub mod metrics;
 mod objects;
 mod openapi;
 pub mod pki;
+mod patching;
 mod route;
 mod state;
 mod subresources;
@@ -383,10 +384,12 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     objects::update(&state, &target, &name, sub, &query, headers, &bytes).await,
                     false,
                 ),
-                (None | Some("status"), &Method::PATCH) => respond(
-                    objects::patch(&state, &target, &name, sub, &query, headers, &bytes).await,
-                    false,
-                ),
+                (None | Some("status"), &Method::PATCH) => {
+                    let result =
+                        objects::patch(&state, &target, &name, sub, &query, headers, &bytes).await;
+                    let created = matches!(result, Ok((_, true)));
+                    respond(result.map(|(object, _)| object), created)
+                }
                 (None, &Method::DELETE) => respond(
                     objects::delete(&state, &target, &name, &query, &bytes).await,
                     false,

@@ -10,6 +10,7 @@ use orchestra_store::{Error as StoreError, KeyRange, KeyValue, RangeRequest, Rev
 use serde_json::{Map, Value, json};
 
 use super::body;
+use super::patching;
 use super::route::Query;
 use super::state::State;
 use crate::api::meta::{self, meta_str, metadata_mut};
@@ -424,7 +425,20 @@ pub(crate) async fn create(
     headers: &HeaderMap,
     bytes: &[u8],
 ) -> Result<Value, ApiError> {
-    let mut object = body::decode_object(bytes, headers)?;
+    let object = body::decode_object(bytes, headers)?;
+    create_object(state, target, query, headers, object, true).await
+}
+
+/// Creates `object`; `track` records the write in `managedFields` (an apply
+/// that creates has recorded itself already).
+async fn create_object(
+    state: &State,
+    target: &Target,
+    query: &Query,
+    headers: &HeaderMap,
+    mut object: Value,
+    track: bool,
+) -> Result<Value, ApiError> {
     if let (Some(url_ns), Some(body_ns)) = (&target.namespace, meta_str(&object, "namespace"))
         && !body_ns.is_empty()
         && body_ns != url_ns
@@ -451,6 +465,9 @@ pub(crate) async fn create(
     };
     check_namespace(state, target).await?;
     prepare_create(target, &mut object, &name);
+    if track {
+        patching::track_update(target, None, &mut object, query, headers, None);
+    }
     let mut object = admit(
         state,
         target,
@@ -573,6 +590,9 @@ async fn store_update(
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
             .is_none_or(Vec::is_empty);
+    if !finalized && crate::api::apply::is_noop(old, &new) {
+        return Ok(old.clone());
+    }
     if dry_run {
         return Ok(new);
     }
@@ -617,7 +637,8 @@ pub(crate) async fn update(
     {
         return Err(ApiError::conflict(&target.error_target(name)));
     }
-    let merged = merge_update(target, &old, new, subresource);
+    let mut merged = merge_update(target, &old, new, subresource);
+    patching::track_update(target, Some(&old), &mut merged, query, headers, subresource);
     store_update(
         state,
         target,
@@ -630,7 +651,9 @@ pub(crate) async fn update(
     .await
 }
 
-/// PATCH of an object or its status: JSON patch or JSON merge patch.
+/// PATCH of an object or its status: JSON patch, JSON merge patch,
+/// strategic merge patch or server-side apply (which creates a missing
+/// object: then the flag is true).
 pub(crate) async fn patch(
     state: &State,
     target: &Target,
@@ -639,40 +662,48 @@ pub(crate) async fn patch(
     query: &Query,
     headers: &HeaderMap,
     bytes: &[u8],
-) -> Result<Value, ApiError> {
+) -> Result<(Value, bool), ApiError> {
     let media = body::content_type(headers);
-    let patch: Value = serde_json::from_slice(bytes).map_err(|e| {
-        ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
-    })?;
+    let patch = patching::decode(&media, bytes, target, query)?;
     let error_target = target.error_target(name);
+    let pinned = patch.pinned().map(parse_revision).transpose()?;
     // Retried on conflicts with concurrent writers, like upstream, unless the
     // patch itself pins a resource version.
     for _ in 0..16 {
-        let (old, revision) = load(state, target, name).await?;
-        let mut new = old.clone();
-        match media.as_str() {
-            "application/merge-patch+json" => json_patch::merge(&mut new, &patch),
-            "application/json-patch+json" => {
-                let operations: json_patch::Patch = serde_json::from_value(patch.clone())
-                    .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-                json_patch::patch(&mut new, &operations).map_err(|e| ApiError {
-                    code: 422,
-                    reason: "Invalid",
-                    message: format!("the JSON patch could not be applied: {e}"),
-                    details: None,
-                })?;
+        let (old, revision) = match load(state, target, name).await {
+            Err(e) if e.code == 404 && patch.is_apply() && subresource.is_none() => {
+                let mut object = patch.apply_to(None, target, query, subresource)?;
+                match meta_str(&object, "name").filter(|n| !n.is_empty()) {
+                    Some(body_name) if body_name != name => {
+                        return Err(ApiError::bad_request(format!(
+                            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                        )));
+                    }
+                    _ => {
+                        metadata_mut(&mut object).insert("name".into(), name.into());
+                    }
+                }
+                match create_object(state, target, query, headers, object, false).await {
+                    Err(e) if e.reason == "AlreadyExists" => continue,
+                    other => return other.map(|object| (object, true)),
+                }
             }
-            other => return Err(ApiError::unsupported_media_type(other)),
-        }
-        let pinned = patch
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .map(parse_revision)
-            .transpose()?;
+            other => other?,
+        };
+        let new = patch.apply_to(Some(&old), target, query, subresource)?;
         if pinned.is_some_and(|rv| rv != revision) {
             return Err(ApiError::conflict(&error_target));
         }
-        let merged = merge_update(target, &old, new, subresource);
+        let applied = patch
+            .is_apply()
+            .then(|| new.pointer("/metadata/managedFields").cloned());
+        let mut merged = merge_update(target, &old, new, subresource);
+        match applied {
+            Some(managed) => patching::keep_managed_fields(&mut merged, managed),
+            None => {
+                patching::track_update(target, Some(&old), &mut merged, query, headers, subresource)
+            }
+        }
         match store_update(
             state,
             target,
@@ -685,7 +716,7 @@ pub(crate) async fn patch(
         .await
         {
             Err(e) if e.reason == "Conflict" && pinned.is_none() => continue,
-            other => return other,
+            other => return other.map(|object| (object, false)),
         }
     }
     Err(ApiError::conflict(&error_target))

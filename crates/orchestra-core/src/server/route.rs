@@ -137,6 +137,7 @@ pub(crate) struct Query {
     pub timeout_seconds: Option<u64>,
     pub dry_run: bool,
     pub field_manager: Option<String>,
+    pub force: bool,
     pub field_validation: Option<String>,
     pub pretty: bool,
 }
@@ -181,6 +182,7 @@ impl Query {
                 "timeoutSeconds" => query.timeout_seconds = Some(parse_number(key, &value)?),
                 "dryRun" => query.dry_run = value == "All",
                 "fieldManager" => query.field_manager = Some(value),
+                "force" => query.force = parse_bool(key, &value)?,
                 "fieldValidation" => query.field_validation = Some(value),
                 "pretty" => query.pretty = parse_bool(key, &value).unwrap_or(false),
                 // `timeout` (client-side deadline) and anything unknown are ignored, like upstream.
