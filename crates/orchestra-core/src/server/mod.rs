@@ -15,6 +15,7 @@
 mod body;
 mod discovery;
 mod objects;
+mod protobuf;
 mod route;
 mod state;
 mod subresources;
