@@ -41,7 +41,10 @@ fn main() {
         root.display()
     );
     let set = protox::compile(&files, [&root]).unwrap_or_else(|e| {
-        panic!("compiling the Kubernetes protos under {}: {e:?}", root.display())
+        panic!(
+            "compiling the Kubernetes protos under {}: {e:?}",
+            root.display()
+        )
     });
     std::fs::write(&target, prost::Message::encode_to_vec(&set)).expect("OUT_DIR is writable");
 }
@@ -74,7 +77,12 @@ fn from_cargo_metadata() -> Option<PathBuf> {
     let cargo = std::env::var_os("CARGO")?;
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?).join("Cargo.toml");
     let output = Command::new(cargo)
-        .args(["metadata", "--format-version=1", "--offline", "--manifest-path"])
+        .args([
+            "metadata",
+            "--format-version=1",
+            "--offline",
+            "--manifest-path",
+        ])
         .arg(&manifest)
         .output()
         .ok()?;

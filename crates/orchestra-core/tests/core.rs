@@ -14,3 +14,6 @@ mod http;
 
 #[path = "core/auth.rs"]
 mod auth;
+
+#[path = "core/protobuf.rs"]
+mod protobuf;

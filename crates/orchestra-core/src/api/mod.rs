@@ -5,6 +5,7 @@ mod error;
 pub mod meta;
 mod registry;
 mod resource;
+pub mod review;
 mod selector;
 pub mod validation;
 

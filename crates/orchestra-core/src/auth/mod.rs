@@ -15,4 +15,4 @@ pub use authn::{
     AuthError, Authenticator, AuthenticatorChain, ExtensionAuthenticator, Identity, IdentityLayer,
     TokenFile, UserInfo,
 };
-pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision};
+pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision, Rules};

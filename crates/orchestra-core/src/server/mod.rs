@@ -16,6 +16,7 @@ mod body;
 mod discovery;
 mod objects;
 mod protobuf;
+mod reviews;
 mod route;
 mod state;
 mod subresources;
@@ -221,6 +222,21 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
     let user = attributes.user;
     let headers = &parts.headers;
     let read = |body_stream| async move { body::read_body(body_stream, headers).await };
+    if let Route::Collection { resource, .. } | Route::Object { resource, .. } = &route
+        && let Some(review) = crate::api::review::ReviewKind::of_resource(resource)
+    {
+        let collection = matches!(route, Route::Collection { .. });
+        let result = match read(body_stream).await {
+            Ok(bytes) => {
+                reviews::serve(
+                    &state, resource, review, &method, collection, &user, headers, &bytes,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        return respond(result, true);
+    }
     match route {
         Route::Version if method == Method::GET => discovery::version(),
         Route::Health if method == Method::GET => body::text(200, "ok"),

@@ -161,7 +161,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Value, ApiError> {
             }
             let descriptor = message_for(&api_version, &kind)
                 .ok_or_else(|| bad(format!("no protobuf schema for {api_version}, Kind={kind}")))?;
-            let message = DynamicMessage::decode(descriptor, raw).map_err(|e| bad(e.to_string()))?;
+            let message =
+                DynamicMessage::decode(descriptor, raw).map_err(|e| bad(e.to_string()))?;
             message_to_json(&message)
         }
         "application/json" => {
@@ -382,8 +383,7 @@ fn scalar(value: &PbValue) -> Value {
 
 /// Standard base64 with padding.
 fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let b = [
@@ -482,7 +482,10 @@ fn json_to_message(descriptor: MessageDescriptor, object: &Value) -> DynamicMess
                     }
                     v => {
                         ios.set_field_by_name("type", PbValue::I64(0));
-                        ios.set_field_by_name("intVal", PbValue::I32(v.as_i64().unwrap_or(0) as i32));
+                        ios.set_field_by_name(
+                            "intVal",
+                            PbValue::I32(v.as_i64().unwrap_or(0) as i32),
+                        );
                     }
                 }
                 PbValue::Message(ios)
@@ -507,7 +510,10 @@ fn json_to_message(descriptor: MessageDescriptor, object: &Value) -> DynamicMess
         };
         let kind = field.kind();
         let value = if field.is_map() {
-            let entry = kind.as_message().expect("map entry").map_entry_value_field();
+            let entry = kind
+                .as_message()
+                .expect("map entry")
+                .map_entry_value_field();
             PbValue::Map(
                 value
                     .as_object()
@@ -541,8 +547,14 @@ mod tests {
     #[test]
     fn finds_messages_by_group_version_kind() {
         let name = |v, k| message_for(v, k).map(|m| m.full_name().to_owned());
-        assert_eq!(name("v1", "Namespace").as_deref(), Some("api.core.v1.Namespace"));
-        assert_eq!(name("apps/v1", "Deployment").as_deref(), Some("api.apps.v1.Deployment"));
+        assert_eq!(
+            name("v1", "Namespace").as_deref(),
+            Some("api.core.v1.Namespace")
+        );
+        assert_eq!(
+            name("apps/v1", "Deployment").as_deref(),
+            Some("api.apps.v1.Deployment")
+        );
         assert_eq!(
             name("rbac.authorization.k8s.io/v1", "Role").as_deref(),
             Some("api.rbac.v1.Role")
@@ -617,7 +629,10 @@ mod tests {
         assert_eq!(go_duration(61_000_000_000), "1m1s");
         assert_eq!(base64(b"hello"), "aGVsbG8=");
         assert_eq!(base64(b"hi!"), "aGkh");
-        assert_eq!(json_schema_name("xKubernetesPreserveUnknownFields"), "x-kubernetes-preserve-unknown-fields");
+        assert_eq!(
+            json_schema_name("xKubernetesPreserveUnknownFields"),
+            "x-kubernetes-preserve-unknown-fields"
+        );
     }
 
     #[test]
