@@ -17,3 +17,6 @@ mod auth;
 
 #[path = "core/protobuf.rs"]
 mod protobuf;
+
+#[path = "core/python.rs"]
+mod python;
