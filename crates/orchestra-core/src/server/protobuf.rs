@@ -57,6 +57,60 @@ const QUANTITY: &str = "apimachinery.pkg.api.resource.Quantity";
 const QUANTITY_VALUE: &str = "apimachinery.pkg.api.resource.QuantityValue";
 const RAW_EXTENSION: &str = "apimachinery.pkg.runtime.RawExtension";
 
+/// Go structs embedded with `json:",inline"`: a message field in protobuf,
+/// its fields flattened into the parent in JSON. Complete for every
+/// built-in kind: the test `proto_field_names_are_the_json_names_of_every_builtin_kind`
+/// walks them all against the `k8s-openapi` schemas.
+const INLINE_FIELDS: [(&str, &str); 11] = [
+    ("api.core.v1.Volume", "volumeSource"),
+    ("api.core.v1.PersistentVolumeSpec", "persistentVolumeSource"),
+    ("api.core.v1.Probe", "handler"),
+    ("api.core.v1.EphemeralContainer", "ephemeralContainerCommon"),
+    ("api.core.v1.ConfigMapKeySelector", "localObjectReference"),
+    ("api.core.v1.SecretKeySelector", "localObjectReference"),
+    ("api.core.v1.ConfigMapEnvSource", "localObjectReference"),
+    ("api.core.v1.SecretEnvSource", "localObjectReference"),
+    ("api.core.v1.ConfigMapVolumeSource", "localObjectReference"),
+    ("api.core.v1.ConfigMapProjection", "localObjectReference"),
+    ("api.core.v1.SecretProjection", "localObjectReference"),
+];
+
+/// Inline fields beyond the core group's.
+const INLINE_OTHER: [(&str, &str); 1] =
+    [("api.admissionregistration.v1.RuleWithOperations", "rule")];
+
+/// Fields whose proto name is not their JSON name (both spellings occur:
+/// `DaemonEndpoint.Port` is `Port` in JSON too).
+const RENAMED_FIELDS: [(&str, &str, &str); 2] = [
+    (
+        "api.admissionregistration.v1.MutatingWebhookConfiguration",
+        "Webhooks",
+        "webhooks",
+    ),
+    (
+        "api.admissionregistration.v1.ValidatingWebhookConfiguration",
+        "Webhooks",
+        "webhooks",
+    ),
+];
+
+fn is_inline(message: &str, field: &str) -> bool {
+    INLINE_FIELDS.contains(&(message, field)) || INLINE_OTHER.contains(&(message, field))
+}
+
+/// The JSON name of a field: its proto name, but for [`RENAMED_FIELDS`] and
+/// the `JSONSchemaProps` spellings (`$ref`, `x-kubernetes-…`).
+fn json_name(message: &MessageDescriptor, field: &FieldDescriptor) -> String {
+    if message.name() == "JSONSchemaProps" {
+        return json_schema_name(field.name());
+    }
+    RENAMED_FIELDS
+        .iter()
+        .find(|(m, f, _)| *m == message.full_name() && *f == field.name())
+        .map(|(_, _, json)| (*json).to_owned())
+        .unwrap_or_else(|| field.name().to_owned())
+}
+
 /// The descriptors, and the messages by `(version, kind)`.
 struct Schema {
     pool: DescriptorPool,
@@ -288,10 +342,16 @@ fn embedded(raw: &[u8]) -> Value {
 
 /// An object of the message's present, non-empty fields.
 fn fields_to_json(message: &DynamicMessage) -> Value {
-    let schema_props = message.descriptor().name() == "JSONSchemaProps";
+    let descriptor = message.descriptor();
     let mut object = Map::new();
     for (field, value) in message.fields() {
         let value = convert_field(&field, value);
+        if is_inline(descriptor.full_name(), field.name()) {
+            if let Value::Object(inlined) = value {
+                object.extend(inlined);
+            }
+            continue;
+        }
         let empty = match &value {
             Value::Null => true,
             Value::String(s) => s.is_empty(),
@@ -302,12 +362,7 @@ fn fields_to_json(message: &DynamicMessage) -> Value {
         if empty {
             continue;
         }
-        let name = if schema_props {
-            json_schema_name(field.name())
-        } else {
-            field.name().to_owned()
-        };
-        object.insert(name, value);
+        object.insert(json_name(&descriptor, &field), value);
     }
     Value::Object(object)
 }
@@ -504,8 +559,21 @@ fn json_to_message(descriptor: MessageDescriptor, object: &Value) -> DynamicMess
             (kind, v) => panic!("test encoder: unsupported {kind:?} for {v}"),
         }
     };
+    for field in descriptor.fields() {
+        if is_inline(descriptor.full_name(), field.name()) {
+            let inlined =
+                json_to_message(field.kind().as_message().cloned().expect("message"), object);
+            if inlined.fields().next().is_some() {
+                message.set_field(&field, PbValue::Message(inlined));
+            }
+        }
+    }
     for (name, value) in fields {
-        let Some(field) = descriptor.get_field_by_name(name) else {
+        let renamed = RENAMED_FIELDS
+            .iter()
+            .find(|(m, _, json)| *m == descriptor.full_name() && json == name)
+            .map(|(_, proto, _)| *proto);
+        let Some(field) = descriptor.get_field_by_name(renamed.unwrap_or(name)) else {
             continue;
         };
         let kind = field.kind();
@@ -588,11 +656,17 @@ mod tests {
                 "selector": {"matchLabels": {"app": "web"}},
                 "template": {
                     "metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{
-                        "name": "nginx", "image": "nginx",
-                        "ports": [{"containerPort": 80}],
-                        "resources": {"limits": {"cpu": "500m"}}
-                    }]}
+                    "spec": {
+                        "containers": [{
+                            "name": "nginx", "image": "nginx",
+                            "ports": [{"containerPort": 80}],
+                            "resources": {"limits": {"cpu": "500m"}},
+                            "livenessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 5},
+                            "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "a"}}}],
+                            "volumeMounts": [{"name": "config", "mountPath": "/etc/x"}]
+                        }],
+                        "volumes": [{"name": "config", "configMap": {"name": "cm"}}]
+                    }
                 },
                 "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}}
             }
@@ -653,6 +727,175 @@ mod tests {
         let review = decode(&bytes).unwrap();
         assert_eq!(review["spec"]["extra"]["scopes"], json!(["a", "b"]));
         assert_eq!(review["spec"]["resourceAttributes"]["verb"], "get");
+    }
+
+    /// The schema a property or `$ref` points to.
+    fn resolve<'a>(schema: &'a Value, definitions: &'a Map<String, Value>) -> &'a Value {
+        let reference = schema["$ref"]
+            .as_str()
+            .or_else(|| schema["allOf"][0]["$ref"].as_str());
+        match reference.and_then(|r| r.rsplit('/').next()) {
+            Some(name) => definitions.get(name).unwrap_or(&Value::Null),
+            None => schema,
+        }
+    }
+
+    fn is_special(message: &MessageDescriptor) -> bool {
+        matches!(
+            message.full_name(),
+            TIME | MICRO_TIME
+                | DURATION
+                | INT_OR_STRING
+                | QUANTITY
+                | QUANTITY_VALUE
+                | RAW_EXTENSION
+                | FIELDS_V1
+        ) || is_items_wrapper(message)
+            || (message.full_name().starts_with("apiextensions_apiserver.")
+                && message.name().starts_with("JSON")
+                && message.name() != "JSONSchemaProps")
+    }
+
+    /// Checks that every field of `message` is a property of `schema`,
+    /// recursively; collects the mismatches.
+    fn walk(
+        message: &MessageDescriptor,
+        schema: &Value,
+        definitions: &Map<String, Value>,
+        visited: &mut std::collections::HashSet<String>,
+        mismatches: &mut Vec<String>,
+    ) {
+        if is_special(message) || !visited.insert(message.full_name().to_owned()) {
+            return;
+        }
+        let schema = resolve(schema, definitions);
+        let Some(properties) = schema["properties"].as_object() else {
+            return;
+        };
+        for field in message.fields() {
+            if is_inline(message.full_name(), field.name()) {
+                // Its fields belong to this schema.
+                let inlined = field.kind().as_message().cloned().expect("a message");
+                walk_inline(&inlined, schema, definitions, visited, mismatches);
+                continue;
+            }
+            let name = json_name(message, &field);
+            let Some(property) = properties.get(&name) else {
+                mismatches.push(format!("{}.{}", message.full_name(), field.name()));
+                continue;
+            };
+            let (nested, property) = if field.is_map() {
+                let value = field
+                    .kind()
+                    .as_message()
+                    .expect("map entry")
+                    .map_entry_value_field();
+                (
+                    value.kind().as_message().cloned(),
+                    resolve(property, definitions)["additionalProperties"].clone(),
+                )
+            } else if field.is_list() {
+                (
+                    field.kind().as_message().cloned(),
+                    resolve(property, definitions)["items"].clone(),
+                )
+            } else {
+                (field.kind().as_message().cloned(), property.clone())
+            };
+            if let Some(nested) = nested {
+                walk(&nested, &property, definitions, visited, mismatches);
+            }
+        }
+    }
+
+    /// An inline message checked against its parent's schema (it may be
+    /// visited elsewhere as a message of its own, so not marked visited).
+    fn walk_inline(
+        message: &MessageDescriptor,
+        parent: &Value,
+        definitions: &Map<String, Value>,
+        visited: &mut std::collections::HashSet<String>,
+        mismatches: &mut Vec<String>,
+    ) {
+        let was_visited = visited.remove(message.full_name());
+        walk(message, parent, definitions, visited, mismatches);
+        if !was_visited {
+            visited.remove(message.full_name());
+        }
+    }
+
+    /// The transcoder writes proto field names as JSON names: check that
+    /// they are the names of the `k8s-openapi` schemas, through every
+    /// nested type of every built-in kind.
+    #[test]
+    fn proto_field_names_are_the_json_names_of_every_builtin_kind() {
+        use crate::api::KindSchema;
+        let registry = crate::api::Registry::builtin();
+        let mut generator = k8s_openapi::schemars::SchemaGenerator::default();
+        let mut roots = Vec::new();
+        for group in registry.groups() {
+            for version in registry.versions(group) {
+                for info in registry.resources(group, &version) {
+                    if let Some(KindSchema::Typed(schema)) = &info.schema {
+                        let root = serde_json::to_value(schema(&mut generator)).unwrap();
+                        roots.push((info.api_version(), info.kind.clone(), root));
+                    }
+                }
+            }
+        }
+        let definitions: Map<String, Value> = generator
+            .definitions()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut visited = std::collections::HashSet::new();
+        let mut mismatches = Vec::new();
+        for (api_version, kind, root) in &roots {
+            let message = message_for(api_version, kind)
+                .unwrap_or_else(|| panic!("no message for {api_version} {kind}"));
+            walk(&message, root, &definitions, &mut visited, &mut mismatches);
+        }
+        assert!(roots.len() > 30, "{}", roots.len());
+        assert!(
+            visited.len() > 150,
+            "walked only {} messages",
+            visited.len()
+        );
+        assert_eq!(mismatches, Vec::<String>::new());
+    }
+
+    #[test]
+    fn renamed_fields() {
+        let bytes = encode_for_test(
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+            &json!({"metadata": {"name": "v"}, "webhooks": [{"name": "w.example.com",
+                    "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}]}),
+        );
+        let decoded = decode(&bytes).unwrap();
+        assert_eq!(decoded["webhooks"][0]["name"], "w.example.com");
+        assert_eq!(
+            decoded["webhooks"][0]["rules"][0]["resources"],
+            json!(["pods"])
+        );
+        assert_eq!(
+            decoded["webhooks"][0]["rules"][0]["operations"],
+            json!(["CREATE"])
+        );
+    }
+
+    #[test]
+    fn delete_options() {
+        let bytes = encode_for_test(
+            "meta.k8s.io/v1",
+            "DeleteOptions",
+            &json!({"gracePeriodSeconds": 0, "propagationPolicy": "Foreground"}),
+        );
+        assert_eq!(
+            decode(&bytes).unwrap(),
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions",
+                   "gracePeriodSeconds": 0, "propagationPolicy": "Foreground"})
+        );
     }
 
     #[test]
