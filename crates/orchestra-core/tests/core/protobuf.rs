@@ -133,6 +133,73 @@ async fn kubectl_create_generators_send_protobuf() {
             json!(["echo", "hi"])
         );
 
+        run(&["create", "serviceaccount", "robot"]);
+        run(&[
+            "create",
+            "role",
+            "reader",
+            "--verb=get,list",
+            "--resource=pods,configmaps",
+        ]);
+        let role = json_of(&run(&["get", "role", "reader", "-o", "json"]));
+        assert_eq!(role["rules"][0]["verbs"], json!(["get", "list"]));
+        assert_eq!(role["rules"][0]["resources"], json!(["pods", "configmaps"]));
+        run(&[
+            "create",
+            "rolebinding",
+            "read",
+            "--role=reader",
+            "--serviceaccount=default:robot",
+        ]);
+        let binding = json_of(&run(&["get", "rolebinding", "read", "-o", "json"]));
+        assert_eq!(binding["roleRef"]["name"], "reader");
+        assert_eq!(binding["subjects"][0]["kind"], "ServiceAccount");
+        run(&[
+            "create",
+            "clusterrole",
+            "nodes",
+            "--verb=get",
+            "--resource=nodes",
+        ]);
+        run(&[
+            "create",
+            "cronjob",
+            "tick",
+            "--image=busybox",
+            "--schedule=*/5 * * * *",
+        ]);
+        let cron = json_of(&run(&["get", "cronjob", "tick", "-o", "json"]));
+        assert_eq!(cron["spec"]["schedule"], "*/5 * * * *");
+        run(&[
+            "create",
+            "poddisruptionbudget",
+            "pdb",
+            "--selector=app=web",
+            "--min-available=50%",
+        ]);
+        let pdb = json_of(&run(&["get", "pdb", "pdb", "-o", "json"]));
+        assert_eq!(
+            pdb["spec"]["minAvailable"], "50%",
+            "IntOrString as a string"
+        );
+        assert_eq!(pdb["spec"]["selector"]["matchLabels"]["app"], "web");
+        run(&[
+            "create",
+            "priorityclass",
+            "high",
+            "--value=1000",
+            "--description=important",
+        ]);
+        let pc = json_of(&run(&["get", "priorityclass", "high", "-o", "json"]));
+        assert_eq!(pc["value"], 1000);
+        run(&["create", "quota", "q", "--hard=cpu=1,pods=2"]);
+        let quota = json_of(&run(&["get", "quota", "q", "-o", "json"]));
+        assert_eq!(
+            quota["spec"]["hard"],
+            json!({"cpu": "1", "pods": "2"}),
+            "Quantity"
+        );
+
         // The JSON path is unchanged: a second namespace of the same name is a 409.
         let (ok, _, err) = kubectl(&dir, &["create", "namespace", "x"]);
         assert!(!ok);

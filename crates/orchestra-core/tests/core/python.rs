@@ -72,6 +72,7 @@ async fn python_kubernetes_client() {
         "ok create_deployment_and_pods",
         "ok list_with_label_selectors",
         "ok watch_added_modified_deleted_and_resume",
+        "ok live_watch",
         "ok watch_from_a_compacted_revision_is_gone",
         "ok json_patch_and_merge_patch",
         "ok check_strategic_merge_patch",

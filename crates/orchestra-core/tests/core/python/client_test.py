@@ -154,6 +154,35 @@ def watch_added_modified_deleted_and_resume():
 
 
 @check
+def live_watch():
+    """A watch open before the changes sees them as they happen."""
+    import threading
+
+    start = core.list_namespaced_pod(NS).metadata.resource_version
+    seen = []
+    ready = threading.Event()
+
+    def follow():
+        w = watch.Watch()
+        ready.set()
+        for event in w.stream(core.list_namespaced_pod, NS, resource_version=start, timeout_seconds=3):
+            if not isinstance(event["object"], dict) and event["object"].metadata.name == "live":
+                seen.append(event["type"])
+                if event["type"] == "DELETED":
+                    w.stop()
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    ready.wait()
+    time.sleep(0.3)
+    core.create_namespaced_pod(NS, pod("live", {"app": "live"}))
+    core.patch_namespaced_pod("live", NS, [{"op": "add", "path": "/metadata/labels/step", "value": "2"}])
+    core.delete_namespaced_pod("live", NS)
+    thread.join(timeout=10)
+    assert seen == ["ADDED", "MODIFIED", "DELETED"], seen
+
+
+@check
 def watch_from_a_compacted_revision_is_gone():
     compacted = os.environ.get("ORCHESTRA_COMPACTED_REVISION")
     assert compacted, "the test harness compacts the store and says where"
