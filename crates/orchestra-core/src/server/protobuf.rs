@@ -311,7 +311,7 @@ fn apiextensions(message: &DynamicMessage) -> Option<Value> {
             .descriptor()
             .get_field_by_name(field)
             .filter(|f| message.has_field(f))
-            .map(|f| convert_field(&f, &message.get_field(&f)))
+            .map(|f| convert_field(&message.get_field(&f)))
     };
     match message.descriptor().name() {
         "JSON" => Some(match message.get_field_by_name("raw").as_deref() {
@@ -345,7 +345,7 @@ fn fields_to_json(message: &DynamicMessage) -> Value {
     let descriptor = message.descriptor();
     let mut object = Map::new();
     for (field, value) in message.fields() {
-        let value = convert_field(&field, value);
+        let value = convert_field(value);
         if is_inline(descriptor.full_name(), field.name()) {
             if let Value::Object(inlined) = value {
                 object.extend(inlined);
@@ -390,7 +390,8 @@ fn json_schema_name(name: &str) -> String {
     }
 }
 
-fn convert_field(field: &FieldDescriptor, value: &PbValue) -> Value {
+/// A field's value: lists and maps as JSON arrays and objects.
+fn convert_field(value: &PbValue) -> Value {
     match value {
         PbValue::List(items) => Value::Array(items.iter().map(scalar).collect()),
         PbValue::Map(entries) => {
@@ -406,7 +407,6 @@ fn convert_field(field: &FieldDescriptor, value: &PbValue) -> Value {
                 };
                 object.insert(key, scalar(value));
             }
-            let _ = field;
             Value::Object(object)
         }
         other => scalar(other),
@@ -431,8 +431,7 @@ fn scalar(value: &PbValue) -> Value {
         PbValue::Bytes(b) => base64(b).into(),
         PbValue::EnumNumber(n) => (*n).into(),
         PbValue::Message(m) => message_to_json(m),
-        PbValue::List(items) => Value::Array(items.iter().map(scalar).collect()),
-        PbValue::Map(_) => Value::Null,
+        PbValue::List(_) | PbValue::Map(_) => convert_field(value),
     }
 }
 
