@@ -200,6 +200,20 @@ async fn kubectl_create_generators_send_protobuf() {
             "Quantity"
         );
 
+        // Server-side dry run over protobuf: the would-be object, nothing stored.
+        let dry = json_of(&run(&[
+            "create",
+            "deployment",
+            "dry",
+            "--image=nginx",
+            "--dry-run=server",
+            "-o",
+            "json",
+        ]));
+        assert_eq!(dry["metadata"]["name"], "dry");
+        let (ok, _, err) = kubectl(&dir, &["get", "deployment", "dry"]);
+        assert!(!ok && err.contains("NotFound"), "{err}");
+
         // The JSON path is unchanged: a second namespace of the same name is a 409.
         let (ok, _, err) = kubectl(&dir, &["create", "namespace", "x"]);
         assert!(!ok);
@@ -218,6 +232,23 @@ async fn kubectl_auth_can_i_and_whoami() {
     let dir = dir.path().to_owned();
     tokio::task::spawn_blocking(move || {
         let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "create", "pods"]);
+        assert!(ok, "{err}");
+        assert_eq!(out.trim(), "yes");
+
+        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "get", "/healthz"]);
+        assert!(ok, "{err}");
+        assert_eq!(out.trim(), "yes", "non-resource attributes");
+        let (ok, out, err) = kubectl(
+            &dir,
+            &[
+                "auth",
+                "can-i",
+                "update",
+                "deployments.apps/scale",
+                "-n",
+                "kube-system",
+            ],
+        );
         assert!(ok, "{err}");
         assert_eq!(out.trim(), "yes");
 
