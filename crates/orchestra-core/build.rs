@@ -76,13 +76,14 @@ fn proto_root() -> Option<PathBuf> {
 fn from_cargo_metadata() -> Option<PathBuf> {
     let cargo = std::env::var_os("CARGO")?;
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?).join("Cargo.toml");
-    let output = Command::new(cargo)
-        .args([
-            "metadata",
-            "--format-version=1",
-            "--offline",
-            "--manifest-path",
-        ])
+    let mut command = Command::new(cargo);
+    command.args(["metadata", "--format-version=1", "--offline"]);
+    // Without a platform filter, cargo wants every platform's dependencies.
+    if let Some(host) = std::env::var_os("HOST") {
+        command.arg("--filter-platform").arg(host);
+    }
+    let output = command
+        .arg("--manifest-path")
         .arg(&manifest)
         .output()
         .ok()?;
