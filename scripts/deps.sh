@@ -4,7 +4,15 @@
 #   libclang-dev      rocksdb's bindgen
 #   protobuf-compiler etcd-client (benchmarks against etcd)
 #   etcd-server       the etcd baseline of the store benchmark
+# and, with pip, the Python `kubernetes` client (orchestra-core's
+# tests/core/python.rs drives it against the API server).
 set -euo pipefail
+
+if ! python3 -c 'import kubernetes' 2>/dev/null; then
+  echo "installing the Python kubernetes client" >&2
+  python3 -m pip install --quiet kubernetes 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages kubernetes
+fi
 
 missing=()
 for pkg in libclang-dev protobuf-compiler etcd-server; do

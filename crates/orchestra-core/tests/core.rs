@@ -21,3 +21,8 @@ mod table;
 mod openapi;
 #[path = "core/patch.rs"]
 mod patch;
+#[path = "core/protobuf.rs"]
+mod protobuf;
+
+#[path = "core/python.rs"]
+mod python;

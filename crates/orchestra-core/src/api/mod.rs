@@ -11,6 +11,7 @@ pub mod patch;
 mod registry;
 mod resource;
 pub mod schema;
+pub mod review;
 mod selector;
 pub mod table;
 pub mod validation;

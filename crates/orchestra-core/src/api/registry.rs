@@ -154,6 +154,10 @@ impl Registry {
                 .short_names(&["crd", "crds"])
                 .with_status(),
         );
+        // authorization.k8s.io and authentication.k8s.io: create-only reviews.
+        for review in super::review::resources() {
+            r.register(review);
+        }
         r
     }
 

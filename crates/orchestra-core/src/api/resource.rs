@@ -57,6 +57,9 @@ pub struct ResourceInfo {
     pub categories: Vec<String>,
     /// Subresources served.
     pub subresources: Vec<SubresourceInfo>,
+    /// Verbs served on the resource ([`RESOURCE_VERBS`] unless set with
+    /// [`ResourceInfo::verbs`]; `["create"]` for the access reviews).
+    pub verbs: Vec<String>,
     /// Checks that an object decodes as the kind's type (a type error is a
     /// 400, like upstream's JSON decoding errors).
     pub decode_check: Option<fn(&serde_json::Value) -> Result<(), String>>,
@@ -112,6 +115,7 @@ impl ResourceInfo {
             short_names: Vec::new(),
             categories: Vec::new(),
             subresources: Vec::new(),
+            verbs: RESOURCE_VERBS.iter().map(|v| v.to_string()).collect(),
             decode_check: Some(|value| K::deserialize(value).map(drop).map_err(|e| e.to_string())),
             validate: None,
             schema: Some(KindSchema::Typed(|generator| {
@@ -140,6 +144,7 @@ impl ResourceInfo {
             short_names: Vec::new(),
             categories: Vec::new(),
             subresources: Vec::new(),
+            verbs: RESOURCE_VERBS.iter().map(|v| v.to_string()).collect(),
             decode_check: None,
             validate: None,
             schema: None,
@@ -159,6 +164,12 @@ impl ResourceInfo {
     /// Sets the kind's schema.
     pub fn with_schema(mut self, schema: KindSchema) -> ResourceInfo {
         self.schema = Some(schema);
+        self
+    }
+
+    /// Sets the verbs served (discovery; other verbs get 405).
+    pub fn verbs(mut self, verbs: &[&str]) -> ResourceInfo {
+        self.verbs = verbs.iter().map(|s| s.to_string()).collect();
         self
     }
 

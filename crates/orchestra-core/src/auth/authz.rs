@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use k8s_openapi::api::authorization::v1::{NonResourceRule, ResourceRule};
 
 use super::UserInfo;
 
@@ -41,11 +42,49 @@ pub enum Decision {
     NoOpinion,
 }
 
+/// What a user may do, as far as one authorizer can tell (upstream
+/// `authorizer.RuleResolver`); answers `SelfSubjectRulesReview`s
+/// (`kubectl auth can-i --list`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rules {
+    /// Rules about API resources.
+    pub resource_rules: Vec<ResourceRule>,
+    /// Rules about non-resource paths such as `/healthz`.
+    pub non_resource_rules: Vec<NonResourceRule>,
+}
+
+impl Rules {
+    /// Every verb on every resource and path (`*` rules).
+    pub fn everything() -> Rules {
+        let all = || Some(vec!["*".to_owned()]);
+        Rules {
+            resource_rules: vec![ResourceRule {
+                verbs: vec!["*".into()],
+                api_groups: all(),
+                resources: all(),
+                resource_names: None,
+            }],
+            non_resource_rules: vec![NonResourceRule {
+                verbs: vec!["*".into()],
+                non_resource_urls: all(),
+            }],
+        }
+    }
+}
+
 /// Decides whether a request may proceed.
 #[async_trait]
 pub trait Authorizer: Send + Sync {
     /// Decides on one request.
     async fn authorize(&self, attributes: &Attributes) -> Decision;
+
+    /// The rules `user` is allowed in `namespace` (`""`: cluster-wide), or
+    /// `None` if this authorizer cannot list them (the default), which makes
+    /// a rules review `incomplete`.
+    async fn rules_for(&self, user: &UserInfo, namespace: &str) -> Option<Rules> {
+        let _ = (user, namespace);
+        None
+    }
 }
 
 /// Asks authorizers in order: the first Allow or Deny wins; if all have no
@@ -69,13 +108,39 @@ impl AuthorizerChain {
 
     /// The chain's decision: never `NoOpinion`.
     pub async fn authorize(&self, attributes: &Attributes) -> Decision {
+        match self.decide(attributes).await {
+            Decision::NoOpinion => Decision::Deny("no authorizer allowed the request".into()),
+            decision => decision,
+        }
+    }
+
+    /// The first Allow or Deny, or `NoOpinion` if no authorizer decided
+    /// (access reviews tell an explicit denial from silence).
+    pub async fn decide(&self, attributes: &Attributes) -> Decision {
         for authorizer in &self.authorizers {
             match authorizer.authorize(attributes).await {
                 Decision::NoOpinion => continue,
                 decision => return decision,
             }
         }
-        Decision::Deny("no authorizer allowed the request".into())
+        Decision::NoOpinion
+    }
+
+    /// The union of the authorizers' rules for `user` in `namespace`, and
+    /// whether it is incomplete (some authorizer could not list its rules).
+    pub async fn rules_for(&self, user: &UserInfo, namespace: &str) -> (Rules, bool) {
+        let mut rules = Rules::default();
+        let mut incomplete = false;
+        for authorizer in &self.authorizers {
+            match authorizer.rules_for(user, namespace).await {
+                Some(more) => {
+                    rules.resource_rules.extend(more.resource_rules);
+                    rules.non_resource_rules.extend(more.non_resource_rules);
+                }
+                None => incomplete = true,
+            }
+        }
+        (rules, incomplete)
     }
 }
 
@@ -87,6 +152,10 @@ pub struct AllowAll;
 impl Authorizer for AllowAll {
     async fn authorize(&self, _: &Attributes) -> Decision {
         Decision::Allow
+    }
+
+    async fn rules_for(&self, _: &UserInfo, _: &str) -> Option<Rules> {
+        Some(Rules::everything())
     }
 }
 
@@ -153,5 +222,28 @@ mod tests {
                 .await,
             Decision::Allow
         );
+    }
+
+    #[tokio::test]
+    async fn silence_and_rules() {
+        let chain = AuthorizerChain::new().with(DenySecrets);
+        let pods = Attributes {
+            resource: "pods".into(),
+            ..Default::default()
+        };
+        assert_eq!(chain.decide(&pods).await, Decision::NoOpinion);
+        assert!(matches!(chain.authorize(&pods).await, Decision::Deny(_)));
+        let user = UserInfo::anonymous();
+        let (rules, incomplete) = chain.rules_for(&user, "default").await;
+        assert!(incomplete);
+        assert_eq!(rules, Rules::default());
+        let (rules, incomplete) = chain.with(AllowAll).rules_for(&user, "").await;
+        assert!(incomplete, "DenySecrets cannot list its rules");
+        assert_eq!(rules, Rules::everything());
+        let (_, incomplete) = AuthorizerChain::new()
+            .with(AllowAll)
+            .rules_for(&user, "")
+            .await;
+        assert!(!incomplete);
     }
 }

@@ -19,4 +19,4 @@ pub use authn::{
 };
 pub use client_cert::{ClientCertAuthenticator, PeerCertificates, user_of as certificate_user};
 pub use public::{AllowAuthenticated, PUBLIC_PATHS, PublicInfoViewer};
-pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision};
+pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision, Rules};

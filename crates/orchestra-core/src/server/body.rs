@@ -48,13 +48,14 @@ pub(crate) fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-/// Decodes a JSON or YAML object body.
+/// Decodes a JSON, YAML or Kubernetes protobuf object body.
 pub(crate) fn decode_object(bytes: &[u8], headers: &HeaderMap) -> Result<Value, ApiError> {
     let media = content_type(headers);
     let value: Value = match media.as_str() {
         "" | "application/json" | "*/*" => serde_json::from_slice(bytes).map_err(|e| {
             ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
         })?,
+        super::protobuf::MEDIA_TYPE => super::protobuf::decode(bytes)?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(bytes)
             .map_err(|e| {
                 ApiError::bad_request(format!(

@@ -54,7 +54,7 @@ fn discovery_resource(info: &ResourceInfo) -> Value {
         "responseKind": {"group": info.group, "version": info.version, "kind": info.kind},
         "scope": if info.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": info.singular,
-        "verbs": crate::api::RESOURCE_VERBS,
+        "verbs": info.verbs,
     });
     if !info.short_names.is_empty() {
         resource["shortNames"] = json!(info.short_names);
@@ -161,7 +161,7 @@ pub(crate) fn group_version(registry: &Registry, group: &str, version: &str) -> 
             "singularName": info.singular,
             "namespaced": info.namespaced,
             "kind": info.kind,
-            "verbs": crate::api::RESOURCE_VERBS,
+            "verbs": info.verbs,
         });
         if !info.short_names.is_empty() {
             entry["shortNames"] = json!(info.short_names);

@@ -22,6 +22,8 @@ mod objects;
 mod openapi;
 pub mod pki;
 mod patching;
+mod protobuf;
+mod reviews;
 mod route;
 mod state;
 mod subresources;
@@ -260,6 +262,21 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
     let user = attributes.user;
     let headers = &parts.headers;
     let read = |body_stream| async move { body::read_body(body_stream, headers).await };
+    if let Route::Collection { resource, .. } | Route::Object { resource, .. } = &route
+        && let Some(review) = crate::api::review::ReviewKind::of_resource(resource)
+    {
+        let collection = matches!(route, Route::Collection { .. });
+        let result = match read(body_stream).await {
+            Ok(bytes) => {
+                reviews::serve(
+                    &state, resource, review, &method, collection, &user, headers, &bytes,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        return respond(result, true);
+    }
     match route {
         Route::Version if method == Method::GET => discovery::version(),
         Route::Health if method == Method::GET => health::check(state, parts.uri.path(), parts.uri.query()).await,

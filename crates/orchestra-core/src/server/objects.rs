@@ -751,6 +751,9 @@ pub(crate) async fn delete(
 ) -> Result<Value, ApiError> {
     let options: DeleteOptions = if bytes.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
+    } else if bytes.starts_with(super::protobuf::MAGIC) {
+        serde_json::from_value(super::protobuf::decode(bytes)?)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
     } else {
         serde_json::from_slice(bytes)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?

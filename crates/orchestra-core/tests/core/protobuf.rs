@@ -1,0 +1,472 @@
+//! kubectl commands that send protobuf request bodies (`create namespace`,
+//! `create deployment|configmap|secret|service|job`, `auth can-i`, `auth
+//! whoami`), and the review resources they and other clients use.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::body::Body;
+use axum::http::Request;
+use http_body_util::BodyExt;
+use orchestra_core::auth::{
+    Attributes, AuthenticatorChain, Authorizer, AuthorizerChain, Decision, ExtensionAuthenticator,
+    TokenFile,
+};
+use orchestra_core::server::ApiServer;
+use orchestra_store::MemStore;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use super::support;
+
+/// Runs kubectl with the kubeconfig and cache in `dir`: (success, stdout, stderr).
+fn kubectl(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
+        .arg(format!("--cache-dir={}", dir.join("cache").display()))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("kubectl is installed");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// An anonymous kubeconfig for `address`.
+fn kubeconfig(dir: &Path, address: std::net::SocketAddr) {
+    std::fs::write(
+        dir.join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: ctx\n"
+        ),
+    )
+    .unwrap();
+}
+
+fn json_of(out: &str) -> Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_generators_send_protobuf() {
+    let server = support::server().await;
+    let address = support::listen(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    kubeconfig(dir.path(), address);
+    let dir = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let run = |args: &[&str]| {
+            let (ok, out, err) = kubectl(&dir, args);
+            assert!(ok, "kubectl {args:?} failed: {err}");
+            out
+        };
+
+        assert!(run(&["create", "namespace", "x"]).contains("namespace/x created"));
+        let ns = json_of(&run(&["get", "namespace", "x", "-o", "json"]));
+        assert_eq!(ns["metadata"]["name"], "x");
+        assert_eq!(ns["kind"], "Namespace");
+
+        assert!(
+            run(&[
+                "create",
+                "deployment",
+                "web",
+                "--image=nginx",
+                "--port=80",
+                "--replicas=2"
+            ])
+            .contains("deployment.apps/web created")
+        );
+        let deploy = json_of(&run(&["get", "deployment", "web", "-o", "json"]));
+        assert_eq!(deploy["spec"]["replicas"], 2);
+        assert_eq!(deploy["spec"]["selector"]["matchLabels"]["app"], "web");
+        assert_eq!(
+            deploy["spec"]["template"]["metadata"]["labels"]["app"],
+            "web"
+        );
+        let container = &deploy["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["name"], "nginx");
+        assert_eq!(container["image"], "nginx");
+        assert_eq!(container["ports"][0]["containerPort"], 80);
+        assert!(
+            deploy["metadata"]["creationTimestamp"].is_string(),
+            "the server stamps it: {deploy}"
+        );
+
+        run(&[
+            "create",
+            "configmap",
+            "cfg",
+            "--from-literal=a=b",
+            "-n",
+            "x",
+        ]);
+        let cm = json_of(&run(&["get", "configmap", "cfg", "-n", "x", "-o", "json"]));
+        assert_eq!(cm["data"], json!({"a": "b"}));
+
+        run(&["create", "secret", "generic", "s", "--from-literal=k=v"]);
+        let secret = json_of(&run(&["get", "secret", "s", "-o", "json"]));
+        assert_eq!(secret["data"]["k"], "dg==", "bytes are base64 in JSON");
+
+        run(&["create", "service", "clusterip", "svc", "--tcp=80:8080"]);
+        let svc = json_of(&run(&["get", "service", "svc", "-o", "json"]));
+        assert_eq!(svc["spec"]["ports"][0]["port"], 80);
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080, "IntOrString");
+
+        run(&[
+            "create",
+            "job",
+            "once",
+            "--image=busybox",
+            "--",
+            "echo",
+            "hi",
+        ]);
+        let job = json_of(&run(&["get", "job", "once", "-o", "json"]));
+        assert_eq!(
+            job["spec"]["template"]["spec"]["containers"][0]["command"],
+            json!(["echo", "hi"])
+        );
+
+        run(&["create", "serviceaccount", "robot"]);
+        run(&[
+            "create",
+            "role",
+            "reader",
+            "--verb=get,list",
+            "--resource=pods,configmaps",
+        ]);
+        let role = json_of(&run(&["get", "role", "reader", "-o", "json"]));
+        assert_eq!(role["rules"][0]["verbs"], json!(["get", "list"]));
+        assert_eq!(role["rules"][0]["resources"], json!(["pods", "configmaps"]));
+        run(&[
+            "create",
+            "rolebinding",
+            "read",
+            "--role=reader",
+            "--serviceaccount=default:robot",
+        ]);
+        let binding = json_of(&run(&["get", "rolebinding", "read", "-o", "json"]));
+        assert_eq!(binding["roleRef"]["name"], "reader");
+        assert_eq!(binding["subjects"][0]["kind"], "ServiceAccount");
+        run(&[
+            "create",
+            "clusterrole",
+            "nodes",
+            "--verb=get",
+            "--resource=nodes",
+        ]);
+        run(&[
+            "create",
+            "cronjob",
+            "tick",
+            "--image=busybox",
+            "--schedule=*/5 * * * *",
+        ]);
+        let cron = json_of(&run(&["get", "cronjob", "tick", "-o", "json"]));
+        assert_eq!(cron["spec"]["schedule"], "*/5 * * * *");
+        run(&[
+            "create",
+            "poddisruptionbudget",
+            "pdb",
+            "--selector=app=web",
+            "--min-available=50%",
+        ]);
+        let pdb = json_of(&run(&["get", "pdb", "pdb", "-o", "json"]));
+        assert_eq!(
+            pdb["spec"]["minAvailable"], "50%",
+            "IntOrString as a string"
+        );
+        assert_eq!(pdb["spec"]["selector"]["matchLabels"]["app"], "web");
+        run(&[
+            "create",
+            "priorityclass",
+            "high",
+            "--value=1000",
+            "--description=important",
+        ]);
+        let pc = json_of(&run(&["get", "priorityclass", "high", "-o", "json"]));
+        assert_eq!(pc["value"], 1000);
+        run(&["create", "quota", "q", "--hard=cpu=1,pods=2"]);
+        let quota = json_of(&run(&["get", "quota", "q", "-o", "json"]));
+        assert_eq!(
+            quota["spec"]["hard"],
+            json!({"cpu": "1", "pods": "2"}),
+            "Quantity"
+        );
+
+        // Server-side dry run over protobuf: the would-be object, nothing stored.
+        let dry = json_of(&run(&[
+            "create",
+            "deployment",
+            "dry",
+            "--image=nginx",
+            "--dry-run=server",
+            "-o",
+            "json",
+        ]));
+        assert_eq!(dry["metadata"]["name"], "dry");
+        let (ok, _, err) = kubectl(&dir, &["get", "deployment", "dry"]);
+        assert!(!ok && err.contains("NotFound"), "{err}");
+
+        // The JSON path is unchanged: a second namespace of the same name is a 409.
+        let (ok, _, err) = kubectl(&dir, &["create", "namespace", "x"]);
+        assert!(!ok);
+        assert!(err.contains("AlreadyExists"), "{err}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_auth_can_i_and_whoami() {
+    let server = support::server().await;
+    let address = support::listen(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    kubeconfig(dir.path(), address);
+    let dir = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "create", "pods"]);
+        assert!(ok, "{err}");
+        assert_eq!(out.trim(), "yes");
+
+        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "get", "/healthz"]);
+        assert!(ok, "{err}");
+        assert_eq!(out.trim(), "yes", "non-resource attributes");
+        let (ok, out, err) = kubectl(
+            &dir,
+            &[
+                "auth",
+                "can-i",
+                "update",
+                "deployments.apps/scale",
+                "-n",
+                "kube-system",
+            ],
+        );
+        assert!(ok, "{err}");
+        assert_eq!(out.trim(), "yes");
+
+        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "--list"]);
+        assert!(ok, "{err}");
+        assert!(out.contains("*.*"), "{out}");
+        assert!(out.contains("[*]"), "{out}");
+
+        let (ok, out, err) = kubectl(&dir, &["auth", "whoami"]);
+        assert!(ok, "{err}");
+        assert!(out.contains("system:anonymous"), "{out}");
+        let (ok, out, err) = kubectl(&dir, &["auth", "whoami", "-o", "json"]);
+        assert!(ok, "{err}");
+        let review = json_of(&out);
+        assert_eq!(review["kind"], "SelfSubjectReview");
+        assert_eq!(review["status"]["userInfo"]["username"], "system:anonymous");
+
+        // Discovery lists the reviews with the verb create only.
+        let (ok, out, err) = kubectl(
+            &dir,
+            &[
+                "api-resources",
+                "--api-group=authorization.k8s.io",
+                "-o",
+                "wide",
+            ],
+        );
+        assert!(ok, "{err}");
+        assert!(out.contains("selfsubjectaccessreviews"), "{out}");
+        assert!(out.contains(" create "), "{out}");
+        assert!(!out.contains("list"), "{out}");
+    })
+    .await
+    .unwrap();
+}
+
+/// Admins (`system:masters`) may do anything; others may read, and ask
+/// about themselves, but not touch secrets.
+struct Viewers;
+
+#[async_trait]
+impl Authorizer for Viewers {
+    async fn authorize(&self, attributes: &Attributes) -> Decision {
+        if attributes.user.groups.iter().any(|g| g == "system:masters") {
+            return Decision::Allow;
+        }
+        if attributes.resource == "secrets" {
+            return Decision::Deny("secrets are for admins".into());
+        }
+        let review = attributes.resource.starts_with("selfsubject") && attributes.verb == "create";
+        if review || matches!(attributes.verb.as_str(), "get" | "list" | "watch") {
+            Decision::Allow
+        } else {
+            Decision::NoOpinion
+        }
+    }
+}
+
+async fn token_server() -> ApiServer {
+    let tokens =
+        TokenFile::parse("admin-token,admin,1,system:masters\nviewer-token,viewer,2,team\n")
+            .unwrap();
+    ApiServer::builder(Arc::new(MemStore::new()))
+        .authenticator(
+            AuthenticatorChain::new()
+                .with(ExtensionAuthenticator)
+                .with(tokens)
+                .allow_anonymous(true),
+        )
+        .authorizer(AuthorizerChain::new().with(Viewers))
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_auth_with_a_restrictive_authorizer() {
+    let server = token_server().await;
+    let address = support::listen(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    // client-go sends no bearer token over plain HTTP: kubectl is anonymous here.
+    kubeconfig(dir.path(), address);
+    let dir = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "list", "pods"]);
+        assert!(ok, "{out} {err}");
+        assert_eq!(out.trim(), "yes");
+        let (ok, out, _) = kubectl(&dir, &["auth", "can-i", "create", "pods"]);
+        assert!(!ok, "kubectl exits 1 on no");
+        assert_eq!(out.trim(), "no");
+        let (ok, out, _) = kubectl(&dir, &["auth", "can-i", "get", "secrets"]);
+        assert!(!ok);
+        assert!(out.contains("no - secrets are for admins"), "{out}");
+        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "--list"]);
+        assert!(ok, "{err}");
+        assert!(!out.contains("*.*"), "{out}");
+        let (ok, out, err) = kubectl(&dir, &["auth", "whoami", "-o", "json"]);
+        assert!(ok, "{err}");
+        let user = &json_of(&out)["status"]["userInfo"];
+        assert_eq!(user["username"], "system:anonymous");
+        assert_eq!(user["groups"], json!(["system:unauthenticated"]));
+    })
+    .await
+    .unwrap();
+}
+
+async fn post(server: &ApiServer, uri: &str, token: &str, body: Value) -> (u16, Value) {
+    let request = Request::post(uri)
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let response = server.router().oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn token_and_subject_access_reviews() {
+    let server = token_server().await;
+    let tokens = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let review = |token: &str| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}});
+    let (status, body) = post(&server, tokens, "admin-token", review("viewer-token")).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["status"]["authenticated"], true);
+    assert_eq!(body["status"]["user"]["username"], "viewer");
+    assert_eq!(
+        body["status"]["user"]["groups"],
+        json!(["team", "system:authenticated"])
+    );
+    let (status, body) = post(&server, tokens, "admin-token", review("nope")).await;
+    assert_eq!(status, 201);
+    assert_eq!(body["status"]["authenticated"], false);
+    assert!(body["status"]["error"].is_string());
+    let (status, _) = post(&server, tokens, "viewer-token", review("admin-token")).await;
+    assert_eq!(status, 403, "viewers may not create token reviews");
+
+    let sar = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let ask = |user: &str, groups: &[&str], verb: &str, resource: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+               "spec": {"user": user, "groups": groups,
+                        "resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource}}})
+    };
+    let (status, body) = post(
+        &server,
+        sar,
+        "admin-token",
+        ask("viewer", &[], "list", "pods"),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["status"], json!({"allowed": true}));
+    let (_, body) = post(
+        &server,
+        sar,
+        "admin-token",
+        ask("viewer", &[], "delete", "pods"),
+    )
+    .await;
+    assert_eq!(
+        body["status"],
+        json!({"allowed": false}),
+        "no opinion: not denied"
+    );
+    let (_, body) = post(
+        &server,
+        sar,
+        "admin-token",
+        ask("viewer", &[], "get", "secrets"),
+    )
+    .await;
+    assert_eq!(
+        body["status"],
+        json!({"allowed": false, "denied": true, "reason": "secrets are for admins"})
+    );
+    let (_, body) = post(
+        &server,
+        sar,
+        "admin-token",
+        ask("x", &["system:masters"], "get", "secrets"),
+    )
+    .await;
+    assert_eq!(body["status"]["allowed"], true);
+    let (status, body) = post(
+        &server,
+        sar,
+        "admin-token",
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {"user": "x"}}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+
+    // Create only: other verbs are 405, and nothing is stored.
+    let request = Request::get(sar)
+        .header("authorization", "Bearer admin-token")
+        .body(Body::empty())
+        .unwrap();
+    let response = server.router().oneshot(request).await.unwrap();
+    assert_eq!(response.status().as_u16(), 405);
+}
+
+#[tokio::test]
+async fn malformed_protobuf_is_a_bad_request() {
+    let server = support::server().await;
+    for body in [&b"not protobuf"[..], &b"k8s\0\x0a\xff\xff"[..]] {
+        let request = Request::post("/api/v1/namespaces")
+            .header("content-type", "application/vnd.kubernetes.protobuf")
+            .body(Body::from(body.to_vec()))
+            .unwrap();
+        let response = server.router().oneshot(request).await.unwrap();
+        assert_eq!(response.status().as_u16(), 400);
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let status: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(status["kind"], "Status");
+        assert_eq!(status["reason"], "BadRequest");
+    }
+}
