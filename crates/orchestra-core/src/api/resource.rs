@@ -64,6 +64,28 @@ pub struct ResourceInfo {
     pub validate: Option<fn(&serde_json::Value) -> Vec<super::FieldError>>,
     /// The kind's schema, if known.
     pub schema: Option<KindSchema>,
+    /// Extra `kubectl get` columns (a CRD version's `additionalPrinterColumns`).
+    pub printer_columns: Vec<PrinterColumn>,
+    /// Set for custom resources: what the CRD says beyond names (schema
+    /// handling, scale paths, the storage version).
+    pub custom: Option<Arc<super::crd::CustomResource>>,
+}
+
+/// One `additionalPrinterColumns` entry of a CRD version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrinterColumn {
+    /// Column header.
+    pub name: String,
+    /// `integer`, `number`, `string`, `boolean` or `date`.
+    pub type_: String,
+    /// Optional format (`int32`, `date-time`, ...).
+    pub format: String,
+    /// JSONPath (without braces) evaluated against each object, e.g. `.spec.replicas`.
+    pub json_path: String,
+    /// 0 is shown by default; higher only with `-o wide`.
+    pub priority: i32,
+    /// Human-readable description.
+    pub description: String,
 }
 
 /// Whether a `k8s-openapi` scope type is namespaced.
@@ -115,6 +137,8 @@ impl ResourceInfo {
             schema: Some(KindSchema::Typed(|generator| {
                 generator.subschema_for::<K>()
             })),
+            printer_columns: Vec::new(),
+            custom: None,
         }
     }
 
@@ -140,6 +164,8 @@ impl ResourceInfo {
             decode_check: None,
             validate: None,
             schema: None,
+            printer_columns: Vec::new(),
+            custom: None,
         }
     }
 

@@ -13,7 +13,9 @@
 //! ```
 
 mod body;
+mod crd;
 mod discovery;
+mod eviction;
 mod objects;
 mod route;
 mod state;
@@ -190,6 +192,8 @@ impl ApiServer {
                 Err(e) => return Err(ApiError::internal(e)),
             }
         }
+        let revision = crd::load_all(&self.state).await?;
+        crd::spawn(&self.state, revision);
         Ok(())
     }
 }
@@ -307,6 +311,10 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
                 ),
                 (Some("binding"), &Method::POST) => respond(
                     subresources::bind(&state, &target, &name, headers, &bytes).await,
+                    true,
+                ),
+                (Some("eviction"), &Method::POST) => respond(
+                    eviction::evict(&state, &target, &name, &query, headers, &bytes).await,
                     true,
                 ),
                 (Some("scale"), &Method::GET) => {

@@ -103,7 +103,9 @@ pub(crate) async fn load(
         .await
         .map_err(|e| store_error(e, &error_target))?;
     let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
-    Ok((decode_stored(&kv)?, kv.mod_revision))
+    let mut object = decode_stored(&kv)?;
+    super::crd::served(&target.resource, &mut object);
+    Ok((object, kv.mod_revision))
 }
 
 /// GET of one object.
@@ -220,7 +222,8 @@ pub(crate) async fn list_items(
         })?;
         listed.revision = response.revision;
         for (i, kv) in response.kvs.iter().enumerate() {
-            let object = decode_stored(kv)?;
+            let mut object = decode_stored(kv)?;
+            super::crd::served(&target.resource, &mut object);
             if labels.matches_object(&object) && fields.matches_object(&object) {
                 listed.items.push(object);
             }
@@ -301,7 +304,12 @@ fn generated_name(prefix: &str) -> String {
 }
 
 /// Checks kind, apiVersion, names, labels, the type and the kind's own rules.
-fn validate(target: &Target, object: &mut Value, name: &str) -> Result<(), ApiError> {
+fn validate(
+    target: &Target,
+    object: &mut Value,
+    name: &str,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
     let resource = &target.resource;
     let error_target = target.error_target(name);
     let api_version = resource.api_version();
@@ -335,6 +343,7 @@ fn validate(target: &Target, object: &mut Value, name: &str) -> Result<(), ApiEr
         meta::validate_subdomain("metadata.name", name)
     };
     errors.extend(meta::validate_labels(object));
+    errors.extend(crate::api::crd::prepare(resource, object, old));
     if let Some(validate) = resource.validate {
         errors.extend(validate(object));
     }
@@ -462,7 +471,7 @@ pub(crate) async fn create(
     )
     .await?
     .expect("admission keeps the object of a create");
-    validate(target, &mut object, &name)?;
+    validate(target, &mut object, &name, None)?;
     if query.dry_run {
         return Ok(object);
     }
@@ -566,7 +575,7 @@ async fn store_update(
     )
     .await?
     .expect("admission keeps the object of an update");
-    validate(target, &mut new, name)?;
+    validate(target, &mut new, name, Some(old))?;
     let finalized = new.pointer("/metadata/deletionTimestamp").is_some()
         && new
             .pointer("/metadata/finalizers")
@@ -650,7 +659,10 @@ pub(crate) async fn patch(
         let (old, revision) = load(state, target, name).await?;
         let mut new = old.clone();
         match media.as_str() {
-            "application/merge-patch+json" => json_patch::merge(&mut new, &patch),
+            // Strategic merge patch as a merge patch until it is implemented.
+            "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+                json_patch::merge(&mut new, &patch)
+            }
             "application/json-patch+json" => {
                 let operations: json_patch::Patch = serde_json::from_value(patch.clone())
                     .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
@@ -777,6 +789,11 @@ pub(crate) async fn delete(
         Some("Foreground") => finalizers.push("foregroundDeletion".into()),
         Some("Orphan") => finalizers.push("orphan".into()),
         _ => {}
+    }
+    if crate::api::crd::is_definition(&target.resource)
+        && !finalizers.contains(&crate::api::crd::CLEANUP_FINALIZER.into())
+    {
+        finalizers.push(crate::api::crd::CLEANUP_FINALIZER.into());
     }
     finalizers.dedup();
     let is_namespace = target.resource.group.is_empty() && target.resource.plural == "namespaces";

@@ -25,6 +25,8 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 struct Filter {
     labels: LabelSelector,
     fields: FieldSelector,
+    /// The resource watched (custom resources show their served version).
+    resource: Arc<crate::api::ResourceInfo>,
 }
 
 impl Filter {
@@ -63,6 +65,7 @@ async fn start(state: Arc<State>, target: Target, query: Query) -> Result<Respon
     let filter = Filter {
         labels: LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))?,
         fields: FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?,
+        resource: target.resource.clone(),
     };
     let requested = match query.resource_version.as_deref() {
         None | Some("0") => None,
@@ -193,7 +196,11 @@ async fn start(state: Arc<State>, target: Target, query: Query) -> Result<Respon
 
 /// The watch line of a store event, or `None` if the filter hides it.
 fn to_line(filter: &Filter, event: &orchestra_store::Event) -> Option<Bytes> {
-    let decode = |kv| decode_stored(kv).ok();
+    let decode = |kv| {
+        let mut object = decode_stored(kv).ok()?;
+        super::crd::served(&filter.resource, &mut object);
+        Some(object)
+    };
     match event.kind {
         EventKind::Put => {
             let new = decode(&event.kv)?;
