@@ -14,3 +14,9 @@ mod http;
 
 #[path = "core/auth.rs"]
 mod auth;
+
+#[path = "core/crd.rs"]
+mod crd;
+
+#[path = "core/eviction.rs"]
+mod eviction;

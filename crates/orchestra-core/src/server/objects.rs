@@ -498,6 +498,8 @@ fn spec_of(object: &Value) -> Map<String, Value> {
 /// only through the main resource; `generation` follows spec changes.
 fn merge_update(target: &Target, old: &Value, mut new: Value, subresource: Option<&str>) -> Value {
     let resource = &target.resource;
+    // Custom resources are compared as upstream decodes them: pruned and defaulted.
+    crate::api::crd::normalize(resource, &mut new);
     if subresource == Some("status") {
         let mut merged = old.clone();
         merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);

@@ -101,6 +101,15 @@ pub fn prepare(info: &ResourceInfo, object: &mut Value, old: Option<&Value>) -> 
     schema::validate(schema, object)
 }
 
+/// Prunes and defaults a custom resource as upstream's decoding does (no
+/// validation); other kinds are left alone.
+pub fn normalize(info: &ResourceInfo, object: &mut Value) {
+    if let Some(schema) = info.custom.as_ref().and_then(|c| c.schema.as_ref()) {
+        schema::prune(schema, object);
+        schema::apply_defaults(schema, object);
+    }
+}
+
 /// The names a CRD asks for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Names {
