@@ -526,7 +526,8 @@ fn merge_update(target: &Target, old: &Value, mut new: Value, subresource: Optio
         .get("generation")
         .and_then(Value::as_i64)
         .unwrap_or(1);
-    let spec_changed = spec_of(old) != spec_of(&new);
+    let spec_changed = spec_of(old) != spec_of(&new)
+        || (crate::api::crd::status_is_spec(resource) && old.get("status") != new.get("status"));
     let metadata = metadata_mut(&mut new);
     for field in [
         "uid",

@@ -428,6 +428,20 @@ async fn kubectl_and_restart() {
     let gizmos: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &resource);
     let g1 = gizmos.get("g1").await.unwrap();
     assert_eq!(g1.data["spec"]["replicas"], 3);
+    // v1beta1 has no status subresource: status is content, and bumps generation.
+    let beta = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("tools.example.org", "v1beta1", "Gizmo"),
+        "gizmos",
+    );
+    let beta: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &beta);
+    let before = beta.get("g1").await.unwrap();
+    assert_eq!(before.types.as_ref().unwrap().api_version, "tools.example.org/v1beta1");
+    let after = beta
+        .patch("g1", &PatchParams::default(), &Patch::Merge(json!({"status": {"note": "x"}})))
+        .await
+        .unwrap();
+    assert_eq!(after.data["status"]["note"], "x");
+    assert_eq!(after.metadata.generation.unwrap(), before.metadata.generation.unwrap() + 1);
 
     // Deleting the CRD through kubectl removes the kind from discovery.
     let address = support::listen(&restarted).await;

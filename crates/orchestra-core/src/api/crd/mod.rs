@@ -110,6 +110,12 @@ pub fn normalize(info: &ResourceInfo, object: &mut Value) {
     }
 }
 
+/// True for custom resources without the status subresource: their
+/// `status` is ordinary content, and changing it bumps `generation`.
+pub fn status_is_spec(info: &ResourceInfo) -> bool {
+    info.custom.as_ref().is_some_and(|c| !c.status_enabled)
+}
+
 /// The names a CRD asks for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Names {

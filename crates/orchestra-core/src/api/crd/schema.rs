@@ -327,6 +327,7 @@ fn validate_node(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fie
                     validate_node(sub, item, &format!("{path}[{i}]"), errors);
                 }
             }
+            validate_list_type(schema, items, path, errors);
         }
         Value::Object(map) => validate_object(schema, value, map, path, errors),
         _ => {}
@@ -488,6 +489,16 @@ fn validate_object(
             message: format!("Too many: {}: must have at most {max} items", map.len()),
         });
     }
+    if flag(schema, "x-kubernetes-embedded-resource") {
+        for field in ["apiVersion", "kind"] {
+            if map.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+                errors.push(
+                    FieldError::required(child(path, field))
+                        .with_message("Required value: must not be empty"),
+                );
+            }
+        }
+    }
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
         for name in required.iter().filter_map(Value::as_str) {
             if !map.contains_key(name) {
@@ -504,6 +515,50 @@ fn validate_object(
         if let Some(sub) = sub {
             validate_node(sub, field, &child(path, key), errors);
         }
+    }
+}
+
+/// `x-kubernetes-list-type`: `set` items are unique, `map` items are unique
+/// by their `x-kubernetes-list-map-keys`.
+fn validate_list_type(schema: &Value, items: &[Value], path: &str, errors: &mut Vec<FieldError>) {
+    match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+        Some("set") => {
+            for (i, item) in items.iter().enumerate() {
+                if items[..i].iter().any(|other| json_equal(other, item)) {
+                    errors.push(FieldError {
+                        reason: "FieldValueDuplicate",
+                        field: format!("{path}[{i}]"),
+                        message: format!("Duplicate value: {}", show(item)),
+                    });
+                }
+            }
+        }
+        Some("map") => {
+            let keys: Vec<&str> = schema
+                .get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .map(|k| k.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let key_of = |item: &Value| -> Vec<Value> {
+                keys.iter().map(|k| item.get(*k).cloned().unwrap_or(Value::Null)).collect()
+            };
+            for (i, item) in items.iter().enumerate() {
+                let key = key_of(item);
+                if items[..i].iter().any(|other| key_of(other) == key) {
+                    let shown: Vec<String> = keys
+                        .iter()
+                        .zip(&key)
+                        .map(|(k, v)| format!("\"{k}\":{v}"))
+                        .collect();
+                    errors.push(FieldError {
+                        reason: "FieldValueDuplicate",
+                        field: format!("{path}[{i}]"),
+                        message: format!("Duplicate value: map[string]interface {{}}{{{}}}", shown.join(", ")),
+                    });
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -592,6 +647,8 @@ mod tests {
                         "port": {"x-kubernetes-int-or-string": true},
                         "note": {"type": "string", "nullable": true},
                         "template": {"type": "object", "x-kubernetes-embedded-resource": true, "properties": {"spec": {"type": "object"}}},
+                        "set": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                        "map": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"], "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
                     }
                 },
                 "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}}
@@ -631,6 +688,9 @@ mod tests {
             (json!({"size": "small", "labels": {}}), "spec.labels", "Invalid value: \"{}\": spec.labels in body should have at least 1 properties"),
             (json!({"size": "small", "labels": {"a": "x", "b": "y"}}), "spec.labels", "Too many: 2: must have at most 1 items"),
             (json!({"size": "small", "port": true}), "spec.port", "Invalid value: \"boolean\": spec.port in body must be of type integer,string: \"boolean\""),
+            (json!({"size": "small", "template": {"kind": "Pod"}}), "spec.template.apiVersion", "Required value: must not be empty"),
+            (json!({"size": "small", "set": ["a", "b", "a"]}), "spec.set[2]", "Duplicate value: \"a\""),
+            (json!({"size": "small", "map": [{"name": "a"}, {"name": "a"}]}), "spec.map[1]", "Duplicate value: map[string]interface {}{\"name\":\"a\"}"),
             (json!({"size": "small", "replicas": null}), "spec.replicas", "Invalid value: \"null\": spec.replicas in body must be of type integer: \"null\""),
         ];
         for (spec, field, message) in cases {
