@@ -245,8 +245,9 @@ async fn kube_rs_drives_custom_resources() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let accepted = accepted.unwrap();
-    assert_eq!((accepted.status.as_str(), accepted.reason.as_deref()), ("False", Some("KindConflict")));
-    assert_eq!(accepted.message.as_deref(), Some("\"Widget\" is already in use"));
+    // Kind and listKind are both taken; upstream reports the last conflict.
+    assert_eq!((accepted.status.as_str(), accepted.reason.as_deref()), ("False", Some("ListKindConflict")));
+    assert_eq!(accepted.message.as_deref(), Some("\"WidgetList\" is already in use"));
     crds.delete("gadgets.example.com", &DeleteParams::default()).await.unwrap();
 
     // Deleting the CRD deletes its instances and stops serving the kind.

@@ -191,24 +191,37 @@ pub fn names_conflict<'a>(
         kinds.push(other.list_kind.as_str());
     }
     let used = |name: &str, pool: &[&str]| !name.is_empty() && pool.contains(&name);
+    let in_use = |name: &str| format!("{name:?} is already in use");
+    // Checked in upstream's order; like upstream, the last conflict found
+    // names the condition.
+    let mut conflict = None;
     if used(&requested.plural, &plurals) {
-        return Some(("PluralConflict", format!("{:?} is already in use", requested.plural)));
+        conflict = Some(("PluralConflict", in_use(&requested.plural)));
     }
     if used(&requested.singular, &plurals) {
-        return Some(("SingularConflict", format!("{:?} is already in use", requested.singular)));
+        conflict = Some(("SingularConflict", in_use(&requested.singular)));
     }
-    for short in &requested.short_names {
-        if used(short, &plurals) {
-            return Some(("ShortNamesConflict", format!("{short:?} is already in use")));
-        }
+    let shorts: Vec<String> = requested
+        .short_names
+        .iter()
+        .filter(|s| used(s, &plurals))
+        .map(|s| in_use(s))
+        .collect();
+    if !shorts.is_empty() {
+        let message = if shorts.len() == 1 {
+            shorts[0].clone()
+        } else {
+            format!("[{}]", shorts.join(", "))
+        };
+        conflict = Some(("ShortNamesConflict", message));
     }
     if used(&requested.kind, &kinds) {
-        return Some(("KindConflict", format!("{:?} is already in use", requested.kind)));
+        conflict = Some(("KindConflict", in_use(&requested.kind)));
     }
     if used(&requested.list_kind, &kinds) {
-        return Some(("ListKindConflict", format!("{:?} is already in use", requested.list_kind)));
+        conflict = Some(("ListKindConflict", in_use(&requested.list_kind)));
     }
-    None
+    conflict
 }
 
 /// The resources a CRD serves: one per served version, named by `names`
@@ -432,7 +445,13 @@ mod tests {
         );
         let mut taken = ResourceInfo::new("example.com", "v1", "Widget", "things", true);
         taken.singular = "thing".into();
+        taken.list_kind = "ThingList".into();
         assert_eq!(names_conflict(&names, [&taken]).unwrap().0, "KindConflict");
+        taken.list_kind = "WidgetList".into();
+        assert_eq!(
+            names_conflict(&names, [&taken]),
+            Some(("ListKindConflict", "\"WidgetList\" is already in use".into()))
+        );
     }
 
     #[test]

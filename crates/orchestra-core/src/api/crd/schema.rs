@@ -315,11 +315,11 @@ fn validate_node(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fie
                     .enumerate()
                     .any(|(i, a)| items[..i].iter().any(|b| json_equal(a, b)));
                 if duplicate {
-                    errors.push(FieldError {
-                        reason: "FieldValueDuplicate",
-                        field: path.to_owned(),
-                        message: format!("Duplicate value: {at} in body shouldn't contain duplicates"),
-                    });
+                    errors.push(invalid(
+                        path,
+                        value,
+                        format!("{at} in body shouldn't contain duplicates"),
+                    ));
                 }
             }
             if let Some(sub) = schema.get("items").filter(|i| i.is_object()) {
@@ -434,7 +434,10 @@ fn validate_string(
         errors.push(FieldError {
             reason: "FieldValueTooLong",
             field: path.to_owned(),
-            message: format!("Too long: may not be more than {max} bytes"),
+            message: format!(
+                "Too long: may not be more than {max} {}",
+                if max == 1 { "byte" } else { "bytes" }
+            ),
         });
     }
     if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
@@ -681,7 +684,7 @@ mod tests {
             (json!({"size": "small", "day": "2024-13-01"}), "spec.day", "Invalid value: \"2024-13-01\": spec.day in body must be of type date: \"2024-13-01\""),
             (json!({"size": "small", "tags": []}), "spec.tags", "Invalid value: \"[]\": spec.tags in body should have at least 1 items"),
             (json!({"size": "small", "tags": ["a", "b", "c"]}), "spec.tags", "Too many: 3: must have at most 2 items"),
-            (json!({"size": "small", "tags": ["a", "a"]}), "spec.tags", "Duplicate value: spec.tags in body shouldn't contain duplicates"),
+            (json!({"size": "small", "tags": ["a", "a"]}), "spec.tags", "Invalid value: \"[\\\"a\\\",\\\"a\\\"]\": spec.tags in body shouldn't contain duplicates"),
             (json!({"size": "small", "tags": [1]}), "spec.tags[0]", "Invalid value: \"integer\": spec.tags[0] in body must be of type string: \"integer\""),
             (json!({"size": "small", "ports": [{"port": 1}, {}]}), "spec.ports[1].port", "Required value"),
             (json!({"size": "small", "labels": {"a": 1}}), "spec.labels.a", "Invalid value: \"integer\": spec.labels.a in body must be of type string: \"integer\""),
