@@ -332,7 +332,10 @@ fn validate(
             )));
         }
     }
-    if let Some(check) = resource.decode_check {
+    // CRDs and custom resources: defaulted, pruned and validated first, so a
+    // missing field is a 422 with causes rather than a decoding error.
+    let custom_errors = crate::api::crd::prepare(resource, object, old);
+    if let Some(check) = resource.decode_check.filter(|_| custom_errors.is_empty()) {
         check(object).map_err(|e| {
             ApiError::bad_request(format!("{} in body is invalid: {e}", resource.kind))
         })?;
@@ -343,7 +346,7 @@ fn validate(
         meta::validate_subdomain("metadata.name", name)
     };
     errors.extend(meta::validate_labels(object));
-    errors.extend(crate::api::crd::prepare(resource, object, old));
+    errors.extend(custom_errors);
     if let Some(validate) = resource.validate {
         errors.extend(validate(object));
     }

@@ -281,6 +281,34 @@ async fn invalid_definitions_are_refused() {
     assert_eq!(status.code, 422);
     assert!(status.message.contains("metadata.name: Invalid value: \"widgets.other.com\": must be spec.names.plural+\".\"+spec.group"), "{}", status.message);
     assert!(status.message.contains("must have exactly one version marked as storage version"), "{}", status.message);
+
+    // Missing fields are causes too, not decoding errors.
+    let resource = ApiResource::erase::<CustomResourceDefinition>(&());
+    let dynamic: Api<DynamicObject> = Api::all_with(crds.into_client(), &resource);
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "things.example.com"},
+        "spec": {"group": "example.com", "names": {"plural": "things", "kind": "Thing"}, "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {}}}}}}}]},
+    }))
+    .unwrap();
+    let err = dynamic.create(&PostParams::default(), &object).await.unwrap_err();
+    let kube::Error::Api(status) = &err else { panic!("{err:?}") };
+    assert_eq!(status.code, 422, "{status:?}");
+    let causes: Vec<String> = status
+        .details
+        .as_ref()
+        .unwrap()
+        .causes
+        .iter()
+        .map(|c| format!("{}: {}", c.field, c.message))
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            "spec.scope: Required value",
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[size].type: Required value: must not be empty for specified object fields",
+        ]
+    );
 }
 
 /// Runs kubectl with a throwaway kubeconfig and cache; returns (success, stdout, stderr).
