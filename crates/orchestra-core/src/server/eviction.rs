@@ -77,29 +77,120 @@ pub(crate) async fn evict(
             .as_array()
             .is_some_and(|d| d.iter().any(|v| v == "All"));
     let (pod, revision) = load(state, target, name).await?;
-    if !pdb::can_ignore_budget(&pod) {
-        let pinned = guard(state, target, &pod, dry_run).await?;
-        // Like upstream: a budget was charged for this pod as it was, so the
-        // delete is pinned to that version.
-        if pinned.is_some() && options.pointer("/preconditions/resourceVersion").is_none() {
-            options["preconditions"]["resourceVersion"] = revision.to_string().into();
-        }
-        let options_bytes = serde_json::to_vec(&options).expect("JSON values serialize");
-        match objects::delete(state, target, name, query, &options_bytes).await {
-            Err(e) if e.code == 409 && pinned.is_some() => {
-                return Err(too_many_requests(format!(
-                    "The disruption budget {} is still being processed by the server.",
-                    pinned.unwrap_or_default()
-                )));
-            }
-            Err(e) => return Err(e),
-            Ok(_) => {}
-        }
+    let charged = if pdb::can_ignore_budget(&pod) {
+        None
     } else {
-        let options_bytes = serde_json::to_vec(&options).expect("JSON values serialize");
-        objects::delete(state, target, name, query, &options_bytes).await?;
+        guard(state, target, &pod, dry_run).await?
+    };
+    // Like upstream: when a budget was charged for the pod as it was read,
+    // the delete is pinned to that version, and a conflict is a 429 the
+    // client retries.
+    let user_pinned = options.pointer("/preconditions/resourceVersion").is_some();
+    let pinned = charged.is_some() && !user_pinned;
+    let still_processing = || {
+        too_many_requests(format!(
+            "The disruption budget {} is still being processed by the server.",
+            charged.clone().unwrap_or_default()
+        ))
+    };
+    let mut pin_to = pinned.then_some(revision);
+    if !dry_run {
+        match mark_disruption_target(state, target, name, &options, pin_to).await {
+            Ok(new_revision) => {
+                if pinned || user_pinned {
+                    pin_to = Some(new_revision);
+                }
+            }
+            Err(e) if e.code == 409 && pinned => return Err(still_processing()),
+            Err(e) => return Err(e),
+        }
     }
-    Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
+    if let Some(pin) = pin_to {
+        options["preconditions"]["resourceVersion"] = pin.to_string().into();
+    }
+    let options_bytes = serde_json::to_vec(&options).expect("JSON values serialize");
+    match objects::delete(state, target, name, query, &options_bytes).await {
+        Err(e) if e.code == 409 && pinned => Err(still_processing()),
+        Err(e) => Err(e),
+        Ok(_) => Ok(
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        ),
+    }
+}
+
+/// Checks the delete preconditions and adds upstream's `DisruptionTarget`
+/// condition (`EvictionByEvictionAPI`) to the pod before it is deleted;
+/// returns the pod's new revision. `pinned`: the revision the pod must
+/// still be at.
+async fn mark_disruption_target(
+    state: &State,
+    target: &Target,
+    name: &str,
+    options: &Value,
+    pinned: Option<i64>,
+) -> Result<i64, ApiError> {
+    let (mut pod, revision) = load(state, target, name).await?;
+    let error_target = target.error_target(name);
+    let uid = meta_str(&pod, "uid").unwrap_or_default().to_owned();
+    if let Some(wanted) = options.pointer("/preconditions/uid").and_then(Value::as_str)
+        && !wanted.is_empty()
+        && wanted != uid
+    {
+        return Err(ApiError::conflict_because(
+            &error_target,
+            format!("the UID in the precondition ({wanted}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"),
+        ));
+    }
+    if let Some(wanted) = options
+        .pointer("/preconditions/resourceVersion")
+        .and_then(Value::as_str)
+        && !wanted.is_empty()
+        && wanted != revision.to_string()
+    {
+        return Err(ApiError::conflict_because(
+            &error_target,
+            format!("the ResourceVersion in the precondition ({wanted}) does not match the ResourceVersion in record ({revision}). The object might have been modified"),
+        ));
+    }
+    if pinned.is_some_and(|p| p != revision) {
+        return Err(ApiError::conflict(&error_target));
+    }
+    let now = now_rfc3339();
+    let mut conditions: Vec<Value> = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let existing = conditions.iter().position(|c| c["type"] == "DisruptionTarget");
+    let since = existing
+        .map(|i| &conditions[i])
+        .filter(|c| c["status"] == "True")
+        .and_then(|c| c.get("lastTransitionTime").cloned())
+        .unwrap_or_else(|| now.clone().into());
+    let condition = json!({
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting",
+        "lastTransitionTime": since,
+    });
+    match existing {
+        Some(i) => conditions[i] = condition,
+        None => conditions.push(condition),
+    }
+    if !pod["status"].is_object() {
+        pod["status"] = json!({});
+    }
+    pod["status"]["conditions"] = conditions.into();
+    metadata_mut(&mut pod).remove("resourceVersion");
+    let key = target.resource.storage_key(target.namespace.as_deref(), name);
+    let bytes = serde_json::to_vec(&pod).expect("JSON values serialize");
+    let kv = state
+        .store
+        .update(&key, bytes.into(), revision, None)
+        .await
+        .map_err(|e| store_error(e, &error_target))?;
+    Ok(kv.mod_revision)
 }
 
 /// Checks (and charges) the budget that selects `pod`; returns its name if

@@ -146,6 +146,15 @@ async fn evictions_respect_disruption_budgets() {
     let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(body["status"], "Success");
     assert!(matches!(pods.get("p3").await, Err(kube::Error::Api(s)) if s.code == 404));
+
+    // A pod on a node is deleted gracefully and marked as a disruption target.
+    running_pod(&pods, "bound", Some("n9")).await;
+    pods.evict("bound", &EvictParams::default()).await.unwrap();
+    let bound = pods.get("bound").await.unwrap();
+    assert!(bound.metadata.deletion_timestamp.is_some());
+    let conditions = bound.status.unwrap().conditions.unwrap();
+    let target = conditions.iter().find(|c| c.type_ == "DisruptionTarget").unwrap();
+    assert_eq!((target.status.as_str(), target.reason.as_deref()), ("True", Some("EvictionByEvictionAPI")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
