@@ -280,6 +280,24 @@ pub(crate) fn scale_paths(resource: &ResourceInfo) -> Option<&crd::ScalePaths> {
     resource.custom.as_ref().and_then(|c| c.scale.as_ref())
 }
 
+/// Validates a custom resource after a scale update against its schema
+/// (422 about the resource, like upstream); other kinds pass.
+pub(crate) fn validate_scaled(
+    target: &super::objects::Target,
+    name: &str,
+    object: &mut Value,
+) -> Result<(), ApiError> {
+    if target.resource.custom.is_none() {
+        return Ok(());
+    }
+    let errors = crd::prepare(&target.resource, object, Some(&Value::Null));
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(&target.error_target(name), errors))
+    }
+}
+
 /// A custom resource's autoscaling/v1 `Scale`, read through its scale paths
 /// (absent replicas read as 0, like upstream).
 pub(crate) fn scale_of(paths: &crd::ScalePaths, object: &Value) -> Value {

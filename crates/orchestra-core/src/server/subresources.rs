@@ -205,6 +205,7 @@ pub(crate) async fn update_scale(
             .and_then(Value::as_i64)
             .unwrap_or(1);
         metadata_mut(&mut object).insert("generation".into(), (generation + 1).into());
+        super::crd::validate_scaled(target, name, &mut object)?;
         object = save(state, target, name, &object, revision).await?;
     }
     Ok(scale_of(target, &object))

@@ -375,7 +375,7 @@ spec:
             required: [color]
             properties:
               color: {type: string, enum: [red, blue]}
-              replicas: {type: integer, minimum: 0, default: 1}
+              replicas: {type: integer, minimum: 0, maximum: 10, default: 1}
               extra: {type: object, x-kubernetes-preserve-unknown-fields: true}
           status:
             type: object
@@ -436,6 +436,13 @@ async fn kubectl_and_restart() {
         let (ok, out, _) = run(&["get", "gizmo", "g1", "-o", "jsonpath={.spec.replicas}"]);
         assert!(ok);
         assert_eq!(out, "3");
+        // The resource's schema still applies through the scale subresource.
+        let (ok, _, err) = run(&["scale", "gizmo/g1", "--replicas=11"]);
+        assert!(!ok);
+        assert!(
+            err.contains("The Gizmo \"g1\" is invalid: spec.replicas: Invalid value: 11: spec.replicas in body should be less than or equal to 10"),
+            "{err}"
+        );
 
         let (ok, _, err) = run(&["patch", "gizmo", "g1", "--type=merge", "-p", r#"{"spec":{"color":"green"}}"#]);
         assert!(!ok);

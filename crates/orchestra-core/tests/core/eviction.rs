@@ -172,6 +172,27 @@ async fn kubectl_drain_evicts_pods_of_a_node() {
     let address = support::listen(&server).await;
     let dir = kubeconfig(address);
     let path = dir.path().to_owned();
+    let budgets: Api<PodDisruptionBudget> = Api::default_namespaced(client.clone());
+    budgets
+        .create(&PostParams::default(), &budget(json!({"minAvailable": 2})))
+        .await
+        .unwrap();
+    let blocked_path = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let (ok, out, err) = kubectl(
+            &blocked_path,
+            &["drain", "n1", "--ignore-daemonsets", "--timeout=2s", "--grace-period=0"],
+            None,
+        );
+        assert!(!ok, "{out}");
+        assert!(
+            err.contains("Cannot evict pod as it would violate the pod's disruption budget."),
+            "{out}\n{err}"
+        );
+    })
+    .await
+    .unwrap();
+    budgets.delete("web", &DeleteParams::default()).await.unwrap();
     tokio::task::spawn_blocking(move || {
         // No kubelet runs here: a graceful delete would wait for one forever,
         // so the drain asks for an immediate one.
