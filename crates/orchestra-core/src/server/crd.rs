@@ -266,12 +266,17 @@ async fn write(state: &State, key: &str, object: &Value, revision: Revision) -> 
 }
 
 /// Shows a stored custom resource as the served version (`conversion:
-/// None`: only `apiVersion` changes). Other kinds are left alone.
+/// None`: only `apiVersion` changes) with the version's defaults applied,
+/// as upstream defaults on read. Other kinds are left alone.
 pub(crate) fn served(resource: &ResourceInfo, object: &mut Value) {
-    if resource.custom.is_some()
-        && let Some(map) = object.as_object_mut()
-    {
+    let Some(custom) = &resource.custom else {
+        return;
+    };
+    if let Some(map) = object.as_object_mut() {
         map.insert("apiVersion".into(), resource.api_version().into());
+    }
+    if let Some(schema) = &custom.schema {
+        crd::schema::apply_defaults(schema, object);
     }
 }
 

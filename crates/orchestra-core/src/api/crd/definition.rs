@@ -361,9 +361,14 @@ pub fn validate_structural(schema: &Value, path: &str, root: bool, errors: &mut 
             "must be object at the root",
         ));
     } else if ty.is_empty() && !int_or_string && preserve.is_none() {
+        let what = if path.ends_with(".items") {
+            "array items"
+        } else {
+            "object fields"
+        };
         errors.push(
             FieldError::required(format!("{path}.type"))
-                .with_message("Required value: must not be empty for specified object fields"),
+                .with_message(format!("Required value: must not be empty for specified {what}")),
         );
     }
     if int_or_string && !ty.is_empty() {
