@@ -108,6 +108,14 @@ async fn kube_rs_drives_custom_resources() {
     assert_eq!(status.stored_versions, Some(vec!["v1".to_owned()]));
     assert!(status.conditions.unwrap().iter().any(|c| c.type_ == "NamesAccepted" && c.status == "True" && c.reason.as_deref() == Some("NoConflicts")));
 
+    // Discovery (aggregated, as kube-rs asks for it) lists the kind at once.
+    let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
+    let (found, caps) = discovery
+        .resolve_gvk(&GroupVersionKind::gvk("example.com", "v1", "Widget"))
+        .expect("Widget is discovered");
+    assert_eq!(found.plural, "widgets");
+    assert!(caps.subresources.iter().any(|(s, _)| s.plural == "widgets/scale" || s.plural == "scale"), "{caps:?}");
+
     // Typed CRUD through the derived type.
     let widgets: Api<Widget> = Api::default_namespaced(client.clone());
     let mut with_status = widget("w1", 1);

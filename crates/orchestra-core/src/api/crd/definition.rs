@@ -142,6 +142,13 @@ pub fn validate_definition(crd: &Value) -> Vec<FieldError> {
                 .with_message("Invalid value: \"\": must have exactly one version marked as storage version"),
         );
     }
+    if crd.pointer("/spec/preserveUnknownFields") == Some(&Value::Bool(true)) {
+        errors.push(FieldError {
+            reason: "FieldValueInvalid",
+            field: "spec.preserveUnknownFields".into(),
+            message: "Invalid value: true: cannot set to true, set x-kubernetes-preserve-unknown-fields to true in spec.versions[*].schema instead".into(),
+        });
+    }
     match str_at(crd, "/spec/conversion/strategy") {
         "None" => {
             if crd.pointer("/spec/conversion/webhook").is_some() {
@@ -547,6 +554,9 @@ mod tests {
             (|c| { c["spec"]["versions"][0]["subresources"]["scale"]["specReplicasPath"] = ".replicas".into(); }, "spec.versions[0].subresources.scale.specReplicasPath", "Invalid value: \".replicas\": should be a json path under .spec"),
             (|c| { c["spec"]["versions"][0]["additionalPrinterColumns"] = json!([{"name": "R", "type": "float", "jsonPath": ".spec.replicas"}]); }, "spec.versions[0].additionalPrinterColumns[0].type", "Unsupported value: \"float\": supported values: \"boolean\", \"date\", \"integer\", \"number\", \"string\""),
             (|c| c["spec"]["names"]["plural"] = "Widgets".into(), "spec.names.plural", ""),
+            (|c| c["spec"]["preserveUnknownFields"] = true.into(), "spec.preserveUnknownFields", "Invalid value: true: cannot set to true, set x-kubernetes-preserve-unknown-fields to true in spec.versions[*].schema instead"),
+            (|c| { c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["l"] = json!({"type": "array", "items": {}}); }, "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[l].items.type", "Required value: must not be empty for specified array items"),
+            (|c| { c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["metadata"] = json!({"type": "object", "properties": {"labels": {"type": "object"}}}); }, "spec.versions[0].schema.openAPIV3Schema.properties[metadata]", "Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified"),
         ];
         for (mutate, field, message) in cases {
             let found = errors(mutate);
