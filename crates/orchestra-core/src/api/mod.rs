@@ -4,9 +4,9 @@
 pub mod crd;
 mod error;
 pub mod meta;
+pub mod pdb;
 mod registry;
 mod resource;
-pub mod pdb;
 mod selector;
 pub mod validation;
 

@@ -71,7 +71,8 @@ pub(crate) fn spawn(state: &Arc<State>, from: Revision) {
         let mut from = from;
         loop {
             let Some(state) = weak.upgrade() else { return };
-            let request = WatchRequest::new(KeyRange::prefix(prefix.clone())).from_revision(from + 1);
+            let request =
+                WatchRequest::new(KeyRange::prefix(prefix.clone())).from_revision(from + 1);
             let stream = state.store.watch(request).await;
             drop(state);
             let mut stream = match stream {
@@ -114,7 +115,11 @@ fn registered(registry: &Registry, group: &str, definition: &str) -> Vec<Arc<Res
         .versions(group)
         .iter()
         .flat_map(|v| registry.resources(group, v))
-        .filter(|r| r.custom.as_ref().is_some_and(|c| c.definition == definition))
+        .filter(|r| {
+            r.custom
+                .as_ref()
+                .is_some_and(|c| c.definition == definition)
+        })
         .collect()
 }
 
@@ -130,7 +135,11 @@ fn unregister(state: &State, group: &str, definition: &str) {
 /// Brings the server in line with the CRD stored at `key`.
 async fn reconcile(state: &State, key: &str) {
     let name = key.rsplit('/').next().unwrap_or("").to_owned();
-    let group = name.split_once('.').map(|(_, g)| g).unwrap_or("").to_owned();
+    let group = name
+        .split_once('.')
+        .map(|(_, g)| g)
+        .unwrap_or("")
+        .to_owned();
     let kv = match state.store.get(key).await {
         Ok(kv) => kv,
         Err(error) => {
@@ -244,7 +253,12 @@ async fn clean_up(
             Err(e) => Err(ApiError::internal(e)),
         };
     }
-    if metadata.get("finalizers").and_then(Value::as_array).map(Vec::len) == Some(finalizers.len()) {
+    if metadata
+        .get("finalizers")
+        .and_then(Value::as_array)
+        .map(Vec::len)
+        == Some(finalizers.len())
+    {
         // Only others' finalizers are left: wait for them.
         return Ok(());
     }
@@ -252,7 +266,12 @@ async fn clean_up(
     write(state, key, &crd, revision).await
 }
 
-async fn write(state: &State, key: &str, object: &Value, revision: Revision) -> Result<(), ApiError> {
+async fn write(
+    state: &State,
+    key: &str,
+    object: &Value,
+    revision: Revision,
+) -> Result<(), ApiError> {
     let mut object = object.clone();
     metadata_mut(&mut object).remove("resourceVersion");
     let bytes = serde_json::to_vec(&object).expect("JSON values serialize");
@@ -348,6 +367,8 @@ pub(crate) fn set_at(object: &mut Value, pointer: &str, value: Value) {
             map.insert(key, value);
             return;
         }
-        node = map.entry(key).or_insert_with(|| Value::Object(Default::default()));
+        node = map
+            .entry(key)
+            .or_insert_with(|| Value::Object(Default::default()));
     }
 }

@@ -60,7 +60,9 @@ pub(crate) async fn evict(
     if let Some(kind) = eviction.get("kind").and_then(Value::as_str)
         && kind != "Eviction"
     {
-        return Err(ApiError::bad_request(format!("not a Eviction object: {kind}")));
+        return Err(ApiError::bad_request(format!(
+            "not a Eviction object: {kind}"
+        )));
     }
     if meta_str(&eviction, "name").is_some_and(|n| n != name) {
         return Err(ApiError::bad_request(
@@ -132,13 +134,17 @@ async fn mark_disruption_target(
     let (mut pod, revision) = load(state, target, name).await?;
     let error_target = target.error_target(name);
     let uid = meta_str(&pod, "uid").unwrap_or_default().to_owned();
-    if let Some(wanted) = options.pointer("/preconditions/uid").and_then(Value::as_str)
+    if let Some(wanted) = options
+        .pointer("/preconditions/uid")
+        .and_then(Value::as_str)
         && !wanted.is_empty()
         && wanted != uid
     {
         return Err(ApiError::conflict_because(
             &error_target,
-            format!("the UID in the precondition ({wanted}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"),
+            format!(
+                "the UID in the precondition ({wanted}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"
+            ),
         ));
     }
     if let Some(wanted) = options
@@ -149,7 +155,9 @@ async fn mark_disruption_target(
     {
         return Err(ApiError::conflict_because(
             &error_target,
-            format!("the ResourceVersion in the precondition ({wanted}) does not match the ResourceVersion in record ({revision}). The object might have been modified"),
+            format!(
+                "the ResourceVersion in the precondition ({wanted}) does not match the ResourceVersion in record ({revision}). The object might have been modified"
+            ),
         ));
     }
     if pinned.is_some_and(|p| p != revision) {
@@ -161,7 +169,9 @@ async fn mark_disruption_target(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let existing = conditions.iter().position(|c| c["type"] == "DisruptionTarget");
+    let existing = conditions
+        .iter()
+        .position(|c| c["type"] == "DisruptionTarget");
     let since = existing
         .map(|i| &conditions[i])
         .filter(|c| c["status"] == "True")
@@ -183,7 +193,9 @@ async fn mark_disruption_target(
     }
     pod["status"]["conditions"] = conditions.into();
     metadata_mut(&mut pod).remove("resourceVersion");
-    let key = target.resource.storage_key(target.namespace.as_deref(), name);
+    let key = target
+        .resource
+        .storage_key(target.namespace.as_deref(), name);
     let bytes = serde_json::to_vec(&pod).expect("JSON values serialize");
     let kv = state
         .store

@@ -105,7 +105,11 @@ pub fn validate_definition(crd: &Value) -> Vec<FieldError> {
     match str_at(crd, "/spec/scope") {
         "" => errors.push(FieldError::required("spec.scope")),
         "Cluster" | "Namespaced" => {}
-        other => errors.push(not_supported("spec.scope", other, &["Cluster", "Namespaced"])),
+        other => errors.push(not_supported(
+            "spec.scope",
+            other,
+            &["Cluster", "Namespaced"],
+        )),
     }
     validate_names(crd, &mut errors);
     let versions = crd
@@ -137,10 +141,9 @@ pub fn validate_definition(crd: &Value) -> Vec<FieldError> {
         ));
     }
     if storage != 1 {
-        errors.push(
-            FieldError::invalid("spec.versions", "", "")
-                .with_message("Invalid value: \"\": must have exactly one version marked as storage version"),
-        );
+        errors.push(FieldError::invalid("spec.versions", "", "").with_message(
+            "Invalid value: \"\": must have exactly one version marked as storage version",
+        ));
     }
     if crd.pointer("/spec/preserveUnknownFields") == Some(&Value::Bool(true)) {
         errors.push(FieldError {
@@ -159,7 +162,10 @@ pub fn validate_definition(crd: &Value) -> Vec<FieldError> {
             }
         }
         "Webhook" => {
-            if crd.pointer("/spec/conversion/webhook/clientConfig").is_none() {
+            if crd
+                .pointer("/spec/conversion/webhook/clientConfig")
+                .is_none()
+            {
                 errors.push(
                     FieldError::required("spec.conversion.webhook")
                         .with_message("Required value: required when strategy is set to Webhook"),
@@ -293,7 +299,10 @@ fn validate_version(version: &Value, path: &str, errors: &mut Vec<FieldError>) {
             _ => {}
         }
         let selector = str_at(scale, "/labelSelectorPath");
-        if !selector.is_empty() && !selector.starts_with(".spec.") && !selector.starts_with(".status.") {
+        if !selector.is_empty()
+            && !selector.starts_with(".spec.")
+            && !selector.starts_with(".status.")
+        {
             errors.push(FieldError::invalid(
                 format!("{at}.labelSelectorPath"),
                 selector,
@@ -325,7 +334,16 @@ fn validate_version(version: &Value, path: &str, errors: &mut Vec<FieldError>) {
                 other => errors.push(not_supported(
                     format!("{at}.format"),
                     other,
-                    &["byte", "date", "date-time", "double", "float", "int32", "int64", "password"],
+                    &[
+                        "byte",
+                        "date",
+                        "date-time",
+                        "double",
+                        "float",
+                        "int32",
+                        "int64",
+                        "password",
+                    ],
                 )),
             }
             if str_at(column, "/jsonPath").is_empty() {
@@ -374,8 +392,9 @@ pub fn validate_structural(schema: &Value, path: &str, root: bool, errors: &mut 
             "object fields"
         };
         errors.push(
-            FieldError::required(format!("{path}.type"))
-                .with_message(format!("Required value: must not be empty for specified {what}")),
+            FieldError::required(format!("{path}.type")).with_message(format!(
+                "Required value: must not be empty for specified {what}"
+            )),
         );
     }
     if int_or_string && !ty.is_empty() {
@@ -415,7 +434,12 @@ pub fn validate_structural(schema: &Value, path: &str, root: bool, errors: &mut 
                     "additionalProperties and properties are mutual exclusive",
                 ));
             }
-            validate_structural(extra, &format!("{path}.additionalProperties"), false, errors);
+            validate_structural(
+                extra,
+                &format!("{path}.additionalProperties"),
+                false,
+                errors,
+            );
         }
         _ => {}
     }
@@ -427,9 +451,10 @@ pub fn validate_structural(schema: &Value, path: &str, root: bool, errors: &mut 
                     .get("properties")
                     .and_then(Value::as_object)
                     .is_none_or(|p| p.keys().all(|k| k == "name" || k == "generateName"));
-                let extra_keys = sub
-                    .as_object()
-                    .is_some_and(|m| m.keys().any(|k| !["type", "properties", "description"].contains(&k.as_str())));
+                let extra_keys = sub.as_object().is_some_and(|m| {
+                    m.keys()
+                        .any(|k| !["type", "properties", "description"].contains(&k.as_str()))
+                });
                 if !allowed || extra_keys {
                     errors.push(forbidden(
                         at.clone(),
@@ -540,28 +565,126 @@ mod tests {
     fn rejects_invalid_definitions() {
         type Case = (fn(&mut Value), &'static str, &'static str);
         let cases: Vec<Case> = vec![
-            (|c| c["metadata"]["name"] = "widgets".into(), "metadata.name", "Invalid value: \"widgets\": must be spec.names.plural+\".\"+spec.group"),
-            (|c| { c["spec"]["group"] = "example".into(); c["metadata"]["name"] = "widgets.example".into(); }, "spec.group", "Invalid value: \"example\": should be a domain with at least one dot"),
-            (|c| c["spec"]["scope"] = "Global".into(), "spec.scope", "Unsupported value: \"Global\": supported values: \"Cluster\", \"Namespaced\""),
-            (|c| c["spec"]["names"]["kind"] = "".into(), "spec.names.kind", "Required value"),
-            (|c| c["spec"]["versions"][0]["storage"] = false.into(), "spec.versions", "Invalid value: \"\": must have exactly one version marked as storage version"),
-            (|c| c["spec"]["versions"] = json!([]), "spec.versions", "Invalid value: \"\": must have exactly one version marked as storage version"),
-            (|c| { c["spec"]["versions"][0]["schema"] = json!({}); }, "spec.versions[0].schema.openAPIV3Schema", "Required value: schemas are required"),
-            (|c| { c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["x"] = json!({}); }, "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[x].type", "Required value: must not be empty for specified object fields"),
-            (|c| { c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["type"] = "string".into(); }, "spec.versions[0].schema.openAPIV3Schema.type", "Invalid value: \"string\": must be object at the root"),
-            (|c| { c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["l"] = json!({"type": "array"}); }, "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[l].items", "Required value: must be specified"),
-            (|c| { c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"]["default"] = "one".into(); }, "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[replicas].default", "Invalid value: \"string\": spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[replicas].default in body must be of type integer: \"string\""),
-            (|c| { c["spec"]["versions"][0]["subresources"]["scale"]["specReplicasPath"] = ".replicas".into(); }, "spec.versions[0].subresources.scale.specReplicasPath", "Invalid value: \".replicas\": should be a json path under .spec"),
-            (|c| { c["spec"]["versions"][0]["additionalPrinterColumns"] = json!([{"name": "R", "type": "float", "jsonPath": ".spec.replicas"}]); }, "spec.versions[0].additionalPrinterColumns[0].type", "Unsupported value: \"float\": supported values: \"boolean\", \"date\", \"integer\", \"number\", \"string\""),
-            (|c| c["spec"]["names"]["plural"] = "Widgets".into(), "spec.names.plural", ""),
-            (|c| c["spec"]["preserveUnknownFields"] = true.into(), "spec.preserveUnknownFields", "Invalid value: true: cannot set to true, set x-kubernetes-preserve-unknown-fields to true in spec.versions[*].schema instead"),
-            (|c| { c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["l"] = json!({"type": "array", "items": {}}); }, "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[l].items.type", "Required value: must not be empty for specified array items"),
-            (|c| { c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["metadata"] = json!({"type": "object", "properties": {"labels": {"type": "object"}}}); }, "spec.versions[0].schema.openAPIV3Schema.properties[metadata]", "Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified"),
+            (
+                |c| c["metadata"]["name"] = "widgets".into(),
+                "metadata.name",
+                "Invalid value: \"widgets\": must be spec.names.plural+\".\"+spec.group",
+            ),
+            (
+                |c| {
+                    c["spec"]["group"] = "example".into();
+                    c["metadata"]["name"] = "widgets.example".into();
+                },
+                "spec.group",
+                "Invalid value: \"example\": should be a domain with at least one dot",
+            ),
+            (
+                |c| c["spec"]["scope"] = "Global".into(),
+                "spec.scope",
+                "Unsupported value: \"Global\": supported values: \"Cluster\", \"Namespaced\"",
+            ),
+            (
+                |c| c["spec"]["names"]["kind"] = "".into(),
+                "spec.names.kind",
+                "Required value",
+            ),
+            (
+                |c| c["spec"]["versions"][0]["storage"] = false.into(),
+                "spec.versions",
+                "Invalid value: \"\": must have exactly one version marked as storage version",
+            ),
+            (
+                |c| c["spec"]["versions"] = json!([]),
+                "spec.versions",
+                "Invalid value: \"\": must have exactly one version marked as storage version",
+            ),
+            (
+                |c| {
+                    c["spec"]["versions"][0]["schema"] = json!({});
+                },
+                "spec.versions[0].schema.openAPIV3Schema",
+                "Required value: schemas are required",
+            ),
+            (
+                |c| {
+                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+                        ["x"] = json!({});
+                },
+                "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[x].type",
+                "Required value: must not be empty for specified object fields",
+            ),
+            (
+                |c| {
+                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["type"] = "string".into();
+                },
+                "spec.versions[0].schema.openAPIV3Schema.type",
+                "Invalid value: \"string\": must be object at the root",
+            ),
+            (
+                |c| {
+                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+                        ["l"] = json!({"type": "array"});
+                },
+                "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[l].items",
+                "Required value: must be specified",
+            ),
+            (
+                |c| {
+                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+                        ["replicas"]["default"] = "one".into();
+                },
+                "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[replicas].default",
+                "Invalid value: \"string\": spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[replicas].default in body must be of type integer: \"string\"",
+            ),
+            (
+                |c| {
+                    c["spec"]["versions"][0]["subresources"]["scale"]["specReplicasPath"] =
+                        ".replicas".into();
+                },
+                "spec.versions[0].subresources.scale.specReplicasPath",
+                "Invalid value: \".replicas\": should be a json path under .spec",
+            ),
+            (
+                |c| {
+                    c["spec"]["versions"][0]["additionalPrinterColumns"] =
+                        json!([{"name": "R", "type": "float", "jsonPath": ".spec.replicas"}]);
+                },
+                "spec.versions[0].additionalPrinterColumns[0].type",
+                "Unsupported value: \"float\": supported values: \"boolean\", \"date\", \"integer\", \"number\", \"string\"",
+            ),
+            (
+                |c| c["spec"]["names"]["plural"] = "Widgets".into(),
+                "spec.names.plural",
+                "",
+            ),
+            (
+                |c| c["spec"]["preserveUnknownFields"] = true.into(),
+                "spec.preserveUnknownFields",
+                "Invalid value: true: cannot set to true, set x-kubernetes-preserve-unknown-fields to true in spec.versions[*].schema instead",
+            ),
+            (
+                |c| {
+                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+                        ["l"] = json!({"type": "array", "items": {}});
+                },
+                "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[l].items.type",
+                "Required value: must not be empty for specified array items",
+            ),
+            (
+                |c| {
+                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["metadata"] =
+                        json!({"type": "object", "properties": {"labels": {"type": "object"}}});
+                },
+                "spec.versions[0].schema.openAPIV3Schema.properties[metadata]",
+                "Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified",
+            ),
         ];
         for (mutate, field, message) in cases {
             let found = errors(mutate);
             assert!(
-                found.iter().any(|(f, m)| f == field && (message.is_empty() || m == message)),
+                found
+                    .iter()
+                    .any(|(f, m)| f == field && (message.is_empty() || m == message)),
                 "expected {field}: {message}, got {found:?}"
             );
         }

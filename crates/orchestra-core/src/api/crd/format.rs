@@ -19,7 +19,9 @@ pub fn string_matches(format: &str, s: &str) -> bool {
         "duration" => duration(s),
         "int32" => s.parse::<i32>().is_ok(),
         "int64" => s.parse::<i64>().is_ok(),
-        "email" => s.split_once('@').is_some_and(|(user, host)| !user.is_empty() && hostname(host)),
+        "email" => s
+            .split_once('@')
+            .is_some_and(|(user, host)| !user.is_empty() && hostname(host)),
         _ => true,
     }
 }
@@ -128,7 +130,9 @@ fn hostname(s: &str) -> bool {
                 && label.len() <= 63
                 && !label.starts_with('-')
                 && !label.ends_with('-')
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
         })
 }
 

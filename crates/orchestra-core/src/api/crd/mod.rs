@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::resource::{KindSchema, PrinterColumn, ResourceInfo};
 use super::FieldError;
+use super::resource::{KindSchema, PrinterColumn, ResourceInfo};
 
 /// Group of the CustomResourceDefinition kind.
 pub const GROUP: &str = "apiextensions.k8s.io";
@@ -136,14 +136,25 @@ pub struct Names {
 fn strings(value: Option<&Value>) -> Vec<String> {
     value
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 impl Names {
     /// `spec.names` (or `status.acceptedNames`, given that object).
     pub fn from_value(names: &Value) -> Names {
-        let s = |k: &str| names.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        let s = |k: &str| {
+            names
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
         Names {
             plural: s("plural"),
             singular: s("singular"),
@@ -227,8 +238,14 @@ pub fn names_conflict<'a>(
 /// The resources a CRD serves: one per served version, named by `names`
 /// (the accepted names).
 pub fn resources_of(crd: &Value, names: &Names) -> Vec<ResourceInfo> {
-    let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or("");
-    let definition = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let group = crd
+        .pointer("/spec/group")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let definition = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let namespaced = crd.pointer("/spec/scope").and_then(Value::as_str) != Some("Cluster");
     let versions = crd
         .pointer("/spec/versions")
@@ -258,7 +275,10 @@ pub fn resources_of(crd: &Value, names: &Names) -> Vec<ResourceInfo> {
             info = info.with_status();
         }
         let scale = version.pointer("/subresources/scale").map(|s| ScalePaths {
-            spec_replicas: s["specReplicasPath"].as_str().unwrap_or(".spec.replicas").to_owned(),
+            spec_replicas: s["specReplicasPath"]
+                .as_str()
+                .unwrap_or(".spec.replicas")
+                .to_owned(),
             status_replicas: s["statusReplicasPath"]
                 .as_str()
                 .unwrap_or(".status.replicas")
@@ -293,7 +313,13 @@ pub fn resources_of(crd: &Value, names: &Names) -> Vec<ResourceInfo> {
 }
 
 fn printer_column(column: &Value) -> PrinterColumn {
-    let s = |k: &str| column.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let s = |k: &str| {
+        column
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
     PrinterColumn {
         name: s("name"),
         type_: s("type"),
@@ -319,27 +345,57 @@ fn condition(type_: &str, status: bool, reason: &str, message: &str, now: &str) 
 /// `terminating` is set) and `storedVersions`. `conflict` is what
 /// [`names_conflict`] found. Conditions keep their `lastTransitionTime`
 /// while their status does not change, so reconciling is idempotent.
-pub fn status(crd: &Value, conflict: Option<&(&'static str, String)>, terminating: Option<(&str, &str)>, now: &str) -> Value {
+pub fn status(
+    crd: &Value,
+    conflict: Option<&(&'static str, String)>,
+    terminating: Option<(&str, &str)>,
+    now: &str,
+) -> Value {
     let old = crd.get("status").cloned().unwrap_or_else(|| json!({}));
     let requested = Names::from_value(crd.pointer("/spec/names").unwrap_or(&Value::Null));
-    let previously = old.get("acceptedNames").map(Names::from_value).filter(|n| !n.plural.is_empty());
+    let previously = old
+        .get("acceptedNames")
+        .map(Names::from_value)
+        .filter(|n| !n.plural.is_empty());
     let accepted = match (conflict, previously) {
         (None, _) => Some(requested),
         (Some(_), previous) => previous,
     };
     let mut conditions = vec![match conflict {
-        None => condition("NamesAccepted", true, "NoConflicts", "no conflicts found", now),
+        None => condition(
+            "NamesAccepted",
+            true,
+            "NoConflicts",
+            "no conflicts found",
+            now,
+        ),
         Some((reason, message)) => condition("NamesAccepted", false, reason, message, now),
     }];
     conditions.push(if accepted.is_some() {
-        condition("Established", true, "InitialNamesAccepted", "the initial names have been accepted", now)
+        condition(
+            "Established",
+            true,
+            "InitialNamesAccepted",
+            "the initial names have been accepted",
+            now,
+        )
     } else {
-        condition("Established", false, "NotAccepted", "not all names are accepted", now)
+        condition(
+            "Established",
+            false,
+            "NotAccepted",
+            "not all names are accepted",
+            now,
+        )
     });
     if let Some((reason, message)) = terminating {
         conditions.push(condition("Terminating", true, reason, message, now));
     }
-    let old_conditions = old.get("conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let old_conditions = old
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     for c in &mut conditions {
         if let Some(previous) = old_conditions.iter().find(|o| o["type"] == c["type"])
             && previous["status"] == c["status"]
@@ -370,14 +426,20 @@ pub fn status(crd: &Value, conflict: Option<&(&'static str, String)>, terminatin
 }
 
 fn accepted_is_empty(status: &Value) -> bool {
-    status.pointer("/acceptedNames/plural").and_then(Value::as_str).is_none_or(str::is_empty)
+    status
+        .pointer("/acceptedNames/plural")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
 }
 
 /// True if the CRD's status says it is established (its kinds are served).
 pub fn is_established(crd: &Value) -> bool {
     crd.pointer("/status/conditions")
         .and_then(Value::as_array)
-        .is_some_and(|c| c.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        })
 }
 
 #[cfg(test)]
@@ -411,12 +473,22 @@ mod tests {
         let resources = resources_of(&crd, &names);
         assert_eq!(resources.len(), 2);
         let v1 = &resources[0];
-        assert_eq!((v1.version.as_str(), v1.list_kind.as_str(), v1.singular.as_str()), ("v1", "WidgetList", "widget"));
+        assert_eq!(
+            (
+                v1.version.as_str(),
+                v1.list_kind.as_str(),
+                v1.singular.as_str()
+            ),
+            ("v1", "WidgetList", "widget")
+        );
         assert!(v1.namespaced && v1.has_subresource("status") && v1.has_subresource("scale"));
         assert_eq!(v1.short_names, ["wd"]);
         assert_eq!(v1.printer_columns[0].json_path, ".spec.replicas");
         let custom = v1.custom.as_ref().unwrap();
-        assert_eq!(custom.scale.as_ref().unwrap().label_selector.as_deref(), Some(".status.selector"));
+        assert_eq!(
+            custom.scale.as_ref().unwrap().label_selector.as_deref(),
+            Some(".status.selector")
+        );
         assert_eq!(resources[1].custom.as_ref().unwrap().storage_version, "v1");
         assert!(!resources[1].has_subresource("status"));
     }
@@ -428,9 +500,15 @@ mod tests {
         let mut object = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"junk": 1}, "status": {"replicas": 3}});
         assert!(prepare(info, &mut object, None).is_empty());
         assert_eq!(object["spec"], json!({"replicas": 1}));
-        assert!(object.get("status").is_none(), "create drops status with the status subresource");
+        assert!(
+            object.get("status").is_none(),
+            "create drops status with the status subresource"
+        );
         let mut bad = json!({"spec": {"replicas": "x"}});
-        assert_eq!(prepare(info, &mut bad, Some(&json!({})))[0].field, "spec.replicas");
+        assert_eq!(
+            prepare(info, &mut bad, Some(&json!({})))[0].field,
+            "spec.replicas"
+        );
     }
 
     #[test]
@@ -450,7 +528,10 @@ mod tests {
         taken.list_kind = "WidgetList".into();
         assert_eq!(
             names_conflict(&names, [&taken]),
-            Some(("ListKindConflict", "\"WidgetList\" is already in use".into()))
+            Some((
+                "ListKindConflict",
+                "\"WidgetList\" is already in use".into()
+            ))
         );
     }
 
@@ -464,7 +545,12 @@ mod tests {
         assert!(is_established(&crd));
         assert_eq!(status(&crd, None, None, "2025-01-01T00:00:00Z"), first);
         let conflict = ("PluralConflict", "\"widgets\" is already in use".to_owned());
-        let refused = status(&json!({"spec": crd["spec"].clone()}), Some(&conflict), None, "t");
+        let refused = status(
+            &json!({"spec": crd["spec"].clone()}),
+            Some(&conflict),
+            None,
+            "t",
+        );
         assert_eq!(refused["conditions"][0]["status"], "False");
         assert_eq!(refused["conditions"][1]["reason"], "NotAccepted");
     }

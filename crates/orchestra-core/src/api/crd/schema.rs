@@ -171,7 +171,10 @@ fn type_name(value: &Value) -> &'static str {
 }
 
 fn is_integer(n: &serde_json::Number) -> bool {
-    n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.is_finite())
+    n.is_i64()
+        || n.is_u64()
+        || n.as_f64()
+            .is_some_and(|f| f.fract() == 0.0 && f.is_finite())
 }
 
 fn type_matches(expected: &str, value: &Value) -> bool {
@@ -303,10 +306,7 @@ fn validate_node(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fie
                 errors.push(FieldError {
                     reason: "FieldValueTooMany",
                     field: path.to_owned(),
-                    message: format!(
-                        "Too many: {}: must have at most {max} items",
-                        items.len()
-                    ),
+                    message: format!("Too many: {}: must have at most {max} items", items.len()),
                 });
             }
             if flag(schema, "uniqueItems") {
@@ -386,7 +386,10 @@ fn validate_number(
             errors.push(invalid(
                 path,
                 value,
-                format!("{at} in body should be a multiple of {}", show_number(factor)),
+                format!(
+                    "{at} in body should be a multiple of {}",
+                    show_number(factor)
+                ),
             ));
         }
     }
@@ -494,7 +497,11 @@ fn validate_object(
     }
     if flag(schema, "x-kubernetes-embedded-resource") {
         for field in ["apiVersion", "kind"] {
-            if map.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+            if map
+                .get(field)
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
                 errors.push(
                     FieldError::required(child(path, field))
                         .with_message("Required value: must not be empty"),
@@ -514,7 +521,9 @@ fn validate_object(
         if root && key == "metadata" {
             continue;
         }
-        let sub = props.and_then(|p| p.get(key)).or_else(|| additional(schema));
+        let sub = props
+            .and_then(|p| p.get(key))
+            .or_else(|| additional(schema));
         if let Some(sub) = sub {
             validate_node(sub, field, &child(path, key), errors);
         }
@@ -543,7 +552,9 @@ fn validate_list_type(schema: &Value, items: &[Value], path: &str, errors: &mut 
                 .map(|k| k.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
             let key_of = |item: &Value| -> Vec<Value> {
-                keys.iter().map(|k| item.get(*k).cloned().unwrap_or(Value::Null)).collect()
+                keys.iter()
+                    .map(|k| item.get(*k).cloned().unwrap_or(Value::Null))
+                    .collect()
             };
             for (i, item) in items.iter().enumerate() {
                 let key = key_of(item);
@@ -556,7 +567,10 @@ fn validate_list_type(schema: &Value, items: &[Value], path: &str, errors: &mut 
                     errors.push(FieldError {
                         reason: "FieldValueDuplicate",
                         field: format!("{path}[{i}]"),
-                        message: format!("Duplicate value: map[string]interface {{}}{{{}}}", shown.join(", ")),
+                        message: format!(
+                            "Duplicate value: map[string]interface {{}}{{{}}}",
+                            shown.join(", ")
+                        ),
                     });
                 }
             }
@@ -612,8 +626,7 @@ fn json_equal(a: &Value, b: &Value) -> bool {
         }
         (Value::Object(x), Value::Object(y)) => {
             x.len() == y.len()
-                && x
-                    .iter()
+                && x.iter()
                     .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
         }
         _ => a == b,
@@ -660,45 +673,152 @@ mod tests {
     }
 
     fn errors_of(spec: Value) -> Vec<(String, String)> {
-        validate(&schema(), &json!({"apiVersion": "x/v1", "kind": "W", "metadata": {"name": "a"}, "spec": spec}))
-            .into_iter()
-            .map(|e| (e.field, e.message))
-            .collect()
+        validate(
+            &schema(),
+            &json!({"apiVersion": "x/v1", "kind": "W", "metadata": {"name": "a"}, "spec": spec}),
+        )
+        .into_iter()
+        .map(|e| (e.field, e.message))
+        .collect()
     }
 
     #[test]
     fn each_keyword() {
         let cases: Vec<(Value, &str, &str)> = vec![
-            (json!({"size": "small", "replicas": "3"}), "spec.replicas", "Invalid value: \"string\": spec.replicas in body must be of type integer: \"string\""),
+            (
+                json!({"size": "small", "replicas": "3"}),
+                "spec.replicas",
+                "Invalid value: \"string\": spec.replicas in body must be of type integer: \"string\"",
+            ),
             (json!({}), "spec.size", "Required value"),
-            (json!({"size": "medium"}), "spec.size", "Unsupported value: \"medium\": supported values: \"small\", \"large\""),
-            (json!({"size": "small", "replicas": -1}), "spec.replicas", "Invalid value: -1: spec.replicas in body should be greater than or equal to 0"),
-            (json!({"size": "small", "replicas": 11}), "spec.replicas", "Invalid value: 11: spec.replicas in body should be less than or equal to 10"),
-            (json!({"size": "small", "replicas": 1.5}), "spec.replicas", "Invalid value: \"number\": spec.replicas in body must be of type integer: \"number\""),
-            (json!({"size": "small", "count": 3_000_000_000i64}), "spec.count", "Invalid value: 3000000000: spec.count in body must be of type int32: 3000000000"),
-            (json!({"size": "small", "ratio": 0}), "spec.ratio", "Invalid value: 0: spec.ratio in body should be greater than 0"),
-            (json!({"size": "small", "name": "a"}), "spec.name", "Invalid value: \"a\": spec.name in body should be at least 2 chars long"),
-            (json!({"size": "small", "name": "abcdef"}), "spec.name", "Too long: may not be more than 5 bytes"),
-            (json!({"size": "small", "name": "AB"}), "spec.name", "Invalid value: \"AB\": spec.name in body should match '^[a-z]+$'"),
-            (json!({"size": "small", "when": "yesterday"}), "spec.when", "Invalid value: \"yesterday\": spec.when in body must be of type date-time: \"yesterday\""),
-            (json!({"size": "small", "day": "2024-13-01"}), "spec.day", "Invalid value: \"2024-13-01\": spec.day in body must be of type date: \"2024-13-01\""),
-            (json!({"size": "small", "tags": []}), "spec.tags", "Invalid value: \"[]\": spec.tags in body should have at least 1 items"),
-            (json!({"size": "small", "tags": ["a", "b", "c"]}), "spec.tags", "Too many: 3: must have at most 2 items"),
-            (json!({"size": "small", "tags": ["a", "a"]}), "spec.tags", "Invalid value: \"[\\\"a\\\",\\\"a\\\"]\": spec.tags in body shouldn't contain duplicates"),
-            (json!({"size": "small", "tags": [1]}), "spec.tags[0]", "Invalid value: \"integer\": spec.tags[0] in body must be of type string: \"integer\""),
-            (json!({"size": "small", "ports": [{"port": 1}, {}]}), "spec.ports[1].port", "Required value"),
-            (json!({"size": "small", "labels": {"a": 1}}), "spec.labels.a", "Invalid value: \"integer\": spec.labels.a in body must be of type string: \"integer\""),
-            (json!({"size": "small", "labels": {}}), "spec.labels", "Invalid value: \"{}\": spec.labels in body should have at least 1 properties"),
-            (json!({"size": "small", "labels": {"a": "x", "b": "y"}}), "spec.labels", "Too many: 2: must have at most 1 items"),
-            (json!({"size": "small", "port": true}), "spec.port", "Invalid value: \"boolean\": spec.port in body must be of type integer,string: \"boolean\""),
-            (json!({"size": "small", "template": {"kind": "Pod"}}), "spec.template.apiVersion", "Required value: must not be empty"),
-            (json!({"size": "small", "set": ["a", "b", "a"]}), "spec.set[2]", "Duplicate value: \"a\""),
-            (json!({"size": "small", "map": [{"name": "a"}, {"name": "a"}]}), "spec.map[1]", "Duplicate value: map[string]interface {}{\"name\":\"a\"}"),
-            (json!({"size": "small", "replicas": null}), "spec.replicas", "Invalid value: \"null\": spec.replicas in body must be of type integer: \"null\""),
+            (
+                json!({"size": "medium"}),
+                "spec.size",
+                "Unsupported value: \"medium\": supported values: \"small\", \"large\"",
+            ),
+            (
+                json!({"size": "small", "replicas": -1}),
+                "spec.replicas",
+                "Invalid value: -1: spec.replicas in body should be greater than or equal to 0",
+            ),
+            (
+                json!({"size": "small", "replicas": 11}),
+                "spec.replicas",
+                "Invalid value: 11: spec.replicas in body should be less than or equal to 10",
+            ),
+            (
+                json!({"size": "small", "replicas": 1.5}),
+                "spec.replicas",
+                "Invalid value: \"number\": spec.replicas in body must be of type integer: \"number\"",
+            ),
+            (
+                json!({"size": "small", "count": 3_000_000_000i64}),
+                "spec.count",
+                "Invalid value: 3000000000: spec.count in body must be of type int32: 3000000000",
+            ),
+            (
+                json!({"size": "small", "ratio": 0}),
+                "spec.ratio",
+                "Invalid value: 0: spec.ratio in body should be greater than 0",
+            ),
+            (
+                json!({"size": "small", "name": "a"}),
+                "spec.name",
+                "Invalid value: \"a\": spec.name in body should be at least 2 chars long",
+            ),
+            (
+                json!({"size": "small", "name": "abcdef"}),
+                "spec.name",
+                "Too long: may not be more than 5 bytes",
+            ),
+            (
+                json!({"size": "small", "name": "AB"}),
+                "spec.name",
+                "Invalid value: \"AB\": spec.name in body should match '^[a-z]+$'",
+            ),
+            (
+                json!({"size": "small", "when": "yesterday"}),
+                "spec.when",
+                "Invalid value: \"yesterday\": spec.when in body must be of type date-time: \"yesterday\"",
+            ),
+            (
+                json!({"size": "small", "day": "2024-13-01"}),
+                "spec.day",
+                "Invalid value: \"2024-13-01\": spec.day in body must be of type date: \"2024-13-01\"",
+            ),
+            (
+                json!({"size": "small", "tags": []}),
+                "spec.tags",
+                "Invalid value: \"[]\": spec.tags in body should have at least 1 items",
+            ),
+            (
+                json!({"size": "small", "tags": ["a", "b", "c"]}),
+                "spec.tags",
+                "Too many: 3: must have at most 2 items",
+            ),
+            (
+                json!({"size": "small", "tags": ["a", "a"]}),
+                "spec.tags",
+                "Invalid value: \"[\\\"a\\\",\\\"a\\\"]\": spec.tags in body shouldn't contain duplicates",
+            ),
+            (
+                json!({"size": "small", "tags": [1]}),
+                "spec.tags[0]",
+                "Invalid value: \"integer\": spec.tags[0] in body must be of type string: \"integer\"",
+            ),
+            (
+                json!({"size": "small", "ports": [{"port": 1}, {}]}),
+                "spec.ports[1].port",
+                "Required value",
+            ),
+            (
+                json!({"size": "small", "labels": {"a": 1}}),
+                "spec.labels.a",
+                "Invalid value: \"integer\": spec.labels.a in body must be of type string: \"integer\"",
+            ),
+            (
+                json!({"size": "small", "labels": {}}),
+                "spec.labels",
+                "Invalid value: \"{}\": spec.labels in body should have at least 1 properties",
+            ),
+            (
+                json!({"size": "small", "labels": {"a": "x", "b": "y"}}),
+                "spec.labels",
+                "Too many: 2: must have at most 1 items",
+            ),
+            (
+                json!({"size": "small", "port": true}),
+                "spec.port",
+                "Invalid value: \"boolean\": spec.port in body must be of type integer,string: \"boolean\"",
+            ),
+            (
+                json!({"size": "small", "template": {"kind": "Pod"}}),
+                "spec.template.apiVersion",
+                "Required value: must not be empty",
+            ),
+            (
+                json!({"size": "small", "set": ["a", "b", "a"]}),
+                "spec.set[2]",
+                "Duplicate value: \"a\"",
+            ),
+            (
+                json!({"size": "small", "map": [{"name": "a"}, {"name": "a"}]}),
+                "spec.map[1]",
+                "Duplicate value: map[string]interface {}{\"name\":\"a\"}",
+            ),
+            (
+                json!({"size": "small", "replicas": null}),
+                "spec.replicas",
+                "Invalid value: \"null\": spec.replicas in body must be of type integer: \"null\"",
+            ),
         ];
         for (spec, field, message) in cases {
             let errors = errors_of(spec.clone());
-            assert_eq!(errors, vec![(field.to_owned(), message.to_owned())], "for {spec}");
+            assert_eq!(
+                errors,
+                vec![(field.to_owned(), message.to_owned())],
+                "for {spec}"
+            );
         }
     }
 
@@ -713,7 +833,11 @@ mod tests {
         assert_eq!(errors_of(ok), vec![]);
         assert_eq!(errors_of(json!({"size": "small", "port": 8080})), vec![]);
         assert_eq!(
-            validate(&schema(), &json!({"spec": {"size": "small"}, "status": {"ready": "yes"}}))[0].field,
+            validate(
+                &schema(),
+                &json!({"spec": {"size": "small"}, "status": {"ready": "yes"}})
+            )[0]
+            .field,
             "status.ready"
         );
     }
@@ -762,7 +886,10 @@ mod tests {
             })
         );
         let mut anything = json!({"a": {"b": 1}});
-        prune(&json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}), &mut anything);
+        prune(
+            &json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+            &mut anything,
+        );
         assert_eq!(anything, json!({"a": {"b": 1}}));
     }
 
