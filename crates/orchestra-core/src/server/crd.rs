@@ -11,9 +11,11 @@
 //!   its status (`acceptedNames`, `NamesAccepted`, `Established`,
 //!   `storedVersions`) written when it changed;
 //! * a CRD being deleted (its delete added the
-//!   `customresourcecleanup.apiextensions.k8s.io` finalizer) stops being
-//!   served, loses all its instances (deleted from the store at once,
-//!   whatever their own finalizers), then its finalizer, and goes away;
+//!   `customresourcecleanup.apiextensions.k8s.io` finalizer) gets the
+//!   `Terminating` condition; its kind stays served but refuses creates;
+//!   its instances are deleted (those with finalizers get a deletion
+//!   timestamp and are waited for, retried every half second); then the
+//!   kind stops being served, the finalizer goes, and so does the CRD;
 //! * a CRD gone from the store stops being served.
 
 use std::sync::{Arc, Weak};
@@ -52,6 +54,7 @@ pub(crate) async fn load_all(state: &State) -> Result<Revision, ApiError> {
             .map_err(ApiError::internal)?;
         revision = revision.max(response.revision);
         for kv in &response.kvs {
+            // Terminating CRDs are picked up again by the watch loop's retries.
             reconcile(state, &kv.key).await;
         }
         match request.next_page(&response) {
@@ -69,6 +72,8 @@ pub(crate) fn spawn(state: &Arc<State>, from: Revision) {
     let weak: Weak<State> = Arc::downgrade(state);
     tokio::spawn(async move {
         let mut from = from;
+        // CRDs whose instances are still being deleted.
+        let mut pending: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         loop {
             let Some(state) = weak.upgrade() else { return };
             let request =
@@ -83,14 +88,34 @@ pub(crate) fn spawn(state: &Arc<State>, from: Revision) {
                     continue;
                 }
             };
-            while let Some(response) = stream.next().await {
+            let mut retry = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                let next = tokio::select! {
+                    next = stream.next() => next,
+                    _ = retry.tick() => {
+                        let Some(state) = weak.upgrade() else { return };
+                        let keys = std::mem::take(&mut pending);
+                        for key in keys {
+                            if reconcile(&state, &key).await {
+                                pending.insert(key);
+                            }
+                        }
+                        continue;
+                    }
+                };
+                let Some(response) = next else { break };
                 let Some(state) = weak.upgrade() else { return };
                 match response {
                     Ok(response) => {
                         for event in &response.events {
                             from = from.max(event.kv.mod_revision);
                             if event.kind == EventKind::Put || event.kind == EventKind::Delete {
-                                reconcile(&state, &event.kv.key).await;
+                                let key = event.kv.key.clone();
+                                if reconcile(&state, &key).await {
+                                    pending.insert(key);
+                                } else {
+                                    pending.remove(&key);
+                                }
                             }
                         }
                     }
@@ -133,7 +158,9 @@ fn unregister(state: &State, group: &str, definition: &str) {
 }
 
 /// Brings the server in line with the CRD stored at `key`.
-async fn reconcile(state: &State, key: &str) {
+/// Returns true if the CRD must be reconciled again soon (its instances are
+/// being deleted).
+async fn reconcile(state: &State, key: &str) -> bool {
     let name = key.rsplit('/').next().unwrap_or("").to_owned();
     let group = name
         .split_once('.')
@@ -144,14 +171,16 @@ async fn reconcile(state: &State, key: &str) {
         Ok(kv) => kv,
         Err(error) => {
             tracing::warn!(%error, key, "reading a CRD failed");
-            return;
+            return true;
         }
     };
     let Some(kv) = kv else {
         unregister(state, &group, &name);
-        return;
+        return false;
     };
-    let Ok(crd) = decode_stored(&kv) else { return };
+    let Ok(crd) = decode_stored(&kv) else {
+        return false;
+    };
     let group = crd
         .pointer("/spec/group")
         .and_then(Value::as_str)
@@ -160,12 +189,17 @@ async fn reconcile(state: &State, key: &str) {
     let result = if crd.pointer("/metadata/deletionTimestamp").is_some() {
         clean_up(state, key, &group, &name, crd, kv.mod_revision).await
     } else {
-        establish(state, key, &group, &name, crd, kv.mod_revision).await
+        establish(state, key, &group, &name, crd, kv.mod_revision)
+            .await
+            .map(|()| false)
     };
-    if let Err(error) = result {
+    match result {
+        Ok(requeue) => requeue,
         // A conflict means a newer version is on its way through the watch.
-        if error.code != 409 {
+        Err(error) if error.code == 409 => false,
+        Err(error) => {
             tracing::warn!(%error, crd = name, "reconciling a CRD failed");
+            true
         }
     }
 }
@@ -210,7 +244,11 @@ async fn establish(
     write(state, key, &crd, revision).await
 }
 
-/// Deletes a terminating CRD's instances, then the CRD.
+/// Deletes a terminating CRD's instances, then the CRD, like upstream's
+/// finalizer controller: the kind stays served (creates refused) while
+/// instances with finalizers wait for them; the CRD carries the
+/// `Terminating` condition; once no instance is left the kind stops being
+/// served and the cleanup finalizer goes. Returns true while instances remain.
 async fn clean_up(
     state: &State,
     key: &str,
@@ -218,26 +256,56 @@ async fn clean_up(
     name: &str,
     mut crd: Value,
     revision: Revision,
-) -> Result<(), ApiError> {
-    unregister(state, group, name);
-    let plural = crd
-        .pointer("/spec/names/plural")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if !plural.is_empty() {
-        let instances = ResourceInfo::new(group, "", "", plural, true).storage_prefix();
-        let response = state
-            .store
-            .range(RangeRequest::new(KeyRange::prefix(instances)))
-            .await
-            .map_err(ApiError::internal)?;
-        for kv in &response.kvs {
-            match state.store.delete(&kv.key, None).await {
-                Ok(_) | Err(orchestra_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(ApiError::internal(e)),
+) -> Result<bool, ApiError> {
+    let accepted = Names::from_value(crd.pointer("/status/acceptedNames").unwrap_or(&Value::Null));
+    if !accepted.plural.is_empty() {
+        let resources = crd::resources_of(&crd, &accepted);
+        state.update_registry(|registry| {
+            for info in registered(registry, group, name) {
+                registry.unregister(&info.group, &info.version, &info.plural);
             }
-        }
+            for info in resources {
+                registry.register(info);
+            }
+        });
     }
+    let terminating = crd
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Terminating"));
+    if !terminating {
+        let conditions = crd["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mut conditions = conditions;
+        conditions.push(serde_json::json!({
+            "type": "Terminating",
+            "status": "True",
+            "lastTransitionTime": now_rfc3339(),
+            "reason": "InstanceDeletionInProgress",
+            "message": "CustomResource deletion is in progress",
+        }));
+        if !crd["status"].is_object() {
+            crd["status"] = serde_json::json!({});
+        }
+        crd["status"]["conditions"] = conditions.into();
+        write(state, key, &crd, revision).await?;
+        // The write comes back through the watch and continues the cleanup.
+        return Ok(false);
+    }
+    let plural = if accepted.plural.is_empty() {
+        crd.pointer("/spec/names/plural")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    } else {
+        accepted.plural.clone()
+    };
+    if !plural.is_empty() && delete_instances(state, group, &plural).await? {
+        return Ok(true);
+    }
+    unregister(state, group, name);
     let metadata = metadata_mut(&mut crd);
     let finalizers: Vec<Value> = metadata
         .get("finalizers")
@@ -249,7 +317,7 @@ async fn clean_up(
         .collect();
     if finalizers.is_empty() {
         return match state.store.delete(key, Some(revision)).await {
-            Ok(_) | Err(orchestra_store::Error::NotFound { .. }) => Ok(()),
+            Ok(_) | Err(orchestra_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(ApiError::internal(e)),
         };
     }
@@ -260,10 +328,49 @@ async fn clean_up(
         == Some(finalizers.len())
     {
         // Only others' finalizers are left: wait for them.
-        return Ok(());
+        return Ok(false);
     }
     metadata.insert("finalizers".into(), finalizers.into());
-    write(state, key, &crd, revision).await
+    write(state, key, &crd, revision).await.map(|()| false)
+}
+
+/// Deletes the instances of a kind: at once without finalizers, else by
+/// setting their deletion timestamp. Returns true if any is left.
+async fn delete_instances(state: &State, group: &str, plural: &str) -> Result<bool, ApiError> {
+    let prefix = ResourceInfo::new(group, "", "", plural, true).storage_prefix();
+    let response = state
+        .store
+        .range(RangeRequest::new(KeyRange::prefix(prefix)))
+        .await
+        .map_err(ApiError::internal)?;
+    let mut left = false;
+    for kv in &response.kvs {
+        let mut object = decode_stored(kv)?;
+        let has_finalizers = object
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if !has_finalizers {
+            match state.store.delete(&kv.key, Some(kv.mod_revision)).await {
+                Ok(_) | Err(orchestra_store::Error::NotFound { .. }) => {}
+                Err(orchestra_store::Error::Conflict { .. }) => left = true,
+                Err(e) => return Err(ApiError::internal(e)),
+            }
+            continue;
+        }
+        left = true;
+        if object.pointer("/metadata/deletionTimestamp").is_none() {
+            let metadata = metadata_mut(&mut object);
+            metadata.insert("deletionTimestamp".into(), now_rfc3339().into());
+            metadata.insert("deletionGracePeriodSeconds".into(), 0.into());
+            match write(state, &kv.key, &object, kv.mod_revision).await {
+                Ok(()) => {}
+                Err(e) if e.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(left)
 }
 
 async fn write(
@@ -314,7 +421,7 @@ pub(crate) fn validate_scaled(
     if target.resource.custom.is_none() {
         return Ok(());
     }
-    let errors = crd::prepare(&target.resource, object, Some(&Value::Null));
+    let errors = crd::prepare(&target.resource, object, Some(&Value::Null))?;
     if errors.is_empty() {
         Ok(())
     } else {

@@ -334,7 +334,7 @@ fn validate(
     }
     // CRDs and custom resources: defaulted, pruned and validated first, so a
     // missing field is a 422 with causes rather than a decoding error.
-    let custom_errors = crate::api::crd::prepare(resource, object, old);
+    let custom_errors = crate::api::crd::prepare(resource, object, old)?;
     if let Some(check) = resource.decode_check.filter(|_| custom_errors.is_empty()) {
         check(object).map_err(|e| {
             ApiError::bad_request(format!("{} in body is invalid: {e}", resource.kind))

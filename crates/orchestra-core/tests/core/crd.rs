@@ -354,8 +354,50 @@ async fn kube_rs_drives_custom_resources() {
         .await
         .unwrap();
 
-    // Deleting the CRD deletes its instances and stops serving the kind.
+    // Deleting the CRD deletes its instances and stops serving the kind;
+    // instances with finalizers are waited for, and no new one is created.
+    let mut kept = widget("kept", 1);
+    kept.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+    widgets.create(&PostParams::default(), &kept).await.unwrap();
     crds.delete("widgets.example.com", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut terminating = None;
+    for _ in 0..100 {
+        let crd = crds.get("widgets.example.com").await.unwrap();
+        let kept = widgets.get("kept").await.unwrap();
+        if kept.metadata.deletion_timestamp.is_some() {
+            terminating = crd
+                .status
+                .and_then(|s| s.conditions)
+                .and_then(|c| c.into_iter().find(|c| c.type_ == "Terminating"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let terminating = terminating.expect("the CRD is terminating");
+    assert_eq!(
+        terminating.reason.as_deref(),
+        Some("InstanceDeletionInProgress")
+    );
+    assert!(
+        widgets.get("w1").await.is_err(),
+        "instances without finalizers are gone"
+    );
+    let err = widgets
+        .create(&PostParams::default(), &widget("late", 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 405 && s.message == "create not allowed while custom resource definition is terminating"),
+        "{err:?}"
+    );
+    widgets
+        .patch(
+            "kept",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
         .await
         .unwrap();
     gone(&crds, "widgets.example.com").await;

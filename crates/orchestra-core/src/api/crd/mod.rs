@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::FieldError;
 use super::resource::{KindSchema, PrinterColumn, ResourceInfo};
+use super::{ApiError, FieldError};
 
 /// Group of the CustomResourceDefinition kind.
 pub const GROUP: &str = "apiextensions.k8s.io";
@@ -43,6 +43,9 @@ pub struct CustomResource {
     pub status_enabled: bool,
     /// The `scale` subresource's paths, if enabled.
     pub scale: Option<ScalePaths>,
+    /// True while the CRD is being deleted: instances can be read, updated
+    /// and deleted but not created.
+    pub terminating: bool,
 }
 
 /// Where a custom resource keeps what the `scale` subresource shows
@@ -76,17 +79,30 @@ pub fn is_definition(info: &ResourceInfo) -> bool {
 /// stored object on updates); custom resources are pruned, defaulted and
 /// validated against their version's schema, and a create drops `status`
 /// when the status subresource is enabled. Other kinds are left alone.
-pub fn prepare(info: &ResourceInfo, object: &mut Value, old: Option<&Value>) -> Vec<FieldError> {
+///
+/// Creating a custom resource whose CRD is being deleted is refused (405,
+/// upstream's `create not allowed while custom resource definition is
+/// terminating`).
+pub fn prepare(
+    info: &ResourceInfo,
+    object: &mut Value,
+    old: Option<&Value>,
+) -> Result<Vec<FieldError>, ApiError> {
     if is_definition(info) {
         definition::default_definition(object);
-        return match old {
+        return Ok(match old {
             Some(old) => definition::validate_definition_update(object, old),
             None => definition::validate_definition(object),
-        };
+        });
     }
     let Some(custom) = &info.custom else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
+    if old.is_none() && custom.terminating {
+        return Err(ApiError::method_not_allowed(
+            "create not allowed while custom resource definition is terminating",
+        ));
+    }
     if old.is_none()
         && custom.status_enabled
         && let Some(map) = object.as_object_mut()
@@ -94,11 +110,11 @@ pub fn prepare(info: &ResourceInfo, object: &mut Value, old: Option<&Value>) -> 
         map.remove("status");
     }
     let Some(schema) = &custom.schema else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     schema::prune(schema, object);
     schema::apply_defaults(schema, object);
-    schema::validate(schema, object)
+    Ok(schema::validate(schema, object))
 }
 
 /// Prunes and defaults a custom resource as upstream's decoding does (no
@@ -306,6 +322,7 @@ pub fn resources_of(crd: &Value, names: &Names) -> Vec<ResourceInfo> {
             schema,
             status_enabled,
             scale,
+            terminating: crd.pointer("/metadata/deletionTimestamp").is_some(),
         }));
         resources.push(info);
     }
@@ -498,7 +515,7 @@ mod tests {
         let crd = crd();
         let info = &resources_of(&crd, &Names::from_value(&crd["spec"]["names"]))[0];
         let mut object = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"junk": 1}, "status": {"replicas": 3}});
-        assert!(prepare(info, &mut object, None).is_empty());
+        assert!(prepare(info, &mut object, None).unwrap().is_empty());
         assert_eq!(object["spec"], json!({"replicas": 1}));
         assert!(
             object.get("status").is_none(),
@@ -506,7 +523,7 @@ mod tests {
         );
         let mut bad = json!({"spec": {"replicas": "x"}});
         assert_eq!(
-            prepare(info, &mut bad, Some(&json!({})))[0].field,
+            prepare(info, &mut bad, Some(&json!({}))).unwrap()[0].field,
             "spec.replicas"
         );
     }
