@@ -18,6 +18,7 @@
 //!   kind stops being served, the finalizer goes, and so does the CRD;
 //! * a CRD gone from the store stops being served.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -39,41 +40,51 @@ fn prefix(state: &State) -> Option<String> {
         .map(|info| info.storage_prefix())
 }
 
-/// Reconciles every stored CRD; returns the store revision read at.
-pub(crate) async fn load_all(state: &State) -> Result<Revision, ApiError> {
+/// What [`load_all`] found: the revision it read at and the CRDs to retry.
+pub(crate) struct Loaded {
+    revision: Revision,
+    pending: BTreeSet<String>,
+}
+
+/// Reconciles every stored CRD.
+pub(crate) async fn load_all(state: &State) -> Result<Loaded, ApiError> {
+    let mut loaded = Loaded {
+        revision: 0,
+        pending: BTreeSet::new(),
+    };
     let Some(prefix) = prefix(state) else {
-        return Ok(0);
+        return Ok(loaded);
     };
     let mut request = RangeRequest::new(KeyRange::prefix(prefix));
-    let mut revision = 0;
     loop {
         let response = state
             .store
             .range(request.clone())
             .await
             .map_err(ApiError::internal)?;
-        revision = revision.max(response.revision);
+        loaded.revision = loaded.revision.max(response.revision);
         for kv in &response.kvs {
-            // Terminating CRDs are picked up again by the watch loop's retries.
-            reconcile(state, &kv.key).await;
+            if reconcile(state, &kv.key).await {
+                loaded.pending.insert(kv.key.clone());
+            }
         }
         match request.next_page(&response) {
             Some(next) => request = next,
-            None => return Ok(revision),
+            None => return Ok(loaded),
         }
     }
 }
 
-/// Starts the watch loop after `from` (the revision [`load_all`] read at).
-pub(crate) fn spawn(state: &Arc<State>, from: Revision) {
+/// Starts the watch loop after what [`load_all`] read.
+pub(crate) fn spawn(state: &Arc<State>, loaded: Loaded) {
     let Some(prefix) = prefix(state) else {
         return;
     };
     let weak: Weak<State> = Arc::downgrade(state);
     tokio::spawn(async move {
-        let mut from = from;
+        let mut from = loaded.revision;
         // CRDs whose instances are still being deleted.
-        let mut pending: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        let mut pending = loaded.pending;
         loop {
             let Some(state) = weak.upgrade() else { return };
             let request =
@@ -122,7 +133,10 @@ pub(crate) fn spawn(state: &Arc<State>, from: Revision) {
                     Err(error) => {
                         tracing::warn!(%error, "CRD watch broke; relisting");
                         match load_all(&state).await {
-                            Ok(revision) => from = revision,
+                            Ok(reloaded) => {
+                                from = reloaded.revision;
+                                pending.extend(reloaded.pending);
+                            }
                             Err(error) => tracing::warn!(%error, "CRD relist failed"),
                         }
                         break;

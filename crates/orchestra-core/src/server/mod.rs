@@ -192,8 +192,8 @@ impl ApiServer {
                 Err(e) => return Err(ApiError::internal(e)),
             }
         }
-        let revision = crd::load_all(&self.state).await?;
-        crd::spawn(&self.state, revision);
+        let loaded = crd::load_all(&self.state).await?;
+        crd::spawn(&self.state, loaded);
         Ok(())
     }
 }
