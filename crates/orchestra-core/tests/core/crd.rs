@@ -62,7 +62,7 @@ fn widget(name: &str, replicas: i32) -> Widget {
 
 /// Waits until the CRD is Established.
 async fn established(crds: &Api<CustomResourceDefinition>, name: &str) -> CustomResourceDefinition {
-    for _ in 0..100 {
+    for _ in 0..300 {
         let crd = crds.get(name).await.unwrap();
         let conditions = crd
             .status
@@ -85,7 +85,7 @@ async fn gone<K>(api: &Api<K>, name: &str)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    for _ in 0..100 {
+    for _ in 0..300 {
         match api.get(name).await {
             Err(kube::Error::Api(s)) if s.code == 404 => return,
             _ => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -328,7 +328,7 @@ async fn kube_rs_drives_custom_resources() {
     clash.spec.names.short_names = None;
     crds.create(&PostParams::default(), &clash).await.unwrap();
     let mut accepted = None;
-    for _ in 0..100 {
+    for _ in 0..300 {
         let crd = crds.get("gadgets.example.com").await.unwrap();
         if let Some(c) = crd
             .status
@@ -363,7 +363,7 @@ async fn kube_rs_drives_custom_resources() {
         .await
         .unwrap();
     let mut terminating = None;
-    for _ in 0..100 {
+    for _ in 0..300 {
         let crd = crds.get("widgets.example.com").await.unwrap();
         let kept = widgets.get("kept").await.unwrap();
         if kept.metadata.deletion_timestamp.is_some() {
