@@ -26,3 +26,9 @@ mod protobuf;
 
 #[path = "core/python.rs"]
 mod python;
+
+#[path = "core/crd.rs"]
+mod crd;
+
+#[path = "core/eviction.rs"]
+mod eviction;

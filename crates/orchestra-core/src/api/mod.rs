@@ -3,11 +3,13 @@
 //! the schema view. No I/O.
 
 pub mod apply;
+pub mod crd;
 mod error;
 pub mod fields;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
+pub mod pdb;
 mod registry;
 mod resource;
 pub mod schema;

@@ -69,7 +69,11 @@ pub struct ResourceInfo {
     pub schema: Option<KindSchema>,
     /// How `kubectl get` prints the kind (server-side Table); `None`: Name, Age.
     pub printer: Option<super::table::Printer>,
+    /// Set for custom resources: what the CRD says beyond names (schema
+    /// handling, scale paths, the storage version).
+    pub custom: Option<Arc<super::crd::CustomResource>>,
 }
+
 
 /// Whether a `k8s-openapi` scope type is namespaced.
 pub trait Scope {
@@ -122,6 +126,7 @@ impl ResourceInfo {
                 generator.subschema_for::<K>()
             })),
             printer: super::table::builtin(K::GROUP, K::KIND),
+            custom: None,
         }
     }
 
@@ -149,6 +154,7 @@ impl ResourceInfo {
             validate: None,
             schema: None,
             printer: None,
+            custom: None,
         }
     }
 

@@ -13,11 +13,13 @@
 //! ```
 
 mod body;
+mod crd;
 mod discovery;
 mod field_validation;
 mod health;
 mod listener;
 pub mod metrics;
+mod eviction;
 mod objects;
 mod openapi;
 pub mod pki;
@@ -207,6 +209,8 @@ impl ApiServer {
                 Err(e) => return Err(ApiError::internal(e)),
             }
         }
+        let loaded = crd::load_all(&self.state).await?;
+        crd::spawn(&self.state, loaded);
         Ok(())
     }
 }
@@ -417,6 +421,10 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                 ),
                 (Some("binding"), &Method::POST) => respond(
                     subresources::bind(&state, &target, &name, headers, &bytes).await,
+                    true,
+                ),
+                (Some("eviction"), &Method::POST) => respond(
+                    eviction::evict(&state, &target, &name, &query, headers, &bytes).await,
                     true,
                 ),
                 (Some("scale"), &Method::GET) => {

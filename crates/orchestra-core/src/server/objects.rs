@@ -104,7 +104,9 @@ pub(crate) async fn load(
         .await
         .map_err(|e| store_error(e, &error_target))?;
     let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
-    Ok((decode_stored(&kv)?, kv.mod_revision))
+    let mut object = decode_stored(&kv)?;
+    super::crd::served(&target.resource, &mut object);
+    Ok((object, kv.mod_revision))
 }
 
 /// GET of one object.
@@ -222,7 +224,8 @@ pub(crate) async fn list_items(
         })?;
         listed.revision = response.revision;
         for (i, kv) in response.kvs.iter().enumerate() {
-            let object = decode_stored(kv)?;
+            let mut object = decode_stored(kv)?;
+            super::crd::served(&target.resource, &mut object);
             if labels.matches_object(&object) && fields.matches_object(&object) {
                 listed.items.push(object);
             }
@@ -303,7 +306,12 @@ fn generated_name(prefix: &str) -> String {
 }
 
 /// Checks kind, apiVersion, names, labels, the type and the kind's own rules.
-fn validate(target: &Target, object: &mut Value, name: &str) -> Result<(), ApiError> {
+fn validate(
+    target: &Target,
+    object: &mut Value,
+    name: &str,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
     let resource = &target.resource;
     let error_target = target.error_target(name);
     let api_version = resource.api_version();
@@ -326,7 +334,10 @@ fn validate(target: &Target, object: &mut Value, name: &str) -> Result<(), ApiEr
             )));
         }
     }
-    if let Some(check) = resource.decode_check {
+    // CRDs and custom resources: defaulted, pruned and validated first, so a
+    // missing field is a 422 with causes rather than a decoding error.
+    let custom_errors = crate::api::crd::prepare(resource, object, old)?;
+    if let Some(check) = resource.decode_check.filter(|_| custom_errors.is_empty()) {
         check(object).map_err(|e| {
             ApiError::bad_request(format!("{} in body is invalid: {e}", resource.kind))
         })?;
@@ -337,6 +348,7 @@ fn validate(target: &Target, object: &mut Value, name: &str) -> Result<(), ApiEr
         meta::validate_subdomain("metadata.name", name)
     };
     errors.extend(meta::validate_labels(object));
+    errors.extend(custom_errors);
     if let Some(validate) = resource.validate {
         errors.extend(validate(object));
     }
@@ -480,7 +492,7 @@ async fn create_object(
     )
     .await?
     .expect("admission keeps the object of a create");
-    validate(target, &mut object, &name)?;
+    validate(target, &mut object, &name, None)?;
     if query.dry_run {
         return Ok(object);
     }
@@ -507,6 +519,8 @@ fn spec_of(object: &Value) -> Map<String, Value> {
 /// only through the main resource; `generation` follows spec changes.
 fn merge_update(target: &Target, old: &Value, mut new: Value, subresource: Option<&str>) -> Value {
     let resource = &target.resource;
+    // Custom resources are compared as upstream decodes them: pruned and defaulted.
+    crate::api::crd::normalize(resource, &mut new);
     if subresource == Some("status") {
         let mut merged = old.clone();
         merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);
@@ -533,7 +547,8 @@ fn merge_update(target: &Target, old: &Value, mut new: Value, subresource: Optio
         .get("generation")
         .and_then(Value::as_i64)
         .unwrap_or(1);
-    let spec_changed = spec_of(old) != spec_of(&new);
+    let spec_changed = spec_of(old) != spec_of(&new)
+        || (crate::api::crd::status_is_spec(resource) && old.get("status") != new.get("status"));
     let metadata = metadata_mut(&mut new);
     for field in [
         "uid",
@@ -584,7 +599,7 @@ async fn store_update(
     )
     .await?
     .expect("admission keeps the object of an update");
-    validate(target, &mut new, name)?;
+    validate(target, &mut new, name, Some(old))?;
     let finalized = new.pointer("/metadata/deletionTimestamp").is_some()
         && new
             .pointer("/metadata/finalizers")
@@ -812,6 +827,11 @@ pub(crate) async fn delete(
         Some("Foreground") => finalizers.push("foregroundDeletion".into()),
         Some("Orphan") => finalizers.push("orphan".into()),
         _ => {}
+    }
+    if crate::api::crd::is_definition(&target.resource)
+        && !finalizers.contains(&crate::api::crd::CLEANUP_FINALIZER.into())
+    {
+        finalizers.push(crate::api::crd::CLEANUP_FINALIZER.into());
     }
     finalizers.dedup();
     let is_namespace = target.resource.group.is_empty() && target.resource.plural == "namespaces";

@@ -51,4 +51,13 @@ impl State {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+
+    /// Changes the served kinds: `change` edits a copy, which then replaces
+    /// the registry (requests in flight keep their snapshot).
+    pub(crate) fn update_registry(&self, change: impl FnOnce(&mut Registry)) {
+        let mut guard = self.registry.write().unwrap_or_else(|e| e.into_inner());
+        let mut next = Registry::clone(&guard);
+        change(&mut next);
+        *guard = Arc::new(next);
+    }
 }

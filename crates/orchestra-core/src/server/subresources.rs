@@ -109,7 +109,10 @@ fn selector_string(object: &Value) -> String {
         .join(",")
 }
 
-fn scale_of(object: &Value) -> Value {
+fn scale_of(target: &Target, object: &Value) -> Value {
+    if let Some(paths) = super::crd::scale_paths(&target.resource) {
+        return super::crd::scale_of(paths, object);
+    }
     let metadata = object.get("metadata").cloned().unwrap_or_default();
     json!({
         "kind": "Scale",
@@ -136,7 +139,7 @@ pub(crate) async fn get_scale(
     name: &str,
 ) -> Result<Value, ApiError> {
     let (object, _) = load(state, target, name).await?;
-    Ok(scale_of(&object))
+    Ok(scale_of(target, &object))
 }
 
 /// `PUT` or `PATCH <workload>/<name>/scale`: sets `spec.replicas`.
@@ -149,7 +152,7 @@ pub(crate) async fn update_scale(
     bytes: &[u8],
 ) -> Result<Value, ApiError> {
     let (mut object, revision) = load(state, target, name).await?;
-    let mut scale = scale_of(&object);
+    let mut scale = scale_of(target, &object);
     let input: Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
     })?;
@@ -191,16 +194,21 @@ pub(crate) async fn update_scale(
             )],
         ));
     };
-    if object.pointer("/spec/replicas").and_then(Value::as_i64) != Some(replicas) {
-        object["spec"]["replicas"] = replicas.into();
+    let pointer = super::crd::scale_paths(&target.resource).map_or_else(
+        || "/spec/replicas".to_owned(),
+        |p| crate::api::crd::json_path_pointer(&p.spec_replicas),
+    );
+    if object.pointer(&pointer).and_then(Value::as_i64) != Some(replicas) {
+        super::crd::set_at(&mut object, &pointer, replicas.into());
         let generation = object
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
             .unwrap_or(1);
         metadata_mut(&mut object).insert("generation".into(), (generation + 1).into());
+        super::crd::validate_scaled(target, name, &mut object)?;
         object = save(state, target, name, &object, revision).await?;
     }
-    Ok(scale_of(&object))
+    Ok(scale_of(target, &object))
 }
 
 /// Errors about a Scale name the Scale kind.

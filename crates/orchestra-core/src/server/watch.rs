@@ -25,6 +25,8 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 struct Filter {
     labels: LabelSelector,
     fields: FieldSelector,
+    /// The resource watched (custom resources show their served version).
+    resource: Arc<crate::api::ResourceInfo>,
 }
 
 impl Filter {
@@ -73,6 +75,7 @@ async fn start(
         labels: LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))?,
         fields: FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?
             .for_kind(&target.resource.group, &target.resource.kind)?,
+        resource: target.resource.clone(),
     };
     let requested = match query.resource_version.as_deref() {
         None | Some("0") => None,
@@ -206,7 +209,11 @@ async fn start(
 /// The watch event (type, object) of a store event, or `None` if the
 /// filter hides it.
 fn to_event(filter: &Filter, event: &orchestra_store::Event) -> Option<(&'static str, Value)> {
-    let decode = |kv| decode_stored(kv).ok();
+    let decode = |kv| {
+        let mut object = decode_stored(kv).ok()?;
+        super::crd::served(&filter.resource, &mut object);
+        Some(object)
+    };
     match event.kind {
         EventKind::Put => {
             let new = decode(&event.kv)?;
