@@ -417,6 +417,9 @@ mod tests {
         for group in registry.groups().map(str::to_owned).collect::<Vec<_>>() {
             for version in registry.versions(&group) {
                 for resource in registry.resources(&group, &version) {
+                    if !resource.verbs.iter().any(|v| v == "get") {
+                        continue; // create-only reviews are never printed
+                    }
                     let printer = builtin(&resource.group, &resource.kind)
                         .unwrap_or_else(|| panic!("no printer for {}", resource.kind));
                     let empty = json!({"metadata": {"name": "x"}});
