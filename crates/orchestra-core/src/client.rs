@@ -10,6 +10,20 @@ pub fn in_process(server: &crate::server::ApiServer, default_namespace: &str) ->
     kube::Client::new(server.router(), default_namespace)
 }
 
+/// Like [`in_process`], acting as `user`: every request carries the user as
+/// an [`Identity`](crate::auth::Identity), which the server's default
+/// authenticator chain recognises. How in-process components (scheduler,
+/// controllers) talk to an embedded API server under their own names.
+#[cfg(feature = "server")]
+pub fn in_process_as(
+    server: &crate::server::ApiServer,
+    user: crate::auth::UserInfo,
+    default_namespace: &str,
+) -> kube::Client {
+    let service = tower::Layer::layer(&crate::auth::IdentityLayer(user), server.router());
+    kube::Client::new(service, default_namespace)
+}
+
 /// A client for the cluster a kubeconfig file describes (its current context).
 pub async fn from_kubeconfig(path: impl AsRef<Path>) -> Result<kube::Client, kube::Error> {
     let kubeconfig =

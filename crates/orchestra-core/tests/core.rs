@@ -32,3 +32,6 @@ mod crd;
 
 #[path = "core/eviction.rs"]
 mod eviction;
+
+#[path = "core/tls.rs"]
+mod tls;
