@@ -6,7 +6,10 @@
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/orchestra-target
 CARGO ?= cargo
 
-.PHONY: all deps build run test bench bench-quick lint doc
+.PHONY: all deps build run store-demo test bench bench-quick lint doc
+
+## Where `make run` keeps the cluster's data (store, certificates, kubeconfig).
+DATA_DIR ?= $(CURDIR)/.orchestra
 
 all: build
 
@@ -17,9 +20,15 @@ deps:
 build: deps
 	$(CARGO) build --workspace
 
-## Runs the reference assembly. Until the API server lands (issue 3) this is
-## the store demo: writes, watches, paginates, expires a TTL key, and restarts.
+## Runs the reference assembly. Today: the API server over HTTPS on the
+## embedded store (scheduler, controllers and node agents join it as their
+## issues land). Use it with `kubectl --kubeconfig $(DATA_DIR)/admin.kubeconfig`.
 run: deps
+	@echo "kubectl: export KUBECONFIG=$(DATA_DIR)/admin.kubeconfig"
+	$(CARGO) run -p orchestra-examples --bin orchestra -- apiserver --data-dir $(DATA_DIR)
+
+## The durable store alone: writes, watches, paginates, expires a TTL key, restarts.
+store-demo: deps
 	$(CARGO) run -p orchestra-examples --bin orchestra -- store-demo
 
 ## Every test of the workspace: unit, integration (the store conformance suite
