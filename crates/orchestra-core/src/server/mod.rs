@@ -259,7 +259,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
         }
     };
     let attributes = attributes(&route, &method, &query, user, parts.uri.path());
-    *labels = metric_labels(&attributes, &route, headers_content_type(&parts.headers));
+    *labels = metric_labels(&attributes, &route, is_apply_patch(&parts.headers));
     if let Decision::Deny(reason) = state.authorizer.authorize(&attributes).await {
         return body::error(&forbidden(&attributes, &reason));
     }
@@ -457,7 +457,8 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
     }
 }
 
-fn headers_content_type(headers: &axum::http::HeaderMap) -> bool {
+/// True for server-side apply requests (metric verb `APPLY`).
+fn is_apply_patch(headers: &axum::http::HeaderMap) -> bool {
     body::content_type(headers) == "application/apply-patch+yaml"
 }
 
