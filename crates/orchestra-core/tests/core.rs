@@ -32,3 +32,6 @@ mod crd;
 
 #[path = "core/eviction.rs"]
 mod eviction;
+
+#[path = "core/accept.rs"]
+mod accept;

@@ -439,7 +439,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     }
                 }
                 (Some("scale"), &Method::PUT | &Method::PATCH) => respond(
-                    subresources::update_scale(&state, &target, &name, &method, headers, &bytes)
+                    subresources::update_scale(&state, &target, &name, &method, &query, headers, &bytes)
                         .await,
                     false,
                 ),
