@@ -685,4 +685,41 @@ async fn error_statuses_write_nothing() {
         .collect();
     names.sort();
     assert_eq!(names, ["b1", "p"]);
+
+    // Writes asking for a Table get their object's one-row Table.
+    let table = |method: &str, uri: &str, content_type: &str, body: String| {
+        axum::http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", content_type)
+            .header(
+                "accept",
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+            )
+            .body(axum::body::Body::from(body))
+            .unwrap()
+    };
+    let mut row = good.clone();
+    row["metadata"]["name"] = "row".into();
+    for (request, code) in [
+        (table("POST", pods, json_type, row.to_string()), 201),
+        (
+            table(
+                "PATCH",
+                &format!("{pods}/row"),
+                "application/merge-patch+json",
+                r#"{"metadata":{"labels":{"t":"1"}}}"#.into(),
+            ),
+            200,
+        ),
+    ] {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let response = server.router().oneshot(request).await.unwrap();
+        assert_eq!(response.status().as_u16(), code);
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["kind"], "Table", "{body}");
+        assert_eq!(body["rows"][0]["cells"][0], "row", "{body}");
+    }
 }

@@ -364,8 +364,10 @@ async fn kube_rs_drives_custom_resources() {
         .unwrap();
     let mut terminating = None;
     for _ in 0..300 {
-        let crd = crds.get("widgets.example.com").await.unwrap();
+        // The condition is written before instances are deleted: read the
+        // instance first, so a deleted one implies a visible condition.
         let kept = widgets.get("kept").await.unwrap();
+        let crd = crds.get("widgets.example.com").await.unwrap();
         if kept.metadata.deletion_timestamp.is_some() {
             terminating = crd
                 .status
