@@ -686,6 +686,36 @@ async fn error_statuses_write_nothing() {
     names.sort();
     assert_eq!(names, ["b1", "p"]);
 
+    // WatchList: every item ADDED, then the bookmark that ends the initial
+    // events, then the stream (here: until timeoutSeconds).
+    {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let uri = format!(
+            "{pods}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"
+        );
+        let request = axum::http::Request::get(uri)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = server.router().oneshot(request).await.unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let events: Vec<Value> = bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(types[..3], ["ADDED", "ADDED", "BOOKMARK"], "{events:?}");
+        let bookmark = &events[2]["object"]["metadata"];
+        assert_eq!(bookmark["annotations"]["k8s.io/initial-events-end"], "true");
+        assert!(
+            bookmark["resourceVersion"]
+                .as_str()
+                .is_some_and(|rv| !rv.is_empty())
+        );
+    }
+
     // Writes asking for a Table get their object's one-row Table.
     let table = |method: &str, uri: &str, content_type: &str, body: String| {
         axum::http::Request::builder()
