@@ -165,9 +165,22 @@ async fn kubectl_acceptance() {
         ),
     )
     .unwrap();
+    // Compacted past the bootstrap writes: a watch from revision 1 expires.
+    let revision = server.store().status().await.unwrap().revision;
+    server.store().compact(revision).await.unwrap();
     let dir = tmp.path().to_owned();
     tokio::task::spawn_blocking(move || {
         let dir = dir.as_path();
+
+        let out = ok(
+            dir,
+            &["get", "--raw", "/api/v1/namespaces/default/pods?watch=true&resourceVersion=1"],
+            None,
+        );
+        let event: Value = serde_json::from_str(out.lines().next().unwrap_or("")).unwrap();
+        assert_eq!(event["type"], "ERROR", "{out}");
+        assert_eq!(event["object"]["code"], 410, "{out}");
+        assert_eq!(event["object"]["reason"], "Expired", "{out}");
 
         // cluster-info: discovery plus the cluster-service list.
         let out = ok(dir, &["cluster-info"], None);
