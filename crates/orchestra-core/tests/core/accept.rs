@@ -393,6 +393,11 @@ async fn kubectl_acceptance() {
         let out = ok(dir, &["get", "--raw", "/metrics"], None);
         assert!(out.contains("apiserver_request_total"), "{out}");
         assert!(out.contains("resource=\"pods\""), "{out}");
+        assert!(
+            out.contains("verb=\"WATCH\"") && out.contains("apiserver_request_duration_seconds_bucket"),
+            "{out}"
+        );
+        assert!(out.contains("apiserver_longrunning_requests"), "{out}");
     })
     .await
     .unwrap();
