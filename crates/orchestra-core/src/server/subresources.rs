@@ -165,11 +165,6 @@ pub(crate) async fn update_scale(
         })?
     };
     if *method == Method::PUT {
-        if let Some(rv) = meta_str(&input, "resourceVersion").filter(|rv| !rv.is_empty())
-            && rv != revision.to_string()
-        {
-            return Err(ApiError::conflict(&target.error_target(name)));
-        }
         scale = input;
     } else {
         match body::content_type(headers).as_str() {
@@ -184,6 +179,13 @@ pub(crate) async fn update_scale(
             }
             other => return Err(ApiError::unsupported_media_type(other)),
         }
+    }
+    // A resourceVersion sent (in a PUT, or patched in, as `kubectl scale
+    // --resource-version` does) is a precondition.
+    if let Some(rv) = meta_str(&scale, "resourceVersion").filter(|rv| !rv.is_empty())
+        && rv != revision.to_string()
+    {
+        return Err(ApiError::conflict(&target.error_target(name)));
     }
     let Some(replicas) = scale
         .pointer("/spec/replicas")

@@ -300,6 +300,22 @@ async fn kubectl_acceptance() {
             "{scaler}"
         );
 
+        // --resource-version is a precondition (checked by kubectl, and sent
+        // in the scale patch).
+        let err = fails(
+            dir,
+            &["scale", "deployment", "web", "--replicas=5", "--resource-version=1"],
+            None,
+        );
+        assert!(err.contains("Expected resource version to be 1"), "{err}");
+        let rv = json_of(dir, &["get", "deploy", "web"])["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let arg = format!("--resource-version={rv}");
+        ok(dir, &["scale", "deployment", "web", "--replicas=2", &arg], None);
+        assert_eq!(json_of(dir, &["get", "deploy", "web"])["spec"]["replicas"], 2);
+
         // Server-side apply with validation on.
         let ssa = pod("ssa", "nginx:1");
         let out = ok(dir, &["apply", "--server-side", "-f", "-"], Some(&ssa));
@@ -628,6 +644,18 @@ async fn error_statuses_write_nothing() {
             &scale_uri,
             json_type,
             stale_scale.to_string(),
+        )
+        .await,
+        409,
+        "Conflict",
+    );
+    status(
+        call(
+            &server,
+            "PATCH",
+            &scale_uri,
+            "application/merge-patch+json",
+            r#"{"metadata":{"resourceVersion":"1"},"spec":{"replicas":7}}"#,
         )
         .await,
         409,
