@@ -376,6 +376,23 @@ async fn kubectl_acceptance() {
         assert!(stream.wait_for(|l| l == "pod/runner"), "{:?}", stream.seen);
         drop(stream);
 
+        // kubectl wait (an informer) over WatchList: sees a later change.
+        let mut wait = command(
+            dir,
+            &["wait", "pod/runner", "--for=jsonpath={.metadata.labels.ready}=yes", "--timeout=20s"],
+        );
+        wait.env("KUBE_FEATURE_WatchListClient", "true");
+        let waiting = wait.spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        ok(dir, &["label", "pod", "runner", "ready=yes"], None);
+        let output = waiting.wait_with_output().unwrap();
+        assert!(
+            output.status.success() && String::from_utf8_lossy(&output.stdout).contains("pod/runner condition met"),
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+
         // delete with --cascade variants and --wait. Without a garbage
         // collector, foreground and orphan deletions wait on their finalizer
         // (as upstream); removing it completes the deletion.
