@@ -35,3 +35,6 @@ mod eviction;
 
 #[path = "core/tls.rs"]
 mod tls;
+
+#[path = "core/accept.rs"]
+mod accept;

@@ -432,9 +432,15 @@ impl PathsBuilder {
         };
         let write_params = || vec![dry_run(), field_manager(), field_validation()];
         let body = |schema: &Value| json!({"content": {"*/*": {"schema": schema.clone()}}, "required": true});
+        // Strategic merge patch is served for built-in kinds only; kubectl's
+        // client-side apply picks its patch type from this list.
+        let strategic = matches!(r.schema, Some(KindSchema::Typed(_)));
         let patch_body = || {
             let mut content = Map::new();
             for media in PATCH_CONTENT_TYPES {
+                if !strategic && media == "application/strategic-merge-patch+json" {
+                    continue;
+                }
                 content.insert(media.into(), json!({"schema": schema_ref(PATCH)}));
             }
             json!({"content": content, "required": true})
@@ -1010,8 +1016,16 @@ mod tests {
                         );
                     }
                     let content = patch["requestBody"]["content"].as_object().unwrap();
+                    // Strategic merge patch only for built-in (typed) kinds.
+                    let typed = matches!(r.schema, Some(KindSchema::Typed(_)));
                     for media in PATCH_CONTENT_TYPES {
-                        assert!(content.contains_key(media));
+                        let expected = typed || !media.starts_with("application/strategic");
+                        assert_eq!(
+                            content.contains_key(media),
+                            expected,
+                            "{} and {media}",
+                            r.kind
+                        );
                     }
                     // kubectl explain finds the kind's schema by its gvk.
                     let tagged = schemas.values().any(|s| {

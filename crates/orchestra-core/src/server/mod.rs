@@ -305,7 +305,11 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                 user,
             };
             let output = match method {
-                Method::GET => match table::negotiate(headers, parts.uri.query(), query.watch) {
+                Method::GET | Method::POST => match table::negotiate(
+                    headers,
+                    parts.uri.query(),
+                    query.watch && method == Method::GET,
+                ) {
                     Ok(output) => output,
                     Err(e) => return body::error(&e),
                 },
@@ -334,9 +338,11 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     )?;
                     Ok(checked.with_body(bytes))
                 }) {
-                    Ok((checked, bytes)) => checked.finish(respond(
+                    Ok((checked, bytes)) => checked.finish(respond_write(
                         objects::create(&state, &target, &query, headers, &bytes).await,
                         true,
+                        output,
+                        &target,
                     )),
                     Err(e) => body::error(&e),
                 },
@@ -376,6 +382,15 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     Err(e) => return body::error(&e),
                 },
             };
+            let write_output = match method {
+                Method::PUT | Method::PATCH if matches!(sub, None | Some("status")) => {
+                    match table::negotiate(headers, parts.uri.query(), false) {
+                        Ok(output) => output,
+                        Err(e) => return body::error(&e),
+                    }
+                }
+                _ => table::Output::Json,
+            };
             let (checked, bytes) = match field_validation::check(
                 &state.openapi,
                 &registry,
@@ -401,15 +416,22 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                         Err(e) => body::error(&e),
                     }
                 }
-                (None | Some("status"), &Method::PUT) => respond(
+                (None | Some("status"), &Method::PUT) => respond_write(
                     objects::update(&state, &target, &name, sub, &query, headers, &bytes).await,
                     false,
+                    write_output,
+                    &target,
                 ),
                 (None | Some("status"), &Method::PATCH) => {
                     let result =
                         objects::patch(&state, &target, &name, sub, &query, headers, &bytes).await;
                     let created = matches!(result, Ok((_, true)));
-                    respond(result.map(|(object, _)| object), created)
+                    respond_write(
+                        result.map(|(object, _)| object),
+                        created,
+                        write_output,
+                        &target,
+                    )
                 }
                 (None, &Method::DELETE) => respond(
                     objects::delete(&state, &target, &name, &query, &bytes).await,
@@ -439,7 +461,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     }
                 }
                 (Some("scale"), &Method::PUT | &Method::PATCH) => respond(
-                    subresources::update_scale(&state, &target, &name, &method, headers, &bytes)
+                    subresources::update_scale(&state, &target, &name, &method, &query, headers, &bytes)
                         .await,
                     false,
                 ),
@@ -455,6 +477,25 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
             parts.uri.path()
         ))),
     }
+}
+
+/// The answer to a create, update or patch: the object, or its one-row
+/// Table (or YAML) when the client asked for one, like upstream; 201 when
+/// `created`.
+fn respond_write(
+    result: Result<serde_json::Value, ApiError>,
+    created: bool,
+    output: table::Output,
+    target: &Target,
+) -> Response {
+    if output == table::Output::Json {
+        return respond(result, created);
+    }
+    let mut response = table::respond(result, output, &table::printer_of(&target.resource), false);
+    if created && response.status() == axum::http::StatusCode::OK {
+        *response.status_mut() = axum::http::StatusCode::CREATED;
+    }
+    response
 }
 
 /// True for server-side apply requests (metric verb `APPLY`).

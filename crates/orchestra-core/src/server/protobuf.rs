@@ -898,6 +898,17 @@ mod tests {
     }
 
     #[test]
+    fn scale() {
+        let scale = json!({"metadata": {"name": "web", "namespace": "default", "resourceVersion": "7"},
+                           "spec": {"replicas": 4}});
+        let bytes = encode_for_test("autoscaling/v1", "Scale", &scale);
+        let decoded = decode(&bytes).unwrap();
+        assert_eq!(decoded["kind"], "Scale");
+        assert_eq!(decoded["spec"]["replicas"], 4);
+        assert_eq!(decoded["metadata"]["resourceVersion"], "7");
+    }
+
+    #[test]
     fn malformed_bodies_are_bad_requests() {
         assert_eq!(decode(b"{}").unwrap_err().code, 400);
         assert_eq!(decode(b"k8s\0\xff\xff\xff").unwrap_err().code, 400);

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::body;
 use super::objects::{Target, decode_stored, load, store_error};
+use super::route::Query;
 use super::state::State;
 use crate::api::meta::{meta_str, metadata_mut};
 use crate::api::{ApiError, FieldError};
@@ -148,20 +149,22 @@ pub(crate) async fn update_scale(
     target: &Target,
     name: &str,
     method: &Method,
+    query: &Query,
     headers: &HeaderMap,
     bytes: &[u8],
 ) -> Result<Value, ApiError> {
     let (mut object, revision) = load(state, target, name).await?;
+    let old = object.clone();
     let mut scale = scale_of(target, &object);
-    let input: Value = serde_json::from_slice(bytes).map_err(|e| {
-        ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
-    })?;
+    let input: Value = if *method == Method::PUT {
+        // A Scale PUT is an object like any other: JSON, YAML or protobuf.
+        body::decode_object(bytes, headers)?
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+        })?
+    };
     if *method == Method::PUT {
-        if let Some(rv) = meta_str(&input, "resourceVersion").filter(|rv| !rv.is_empty())
-            && rv != revision.to_string()
-        {
-            return Err(ApiError::conflict(&target.error_target(name)));
-        }
         scale = input;
     } else {
         match body::content_type(headers).as_str() {
@@ -176,6 +179,13 @@ pub(crate) async fn update_scale(
             }
             other => return Err(ApiError::unsupported_media_type(other)),
         }
+    }
+    // A resourceVersion sent (in a PUT, or patched in, as `kubectl scale
+    // --resource-version` does) is a precondition.
+    if let Some(rv) = meta_str(&scale, "resourceVersion").filter(|rv| !rv.is_empty())
+        && rv != revision.to_string()
+    {
+        return Err(ApiError::conflict(&target.error_target(name)));
     }
     let Some(replicas) = scale
         .pointer("/spec/replicas")
@@ -206,7 +216,18 @@ pub(crate) async fn update_scale(
             .unwrap_or(1);
         metadata_mut(&mut object).insert("generation".into(), (generation + 1).into());
         super::crd::validate_scaled(target, name, &mut object)?;
-        object = save(state, target, name, &object, revision).await?;
+        // Like upstream, the writer owns `spec.replicas` through `scale`.
+        super::patching::track_update(
+            target,
+            Some(&old),
+            &mut object,
+            query,
+            headers,
+            Some("scale"),
+        );
+        if !query.dry_run {
+            object = save(state, target, name, &object, revision).await?;
+        }
     }
     Ok(scale_of(target, &object))
 }

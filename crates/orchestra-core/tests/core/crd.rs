@@ -364,8 +364,10 @@ async fn kube_rs_drives_custom_resources() {
         .unwrap();
     let mut terminating = None;
     for _ in 0..300 {
-        let crd = crds.get("widgets.example.com").await.unwrap();
+        // The condition is written before instances are deleted: read the
+        // instance first, so a deleted one implies a visible condition.
         let kept = widgets.get("kept").await.unwrap();
+        let crd = crds.get("widgets.example.com").await.unwrap();
         if kept.metadata.deletion_timestamp.is_some() {
             terminating = crd
                 .status
@@ -605,6 +607,32 @@ async fn kubectl_and_restart() {
         assert!(ok, "{err}");
         let g1: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(g1["spec"], json!({"color": "red", "replicas": 1, "extra": {"any": [1, 2]}}), "defaults applied, preserved fields kept");
+        // Validation on: kubectl finds the kind in OpenAPI and sends Strict;
+        // unknown fields are refused (nothing stored), else pruned.
+        let bogus = GIZMO.replace("name: g1", "name: g2").replace("color: red,", "color: red, bogus: 1,");
+        let (ok, _, err) = kubectl(&path, &["create", "-f", "-"], Some(&bogus));
+        assert!(!ok);
+        assert!(
+            err.contains("Error from server (BadRequest)") && err.contains(r#"unknown field "spec.bogus""#),
+            "{err}"
+        );
+        assert!(!run(&["get", "gizmo", "g2"]).0, "a refused object is not stored");
+        let (ok, _, err) = kubectl(&path, &["create", "--validate=false", "-f", "-"], Some(&bogus));
+        assert!(ok, "{err}");
+        let (ok, out, _) = run(&["get", "gizmo", "g2", "-o", "jsonpath={.spec}"]);
+        assert!(ok);
+        assert!(!out.contains("bogus") && out.contains("red"), "{out}");
+        // Client-side apply of a custom resource (merge patch), validated.
+        let (ok, out, err) = kubectl(&path, &["apply", "-f", "-"], Some(&bogus.replace("bogus: 1,", "").replace("red", "blue")));
+        assert!(ok, "{err}");
+        assert!(out.contains("gizmo.tools.example.org/g2 configured"), "{out}");
+        let (ok, out, _) = run(&["get", "gizmo", "g2", "-o", "jsonpath={.spec.color}"]);
+        assert!(ok);
+        assert_eq!(out, "blue");
+        let (ok, _, err) = kubectl(&path, &["apply", "-f", "-"], Some(&bogus));
+        assert!(!ok);
+        assert!(err.contains(r#"unknown field "spec.bogus""#), "{err}");
+
         // Another served version of the same objects.
         let (ok, out, err) = run(&["get", "gizmos.v1beta1.tools.example.org", "g1", "-o", "jsonpath={.apiVersion}"]);
         assert!(ok, "{err}");

@@ -80,6 +80,7 @@ async fn python_kubernetes_client() {
         "ok delete",
         "ok dynamic_client_discovery",
         "ok access_review_typed",
+        "ok scale_and_server_side_apply",
     ] {
         assert!(stdout.contains(check), "missing {check:?}:\n{stdout}");
     }

@@ -299,4 +299,30 @@ def access_review_typed():
     assert review.status.allowed is True
 
 
+@check
+def scale_and_server_side_apply():
+    apps.create_namespaced_deployment(NS, deployment("scaled"))
+    # A dict patch to /scale is a strategic merge patch.
+    scale = apps.patch_namespaced_deployment_scale("scaled", NS, {"spec": {"replicas": 4}})
+    assert scale.spec.replicas == 4
+    assert scale.status.selector == "app=scaled"
+    assert apps.read_namespaced_deployment_scale("scaled", NS).spec.replicas == 4
+    assert apps.read_namespaced_deployment("scaled", NS).spec.replicas == 4
+    dyn = dynamic.DynamicClient(client.ApiClient())
+    configmaps = dyn.resources.get(api_version="v1", kind="ConfigMap")
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "namespace": NS}, "data": {"k": "v"}}
+    applied = configmaps.server_side_apply(body=body, namespace=NS, field_manager="python")
+    assert applied.data.k == "v"
+    managers = [(e.manager, e.operation) for e in applied.metadata.managedFields]
+    assert ("python", "Apply") in managers, managers
+    body["data"] = {"k": "w"}
+    try:
+        configmaps.server_side_apply(body=body, namespace=NS, field_manager="other")
+        raise AssertionError("a conflicting apply succeeded")
+    except ApiException as error:
+        assert error.status == 409, error
+    forced = configmaps.server_side_apply(body=body, namespace=NS, field_manager="other", force_conflicts=True)
+    assert forced.data.k == "w"
+
+
 print(f"{len(PASSED)} passed, 0 failed", flush=True)
