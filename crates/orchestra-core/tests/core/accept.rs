@@ -3,47 +3,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::support;
-
-/// A kubectl command with a throwaway kubeconfig and cache.
-fn command(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new("kubectl");
-    command
-        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
-        .arg(format!("--cache-dir={}", dir.join("cache").display()))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
-}
-
-/// Runs kubectl; returns (success, stdout, stderr).
-fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    let mut child = command(dir, args).spawn().expect("kubectl is installed");
-    if let Some(input) = stdin {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let output = child.wait_with_output().unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
+use super::support::{self, kubectl, kubectl_command as command};
 
 /// Runs kubectl and insists on success; returns stdout.
 fn ok(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
@@ -158,13 +124,7 @@ async fn kubectl_acceptance() {
     let server = support::server().await;
     let address = support::listen(&server).await;
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(
-        tmp.path().join("kubeconfig"),
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: ctx\n"
-        ),
-    )
-    .unwrap();
+    support::write_kubeconfig(tmp.path(), address);
     // Compacted past the bootstrap writes: a watch from revision 1 expires.
     let revision = server.store().status().await.unwrap().revision;
     server.store().compact(revision).await.unwrap();

@@ -1,8 +1,6 @@
 //! CustomResourceDefinitions: kube-rs (typed CRD, derived and dynamic custom
 //! resources), kubectl, deletion and restart.
 
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +18,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::support;
+use super::support::{self, kubectl};
 
 /// A custom resource derived with kube-rs.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
@@ -488,45 +486,10 @@ async fn invalid_definitions_are_refused() {
     );
 }
 
-/// Runs kubectl with a throwaway kubeconfig and cache; returns (success, stdout, stderr).
-pub fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    let mut command = Command::new("kubectl");
-    command
-        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
-        .arg(format!("--cache-dir={}", dir.join("cache").display()))
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = command.spawn().expect("kubectl is installed");
-    if let Some(input) = stdin {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let output = child.wait_with_output().unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 /// A kubeconfig for `address` in a new temporary directory.
 pub fn kubeconfig(address: std::net::SocketAddr) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("kubeconfig"),
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: ctx\n"
-        ),
-    )
-    .unwrap();
+    support::write_kubeconfig(dir.path(), address);
     dir
 }
 

@@ -7,7 +7,8 @@ use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use super::crd::{kubeconfig, kubectl};
+use super::crd::kubeconfig;
+use super::support::kubectl;
 use super::support;
 
 /// A running, ready pod labelled `app=web` (optionally bound to a node).

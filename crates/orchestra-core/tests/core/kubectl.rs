@@ -1,38 +1,7 @@
 //! The installed kubectl against the API server over HTTP on loopback.
 
-use std::path::Path;
-use std::process::Command;
 
-use super::support;
-
-/// Runs kubectl with a throwaway kubeconfig and cache; returns (success, stdout, stderr).
-fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    let mut command = Command::new("kubectl");
-    command
-        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
-        .arg(format!("--cache-dir={}", dir.join("cache").display()))
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = command.spawn().expect("kubectl is installed");
-    if let Some(input) = stdin {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let output = child.wait_with_output().unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
+use super::support::{self, kubectl};
 
 const POD: &str = r#"
 apiVersion: v1
@@ -52,13 +21,7 @@ async fn kubectl_drives_the_server() {
     let server = support::server().await;
     let address = support::listen(&server).await;
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("kubeconfig"),
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: ctx\n"
-        ),
-    )
-    .unwrap();
+    support::write_kubeconfig(dir.path(), address);
     let dir = dir.path().to_owned();
     tokio::task::spawn_blocking(move || {
         let run = |args: &[&str]| kubectl(&dir, args, None);

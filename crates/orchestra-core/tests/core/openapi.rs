@@ -2,8 +2,6 @@
 //! validation on, `kubectl explain`, and the raw HTTP shapes of Strict and
 //! Warn.
 
-use std::path::Path;
-use std::process::Command;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -11,46 +9,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use super::support;
-
-/// Runs kubectl with a throwaway kubeconfig and cache; returns (success, stdout, stderr).
-fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    let mut command = Command::new("kubectl");
-    command
-        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
-        .arg(format!("--cache-dir={}", dir.join("cache").display()))
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = command.spawn().expect("kubectl is installed");
-    if let Some(input) = stdin {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let output = child.wait_with_output().unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-fn write_kubeconfig(dir: &Path, address: std::net::SocketAddr) {
-    std::fs::write(
-        dir.join("kubeconfig"),
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: ctx\n"
-        ),
-    )
-    .unwrap();
-}
+use super::support::{self, kubectl, write_kubeconfig};
 
 const POD: &str = r#"
 apiVersion: v1

@@ -1,8 +1,6 @@
 //! Strategic merge patch and server-side apply: kube-rs in process, raw HTTP
 //! for the error shapes, and the installed kubectl over loopback.
 
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -16,7 +14,7 @@ use orchestra_store::MemStore;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use super::support;
+use super::support::{self, kubectl};
 
 fn deployment(name: &str, replicas: i64, image: &str) -> Value {
     json!({
@@ -387,35 +385,6 @@ async fn patch_errors_and_yaml_apply() {
     .await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["spec"], json!({"a": 1, "b": 2}));
-}
-
-/// Runs kubectl with a throwaway kubeconfig and cache; returns (success, stdout, stderr).
-fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    use std::io::Write;
-    let mut child = Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
-        .arg(format!("--cache-dir={}", dir.join("cache").display()))
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl is installed");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let output = child.wait_with_output().unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 fn yaml(value: &Value) -> String {

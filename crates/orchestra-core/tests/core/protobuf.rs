@@ -3,7 +3,6 @@
 //! whoami`), and the review resources they and other clients use.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -23,29 +22,7 @@ use super::support;
 
 /// Runs kubectl with the kubeconfig and cache in `dir`: (success, stdout, stderr).
 fn kubectl(dir: &Path, args: &[&str]) -> (bool, String, String) {
-    let output = Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
-        .arg(format!("--cache-dir={}", dir.join("cache").display()))
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("kubectl is installed");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-/// An anonymous kubeconfig for `address`.
-fn kubeconfig(dir: &Path, address: std::net::SocketAddr) {
-    std::fs::write(
-        dir.join("kubeconfig"),
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: ctx\n"
-        ),
-    )
-    .unwrap();
+    support::kubectl(dir, args, None)
 }
 
 fn json_of(out: &str) -> Value {
@@ -57,7 +34,7 @@ async fn kubectl_create_generators_send_protobuf() {
     let server = support::server().await;
     let address = support::listen(&server).await;
     let dir = tempfile::tempdir().unwrap();
-    kubeconfig(dir.path(), address);
+    support::write_kubeconfig(dir.path(), address);
     let dir = dir.path().to_owned();
     tokio::task::spawn_blocking(move || {
         let run = |args: &[&str]| {
@@ -228,7 +205,7 @@ async fn kubectl_auth_can_i_and_whoami() {
     let server = support::server().await;
     let address = support::listen(&server).await;
     let dir = tempfile::tempdir().unwrap();
-    kubeconfig(dir.path(), address);
+    support::write_kubeconfig(dir.path(), address);
     let dir = dir.path().to_owned();
     tokio::task::spawn_blocking(move || {
         let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "create", "pods"]);
@@ -330,7 +307,7 @@ async fn kubectl_auth_with_a_restrictive_authorizer() {
     let address = support::listen(&server).await;
     let dir = tempfile::tempdir().unwrap();
     // client-go sends no bearer token over plain HTTP: kubectl is anonymous here.
-    kubeconfig(dir.path(), address);
+    support::write_kubeconfig(dir.path(), address);
     let dir = dir.path().to_owned();
     tokio::task::spawn_blocking(move || {
         let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "list", "pods"]);

@@ -26,3 +26,48 @@ pub async fn listen(server: &ApiServer) -> SocketAddr {
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     address
 }
+
+/// Writes `dir/kubeconfig`: an anonymous user of the plain-HTTP server at
+/// `address`, namespace `default`.
+pub fn write_kubeconfig(dir: &std::path::Path, address: SocketAddr) {
+    std::fs::write(
+        dir.join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: ctx\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// A kubectl command with `dir/kubeconfig` and a throwaway cache in
+/// `dir/cache`; stdin closed, output captured.
+pub fn kubectl_command(dir: &std::path::Path, args: &[&str]) -> std::process::Command {
+    use std::process::Stdio;
+    let mut command = std::process::Command::new("kubectl");
+    command
+        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
+        .arg(format!("--cache-dir={}", dir.join("cache").display()))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Runs kubectl (see [`kubectl_command`]) with `stdin` as its input;
+/// returns (success, stdout, stderr).
+pub fn kubectl(dir: &std::path::Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    use std::io::Write as _;
+    let mut child =
+        kubectl_command(dir, args).stdin(std::process::Stdio::piped()).spawn().expect("kubectl is installed");
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    drop(child.stdin.take());
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

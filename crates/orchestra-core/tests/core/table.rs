@@ -4,7 +4,6 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -156,31 +155,9 @@ async fn populate(server: &ApiServer) {
     }
 }
 
-fn kubeconfig(dir: &Path, address: std::net::SocketAddr) {
-    std::fs::write(
-        dir.join("kubeconfig"),
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: ctx\n"
-        ),
-    )
-    .unwrap();
-}
-
-fn kubectl_command(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new("kubectl");
-    command
-        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
-        .arg(format!("--cache-dir={}", dir.join("cache").display()))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
-}
-
 /// Runs kubectl to completion; panics on failure; returns stdout.
 fn kubectl(dir: &Path, args: &[&str]) -> String {
-    let output = kubectl_command(dir, args)
+    let output = support::kubectl_command(dir, args)
         .output()
         .expect("kubectl is installed");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -212,7 +189,7 @@ async fn kubectl_get_prints_upstream_columns() {
     populate(&server).await;
     let address = support::listen(&server).await;
     let tmp = tempfile::tempdir().unwrap();
-    kubeconfig(tmp.path(), address);
+    support::write_kubeconfig(tmp.path(), address);
     let dir = tmp.path().to_owned();
     tokio::task::spawn_blocking(move || {
         let out = words(&kubectl(&dir, &["get", "pods"]));
@@ -335,7 +312,7 @@ async fn kubectl_describe_and_watch() {
     populate(&server).await;
     let address = support::listen(&server).await;
     let tmp = tempfile::tempdir().unwrap();
-    kubeconfig(tmp.path(), address);
+    support::write_kubeconfig(tmp.path(), address);
     let dir = tmp.path().to_owned();
 
     let describe = {
@@ -387,7 +364,7 @@ async fn kubectl_describe_and_watch() {
     );
 
     // `get pods -w`: the list, then rows for later changes.
-    let mut child = kubectl_command(&dir, &["get", "pods", "-w"])
+    let mut child = support::kubectl_command(&dir, &["get", "pods", "-w"])
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -755,7 +732,7 @@ async fn custom_kinds_print_their_columns() {
 
     let address = support::listen(&server).await;
     let tmp = tempfile::tempdir().unwrap();
-    kubeconfig(tmp.path(), address);
+    support::write_kubeconfig(tmp.path(), address);
     let dir = tmp.path().to_owned();
     tokio::task::spawn_blocking(move || {
         let out = words(&kubectl(&dir, &["get", "widgets"]));
