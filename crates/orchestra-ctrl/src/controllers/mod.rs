@@ -1,0 +1,1 @@
+//! The built-in controllers, one module each.
