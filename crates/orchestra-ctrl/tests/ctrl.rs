@@ -1,0 +1,11 @@
+//! orchestra-ctrl's integration tests: the controllers against an in-process
+//! API server, with a fake node agent marking pods Running and Ready.
+
+#[path = "ctrl/support.rs"]
+mod support;
+
+#[path = "ctrl/deployment.rs"]
+mod deployment;
+
+#[path = "ctrl/runtime.rs"]
+mod runtime;
