@@ -134,6 +134,12 @@ where
         self
     }
 
+    /// Uses `queue` (e.g. one whose metrics the caller reads) instead of a new one.
+    pub fn with_queue(mut self, queue: Arc<WorkQueue<ObjectKey>>) -> Self {
+        self.queue = Some(queue);
+        self
+    }
+
     /// The queue, created now if needed (to read its metrics, or to add keys
     /// from outside).
     pub fn queue(&mut self) -> Arc<WorkQueue<ObjectKey>> {

@@ -9,3 +9,6 @@ mod deployment;
 
 #[path = "ctrl/runtime.rs"]
 mod runtime;
+
+#[path = "ctrl/deletion.rs"]
+mod deletion;

@@ -22,7 +22,8 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 use super::util::{owner_reference, template_hash};
-use crate::informer::{Informer, SharedInformerFactory};
+use crate::informer::{Informer, ObjectKey, SharedInformerFactory};
+use crate::workqueue::{RateLimit, WorkQueue};
 use crate::{Action, Controller, Error};
 
 /// Name of the controller.
@@ -473,11 +474,23 @@ pub async fn run(
     workers: usize,
     shutdown: impl Future<Output = ()> + Send,
 ) {
+    let queue = WorkQueue::new(RateLimit::default());
+    run_with_queue(factory, workers, queue, shutdown).await
+}
+
+/// [`run`] with a queue the caller keeps (to read its metrics).
+pub async fn run_with_queue(
+    factory: SharedInformerFactory,
+    workers: usize,
+    queue: Arc<WorkQueue<ObjectKey>>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
     let ctx = Arc::new(Context {
         client: factory.client().clone(),
         replica_sets: factory.informer::<ReplicaSet>(),
     });
     Controller::<Deployment>::for_(&factory)
+        .with_queue(queue)
         .owns::<ReplicaSet>()
         .name(NAME)
         .concurrency(workers)

@@ -3,3 +3,6 @@
 pub mod deployment;
 pub mod replicaset;
 pub mod util;
+pub mod discovery;
+pub mod garbage_collector;
+pub mod namespace;

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 
 use super::util::{controller_of, is_active, is_available, is_ready, owner_reference, selector_matches};
 use crate::informer::{Event, Informer, ObjectKey, SharedInformerFactory};
+use crate::workqueue::{RateLimit, WorkQueue};
 use crate::{Action, Controller, Error};
 
 /// Name of the controller.
@@ -295,6 +296,17 @@ pub async fn run(
     workers: usize,
     shutdown: impl Future<Output = ()> + Send,
 ) {
+    let queue = WorkQueue::new(RateLimit::default());
+    run_with_queue(factory, workers, queue, shutdown).await
+}
+
+/// [`run`] with a queue the caller keeps (to read its metrics).
+pub async fn run_with_queue(
+    factory: SharedInformerFactory,
+    workers: usize,
+    queue: Arc<WorkQueue<ObjectKey>>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
     let pods = factory.informer::<Pod>();
     let ctx = Arc::new(Context {
         client: factory.client().clone(),
@@ -302,6 +314,7 @@ pub async fn run(
         expectations: Expectations::default(),
     });
     let mut controller = Controller::<ReplicaSet>::for_(&factory)
+        .with_queue(queue)
         .name(NAME)
         .concurrency(workers);
     let queue = controller.queue();

@@ -77,6 +77,18 @@ pub async fn cluster(ready_after: Duration) -> Cluster {
         4,
         stopped(&rx),
     )));
+    tasks.push(tokio::spawn(orchestra_ctrl::controllers::namespace::run(
+        factory.clone(),
+        2,
+        stopped(&rx),
+    )));
+    tasks.push(tokio::spawn(
+        orchestra_ctrl::controllers::garbage_collector::run(
+            client.clone(),
+            Duration::from_millis(100),
+            stopped(&rx),
+        ),
+    ));
     tasks.push(tokio::spawn(fake_node_agent(client.clone(), ready_after)));
     Cluster {
         server,
