@@ -12,3 +12,6 @@ mod runtime;
 
 #[path = "ctrl/deletion.rs"]
 mod deletion;
+
+#[path = "ctrl/kubectl.rs"]
+mod kubectl;
