@@ -15,3 +15,6 @@ mod deletion;
 
 #[path = "ctrl/kubectl.rs"]
 mod kubectl;
+
+#[path = "ctrl/nodes.rs"]
+mod nodes;

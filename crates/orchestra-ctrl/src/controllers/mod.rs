@@ -6,3 +6,7 @@ pub mod util;
 pub mod discovery;
 pub mod garbage_collector;
 pub mod namespace;
+pub mod node_ipam;
+pub mod serviceaccount;
+pub mod endpoints;
+pub mod node_lifecycle;
