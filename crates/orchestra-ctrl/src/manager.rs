@@ -23,7 +23,7 @@ pub struct ManagerContext {
 
 impl ManagerContext {
     /// A future completing when the controller must stop.
-    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
         let mut stop = self.stop.clone();
         async move {
             let _ = stop.wait_for(|s| *s).await;

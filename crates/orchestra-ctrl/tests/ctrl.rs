@@ -18,3 +18,6 @@ mod kubectl;
 
 #[path = "ctrl/nodes.rs"]
 mod nodes;
+
+#[path = "ctrl/manager.rs"]
+mod manager;
