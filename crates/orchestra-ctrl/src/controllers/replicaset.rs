@@ -8,19 +8,23 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec, ReplicaSetStatus};
+use k8s_openapi::api::core::v1::{ReplicationController, ReplicationControllerStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 
 use super::util::{controller_of, is_active, is_available, is_ready, owner_reference, selector_matches};
-use crate::informer::{Event, Informer, ObjectKey, SharedInformerFactory};
+use crate::informer::{Event, Informer, Kind, ObjectKey, SharedInformerFactory};
 use crate::workqueue::{RateLimit, WorkQueue};
 use crate::{Action, Controller, Error};
 
 /// Name of the controller.
 pub const NAME: &str = "replicaset-controller";
+/// Name of the ReplicationController controller (same logic).
+pub const RC_NAME: &str = "replicationcontroller-controller";
 
 /// Most pods created or deleted in one reconcile (upstream's burstReplicas).
 pub const BURST_REPLICAS: usize = 500;
@@ -113,8 +117,8 @@ pub fn pods_to_delete(mut pods: Vec<Arc<Pod>>, count: usize) -> Vec<Arc<Pod>> {
     pods
 }
 
-/// A new pod for `rs` from its template.
-pub fn pod_from_template(rs: &ReplicaSet) -> Pod {
+/// A new pod for `rs` from its template, controlled by `owner`.
+pub fn pod_from_template(rs: &ReplicaSet, owner: OwnerReference) -> Pod {
     let template = rs
         .spec
         .as_ref()
@@ -127,7 +131,7 @@ pub fn pod_from_template(rs: &ReplicaSet) -> Pod {
             namespace: rs.metadata.namespace.clone(),
             labels: meta.labels,
             annotations: meta.annotations,
-            owner_references: Some(vec![owner_reference(rs)]),
+            owner_references: Some(vec![owner]),
             ..Default::default()
         },
         spec: template.spec,
@@ -165,7 +169,80 @@ pub fn compute_status(rs: &ReplicaSet, owned: &[Arc<Pod>]) -> ReplicaSetStatus {
 
 /// One reconcile of a ReplicaSet.
 pub async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let active = sync(&rs, owner_reference(rs.as_ref()), &ctx).await?;
     let key = ObjectKey::of(rs.as_ref());
+    let namespace = key.namespace.clone().unwrap_or_default();
+    let spec = rs.spec.clone().unwrap_or_default();
+    let status = compute_status(&rs, &active);
+    if rs.status.as_ref() != Some(&status) {
+        let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
+        let patch = serde_json::json!({"status": status});
+        ignore_not_found(
+            api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await,
+        )?;
+    }
+    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    if min_ready > 0 && status.ready_replicas != status.available_replicas {
+        return Ok(Action::requeue(Duration::from_secs(min_ready as u64)));
+    }
+    Ok(Action::await_change())
+}
+
+/// A ReplicationController seen as the ReplicaSet it is equivalent to
+/// (map selector → matchLabels, defaulting to the template's labels).
+pub fn as_replica_set(rc: &ReplicationController) -> ReplicaSet {
+    let spec = rc.spec.clone().unwrap_or_default();
+    let template_labels = spec
+        .template
+        .as_ref()
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.labels.clone());
+    ReplicaSet {
+        metadata: rc.metadata.clone(),
+        spec: Some(ReplicaSetSpec {
+            replicas: spec.replicas,
+            min_ready_seconds: spec.min_ready_seconds,
+            selector: LabelSelector {
+                match_labels: spec.selector.clone().filter(|s| !s.is_empty()).or(template_labels),
+                match_expressions: None,
+            },
+            template: spec.template,
+        }),
+        status: None,
+    }
+}
+
+/// One reconcile of a ReplicationController.
+pub async fn reconcile_rc(rc: Arc<ReplicationController>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let view = as_replica_set(&rc);
+    let active = sync(&view, owner_reference(rc.as_ref()), &ctx).await?;
+    let s = compute_status(&view, &active);
+    let status = ReplicationControllerStatus {
+        replicas: s.replicas,
+        fully_labeled_replicas: s.fully_labeled_replicas,
+        ready_replicas: s.ready_replicas,
+        available_replicas: s.available_replicas,
+        observed_generation: s.observed_generation,
+        conditions: rc.status.as_ref().and_then(|s| s.conditions.clone()),
+    };
+    if rc.status.as_ref() != Some(&status) {
+        let key = ObjectKey::of(rc.as_ref());
+        let api: Api<ReplicationController> =
+            Api::namespaced(ctx.client.clone(), key.namespace.as_deref().unwrap_or_default());
+        let patch = serde_json::json!({"status": status});
+        ignore_not_found(
+            api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await,
+        )?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Claims pods for `rs` (controlled through `owner`), creates or deletes
+/// pods toward `spec.replicas`, and returns the active owned pods.
+async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<Vec<Arc<Pod>>, Error> {
+    let key = ObjectKey::of(rs);
     let namespace = key.namespace.clone().unwrap_or_default();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let uid = rs.metadata.uid.clone().unwrap_or_default();
@@ -196,7 +273,7 @@ pub async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action,
             }
             None if matches && !deleting && pod.metadata.deletion_timestamp.is_none() => {
                 let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
-                refs.push(owner_reference(rs.as_ref()));
+                refs.push(owner.clone());
                 let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 if ignore_not_found(pods_api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)?.is_some() {
@@ -213,7 +290,7 @@ pub async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action,
         if active.len() < want {
             let missing = (want - active.len()).min(BURST_REPLICAS);
             ctx.expectations.expect(&key, missing as i64, 0);
-            let pod = pod_from_template(&rs);
+            let pod = pod_from_template(rs, owner.clone());
             // Slow start: batches of 1, 2, 4, ... stop at the first failure.
             let mut created = 0;
             let mut batch = 1;
@@ -266,20 +343,7 @@ pub async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action,
         }
     }
 
-    let status = compute_status(&rs, &active);
-    if rs.status.as_ref() != Some(&status) {
-        let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
-        let patch = serde_json::json!({"status": status});
-        ignore_not_found(
-            api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await,
-        )?;
-    }
-    let min_ready = spec.min_ready_seconds.unwrap_or(0);
-    if min_ready > 0 && status.ready_replicas != status.available_replicas {
-        return Ok(Action::requeue(Duration::from_secs(min_ready as u64)));
-    }
-    Ok(Action::await_change())
+    Ok(active)
 }
 
 fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<Option<T>, Error> {
@@ -300,6 +364,48 @@ pub async fn run(
     run_with_queue(factory, workers, queue, shutdown).await
 }
 
+/// Wakes owners of kind `K` on pod changes, lowering their expectations.
+fn observe<K: Kind>(
+    pods: &Informer<Pod>,
+    owners: Arc<Informer<K>>,
+    ctx: Arc<Context>,
+    queue: Arc<WorkQueue<ObjectKey>>,
+) -> tokio::task::JoinHandle<()> {
+    let mut rx = pods.subscribe();
+    tokio::spawn(async move {
+        while let Some(event) = rx.recv().await {
+            let (pod, created, deleted) = match &event {
+                Event::Apply { old: None, new } => (new.clone(), true, false),
+                Event::Apply { old: Some(old), new } => (
+                    new.clone(),
+                    false,
+                    old.metadata.deletion_timestamp.is_none()
+                        && new.metadata.deletion_timestamp.is_some(),
+                ),
+                Event::Delete(old) => (old.clone(), false, old.metadata.deletion_timestamp.is_none()),
+            };
+            let Some(owner) = crate::controller::controller_owner_key::<K>(pod.as_ref()) else {
+                if controller_of(pod.as_ref()).is_none()
+                    && let Some(ns) = &pod.metadata.namespace
+                {
+                    // An orphan may be adopted by any owner in its namespace.
+                    for o in owners.by_namespace(ns) {
+                        queue.add(ObjectKey::of(o.as_ref()));
+                    }
+                }
+                continue;
+            };
+            if created {
+                ctx.expectations.creation_observed(&owner);
+            }
+            if deleted {
+                ctx.expectations.deletion_observed(&owner);
+            }
+            queue.add(owner);
+        }
+    })
+}
+
 /// [`run`] with a queue the caller keeps (to read its metrics).
 pub async fn run_with_queue(
     factory: SharedInformerFactory,
@@ -313,51 +419,36 @@ pub async fn run_with_queue(
         pods: pods.clone(),
         expectations: Expectations::default(),
     });
-    let mut controller = Controller::<ReplicaSet>::for_(&factory)
-        .with_queue(queue)
+    let controller = Controller::<ReplicaSet>::for_(&factory)
+        .with_queue(queue.clone())
         .name(NAME)
         .concurrency(workers);
-    let queue = controller.queue();
-    let sets = controller.informer();
-    // Observes pod creations/deletions for the expectations, then wakes the owner.
-    let observer = {
-        let ctx = ctx.clone();
-        let mut rx = pods.subscribe();
-        tokio::spawn(async move {
-            while let Some(event) = rx.recv().await {
-                let (pod, created, deleted) = match &event {
-                    Event::Apply { old: None, new } => (new.clone(), true, false),
-                    Event::Apply { old: Some(old), new } => (
-                        new.clone(),
-                        false,
-                        old.metadata.deletion_timestamp.is_none()
-                            && new.metadata.deletion_timestamp.is_some(),
-                    ),
-                    Event::Delete(old) => (old.clone(), false, old.metadata.deletion_timestamp.is_none()),
-                };
-                let Some(owner) = crate::controller::controller_owner_key::<ReplicaSet>(pod.as_ref()) else {
-                    // An orphan may be adopted by any ReplicaSet of its namespace.
-                    if let Some(ns) = &pod.metadata.namespace {
-                        for rs in sets.by_namespace(ns) {
-                            queue.add(ObjectKey::of(rs.as_ref()));
-                        }
-                    }
-                    continue;
-                };
-                if created {
-                    ctx.expectations.creation_observed(&owner);
-                }
-                if deleted {
-                    ctx.expectations.deletion_observed(&owner);
-                }
-                queue.add(owner);
-            }
-        })
-    };
+    let observer = observe(&pods, controller.informer(), ctx.clone(), queue);
     controller.run(reconcile, ctx, shutdown).await;
     observer.abort();
 }
 
+/// Runs the ReplicationController controller until `shutdown`.
+pub async fn run_replication_controllers(
+    factory: SharedInformerFactory,
+    workers: usize,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let pods = factory.informer::<Pod>();
+    let ctx = Arc::new(Context {
+        client: factory.client().clone(),
+        pods: pods.clone(),
+        expectations: Expectations::default(),
+    });
+    let queue = WorkQueue::new(RateLimit::default());
+    let controller = Controller::<ReplicationController>::for_(&factory)
+        .with_queue(queue.clone())
+        .name(RC_NAME)
+        .concurrency(workers);
+    let observer = observe(&pods, controller.informer(), ctx.clone(), queue);
+    controller.run(reconcile_rc, ctx, shutdown).await;
+    observer.abort();
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -180,3 +180,56 @@ async fn rolling_update_keeps_availability_and_rolls_back() {
     let back = sets.iter().find(|r| r.metadata.name == first.metadata.name).unwrap();
     assert_eq!(back.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"], "3");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replication_controller_adopts_orphans_and_releases_relabelled_pods() {
+    use k8s_openapi::api::core::v1::ReplicationController;
+    let cluster = support::cluster(Duration::from_millis(10)).await;
+    let client = cluster.client.clone();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let task = tokio::spawn({
+        let factory = SharedInformerFactory::new(client.clone());
+        let stop = stop.clone();
+        orchestra_ctrl::controllers::replicaset::run_replication_controllers(factory, 2, async move {
+            stop.notified().await
+        })
+    });
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let orphan: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "orphan", "labels": {"app": "rc"}},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &orphan).await.unwrap();
+    let rcs: Api<ReplicationController> = Api::namespaced(client.clone(), "default");
+    let rc: ReplicationController = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "ReplicationController",
+        "metadata": {"name": "rc"},
+        "spec": {"replicas": 3, "selector": {"app": "rc"},
+                 "template": {"metadata": {"labels": {"app": "rc"}},
+                              "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}
+    }))
+    .unwrap();
+    rcs.create(&PostParams::default(), &rc).await.unwrap();
+    eventually(Duration::from_secs(10), "3 pods, orphan adopted", || async {
+        let list = active_pods(&pods, "rc").await;
+        let owned = list.iter().filter(|p| {
+            p.metadata.owner_references.iter().flatten().any(|r| r.kind == "ReplicationController" && r.controller == Some(true))
+        });
+        list.len() == 3 && owned.count() == 3
+            && rcs.get("rc").await.unwrap().status.is_some_and(|s| s.ready_replicas == Some(3))
+    })
+    .await;
+    // Relabelled: released and replaced.
+    pods.patch("orphan", &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"labels": {"app": "other"}}})))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "released and replaced", || async {
+        let released = pods.get("orphan").await.unwrap().metadata.owner_references.unwrap_or_default().is_empty();
+        released && active_pods(&pods, "rc").await.len() == 3
+    })
+    .await;
+    stop.notify_one();
+    let _ = task.await;
+}
