@@ -21,3 +21,6 @@ mod nodes;
 
 #[path = "ctrl/manager.rs"]
 mod manager;
+
+#[path = "ctrl/throughput.rs"]
+mod throughput;

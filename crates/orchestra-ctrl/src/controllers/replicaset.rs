@@ -167,6 +167,26 @@ pub fn compute_status(rs: &ReplicaSet, owned: &[Arc<Pod>]) -> ReplicaSetStatus {
     }
 }
 
+/// The pods that may concern an owner: those it owns (owner index) and those
+/// carrying one of its selector's labels (label index), without scanning the
+/// namespace unless the selector has no `matchLabels`.
+fn candidates(pods: &Informer<Pod>, namespace: &str, uid: &str, selector: &LabelSelector) -> Vec<Arc<Pod>> {
+    let Some((k, v)) = selector.match_labels.as_ref().and_then(|m| m.iter().next()) else {
+        return pods.by_namespace(namespace);
+    };
+    let mut out = pods.by_owner(uid);
+    let mut seen: std::collections::HashSet<String> =
+        out.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    for pod in pods.by_label(k, v) {
+        if pod.metadata.namespace.as_deref() == Some(namespace)
+            && seen.insert(pod.metadata.uid.clone().unwrap_or_default())
+        {
+            out.push(pod);
+        }
+    }
+    out
+}
+
 /// One reconcile of a ReplicaSet.
 pub async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     let active = sync(&rs, owner_reference(rs.as_ref()), &ctx).await?;
@@ -251,7 +271,7 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<V
 
     // Claim: keep owned matching pods, release owned non-matching, adopt orphans.
     let mut owned = Vec::new();
-    for pod in ctx.pods.by_namespace(&namespace) {
+    for pod in candidates(&ctx.pods, &namespace, &uid, &spec.selector) {
         let matches = selector_matches(&spec.selector, pod.metadata.labels.as_ref());
         match controller_of(pod.as_ref()) {
             Some(r) if r.uid == uid => {
