@@ -159,7 +159,7 @@ async fn scale(api: &Api<ReplicaSet>, rs: &ReplicaSet, replicas: i32, d_replicas
         MAX_REPLICAS: (d_replicas + surge).to_string(),
     });
     let patch = serde_json::json!({
-        "metadata": {"annotations": annotations, "resourceVersion": rs.metadata.resource_version},
+        "metadata": {"annotations": annotations},
         "spec": {"replicas": replicas},
     });
     api.patch(
