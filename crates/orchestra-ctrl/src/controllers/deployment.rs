@@ -88,8 +88,14 @@ fn spec_replicas(rs: &ReplicaSet) -> i32 {
     rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0)
 }
 
+/// Available replicas, never more than the spec asks for: right after a
+/// scale-down the cached status may still count the pods being removed.
 fn available(rs: &ReplicaSet) -> i32 {
-    rs.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0)
+    rs.status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0)
+        .min(spec_replicas(rs))
 }
 
 /// The template without the `pod-template-hash` label, for comparisons.
@@ -266,6 +272,15 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
                         progress_reason = "NewReplicaSetCreated";
                     }
                     Err(kube::Error::Api(s)) if s.code == 409 => {
+                        // Ours, created by an earlier pass the cache has not shown yet?
+                        let rs_name = rs.metadata.name.clone().unwrap_or_default();
+                        if let Some(existing) = rs_api.get_opt(&rs_name).await?
+                            && super::util::controller_of(&existing).is_some_and(|r| r.uid == uid)
+                            && existing.spec.as_ref().and_then(|s| s.template.as_ref()).map(without_hash)
+                                == Some(wanted.clone())
+                        {
+                            return Ok(Action::requeue(Duration::from_millis(50)));
+                        }
                         // A ReplicaSet of that name with another template: bump collisionCount.
                         let dapi: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
                         let patch = serde_json::json!({"status": {"collisionCount": collision.unwrap_or(0) + 1}});

@@ -278,12 +278,15 @@ async fn ipam_service_accounts_and_endpoints() {
             .unwrap_or(0)
     };
     eventually(Duration::from_secs(10), "3 ready endpoints", || async { ready_count().await == 3 }).await;
-    let list = slices
-        .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
-        .await
-        .unwrap()
-        .items;
-    assert_eq!(list.iter().map(|s| s.endpoints.len()).sum::<usize>(), 3);
+    eventually(Duration::from_secs(5), "3 endpoints in slices", || async {
+        let list = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
+            .await
+            .unwrap()
+            .items;
+        list.iter().map(|s| s.endpoints.len()).sum::<usize>() == 3
+    })
+    .await;
 
     // A pod change shows within a second.
     deployments
