@@ -1,7 +1,46 @@
 //! # orchestra-ctrl
 //!
-//! Will hold the controller runtime (informers, work queue, Reconciler, leader election) and the built-in controllers.
+//! The controller runtime and the built-in controllers of Orchestra's
+//! controller manager. Controllers observe through watches, compare desired
+//! with current state, and act only through the API server.
 //!
-//! Not implemented yet: this crate is a placeholder in the workspace so that
-//! the crate map and the dependency direction are fixed from the start. Its
-//! content is tracked by issue 5.
+//! - [`informer`]: shared informers (one list+watch per kind per process,
+//!   `Arc` caches with indexers, relist on 410 Gone, bookmarks).
+//! - [`workqueue`]: de-duplicating queue with per-key backoff, a global rate
+//!   limit, delayed requeue and Prometheus metrics.
+//! - [`reconciler`]: the `Reconciler` extension point and [`Action`].
+//! - [`controller`]: the `Controller` builder (`for_`, `owns`, `watches`).
+//! - [`leader`]: leader election on Leases with a fencing token.
+//! - [`manager`]: several controllers behind one election.
+//! - [`events`]: an `events.k8s.io/v1` recorder aggregating repeats.
+//! - [`controllers`]: ReplicaSet, Deployment, ...
+
+pub mod controller;
+pub mod controllers;
+pub mod events;
+pub mod informer;
+pub mod leader;
+pub mod manager;
+pub mod reconciler;
+pub mod workqueue;
+
+pub use controller::Controller;
+pub use informer::{Informer, ObjectKey, SharedInformerFactory};
+pub use reconciler::{Action, Reconciler};
+
+/// Faults of a reconcile (normal outcomes are [`Action`]s).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request to the API server failed.
+    #[error("api: {0}")]
+    Kube(#[from] kube::Error),
+    /// An object could not be (de)serialised.
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The leadership term this write belonged to is over.
+    #[error("not the leader any more")]
+    Fenced,
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}

@@ -1,0 +1,585 @@
+//! The Deployment controller: one ReplicaSet per pod template (named and
+//! labelled by `pod-template-hash`), rolling updates within
+//! `maxSurge`/`maxUnavailable`, Recreate, `deployment.kubernetes.io/revision`
+//! annotations, revision history limit, pause, progress deadline and the
+//! `Available`/`Progressing` conditions `kubectl rollout status` reads.
+//! Rollback (`kubectl rollout undo`) copies an old ReplicaSet's template into
+//! the Deployment on the client side; the matching ReplicaSet then becomes
+//! the new one and gets the next revision.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet, ReplicaSetSpec,
+};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+
+use super::util::{owner_reference, template_hash};
+use crate::informer::{Informer, ObjectKey, SharedInformerFactory};
+use crate::workqueue::{RateLimit, WorkQueue};
+use crate::{Action, Controller, Error};
+
+/// Name of the controller.
+pub const NAME: &str = "deployment-controller";
+/// Revision annotation on Deployments and ReplicaSets.
+pub const REVISION: &str = "deployment.kubernetes.io/revision";
+/// Label (and selector term) distinguishing a Deployment's ReplicaSets.
+pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+/// Annotation with the Deployment's replicas on each ReplicaSet.
+pub const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
+/// Annotation with replicas + maxSurge on each ReplicaSet.
+pub const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
+
+/// What the Deployment reconciler works with.
+pub struct Context {
+    /// Client for writes.
+    pub client: Client,
+    /// The shared ReplicaSet cache.
+    pub replica_sets: Arc<Informer<ReplicaSet>>,
+}
+
+/// Resolves an IntOrString against `total` (percentages rounded up or down).
+pub fn resolve(value: Option<&IntOrString>, total: i32, round_up: bool, default: &str) -> i32 {
+    let v = value
+        .cloned()
+        .unwrap_or_else(|| IntOrString::String(default.into()));
+    match v {
+        IntOrString::Int(i) => i,
+        IntOrString::String(s) => {
+            let pct: f64 = s.trim_end_matches('%').parse().unwrap_or(0.0);
+            let x = pct * f64::from(total) / 100.0;
+            if round_up { x.ceil() as i32 } else { x.floor() as i32 }
+        }
+    }
+}
+
+/// `(maxSurge, maxUnavailable)` for `replicas` (both 0 → unavailable 1).
+pub fn surge_and_unavailable(d: &Deployment, replicas: i32) -> (i32, i32) {
+    let ru = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.strategy.as_ref())
+        .and_then(|s| s.rolling_update.as_ref());
+    let surge = resolve(ru.and_then(|r| r.max_surge.as_ref()), replicas, true, "25%");
+    let mut unavailable = resolve(ru.and_then(|r| r.max_unavailable.as_ref()), replicas, false, "25%");
+    if surge == 0 && unavailable == 0 {
+        unavailable = 1;
+    }
+    (surge, unavailable.min(replicas))
+}
+
+fn revision(rs: &ReplicaSet) -> i64 {
+    rs.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REVISION))
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
+}
+
+fn spec_replicas(rs: &ReplicaSet) -> i32 {
+    rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0)
+}
+
+/// Available replicas, never more than the spec asks for: right after a
+/// scale-down the cached status may still count the pods being removed.
+fn available(rs: &ReplicaSet) -> i32 {
+    rs.status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0)
+        .min(spec_replicas(rs))
+}
+
+/// The template without the `pod-template-hash` label, for comparisons.
+fn without_hash(template: &PodTemplateSpec) -> serde_json::Value {
+    let mut t = template.clone();
+    if let Some(labels) = t.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
+        labels.remove(POD_TEMPLATE_HASH);
+        if labels.is_empty() {
+            t.metadata.as_mut().unwrap().labels = None;
+        }
+    }
+    serde_json::to_value(&t).unwrap_or_default()
+}
+
+/// New replicas of the new ReplicaSet in a rolling update (client-go's
+/// `NewRSNewReplicas`).
+pub fn new_rs_replicas(replicas: i32, surge: i32, all: i32, new: i32) -> i32 {
+    if new >= replicas {
+        return replicas;
+    }
+    let max_total = replicas + surge;
+    if all >= max_total {
+        return new;
+    }
+    new + (max_total - all).min(replicas - new)
+}
+
+/// How many old replicas may go now (client-go's `reconcileOldReplicaSets`):
+/// `(unhealthy cleanup budget, then scale-down of available)`.
+pub fn old_scale_down(
+    replicas: i32,
+    unavailable: i32,
+    all_spec: i32,
+    new_spec: i32,
+    new_available: i32,
+    total_available: i32,
+) -> (i32, i32) {
+    let min_available = replicas - unavailable;
+    let new_unavailable = new_spec - new_available;
+    let max_scaled_down = all_spec - min_available - new_unavailable;
+    if max_scaled_down <= 0 {
+        return (0, 0);
+    }
+    (max_scaled_down, (total_available - min_available).max(0))
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: String, old: Option<&DeploymentCondition>) -> DeploymentCondition {
+    let now = Time(Timestamp::now());
+    let same = old.is_some_and(|c| c.status == status && c.reason.as_deref() == Some(reason));
+    let transition = old
+        .filter(|c| c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    DeploymentCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message),
+        last_update_time: if same { old.and_then(|c| c.last_update_time.clone()) } else { Some(now) },
+        last_transition_time: Some(transition),
+    }
+}
+
+async fn scale(api: &Api<ReplicaSet>, rs: &ReplicaSet, replicas: i32, d_replicas: i32, surge: i32) -> Result<(), Error> {
+    let annotations = serde_json::json!({
+        DESIRED_REPLICAS: d_replicas.to_string(),
+        MAX_REPLICAS: (d_replicas + surge).to_string(),
+    });
+    let patch = serde_json::json!({
+        "metadata": {"annotations": annotations},
+        "spec": {"replicas": replicas},
+    });
+    api.patch(
+        rs.metadata.name.as_deref().unwrap_or_default(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// One reconcile of a Deployment.
+pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if d.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let namespace = d.metadata.namespace.clone().unwrap_or_default();
+    let name = d.metadata.name.clone().unwrap_or_default();
+    let uid = d.metadata.uid.clone().unwrap_or_default();
+    let spec = d.spec.clone().unwrap_or_default();
+    let replicas = spec.replicas.unwrap_or(1);
+    let paused = spec.paused.unwrap_or(false);
+    let rs_api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
+
+    let mut all: Vec<Arc<ReplicaSet>> = ctx.replica_sets.by_owner(&uid);
+    all.retain(|rs| super::util::controller_of(rs.as_ref()).is_some_and(|r| r.uid == uid));
+    all.sort_by_key(|rs| revision(rs));
+    let template = spec.template.clone();
+    let wanted = without_hash(&template);
+    let collision = d.status.as_ref().and_then(|s| s.collision_count);
+    let max_revision = all.iter().map(|rs| revision(rs)).max().unwrap_or(0);
+    let (surge, unavailable) = surge_and_unavailable(&d, replicas);
+    let recreate = spec.strategy.as_ref().and_then(|s| s.type_.as_deref()) == Some("Recreate");
+
+    let mut new = all
+        .iter()
+        .find(|rs| rs.spec.as_ref().and_then(|s| s.template.as_ref()).map(without_hash) == Some(wanted.clone()))
+        .cloned();
+    let old: Vec<Arc<ReplicaSet>> = all
+        .iter()
+        .filter(|rs| new.as_ref().is_none_or(|n| n.metadata.uid != rs.metadata.uid))
+        .cloned()
+        .collect();
+    let mut progress_reason = "ReplicaSetUpdated";
+
+    if !paused {
+        match &new {
+            Some(rs) if revision(rs) < max_revision || revision(rs) == 0 => {
+                // An old template came back (rollback): it is the newest revision now.
+                let patch = serde_json::json!({"metadata": {"annotations": {REVISION: (max_revision + 1).to_string()}}});
+                let updated = rs_api
+                    .patch(rs.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                new = Some(Arc::new(updated));
+                progress_reason = "FoundNewReplicaSet";
+            }
+            Some(_) => {}
+            None => {
+                let hash = template_hash(&template, collision);
+                let mut t = template.clone();
+                t.metadata
+                    .get_or_insert_with(Default::default)
+                    .labels
+                    .get_or_insert_with(Default::default)
+                    .insert(POD_TEMPLATE_HASH.into(), hash.clone());
+                let mut selector = spec.selector.clone();
+                selector
+                    .match_labels
+                    .get_or_insert_with(Default::default)
+                    .insert(POD_TEMPLATE_HASH.into(), hash.clone());
+                let old_total: i32 = old.iter().map(|rs| spec_replicas(rs)).sum();
+                let initial = if recreate {
+                    0
+                } else {
+                    new_rs_replicas(replicas, surge, old_total, 0)
+                };
+                let rs = ReplicaSet {
+                    metadata: ObjectMeta {
+                        name: Some(format!("{name}-{hash}")),
+                        namespace: Some(namespace.clone()),
+                        labels: t.metadata.as_ref().and_then(|m| m.labels.clone()),
+                        annotations: Some(
+                            [
+                                (REVISION.to_string(), (max_revision + 1).to_string()),
+                                (DESIRED_REPLICAS.to_string(), replicas.to_string()),
+                                (MAX_REPLICAS.to_string(), (replicas + surge).to_string()),
+                            ]
+                            .into(),
+                        ),
+                        owner_references: Some(vec![owner_reference(d.as_ref())]),
+                        ..Default::default()
+                    },
+                    spec: Some(ReplicaSetSpec {
+                        replicas: Some(initial),
+                        min_ready_seconds: spec.min_ready_seconds,
+                        selector,
+                        template: Some(t),
+                    }),
+                    status: None,
+                };
+                match rs_api.create(&PostParams::default(), &rs).await {
+                    Ok(created) => {
+                        new = Some(Arc::new(created));
+                        progress_reason = "NewReplicaSetCreated";
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 409 => {
+                        // Ours, created by an earlier pass the cache has not shown yet?
+                        let rs_name = rs.metadata.name.clone().unwrap_or_default();
+                        if let Some(existing) = rs_api.get_opt(&rs_name).await?
+                            && super::util::controller_of(&existing).is_some_and(|r| r.uid == uid)
+                            && existing.spec.as_ref().and_then(|s| s.template.as_ref()).map(without_hash)
+                                == Some(wanted.clone())
+                        {
+                            return Ok(Action::requeue(Duration::from_millis(50)));
+                        }
+                        // A ReplicaSet of that name with another template: bump collisionCount.
+                        let dapi: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
+                        let patch = serde_json::json!({"status": {"collisionCount": collision.unwrap_or(0) + 1}});
+                        dapi.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+                        return Ok(Action::requeue(Duration::from_millis(10)));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+
+    let total_spec: i32 = all.iter().map(|rs| spec_replicas(rs)).sum();
+    if let Some(new_rs) = &new {
+        if paused {
+            // Paused: only keep the new ReplicaSet at scale if nothing else runs.
+            if old.iter().all(|rs| spec_replicas(rs) == 0) && spec_replicas(new_rs) != replicas {
+                scale(&rs_api, new_rs, replicas, replicas, surge).await?;
+            }
+        } else if recreate {
+            let old_running: i32 = old
+                .iter()
+                .map(|rs| spec_replicas(rs).max(rs.status.as_ref().map(|s| s.replicas).unwrap_or(0)))
+                .sum();
+            for rs in old.iter().filter(|rs| spec_replicas(rs) > 0) {
+                scale(&rs_api, rs, 0, replicas, surge).await?;
+            }
+            if old_running == 0 && spec_replicas(new_rs) != replicas {
+                scale(&rs_api, new_rs, replicas, replicas, surge).await?;
+            }
+        } else {
+            let new_spec = spec_replicas(new_rs);
+            let target = new_rs_replicas(replicas, surge, total_spec.max(new_spec), new_spec);
+            if target != new_spec {
+                scale(&rs_api, new_rs, target, replicas, surge).await?;
+            }
+            let all_spec = total_spec - new_spec + target;
+            let total_available: i32 = all.iter().map(|rs| available(rs)).sum();
+            let (cleanup, down) = old_scale_down(
+                replicas,
+                unavailable,
+                all_spec,
+                target,
+                available(new_rs),
+                total_available,
+            );
+            let mut old_sorted = old.clone();
+            old_sorted.sort_by_key(|rs| revision(rs));
+            let mut next: Vec<i32> = old_sorted.iter().map(|rs| spec_replicas(rs)).collect();
+            if cleanup > 0 {
+                // First the unhealthy old replicas, oldest first ...
+                let mut cleaned = 0;
+                for (i, rs) in old_sorted.iter().enumerate() {
+                    let unhealthy = next[i] - available(rs);
+                    if next[i] == 0 || unhealthy <= 0 {
+                        continue;
+                    }
+                    let by = (cleanup - cleaned).min(unhealthy);
+                    next[i] -= by;
+                    cleaned += by;
+                    if cleaned >= cleanup {
+                        break;
+                    }
+                }
+                // ... then available ones down to minAvailable.
+                let mut downed = 0;
+                for n in next.iter_mut() {
+                    if downed >= down {
+                        break;
+                    }
+                    let by = (*n).min(down - downed);
+                    *n -= by;
+                    downed += by;
+                }
+            }
+            for (rs, n) in old_sorted.iter().zip(next) {
+                if n != spec_replicas(rs) {
+                    scale(&rs_api, rs, n, replicas, surge).await?;
+                }
+            }
+        }
+    }
+
+    // Revision history limit: delete the oldest idle old ReplicaSets.
+    let limit = spec.revision_history_limit.unwrap_or(10).max(0) as usize;
+    let idle: Vec<&Arc<ReplicaSet>> = old
+        .iter()
+        .filter(|rs| spec_replicas(rs) == 0 && rs.status.as_ref().is_none_or(|s| s.replicas == 0))
+        .collect();
+    if idle.len() > limit {
+        for rs in &idle[..idle.len() - limit] {
+            let _ = rs_api
+                .delete(rs.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::background())
+                .await;
+        }
+    }
+
+    // Status and conditions.
+    let sum = |f: &dyn Fn(&ReplicaSet) -> i32| all.iter().map(|rs| f(rs)).sum::<i32>();
+    let status_replicas = sum(&|rs| rs.status.as_ref().map(|s| s.replicas).unwrap_or(0));
+    let ready = sum(&|rs| rs.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0));
+    let avail = sum(&|rs| available(rs));
+    let new_current = new.as_ref().and_then(|n| {
+        all.iter()
+            .find(|rs| rs.metadata.uid == n.metadata.uid)
+            .cloned()
+    });
+    let updated = new_current
+        .as_ref()
+        .and_then(|rs| rs.status.as_ref())
+        .map(|s| s.replicas)
+        .unwrap_or(0);
+    let new_available = new_current.as_ref().map(|rs| available(rs)).unwrap_or(0);
+    let old_conditions = d.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let find = |t: &str| old_conditions.iter().find(|c| c.type_ == t);
+    let available_cond = if avail >= replicas - unavailable {
+        condition("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability.".into(), find("Available"))
+    } else {
+        condition("Available", "False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability.".into(), find("Available"))
+    };
+    let new_name = new.as_ref().and_then(|n| n.metadata.name.clone()).unwrap_or_default();
+    let complete = updated == replicas
+        && status_replicas == replicas
+        && new_available >= replicas
+        && new.is_some();
+    let old_progress = find("Progressing");
+    let deadline = spec.progress_deadline_seconds.unwrap_or(600);
+    let mut requeue = None;
+    let progressing = if paused {
+        condition("Progressing", "Unknown", "DeploymentPaused", "Deployment is paused".into(), old_progress)
+    } else if complete {
+        condition("Progressing", "True", "NewReplicaSetAvailable", format!("ReplicaSet \"{new_name}\" has successfully progressed."), old_progress)
+    } else {
+        let moved = d.status.as_ref().is_none_or(|s| {
+            s.updated_replicas != Some(updated)
+                || s.available_replicas != Some(avail)
+                || s.replicas != Some(status_replicas)
+                || s.observed_generation != d.metadata.generation
+        }) || progress_reason != "ReplicaSetUpdated";
+        let stale = old_progress
+            .filter(|c| c.reason.as_deref() != Some("NewReplicaSetAvailable") && c.status == "True")
+            .and_then(|c| c.last_update_time.as_ref())
+            .map(|t| Timestamp::now().duration_since(t.0).as_secs());
+        match stale {
+            Some(age) if !moved && age >= i64::from(deadline) => condition(
+                "Progressing",
+                "False",
+                "ProgressDeadlineExceeded",
+                format!("ReplicaSet \"{new_name}\" has timed out progressing."),
+                old_progress,
+            ),
+            _ if old_progress.is_some_and(|c| c.reason.as_deref() == Some("ProgressDeadlineExceeded")) && !moved => {
+                old_progress.cloned().unwrap()
+            }
+            _ => {
+                let mut c = condition(
+                    "Progressing",
+                    "True",
+                    progress_reason,
+                    format!("ReplicaSet \"{new_name}\" is progressing."),
+                    None,
+                );
+                if !moved && let Some(o) = old_progress.filter(|c| c.status == "True" && c.reason.as_deref() != Some("NewReplicaSetAvailable")) {
+                    c.last_update_time = o.last_update_time.clone();
+                    c.last_transition_time = o.last_transition_time.clone();
+                    c.reason = o.reason.clone();
+                    c.message = o.message.clone();
+                }
+                requeue = Some(Duration::from_secs(u64::try_from(deadline).unwrap_or(600).max(1)));
+                c
+            }
+        }
+    };
+    let status = DeploymentStatus {
+        observed_generation: d.metadata.generation,
+        replicas: Some(status_replicas),
+        updated_replicas: Some(updated),
+        ready_replicas: Some(ready),
+        available_replicas: Some(avail),
+        unavailable_replicas: Some((replicas - avail).max(0)),
+        conditions: Some(vec![available_cond, progressing]),
+        collision_count: collision,
+        terminating_replicas: None,
+    };
+    let dapi: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
+    if d.status.as_ref() != Some(&status) {
+        let patch = serde_json::json!({"status": status});
+        dapi.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    }
+    // The Deployment carries its newest revision like upstream.
+    let rev = new.as_ref().map(|n| revision(n)).unwrap_or(0);
+    let current_rev = d.metadata.annotations.as_ref().and_then(|a| a.get(REVISION)).cloned();
+    if rev > 0 && current_rev != Some(rev.to_string()) {
+        let patch = serde_json::json!({"metadata": {"annotations": {REVISION: rev.to_string()}}});
+        dapi.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    }
+    Ok(match requeue {
+        Some(d) => Action::requeue(d),
+        None => Action::await_change(),
+    })
+}
+
+/// Runs the Deployment controller on `factory`'s informers until `shutdown`.
+pub async fn run(
+    factory: SharedInformerFactory,
+    workers: usize,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let queue = WorkQueue::new(RateLimit::default());
+    run_with_queue(factory, workers, queue, shutdown).await
+}
+
+/// [`run`] with a queue the caller keeps (to read its metrics).
+pub async fn run_with_queue(
+    factory: SharedInformerFactory,
+    workers: usize,
+    queue: Arc<WorkQueue<ObjectKey>>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let ctx = Arc::new(Context {
+        client: factory.client().clone(),
+        replica_sets: factory.informer::<ReplicaSet>(),
+    });
+    Controller::<Deployment>::for_(&factory)
+        .with_queue(queue)
+        .owns::<ReplicaSet>()
+        .name(NAME)
+        .concurrency(workers)
+        .run(reconcile, ctx, shutdown)
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_percentages() {
+        let table = [
+            (Some(IntOrString::String("25%".into())), 10, true, 3),
+            (Some(IntOrString::String("25%".into())), 10, false, 2),
+            (Some(IntOrString::Int(4)), 10, false, 4),
+            (None, 4, true, 1),
+            (None, 3, false, 0),
+        ];
+        for (v, total, up, expected) in table {
+            assert_eq!(resolve(v.as_ref(), total, up, "25%"), expected, "{v:?} {total}");
+        }
+    }
+
+    #[test]
+    fn new_replica_set_scaling() {
+        // (replicas, surge, all, new) -> new replicas
+        let table = [
+            (3, 1, 3, 0, 1),
+            (3, 1, 4, 1, 1),
+            (3, 1, 3, 1, 2),
+            (3, 0, 3, 0, 0),
+            (3, 1, 0, 0, 3),
+            (3, 1, 5, 5, 3),
+        ];
+        for (replicas, surge, all, new, expected) in table {
+            assert_eq!(new_rs_replicas(replicas, surge, all, new), expected);
+        }
+    }
+
+    #[test]
+    fn old_replica_sets_scale_down_within_availability() {
+        // (replicas, maxUnavailable, all spec, new spec, new available, all available)
+        // -> (budget, scale-down of available)
+        let table = [
+            // old 3 available, new 1 not yet available: one old may go.
+            ((3, 1, 4, 1, 0, 3), (1, 1)),
+            // new one available too: two may go, keeping 2 available.
+            ((3, 1, 4, 1, 1, 4), (2, 2)),
+            // nothing to spare at minimum availability.
+            ((3, 1, 3, 1, 0, 2), (0, 0)),
+            // maxUnavailable 0, surge pending: nothing goes.
+            ((3, 0, 4, 1, 0, 3), (0, 0)),
+        ];
+        for ((r, u, all, new, new_avail, avail), expected) in table {
+            assert_eq!(old_scale_down(r, u, all, new, new_avail, avail), expected);
+        }
+    }
+
+    #[test]
+    fn both_zero_means_one_unavailable() {
+        let mut d = Deployment::default();
+        d.spec = Some(k8s_openapi::api::apps::v1::DeploymentSpec {
+            strategy: Some(k8s_openapi::api::apps::v1::DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(k8s_openapi::api::apps::v1::RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::Int(0)),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        });
+        assert_eq!(surge_and_unavailable(&d, 3), (0, 1));
+    }
+}

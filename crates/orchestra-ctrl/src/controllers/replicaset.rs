@@ -1,0 +1,599 @@
+//! The ReplicaSet controller: keeps `spec.replicas` active pods matching the
+//! selector, adopts matching orphans and releases non-matching pods through
+//! ownerReferences, deletes the least useful pods first, reports status, and
+//! keeps expectations so a slow watch never makes it create or delete twice.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec, ReplicaSetStatus};
+use k8s_openapi::api::core::v1::{ReplicationController, ReplicationControllerStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use parking_lot::Mutex;
+
+use super::util::{controller_of, is_active, is_available, is_ready, owner_reference, selector_matches};
+use crate::informer::{Event, Informer, Kind, ObjectKey, SharedInformerFactory};
+use crate::workqueue::{RateLimit, WorkQueue};
+use crate::{Action, Controller, Error};
+
+/// Name of the controller.
+pub const NAME: &str = "replicaset-controller";
+/// Name of the ReplicationController controller (same logic).
+pub const RC_NAME: &str = "replicationcontroller-controller";
+
+/// Most pods created or deleted in one reconcile (upstream's burstReplicas).
+pub const BURST_REPLICAS: usize = 500;
+
+const EXPECTATIONS_TTL: Duration = Duration::from_secs(300);
+
+/// Creations and deletions a controller waits to observe, per owner.
+#[derive(Default)]
+pub struct Expectations {
+    pending: Mutex<HashMap<ObjectKey, (i64, i64, Instant)>>,
+}
+
+impl Expectations {
+    /// Expect `adds` creations and `dels` deletions for `key`.
+    pub fn expect(&self, key: &ObjectKey, adds: i64, dels: i64) {
+        self.pending
+            .lock()
+            .insert(key.clone(), (adds, dels, Instant::now()));
+    }
+
+    /// One expected creation was observed (or will never happen).
+    pub fn creation_observed(&self, key: &ObjectKey) {
+        if let Some(e) = self.pending.lock().get_mut(key) {
+            e.0 -= 1;
+        }
+    }
+
+    /// One expected deletion was observed (or will never happen).
+    pub fn deletion_observed(&self, key: &ObjectKey) {
+        if let Some(e) = self.pending.lock().get_mut(key) {
+            e.1 -= 1;
+        }
+    }
+
+    /// Whether nothing is pending for `key` (or what is pending has expired).
+    pub fn satisfied(&self, key: &ObjectKey) -> bool {
+        match self.pending.lock().get(key) {
+            None => true,
+            Some((a, d, at)) => (*a <= 0 && *d <= 0) || at.elapsed() > EXPECTATIONS_TTL,
+        }
+    }
+
+    /// Forgets `key`.
+    pub fn remove(&self, key: &ObjectKey) {
+        self.pending.lock().remove(key);
+    }
+}
+
+/// What the ReplicaSet reconciler works with.
+pub struct Context {
+    /// Client for writes.
+    pub client: Client,
+    /// The shared pod cache.
+    pub pods: Arc<Informer<Pod>>,
+    /// Pending creations and deletions.
+    pub expectations: Expectations,
+}
+
+/// Deletion preference: lower sorts first (deleted first). Unassigned before
+/// assigned, pending before running, not ready before ready, newer before older.
+fn deletion_rank(pod: &Pod) -> (u8, u8, u8, std::cmp::Reverse<String>) {
+    let assigned = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_some_and(|n| !n.is_empty());
+    let phase = match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Pending") | None => 0,
+        Some("Unknown") => 1,
+        _ => 2,
+    };
+    let created = pod
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_default();
+    (
+        u8::from(assigned),
+        phase,
+        u8::from(is_ready(pod)),
+        std::cmp::Reverse(created),
+    )
+}
+
+/// Picks the `count` pods to delete, most expendable first.
+pub fn pods_to_delete(mut pods: Vec<Arc<Pod>>, count: usize) -> Vec<Arc<Pod>> {
+    pods.sort_by_key(|p| deletion_rank(p));
+    pods.truncate(count);
+    pods
+}
+
+/// A new pod for `rs` from its template, controlled by `owner`.
+pub fn pod_from_template(rs: &ReplicaSet, owner: OwnerReference) -> Pod {
+    let template = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.clone())
+        .unwrap_or_default();
+    let meta = template.metadata.unwrap_or_default();
+    Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-", rs.metadata.name.clone().unwrap_or_default())),
+            namespace: rs.metadata.namespace.clone(),
+            labels: meta.labels,
+            annotations: meta.annotations,
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: template.spec,
+        status: None,
+    }
+}
+
+/// The status `rs` should report given its active owned pods.
+pub fn compute_status(rs: &ReplicaSet, owned: &[Arc<Pod>]) -> ReplicaSetStatus {
+    let spec = rs.spec.clone().unwrap_or_default();
+    let template_labels = spec
+        .template
+        .as_ref()
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    let fully = owned
+        .iter()
+        .filter(|p| {
+            let l = p.metadata.labels.clone().unwrap_or_default();
+            template_labels.iter().all(|(k, v)| l.get(k) == Some(v))
+        })
+        .count() as i32;
+    ReplicaSetStatus {
+        replicas: owned.len() as i32,
+        fully_labeled_replicas: Some(fully),
+        ready_replicas: Some(owned.iter().filter(|p| is_ready(p)).count() as i32),
+        available_replicas: Some(owned.iter().filter(|p| is_available(p, min_ready)).count() as i32),
+        observed_generation: rs.metadata.generation,
+        conditions: rs.status.as_ref().and_then(|s| s.conditions.clone()),
+        terminating_replicas: None,
+    }
+}
+
+/// The pods that may concern an owner: those it owns (owner index) and those
+/// carrying one of its selector's labels (label index), without scanning the
+/// namespace unless the selector has no `matchLabels`.
+fn candidates(pods: &Informer<Pod>, namespace: &str, uid: &str, selector: &LabelSelector) -> Vec<Arc<Pod>> {
+    let Some((k, v)) = selector.match_labels.as_ref().and_then(|m| m.iter().next()) else {
+        return pods.by_namespace(namespace);
+    };
+    let mut out = pods.by_owner(uid);
+    let mut seen: std::collections::HashSet<String> =
+        out.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    for pod in pods.by_label(k, v) {
+        if pod.metadata.namespace.as_deref() == Some(namespace)
+            && seen.insert(pod.metadata.uid.clone().unwrap_or_default())
+        {
+            out.push(pod);
+        }
+    }
+    out
+}
+
+/// One reconcile of a ReplicaSet.
+pub async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let active = sync(&rs, owner_reference(rs.as_ref()), &ctx).await?;
+    let key = ObjectKey::of(rs.as_ref());
+    let namespace = key.namespace.clone().unwrap_or_default();
+    let spec = rs.spec.clone().unwrap_or_default();
+    let status = compute_status(&rs, &active);
+    if rs.status.as_ref() != Some(&status) {
+        let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
+        let patch = serde_json::json!({"status": status});
+        ignore_not_found(
+            api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await,
+        )?;
+    }
+    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    if min_ready > 0 && status.ready_replicas != status.available_replicas {
+        return Ok(Action::requeue(Duration::from_secs(min_ready as u64)));
+    }
+    Ok(Action::await_change())
+}
+
+/// A ReplicationController seen as the ReplicaSet it is equivalent to
+/// (map selector → matchLabels, defaulting to the template's labels).
+pub fn as_replica_set(rc: &ReplicationController) -> ReplicaSet {
+    let spec = rc.spec.clone().unwrap_or_default();
+    let template_labels = spec
+        .template
+        .as_ref()
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.labels.clone());
+    ReplicaSet {
+        metadata: rc.metadata.clone(),
+        spec: Some(ReplicaSetSpec {
+            replicas: spec.replicas,
+            min_ready_seconds: spec.min_ready_seconds,
+            selector: LabelSelector {
+                match_labels: spec.selector.clone().filter(|s| !s.is_empty()).or(template_labels),
+                match_expressions: None,
+            },
+            template: spec.template,
+        }),
+        status: None,
+    }
+}
+
+/// One reconcile of a ReplicationController.
+pub async fn reconcile_rc(rc: Arc<ReplicationController>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let view = as_replica_set(&rc);
+    let active = sync(&view, owner_reference(rc.as_ref()), &ctx).await?;
+    let s = compute_status(&view, &active);
+    let status = ReplicationControllerStatus {
+        replicas: s.replicas,
+        fully_labeled_replicas: s.fully_labeled_replicas,
+        ready_replicas: s.ready_replicas,
+        available_replicas: s.available_replicas,
+        observed_generation: s.observed_generation,
+        conditions: rc.status.as_ref().and_then(|s| s.conditions.clone()),
+    };
+    if rc.status.as_ref() != Some(&status) {
+        let key = ObjectKey::of(rc.as_ref());
+        let api: Api<ReplicationController> =
+            Api::namespaced(ctx.client.clone(), key.namespace.as_deref().unwrap_or_default());
+        let patch = serde_json::json!({"status": status});
+        ignore_not_found(
+            api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await,
+        )?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Claims pods for `rs` (controlled through `owner`), creates or deletes
+/// pods toward `spec.replicas`, and returns the active owned pods.
+async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<Vec<Arc<Pod>>, Error> {
+    let key = ObjectKey::of(rs);
+    let namespace = key.namespace.clone().unwrap_or_default();
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let uid = rs.metadata.uid.clone().unwrap_or_default();
+    let spec = rs.spec.clone().unwrap_or_default();
+    let deleting = rs.metadata.deletion_timestamp.is_some();
+
+    // Claim: keep owned matching pods, release owned non-matching, adopt orphans.
+    let mut owned = Vec::new();
+    for pod in candidates(&ctx.pods, &namespace, &uid, &spec.selector) {
+        let matches = selector_matches(&spec.selector, pod.metadata.labels.as_ref());
+        match controller_of(pod.as_ref()) {
+            Some(r) if r.uid == uid => {
+                if matches {
+                    owned.push(pod);
+                } else if !deleting {
+                    let refs: Vec<_> = pod
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .filter(|r| r.uid != uid)
+                        .cloned()
+                        .collect();
+                    let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    ignore_not_found(pods_api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+                }
+            }
+            None if matches && !deleting && pod.metadata.deletion_timestamp.is_none() => {
+                let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
+                refs.push(owner.clone());
+                let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                if ignore_not_found(pods_api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)?.is_some() {
+                    owned.push(pod);
+                }
+            }
+            _ => {}
+        }
+    }
+    let active: Vec<Arc<Pod>> = owned.into_iter().filter(|p| is_active(p)).collect();
+
+    if ctx.expectations.satisfied(&key) && !deleting {
+        let want = spec.replicas.unwrap_or(1).max(0) as usize;
+        if active.len() < want {
+            let missing = (want - active.len()).min(BURST_REPLICAS);
+            ctx.expectations.expect(&key, missing as i64, 0);
+            let pod = pod_from_template(rs, owner.clone());
+            // Slow start: batches of 1, 2, 4, ... stop at the first failure.
+            let mut created = 0;
+            let mut batch = 1;
+            let mut failure = None;
+            while created < missing && failure.is_none() {
+                let n = batch.min(missing - created);
+                let results = futures::future::join_all(
+                    (0..n).map(|_| {
+                        let api = pods_api.clone();
+                        let pod = pod.clone();
+                        async move { api.create(&PostParams::default(), &pod).await }
+                    }),
+                )
+                .await;
+                for r in results {
+                    match r {
+                        Ok(_) => created += 1,
+                        Err(e) => {
+                            ctx.expectations.creation_observed(&key);
+                            failure = Some(e);
+                        }
+                    }
+                }
+                batch *= 2;
+            }
+            for _ in created..missing {
+                ctx.expectations.creation_observed(&key);
+            }
+            if let Some(e) = failure {
+                return Err(e.into());
+            }
+        } else if active.len() > want {
+            let extra = (active.len() - want).min(BURST_REPLICAS);
+            let victims = pods_to_delete(active.clone(), extra);
+            ctx.expectations.expect(&key, 0, victims.len() as i64);
+            let results = futures::future::join_all(victims.iter().map(|p| {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let api = pods_api.clone();
+                async move { api.delete(&name, &DeleteParams::default()).await }
+            }))
+            .await;
+            for r in results {
+                if let Err(e) = r {
+                    ctx.expectations.deletion_observed(&key);
+                    if !matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
+    }
+
+    Ok(active)
+}
+
+fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<Option<T>, Error> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Runs the ReplicaSet controller on `factory`'s informers until `shutdown`.
+pub async fn run(
+    factory: SharedInformerFactory,
+    workers: usize,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let queue = WorkQueue::new(RateLimit::default());
+    run_with_queue(factory, workers, queue, shutdown).await
+}
+
+/// Wakes owners of kind `K` on pod changes, lowering their expectations.
+fn observe<K: Kind>(
+    pods: &Informer<Pod>,
+    owners: Arc<Informer<K>>,
+    ctx: Arc<Context>,
+    queue: Arc<WorkQueue<ObjectKey>>,
+) -> tokio::task::JoinHandle<()> {
+    let mut rx = pods.subscribe();
+    tokio::spawn(async move {
+        while let Some(event) = rx.recv().await {
+            let (pod, created, deleted) = match &event {
+                Event::Apply { old: None, new } => (new.clone(), true, false),
+                Event::Apply { old: Some(old), new } => (
+                    new.clone(),
+                    false,
+                    old.metadata.deletion_timestamp.is_none()
+                        && new.metadata.deletion_timestamp.is_some(),
+                ),
+                Event::Delete(old) => (old.clone(), false, old.metadata.deletion_timestamp.is_none()),
+            };
+            let Some(owner) = crate::controller::controller_owner_key::<K>(pod.as_ref()) else {
+                if controller_of(pod.as_ref()).is_none()
+                    && let Some(ns) = &pod.metadata.namespace
+                {
+                    // An orphan may be adopted by any owner in its namespace.
+                    for o in owners.by_namespace(ns) {
+                        queue.add(ObjectKey::of(o.as_ref()));
+                    }
+                }
+                continue;
+            };
+            if created {
+                ctx.expectations.creation_observed(&owner);
+            }
+            if deleted {
+                ctx.expectations.deletion_observed(&owner);
+            }
+            queue.add(owner);
+        }
+    })
+}
+
+/// [`run`] with a queue the caller keeps (to read its metrics).
+pub async fn run_with_queue(
+    factory: SharedInformerFactory,
+    workers: usize,
+    queue: Arc<WorkQueue<ObjectKey>>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let pods = factory.informer::<Pod>();
+    let ctx = Arc::new(Context {
+        client: factory.client().clone(),
+        pods: pods.clone(),
+        expectations: Expectations::default(),
+    });
+    let controller = Controller::<ReplicaSet>::for_(&factory)
+        .with_queue(queue.clone())
+        .name(NAME)
+        .concurrency(workers);
+    let observer = observe(&pods, controller.informer(), ctx.clone(), queue);
+    controller.run(reconcile, ctx, shutdown).await;
+    observer.abort();
+}
+
+/// Runs the ReplicationController controller until `shutdown`.
+pub async fn run_replication_controllers(
+    factory: SharedInformerFactory,
+    workers: usize,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let pods = factory.informer::<Pod>();
+    let ctx = Arc::new(Context {
+        client: factory.client().clone(),
+        pods: pods.clone(),
+        expectations: Expectations::default(),
+    });
+    let queue = WorkQueue::new(RateLimit::default());
+    let controller = Controller::<ReplicationController>::for_(&factory)
+        .with_queue(queue.clone())
+        .name(RC_NAME)
+        .concurrency(workers);
+    let observer = observe(&pods, controller.informer(), ctx.clone(), queue);
+    controller.run(reconcile_rc, ctx, shutdown).await;
+    observer.abort();
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    /// A test pod builder: `make_pod("p").node("n").phase("Running").ready().build()`.
+    struct PodBuilder(Pod);
+
+    fn make_pod(name: &str) -> PodBuilder {
+        PodBuilder(Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec::default()),
+            status: Some(PodStatus::default()),
+        })
+    }
+
+    impl PodBuilder {
+        fn node(mut self, n: &str) -> Self {
+            self.0.spec.as_mut().unwrap().node_name = Some(n.into());
+            self
+        }
+        fn phase(mut self, p: &str) -> Self {
+            self.0.status.as_mut().unwrap().phase = Some(p.into());
+            self
+        }
+        fn ready(mut self) -> Self {
+            self.0.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]);
+            self
+        }
+        fn created(mut self, secs: i64) -> Self {
+            self.0.metadata.creation_timestamp = Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
+            ));
+            self
+        }
+        fn build(self) -> Arc<Pod> {
+            Arc::new(self.0)
+        }
+    }
+
+    #[test]
+    fn deletion_preference() {
+        let table: Vec<(Vec<Arc<Pod>>, usize, Vec<&str>)> = vec![
+            (
+                vec![
+                    make_pod("running").node("n").phase("Running").ready().build(),
+                    make_pod("unscheduled").build(),
+                ],
+                1,
+                vec!["unscheduled"],
+            ),
+            (
+                vec![
+                    make_pod("ready").node("n").phase("Running").ready().build(),
+                    make_pod("not-ready").node("n").phase("Running").build(),
+                ],
+                1,
+                vec!["not-ready"],
+            ),
+            (
+                vec![
+                    make_pod("old").node("n").phase("Running").ready().created(100).build(),
+                    make_pod("new").node("n").phase("Running").ready().created(200).build(),
+                ],
+                1,
+                vec!["new"],
+            ),
+            (
+                vec![
+                    make_pod("running").node("n").phase("Running").build(),
+                    make_pod("pending").node("n").phase("Pending").build(),
+                    make_pod("unscheduled").build(),
+                ],
+                2,
+                vec!["unscheduled", "pending"],
+            ),
+        ];
+        for (pods, count, expected) in table {
+            let got: Vec<String> = pods_to_delete(pods, count)
+                .iter()
+                .map(|p| p.metadata.name.clone().unwrap())
+                .collect();
+            assert_eq!(got, expected);
+        }
+    }
+
+    #[test]
+    fn expectations_wait_for_observations() {
+        let e = Expectations::default();
+        let k = ObjectKey::new("default", "rs");
+        assert!(e.satisfied(&k));
+        e.expect(&k, 2, 0);
+        assert!(!e.satisfied(&k));
+        e.creation_observed(&k);
+        assert!(!e.satisfied(&k));
+        e.creation_observed(&k);
+        assert!(e.satisfied(&k));
+    }
+
+    #[test]
+    fn status_counts() {
+        let rs = ReplicaSet {
+            metadata: ObjectMeta {
+                generation: Some(3),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let pods = vec![
+            make_pod("a").node("n").phase("Running").ready().build(),
+            make_pod("b").node("n").phase("Running").build(),
+        ];
+        let s = compute_status(&rs, &pods);
+        assert_eq!(s.replicas, 2);
+        assert_eq!(s.ready_replicas, Some(1));
+        assert_eq!(s.available_replicas, Some(1));
+        assert_eq!(s.observed_generation, Some(3));
+    }
+}

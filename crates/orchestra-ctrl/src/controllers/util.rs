@@ -1,0 +1,178 @@
+//! Helpers shared by the built-in controllers: label selectors, owner
+//! references, pod readiness, template hashing.
+
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use kube::Resource;
+use std::collections::BTreeMap;
+
+/// Whether `labels` satisfy `selector` (an empty selector matches nothing,
+/// as for workload controllers).
+pub fn selector_matches(selector: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
+    let empty = BTreeMap::new();
+    let labels = labels.unwrap_or(&empty);
+    let match_labels = selector.match_labels.as_ref();
+    let expressions = selector.match_expressions.as_ref();
+    if match_labels.is_none_or(|m| m.is_empty()) && expressions.is_none_or(|e| e.is_empty()) {
+        return false;
+    }
+    if let Some(m) = match_labels
+        && m.iter().any(|(k, v)| labels.get(k) != Some(v))
+    {
+        return false;
+    }
+    for e in expressions.into_iter().flatten() {
+        let values = e.values.clone().unwrap_or_default();
+        let value = labels.get(&e.key);
+        let ok = match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+/// The controller owner reference of `object`, if any.
+pub fn controller_of(object: &impl Resource) -> Option<&OwnerReference> {
+    object
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+}
+
+/// A controller owner reference to `owner` (with `blockOwnerDeletion`).
+pub fn owner_reference<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
+    OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: owner.meta().name.clone().unwrap_or_default(),
+        uid: owner.meta().uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// Whether the pod is neither terminated nor being deleted.
+pub fn is_active(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// Whether the pod's `Ready` condition is `True`.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// Whether the pod has been ready for at least `min_ready_seconds`.
+pub fn is_available(pod: &Pod, min_ready_seconds: i32) -> bool {
+    if !is_ready(pod) {
+        return false;
+    }
+    if min_ready_seconds <= 0 {
+        return true;
+    }
+    let since = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0);
+    since.is_some_and(|t| {
+        k8s_openapi::jiff::Timestamp::now()
+            .duration_since(t)
+            .as_secs()
+            >= i64::from(min_ready_seconds)
+    })
+}
+
+/// FNV-1a (32 bit).
+pub fn fnv32a(bytes: &[u8]) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for b in bytes {
+        hash ^= u32::from(*b);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash
+}
+
+/// Kubernetes' `rand.SafeEncodeString` alphabet applied to a number's digits.
+pub fn safe_encode(value: u32) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    value
+        .to_string()
+        .bytes()
+        .map(|d| ALPHABET[usize::from(d - b'0')] as char)
+        .collect()
+}
+
+/// The `pod-template-hash` of a template (and a collision count).
+pub fn template_hash(template: &PodTemplateSpec, collision_count: Option<i32>) -> String {
+    let mut bytes = serde_json::to_vec(template).unwrap_or_default();
+    if let Some(c) = collision_count {
+        bytes.extend_from_slice(&c.to_le_bytes());
+    }
+    safe_encode(fnv32a(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn selectors() {
+        let by_app = LabelSelector {
+            match_labels: Some(labels(&[("app", "x")])),
+            ..Default::default()
+        };
+        let in_tier = LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: "In".into(),
+                values: Some(vec!["a".into(), "b".into()]),
+            }]),
+            ..Default::default()
+        };
+        let table: &[(&LabelSelector, &[(&str, &str)], bool)] = &[
+            (&by_app, &[("app", "x")], true),
+            (&by_app, &[("app", "x"), ("other", "1")], true),
+            (&by_app, &[("app", "y")], false),
+            (&by_app, &[], false),
+            (&in_tier, &[("tier", "b")], true),
+            (&in_tier, &[("tier", "c")], false),
+            (&LabelSelector::default(), &[("app", "x")], false),
+        ];
+        for (selector, l, expected) in table {
+            assert_eq!(selector_matches(selector, Some(&labels(l))), *expected, "{l:?}");
+        }
+    }
+
+    #[test]
+    fn hashes_are_stable_and_safe() {
+        let t = PodTemplateSpec::default();
+        let a = template_hash(&t, None);
+        assert_eq!(a, template_hash(&t, None));
+        assert_ne!(a, template_hash(&t, Some(1)));
+        assert!(a.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
+    }
+}

@@ -1,0 +1,26 @@
+//! orchestra-ctrl's integration tests: the controllers against an in-process
+//! API server, with a fake node agent marking pods Running and Ready.
+
+#[path = "ctrl/support.rs"]
+mod support;
+
+#[path = "ctrl/deployment.rs"]
+mod deployment;
+
+#[path = "ctrl/runtime.rs"]
+mod runtime;
+
+#[path = "ctrl/deletion.rs"]
+mod deletion;
+
+#[path = "ctrl/kubectl.rs"]
+mod kubectl;
+
+#[path = "ctrl/nodes.rs"]
+mod nodes;
+
+#[path = "ctrl/manager.rs"]
+mod manager;
+
+#[path = "ctrl/throughput.rs"]
+mod throughput;

@@ -1,0 +1,164 @@
+//! Garbage collection and namespace deletion end to end.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use orchestra_ctrl::SharedInformerFactory;
+use orchestra_ctrl::informer::Event;
+use parking_lot::Mutex;
+
+use super::support::{self, eventually};
+
+fn deployment(namespace: &str, name: &str, replicas: i32) -> Deployment {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "nginx:1"}]}
+            }
+        }
+    }))
+    .unwrap()
+}
+
+async fn count_pods(api: &Api<Pod>) -> usize {
+    api.list(&ListParams::default()).await.unwrap().items.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn background_deletion_removes_replica_sets_and_pods() {
+    let cluster = support::cluster(Duration::from_millis(10)).await;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
+    let sets: Api<ReplicaSet> = Api::namespaced(cluster.client.clone(), "default");
+    deployments
+        .create(&PostParams::default(), &deployment("default", "bg", 3))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "3 pods", || async { count_pods(&pods).await == 3 }).await;
+    deployments.delete("bg", &DeleteParams::background()).await.unwrap();
+    eventually(Duration::from_secs(10), "all gone", || async {
+        count_pods(&pods).await == 0
+            && sets.list(&ListParams::default()).await.unwrap().items.is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn foreground_deletion_removes_dependents_first() {
+    let cluster = support::cluster(Duration::from_millis(10)).await;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
+    deployments
+        .create(&PostParams::default(), &deployment("default", "fg", 3))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "3 pods", || async { count_pods(&pods).await == 3 }).await;
+
+    let watcher = SharedInformerFactory::new(cluster.client.clone());
+    let order: Arc<Mutex<Vec<(&'static str, Instant)>>> = Arc::default();
+    let mut tasks = Vec::new();
+    macro_rules! record {
+        ($kind:ty, $label:expr) => {{
+            let informer = watcher.informer::<$kind>();
+            informer.wait_synced().await;
+            let mut rx = informer.subscribe();
+            let order = order.clone();
+            tasks.push(tokio::spawn(async move {
+                while let Some(e) = rx.recv().await {
+                    if let Event::Delete(_) = e {
+                        order.lock().push(($label, Instant::now()));
+                    }
+                }
+            }));
+        }};
+    }
+    record!(Pod, "pod");
+    record!(ReplicaSet, "replicaset");
+    record!(Deployment, "deployment");
+
+    deployments.delete("fg", &DeleteParams::foreground()).await.unwrap();
+    // The owner stays, marked, while its dependents go.
+    let d = deployments.get("fg").await.unwrap();
+    assert!(d.metadata.finalizers.unwrap().contains(&"foregroundDeletion".to_string()));
+    eventually(Duration::from_secs(10), "deployment gone", || async {
+        deployments.get_opt("fg").await.unwrap().is_none()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let order = order.lock().clone();
+    let last = |k: &str| order.iter().filter(|(l, _)| *l == k).map(|(_, t)| *t).max().unwrap();
+    let first = |k: &str| order.iter().filter(|(l, _)| *l == k).map(|(_, t)| *t).min().unwrap();
+    assert_eq!(order.iter().filter(|(l, _)| *l == "pod").count(), 3, "{order:?}");
+    assert!(last("pod") <= first("replicaset"), "pods before their ReplicaSet");
+    assert!(last("replicaset") <= first("deployment"), "ReplicaSet before its Deployment");
+    for t in tasks {
+        t.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn namespace_deletion_empties_it() {
+    let cluster = support::cluster(Duration::from_millis(10)).await;
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some("doomed".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "doomed");
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "doomed");
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "doomed");
+    deployments
+        .create(&PostParams::default(), &deployment("doomed", "web", 2))
+        .await
+        .unwrap();
+    maps.create(
+        &PostParams::default(),
+        &ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("settings".into()),
+                finalizers: Some(vec!["example.com/hold".into()]),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(10), "2 pods", || async { count_pods(&pods).await == 2 }).await;
+    namespaces.delete("doomed", &DeleteParams::default()).await.unwrap();
+    eventually(Duration::from_secs(10), "emptied but held", || async {
+        count_pods(&pods).await == 0
+            && deployments.list(&ListParams::default()).await.unwrap().items.is_empty()
+    })
+    .await;
+    // The config map's finalizer holds the namespace.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let ns = namespaces.get("doomed").await.unwrap();
+    assert_eq!(ns.status.unwrap().phase.as_deref(), Some("Terminating"));
+    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+    maps.patch("settings", &Default::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "namespace gone", || async {
+        namespaces.get_opt("doomed").await.unwrap().is_none()
+    })
+    .await;
+}

@@ -1,0 +1,113 @@
+//! The controller manager behind one election, and the event recorder.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use orchestra_ctrl::SharedInformerFactory;
+use orchestra_ctrl::events::{EventType, Recorder, reference};
+use orchestra_ctrl::leader::{ElectionConfig, LeaderElector};
+use orchestra_ctrl::manager::ControllerManager;
+use tokio::sync::watch;
+
+use super::support::{self, eventually};
+
+fn manager(client: kube::Client) -> ControllerManager {
+    ControllerManager::new(SharedInformerFactory::new(client))
+        .with("replicaset", |ctx| {
+            let stop = ctx.stopped();
+            orchestra_ctrl::controllers::replicaset::run(ctx.factory, 2, stop)
+        })
+        .with("deployment", |ctx| {
+            let stop = ctx.stopped();
+            orchestra_ctrl::controllers::deployment::run(ctx.factory, 2, stop)
+        })
+}
+
+fn deployment(name: &str) -> Deployment {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn managers_hand_over_behind_one_lease() {
+    let server = support::server().await;
+    let client = orchestra_core::client::in_process(&server, "default");
+    let config = ElectionConfig {
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(50),
+    };
+    let elector = |id: &str| {
+        Arc::new(LeaderElector::new(client.clone(), "kube-system", "kube-controller-manager", id).config(config.clone()))
+    };
+    let m1 = manager(client.clone());
+    assert_eq!(m1.names(), ["replicaset", "deployment"]);
+    let (stop1, rx1) = watch::channel(false);
+    let first = tokio::spawn(m1.run_elected(elector("m1"), async move {
+        let mut rx = rx1;
+        let _ = rx.wait_for(|s| *s).await;
+    }));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    deployments.create(&PostParams::default(), &deployment("one")).await.unwrap();
+    eventually(Duration::from_secs(10), "first leader works", || async {
+        pods.list(&ListParams::default().labels("app=one")).await.unwrap().items.len() == 2
+    })
+    .await;
+    let second = tokio::spawn(manager(client.clone()).run_elected(elector("m2"), std::future::pending()));
+
+    let released = Instant::now();
+    let _ = stop1.send(true);
+    first.await.unwrap().unwrap();
+    deployments.create(&PostParams::default(), &deployment("two")).await.unwrap();
+    eventually(Duration::from_secs(10), "second leader works", || async {
+        pods.list(&ListParams::default().labels("app=two")).await.unwrap().items.len() == 2
+    })
+    .await;
+    println!("controller manager hand-off to working controllers: {:?}", released.elapsed());
+    second.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_events_are_aggregated() {
+    let server = support::server().await;
+    let client = orchestra_core::client::in_process(&server, "default");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let cm = maps
+        .create(
+            &PostParams::default(),
+            &ConfigMap {
+                metadata: ObjectMeta { name: Some("cm".into()), ..Default::default() },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let recorder = Recorder::new(client.clone(), "test-controller", "test-1");
+    for _ in 0..3 {
+        recorder
+            .publish(reference(&cm), EventType::Warning, "Failed", "Sync", "it broke")
+            .await
+            .unwrap();
+    }
+    recorder
+        .publish(reference(&cm), EventType::Normal, "Synced", "Sync", "fine")
+        .await
+        .unwrap();
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let list = events.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(list.len(), 2);
+    let failed = list.iter().find(|e| e.reason.as_deref() == Some("Failed")).unwrap();
+    assert_eq!(failed.series.as_ref().unwrap().count, 3);
+    assert_eq!(failed.regarding.as_ref().unwrap().name.as_deref(), Some("cm"));
+}

@@ -1,0 +1,125 @@
+//! The runtime against the API server: shared informers, leader election.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+use orchestra_ctrl::leader::{ElectionConfig, LeaderElector};
+use orchestra_ctrl::{Action, Controller, SharedInformerFactory};
+use tokio::sync::watch;
+
+use super::support::{self, eventually};
+
+fn config_map(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_informer_per_kind_and_a_closure_reconciler() {
+    let server = support::server().await;
+    let client = orchestra_core::client::in_process(&server, "default");
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &config_map("before")).await.unwrap();
+    let factory = SharedInformerFactory::new(client.clone());
+    let a = factory.informer::<ConfigMap>();
+    let b = factory.informer::<ConfigMap>();
+    assert!(Arc::ptr_eq(&a, &b), "one informer per kind");
+    a.wait_synced().await;
+
+    let seen = Arc::new(AtomicUsize::new(0));
+    let (stop, rx) = watch::channel(false);
+    let counter = seen.clone();
+    let controller = Controller::<ConfigMap>::for_(&factory).concurrency(2);
+    let task = tokio::spawn(controller.run(
+        move |_cm: Arc<ConfigMap>, _ctx: Arc<()>| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(Action::await_change())
+            }
+        },
+        Arc::new(()),
+        async move {
+            let mut rx = rx;
+            let _ = rx.wait_for(|s| *s).await;
+        },
+    ));
+    api.create(&PostParams::default(), &config_map("after")).await.unwrap();
+    eventually(Duration::from_secs(5), "both reconciled", || async {
+        seen.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    assert_eq!(a.by_namespace("default").len(), 2);
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
+    assert_eq!(factory.informer::<ConfigMap>().stats().lists, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leader_hand_off_on_release() {
+    let server = support::server().await;
+    let client = orchestra_core::client::in_process(&server, "default");
+    let config = ElectionConfig {
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(50),
+    };
+    let first = Arc::new(LeaderElector::new(client.clone(), "default", "ctrl", "a").config(config.clone()));
+    let second = Arc::new(LeaderElector::new(client.clone(), "default", "ctrl", "b").config(config));
+    let (stop_a, rx_a) = watch::channel(false);
+    let (lead_a_tx, mut lead_a) = watch::channel(None);
+    let a = tokio::spawn({
+        let first = first.clone();
+        async move {
+            first
+                .run(
+                    move |fence, mut stop| async move {
+                        let _ = lead_a_tx.send(Some(fence.token()));
+                        let _ = stop.wait_for(|s| *s).await;
+                    },
+                    async move {
+                        let mut rx = rx_a;
+                        let _ = rx.wait_for(|s| *s).await;
+                    },
+                )
+                .await
+        }
+    });
+    lead_a.wait_for(|t| t.is_some()).await.unwrap();
+    let (lead_b_tx, mut lead_b) = watch::channel(None);
+    let b = tokio::spawn({
+        let second = second.clone();
+        async move {
+            second
+                .run(
+                    move |fence, mut stop| async move {
+                        let _ = lead_b_tx.send(Some((fence.token(), Instant::now())));
+                        let _ = stop.wait_for(|s| *s).await;
+                    },
+                    std::future::pending(),
+                )
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(lead_b.borrow().is_none(), "only one leader");
+    let released = Instant::now();
+    let _ = stop_a.send(true);
+    a.await.unwrap().unwrap();
+    lead_b.wait_for(|t| t.is_some()).await.unwrap();
+    let (token_b, at) = lead_b.borrow().unwrap();
+    let hand_off = at.duration_since(released);
+    println!("leader hand-off after release: {hand_off:?}");
+    assert!(token_b > lead_a.borrow().unwrap(), "fencing token grows");
+    assert!(hand_off < Duration::from_secs(1), "{hand_off:?}");
+    b.abort();
+}
