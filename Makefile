@@ -6,7 +6,7 @@
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/orchestra-target
 CARGO ?= cargo
 
-.PHONY: all deps build run store-demo test bench bench-quick lint doc
+.PHONY: all deps build run store-demo test bench bench-quick bench-apiserver bench-apiserver-quick lint doc
 
 ## Where `make run` keeps the cluster's data (store, certificates, kubeconfig).
 DATA_DIR ?= $(CURDIR)/.orchestra
@@ -36,13 +36,23 @@ store-demo: deps
 test: deps
 	$(CARGO) test --workspace --all-features
 
-## The benchmarks against their baselines (etcd for the store).
+## The benchmarks against their baselines (etcd for the store, the bare
+## store for the API server).
 bench: deps
 	$(CARGO) bench -p orchestra-benches --bench store
+	$(CARGO) bench -p orchestra-benches --bench apiserver
 
-## The same in under a minute.
+## The same, each in under a minute and a half.
 bench-quick: deps
 	$(CARGO) bench -p orchestra-benches --bench store -- --quick
+	$(CARGO) bench -p orchestra-benches --bench apiserver -- --quick
+
+## The API server against the bare store only.
+bench-apiserver: deps
+	$(CARGO) bench -p orchestra-benches --bench apiserver
+
+bench-apiserver-quick: deps
+	$(CARGO) bench -p orchestra-benches --bench apiserver -- --quick
 
 lint: deps
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings

@@ -1,0 +1,1032 @@
+//! API server benchmark: orchestra-core's API server side by side with the
+//! bare store it runs on (issue 3, section Benchmark).
+//!
+//! `cargo bench -p orchestra-benches --bench apiserver [-- --quick]`
+//!
+//! Opens a `RocksStore` (default options, durable) in a scratch directory on
+//! disk, builds an `ApiServer` on it with the pipeline the `orchestra
+//! apiserver` binary uses (client certificates, anonymous allowed only for
+//! public paths), serves it over HTTPS on a loopback port with the
+//! certificates `Pki::load_or_create` makes, and measures, point by point and
+//! alternating the modes, closed-loop load at C clients (1, 16, 64):
+//!
+//! * **create** — `POST` of a new ConfigMap (about 340 bytes of JSON) vs
+//!   `store.create(key, value)` of the same stored bytes;
+//! * **get** — `GET` of one of 1000 ConfigMaps vs `store.get`;
+//! * **list** — `GET` of a namespace holding 1000 ConfigMaps vs a store range
+//!   of their prefix;
+//! * **watch** — fan-out: N watchers, one rate-limited writer whose objects
+//!   carry their send time; delivery latency at every watcher.
+//!
+//! Modes: `https` (HTTP/2 over TLS, one connection shared by all clients, as
+//! client-go does, admin client certificate), `https1` (HTTP/1.1 over TLS,
+//! one connection per client), `inproc` (requests straight into the tower
+//! service, `oneshot` on the router, with an in-process identity) and `store`
+//! (the bare store). Requests are prepared bytes, responses are read to the
+//! end but not decoded, so the figures are the server's cost, not a client
+//! library's. Each line prints the API mode's figures, the store's at the same
+//! point and the ratio (API / store throughput).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use orchestra_benches::args::Args;
+use orchestra_benches::load::{LoopResult, closed_loop};
+use orchestra_benches::stats::{Latencies, fmt_ms, fmt_rate, median};
+use orchestra_benches::sys;
+use orchestra_core::auth::{
+    AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, ExtensionAuthenticator,
+    Identity, PublicInfoViewer, UserInfo,
+};
+use orchestra_core::server::pki::Pki;
+use orchestra_core::server::{ApiServer, ListenOptions, serve};
+use orchestra_store::{KeyRange, RangeRequest, RocksOptions, RocksStore, Store, StoreOptions, WatchRequest};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tower::ServiceExt as _;
+
+const USAGE: &str = "\
+usage: cargo bench -p orchestra-benches --bench apiserver [-- OPTIONS]
+
+  --quick                  short run (< 1.5 minutes): 0.8 s per point, 1 run, small watch
+  --ops create,get,list,watch
+  --modes https,https1,inproc   API modes (the bare store always runs alongside)
+  --clients 1,16,64        closed-loop clients per point
+  --list-clients 1,16      clients for the list of 1000 objects (default: --clients)
+  --duration SECONDS       measured time per point (default 3, quick 0.8)
+  --warmup SECONDS         unmeasured warm-up per point (default 0.4, quick 0.2)
+  --runs N                 runs of each mode per point, alternating; medians printed (default 2, quick 1)
+  --watchers N             watchers in the fan-out test (default 200, quick 100)
+  --watch-events N         objects the watch writer creates (default 1000, quick 200)
+  --watch-rate N           writer creates per second (default 100)
+
+Data goes to a scratch directory under $ORCHESTRA_BENCH_DIR (default /var/tmp), never tmpfs.";
+
+/// Namespace of the create load.
+const NS_CREATE: &str = "bench-create";
+/// Namespace holding exactly [`READ_OBJECTS`] ConfigMaps for get and list.
+const NS_READ: &str = "bench-read";
+/// Objects in [`NS_READ`].
+const READ_OBJECTS: usize = 1000;
+/// Streams per HTTP/2 connection in the watch test (the server allows 200).
+const WATCHES_PER_CONNECTION: usize = 100;
+/// The admin's in-process identity.
+const ADMIN: &str = "orchestra-admin";
+
+/// 200 characters of ConfigMap data: objects of a realistic small size.
+fn payload() -> String {
+    "0123456789abcdefghijklmnopqrstuvwxyz".chars().cycle().take(200).collect()
+}
+
+fn configmap(name: &str, stamp: Option<&str>) -> String {
+    let stamp = stamp.map(|s| format!(r#","stamp":"{s}""#)).unwrap_or_default();
+    format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","labels":{{"app":"bench","tier":"load"}}}},"data":{{"payload":"{}"{stamp}}}}}"#,
+        payload()
+    )
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    quick: bool,
+    ops: Vec<String>,
+    modes: Vec<String>,
+    clients: Vec<usize>,
+    list_clients: Vec<usize>,
+    duration: Duration,
+    warmup: Duration,
+    runs: usize,
+    watchers: usize,
+    watch_events: u64,
+    watch_rate: f64,
+}
+
+impl Config {
+    fn from_args(args: &Args) -> Result<Config, String> {
+        let quick = args.flag("quick");
+        let secs = |name: &str, default: f64| -> Result<Duration, String> {
+            let v: f64 = args.get(name, default)?;
+            Duration::try_from_secs_f64(v).map_err(|e| format!("--{name}: {e}"))
+        };
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let clients = args.list("clients", &[1, 16, 64])?;
+        let config = Config {
+            quick,
+            ops: args.list("ops", &strings(&["create", "get", "list", "watch"]))?,
+            modes: args.list("modes", &strings(&["https", "https1", "inproc"]))?,
+            list_clients: args.list("list-clients", &clients)?,
+            clients,
+            duration: secs("duration", if quick { 0.8 } else { 3.0 })?,
+            warmup: secs("warmup", if quick { 0.2 } else { 0.4 })?,
+            runs: args.get("runs", if quick { 1 } else { 2 })?,
+            watchers: args.get("watchers", if quick { 100 } else { 200 })?,
+            watch_events: args.get("watch-events", if quick { 200 } else { 1000 })?,
+            watch_rate: args.get("watch-rate", 100.0)?,
+        };
+        args.finish()?;
+        if let Some(op) = config.ops.iter().find(|o| !["create", "get", "list", "watch"].contains(&o.as_str())) {
+            return Err(format!("--ops: unknown operation {op:?}"));
+        }
+        if let Some(m) = config.modes.iter().find(|m| !["https", "https1", "inproc"].contains(&m.as_str())) {
+            return Err(format!("--modes: unknown mode {m:?}"));
+        }
+        if config.runs == 0
+            || config.watchers == 0
+            || config.watch_rate <= 0.0
+            || config.clients.contains(&0)
+            || config.list_clients.contains(&0)
+        {
+            return Err("runs, client counts, watchers and rates must be positive".into());
+        }
+        Ok(config)
+    }
+
+    fn runs(&self, op: &str) -> bool {
+        self.ops.iter().any(|o| o == op)
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match Args::from_env(&["quick", "help"]) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("{e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.flag("help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let config = match Config::from_args(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let scratch = match sys::scratch_dir("orchestra-apiserver-bench-") {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("cannot create a scratch directory: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let outcome = runtime.block_on(async {
+        let mut sigterm =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            result = run(&config, scratch.path()) => result,
+            _ = tokio::signal::ctrl_c() => Err("interrupted".to_string()),
+            _ = sigterm.recv() => Err("terminated".to_string()),
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(10));
+    drop(scratch);
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("apiserver bench failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A connection to the API server.
+#[derive(Clone)]
+enum ApiConn {
+    /// The router, called in process.
+    InProc(axum::Router),
+    /// An HTTP/2 connection (shared by cloning).
+    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+    /// An HTTP/1.1 connection (one per client).
+    H1(Arc<tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<Full<Bytes>>>>),
+}
+
+impl ApiConn {
+    fn request(&self, method: Method, path: &str, body: Bytes) -> Request<Full<Bytes>> {
+        let uri = match self {
+            ApiConn::H2(_) => format!("https://127.0.0.1{path}"),
+            _ => path.to_owned(),
+        };
+        let mut builder = Request::builder().method(method).uri(uri).header("accept", "application/json");
+        if !matches!(self, ApiConn::H2(_)) {
+            builder = builder.header("host", "127.0.0.1");
+        }
+        if !body.is_empty() {
+            builder = builder.header("content-type", "application/json");
+        }
+        builder.body(Full::new(body)).expect("a valid request")
+    }
+
+    /// Sends a request and reads the whole response.
+    async fn call(&self, method: Method, path: &str, body: Bytes) -> Result<(StatusCode, Bytes), String> {
+        let request = self.request(method, path, body);
+        match self {
+            ApiConn::InProc(router) => {
+                let mut request = request.map(axum::body::Body::new);
+                request.extensions_mut().insert(Identity(UserInfo::new(ADMIN, &["system:masters"])));
+                let response = router.clone().oneshot(request).await.map_err(|e| e.to_string())?;
+                let status = response.status();
+                let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+                Ok((status, body))
+            }
+            ApiConn::H2(send) => {
+                let response = send.clone().send_request(request).await.map_err(|e| e.to_string())?;
+                let status = response.status();
+                let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+                Ok((status, body))
+            }
+            ApiConn::H1(send) => {
+                let mut send = send.lock().await;
+                send.ready().await.map_err(|e| e.to_string())?;
+                let response = send.send_request(request).await.map_err(|e| e.to_string())?;
+                let status = response.status();
+                let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+                Ok((status, body))
+            }
+        }
+    }
+
+    /// A call that must answer `expect`.
+    async fn expect(&self, method: Method, path: &str, body: Bytes, expect: StatusCode) -> Result<Bytes, String> {
+        let (status, body) = self.call(method, path, body).await?;
+        if status == expect {
+            Ok(body)
+        } else {
+            Err(format!("{status} (expected {expect}): {}", String::from_utf8_lossy(&body[..body.len().min(300)])))
+        }
+    }
+}
+
+/// The HTTPS endpoint and its client TLS configurations.
+struct Https {
+    address: std::net::SocketAddr,
+    h2: Arc<rustls::ClientConfig>,
+    h1: Arc<rustls::ClientConfig>,
+}
+
+impl Https {
+    fn new(pki: &Pki, address: std::net::SocketAddr) -> Result<Https, String> {
+        let config = |alpn: &[u8]| -> Result<Arc<rustls::ClientConfig>, String> {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pki.ca_pem().as_bytes()) {
+                roots.add(cert.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            }
+            let chain = CertificateDer::pem_slice_iter(pki.admin().cert_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            let key = PrivateKeyDer::from_pem_slice(pki.admin().key_pem.as_bytes()).map_err(|e| e.to_string())?;
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(roots)
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| e.to_string())?;
+            config.alpn_protocols = vec![alpn.to_vec()];
+            Ok(Arc::new(config))
+        };
+        Ok(Https { address, h2: config(b"h2")?, h1: config(b"http/1.1")? })
+    }
+
+    async fn tls(&self, config: &Arc<rustls::ClientConfig>) -> Result<TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>, String> {
+        let tcp = tokio::net::TcpStream::connect(self.address).await.map_err(|e| format!("connect: {e}"))?;
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        let name = ServerName::try_from("127.0.0.1").expect("an IP address").to_owned();
+        let tls = tokio_rustls::TlsConnector::from(config.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS handshake: {e}"))?;
+        Ok(TokioIo::new(tls))
+    }
+
+    async fn h2(&self) -> Result<ApiConn, String> {
+        let io = self.tls(&self.h2).await?;
+        let (send, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .handshake(io)
+            .await
+            .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+        tokio::spawn(connection);
+        Ok(ApiConn::H2(send))
+    }
+
+    async fn h1(&self) -> Result<ApiConn, String> {
+        let io = self.tls(&self.h1).await?;
+        let (send, connection) =
+            hyper::client::conn::http1::handshake(io).await.map_err(|e| format!("HTTP/1.1 handshake: {e}"))?;
+        tokio::spawn(connection);
+        Ok(ApiConn::H1(Arc::new(tokio::sync::Mutex::new(send))))
+    }
+}
+
+/// Everything the phases share.
+struct Bench {
+    config: Config,
+    store: RocksStore,
+    router: axum::Router,
+    https: Https,
+    /// The bytes the store holds for a created ConfigMap: what the bare store
+    /// create writes, so both write the same size.
+    stored_value: Bytes,
+    /// Distinguishes the names of every create run.
+    run_counter: AtomicUsize,
+}
+
+impl Bench {
+    /// `clients` connections of `mode` (`https` connections are shared).
+    async fn conns(&self, mode: &str, clients: usize) -> Result<Vec<ApiConn>, String> {
+        match mode {
+            "inproc" => Ok(vec![ApiConn::InProc(self.router.clone()); clients]),
+            "https" => Ok(vec![self.https.h2().await?; clients]),
+            "https1" => {
+                let mut conns = Vec::with_capacity(clients);
+                for _ in 0..clients {
+                    conns.push(self.https.h1().await?);
+                }
+                Ok(conns)
+            }
+            other => Err(format!("unknown mode {other}")),
+        }
+    }
+
+    async fn api_point(&self, op: &str, mode: &str, clients: usize) -> Result<LoopResult, String> {
+        let conns = self.conns(mode, clients).await?;
+        let (warmup, duration) = (self.config.warmup, self.config.duration);
+        Ok(match op {
+            "create" => {
+                let run = self.run_counter.fetch_add(1, Ordering::Relaxed);
+                let path: Arc<str> = format!("/api/v1/namespaces/{NS_CREATE}/configmaps").into();
+                closed_loop(conns, warmup, duration, move |conn, c, n| {
+                    let path = path.clone();
+                    async move {
+                        let body = Bytes::from(configmap(&format!("c{run}-{c}-{n}"), None));
+                        let r = conn.expect(Method::POST, &path, body, StatusCode::CREATED).await.map(drop);
+                        (conn, r)
+                    }
+                })
+                .await
+            }
+            "get" => {
+                closed_loop(conns, warmup, duration, |conn, c, n| async move {
+                    let path = format!("/api/v1/namespaces/{NS_READ}/configmaps/{}", read_name(c, n));
+                    let r = conn.expect(Method::GET, &path, Bytes::new(), StatusCode::OK).await.map(drop);
+                    (conn, r)
+                })
+                .await
+            }
+            "list" => {
+                closed_loop(conns, warmup, duration, |conn, _, _| async move {
+                    let path = format!("/api/v1/namespaces/{NS_READ}/configmaps");
+                    let r = conn.expect(Method::GET, &path, Bytes::new(), StatusCode::OK).await.map(drop);
+                    (conn, r)
+                })
+                .await
+            }
+            other => return Err(format!("unknown operation {other}")),
+        })
+    }
+
+    async fn store_point(&self, op: &str, clients: usize) -> Result<LoopResult, String> {
+        let stores = vec![self.store.clone(); clients];
+        let (warmup, duration) = (self.config.warmup, self.config.duration);
+        Ok(match op {
+            "create" => {
+                let run = self.run_counter.fetch_add(1, Ordering::Relaxed);
+                let value = self.stored_value.clone();
+                closed_loop(stores, warmup, duration, move |store, c, n| {
+                    let value = value.clone();
+                    async move {
+                        let key = format!("/registry/configmaps/bench-store/s{run}-{c}-{n}");
+                        let r = store.create(&key, value, None).await.map(drop).map_err(|e| e.to_string());
+                        (store, r)
+                    }
+                })
+                .await
+            }
+            "get" => {
+                closed_loop(stores, warmup, duration, |store, c, n| async move {
+                    let key = format!("/registry/configmaps/{NS_READ}/{}", read_name(c, n));
+                    let r = match store.get(&key).await {
+                        Ok(Some(_)) => Ok(()),
+                        Ok(None) => Err(format!("{key} is missing")),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    (store, r)
+                })
+                .await
+            }
+            "list" => {
+                closed_loop(stores, warmup, duration, |store, _, _| async move {
+                    let request = RangeRequest::new(KeyRange::prefix(format!("/registry/configmaps/{NS_READ}/")));
+                    let r = match store.range(request).await {
+                        Ok(response) if response.kvs.len() == READ_OBJECTS => Ok(()),
+                        Ok(response) => Err(format!("range found {} keys", response.kvs.len())),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    (store, r)
+                })
+                .await
+            }
+            other => return Err(format!("unknown operation {other}")),
+        })
+    }
+}
+
+fn read_name(client: usize, n: u64) -> String {
+    format!("r-{}", (client as u64 * 7919 + n) % READ_OBJECTS as u64)
+}
+
+/// One point's figures (medians over the runs).
+#[derive(Debug, Clone)]
+struct Point {
+    throughput: f64,
+    p50: Duration,
+    p99: Duration,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+fn point(results: &[LoopResult]) -> Point {
+    let pick = |f: &dyn Fn(&LoopResult) -> f64| median(&results.iter().map(f).collect::<Vec<_>>());
+    Point {
+        throughput: pick(&|r| r.throughput()),
+        p50: Duration::from_secs_f64(pick(&|r| r.latencies.percentile(50.0).as_secs_f64())),
+        p99: Duration::from_secs_f64(pick(&|r| r.latencies.percentile(99.0).as_secs_f64())),
+        errors: results.iter().map(|r| r.errors).sum(),
+        first_error: results.iter().find_map(|r| r.first_error.clone()),
+    }
+}
+
+#[derive(Default)]
+struct Summary {
+    /// (mode, clients) → API create / store create throughput.
+    create_ratios: Vec<(String, usize, f64, f64, f64)>,
+    problems: Vec<String>,
+    notes: Vec<String>,
+}
+
+async fn run(config: &Config, scratch: &Path) -> Result<(), String> {
+    let started = Instant::now();
+    let rocks_dir = scratch.join("store");
+    let store = RocksStore::open_with(RocksOptions::new(&rocks_dir).store_options(StoreOptions::default()))
+        .await
+        .map_err(|e| format!("cannot open RocksStore in {}: {e}", rocks_dir.display()))?;
+    let pki = Pki::load_or_create(&scratch.join("pki"), &[]).map_err(|e| format!("pki: {e}"))?;
+    let authenticator =
+        AuthenticatorChain::new().with(ExtensionAuthenticator).with(ClientCertAuthenticator).allow_anonymous(true);
+    let authorizer = AuthorizerChain::new().with(PublicInfoViewer).with(AllowAuthenticated);
+    let server = ApiServer::builder(Arc::new(store.clone()))
+        .authenticator(authenticator)
+        .authorizer(authorizer)
+        .build()
+        .await
+        .map_err(|e| format!("API server: {e}"))?;
+    let router = server.router();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    let tls = pki.server_tls_config().map_err(|e| format!("TLS config: {e}"))?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(serve(
+        listener,
+        router.clone(),
+        ListenOptions { tls: Some(tls), drain_timeout: Duration::from_secs(1) },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let https = Https::new(&pki, address)?;
+
+    // Namespaces, the 1000 objects read by get and list, and one created
+    // object whose stored bytes the bare store create writes.
+    let admin = ApiConn::InProc(router.clone());
+    for ns in [NS_CREATE, NS_READ, "bench-watch"] {
+        let body = format!(r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"{ns}"}}}}"#);
+        admin.expect(Method::POST, "/api/v1/namespaces", body.into(), StatusCode::CREATED).await?;
+    }
+    let preload = Instant::now();
+    let results = futures::stream::iter(0..READ_OBJECTS)
+        .map(|i| {
+            let admin = admin.clone();
+            async move {
+                let path = format!("/api/v1/namespaces/{NS_READ}/configmaps");
+                admin.expect(Method::POST, &path, configmap(&format!("r-{i}"), None).into(), StatusCode::CREATED).await
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+        return Err(format!("preload: {e}"));
+    }
+    eprintln!("  preloaded {READ_OBJECTS} ConfigMaps through the API in {:.2}s", preload.elapsed().as_secs_f64());
+    let stored_value = store
+        .get(&format!("/registry/configmaps/{NS_READ}/r-0"))
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("the preloaded object is not in the store")?
+        .value;
+    // Every mode must work before anything is measured.
+    for mode in &config.modes {
+        let conns = Bench::conns_probe(&https, &router, mode).await?;
+        let list = conns.expect(Method::GET, &format!("/api/v1/namespaces/{NS_READ}/configmaps"), Bytes::new(), StatusCode::OK).await?;
+        let items = serde_json::from_slice::<serde_json::Value>(&list)
+            .ok()
+            .and_then(|v| v.get("items").and_then(|i| i.as_array()).map(Vec::len));
+        if items != Some(READ_OBJECTS) {
+            return Err(format!("mode {mode}: the list returned {items:?} items, not {READ_OBJECTS}"));
+        }
+    }
+
+    let bench = Bench { config: config.clone(), store, router, https, stored_value, run_counter: AtomicUsize::new(0) };
+    print_header(config, scratch, bench.stored_value.len());
+    let mut summary = Summary::default();
+
+    for op in ["create", "get", "list"] {
+        if !config.runs(op) {
+            continue;
+        }
+        let clients_list = if op == "list" { &config.list_clients } else { &config.clients };
+        for &clients in clients_list {
+            // Alternating: store, then each API mode, `runs` times.
+            let mut store_runs = Vec::new();
+            let mut api_runs: HashMap<&str, Vec<LoopResult>> = HashMap::new();
+            for _ in 0..config.runs {
+                store_runs.push(bench.store_point(op, clients).await?);
+                for mode in &config.modes {
+                    let result = bench.api_point(op, mode, clients).await?;
+                    api_runs.entry(mode.as_str()).or_default().push(result);
+                }
+            }
+            let store_point = point(&store_runs);
+            check_errors(op, "store", clients, &store_point, &mut summary.problems);
+            for mode in &config.modes {
+                let p = point(&api_runs[mode.as_str()]);
+                check_errors(op, mode, clients, &p, &mut summary.problems);
+                let ratio = p.throughput / store_point.throughput.max(1e-9);
+                println!(
+                    "apiserver op={op} mode={mode} clients={clients} ops_per_s={} p50_ms={} p99_ms={} \
+                     store_ops_per_s={} store_p50_ms={} store_p99_ms={} ratio={ratio:.2}",
+                    fmt_rate(p.throughput),
+                    fmt_ms(p.p50),
+                    fmt_ms(p.p99),
+                    fmt_rate(store_point.throughput),
+                    fmt_ms(store_point.p50),
+                    fmt_ms(store_point.p99),
+                );
+                if op == "create" {
+                    summary.create_ratios.push((mode.clone(), clients, p.throughput, store_point.throughput, ratio));
+                }
+            }
+        }
+    }
+
+    if config.runs("watch") {
+        let store_outcome = watch_store(&bench).await?;
+        report_watch("store", &store_outcome, None, config, &mut summary);
+        for mode in &config.modes {
+            let outcome = watch_api(&bench, mode).await?;
+            report_watch(mode, &outcome, Some(&store_outcome), config, &mut summary);
+        }
+    }
+
+    let bytes = sys::dir_size(&rocks_dir);
+    let _ = stop.send(());
+    let _ = serving.await;
+    drop(server);
+    print_footer(&summary, started.elapsed(), bytes);
+    if summary.problems.is_empty() { Ok(()) } else { Err(format!("{} problem(s), see above", summary.problems.len())) }
+}
+
+impl Bench {
+    /// One connection of `mode`, for the checks before the measurements.
+    async fn conns_probe(https: &Https, router: &axum::Router, mode: &str) -> Result<ApiConn, String> {
+        match mode {
+            "inproc" => Ok(ApiConn::InProc(router.clone())),
+            "https" => https.h2().await,
+            "https1" => https.h1().await,
+            other => Err(format!("unknown mode {other}")),
+        }
+    }
+}
+
+fn check_errors(op: &str, mode: &str, clients: usize, p: &Point, problems: &mut Vec<String>) {
+    if p.errors > 0 {
+        let problem = format!(
+            "op={op} mode={mode} clients={clients}: {} failed operations (first: {})",
+            p.errors,
+            p.first_error.as_deref().unwrap_or("?")
+        );
+        eprintln!("warning: {problem}");
+        problems.push(problem);
+    }
+}
+
+fn print_header(config: &Config, scratch: &Path, stored_len: usize) {
+    let mount = sys::mount_of(scratch);
+    let mode = if config.quick { "quick" } else { "full" };
+    println!("# apiserver benchmark ({mode}): orchestra-core ApiServer on RocksStore vs the bare RocksStore");
+    println!(
+        "# machine: nproc={} cpu=\"{}\" mem={:.1}GiB kernel={} loadavg(start)={}",
+        sys::nproc(),
+        sys::cpu_model(),
+        sys::memory_gib(),
+        sys::kernel(),
+        sys::load_average()
+    );
+    println!(
+        "# data: {} on {} ({} {}); durable writes (RocksDB synced WAL)",
+        scratch.display(),
+        mount.as_ref().map_or("?".into(), |m| m.mount_point.display().to_string()),
+        mount.as_ref().map_or("?", |m| m.fs_type.as_str()),
+        mount.as_ref().map_or("?", |m| m.source.as_str()),
+    );
+    println!(
+        "# load: closed loop in this process (clients, server and store share the machine), {:.2}s per point after \
+         {:.2}s warm-up, {} run(s) per mode per point (medians), modes alternate; ConfigMaps of {stored_len} stored \
+         bytes; get of 1 of {READ_OBJECTS}, list of {READ_OBJECTS}",
+        config.duration.as_secs_f64(),
+        config.warmup.as_secs_f64(),
+        config.runs,
+    );
+    println!(
+        "# modes: https = HTTP/2 over TLS, one shared connection, admin client certificate; https1 = HTTP/1.1 over \
+         TLS, one connection per client; inproc = tower oneshot on the router; store = the bare Store calls"
+    );
+    if config.runs("watch") {
+        println!(
+            "# watch: {} watchers, 1 writer creating {} stamped ConfigMaps at {:.0}/s (in process for the API modes); \
+             delivery latency from before the write to the event read by the watcher",
+            config.watchers, config.watch_events, config.watch_rate
+        );
+    }
+}
+
+fn print_footer(summary: &Summary, elapsed: Duration, bytes: u64) {
+    let max_clients = summary.create_ratios.iter().map(|r| r.1).max();
+    for (mode, clients, api, store, ratio) in &summary.create_ratios {
+        if Some(*clients) != max_clients {
+            continue;
+        }
+        let verdict = if *ratio >= 0.5 { "PASS" } else { "FAIL" };
+        println!(
+            "# target (API creates >= 0.5x bare store creates at {clients} clients): mode={mode} api={}/s store={}/s \
+             ratio={ratio:.2} {verdict}",
+            fmt_rate(*api),
+            fmt_rate(*store),
+        );
+    }
+    for note in &summary.notes {
+        println!("# note: {note}");
+    }
+    println!(
+        "# summary: store on disk at the end {:.1}MiB; total time {:.1}s; loadavg(end)={}; {}",
+        bytes as f64 / (1 << 20) as f64,
+        elapsed.as_secs_f64(),
+        sys::load_average(),
+        if summary.problems.is_empty() { "no errors".to_string() } else { summary.problems.join("; ") }
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Watch fan-out
+
+/// Parses `seq:sent_ns`.
+fn read_stamp(stamp: &str) -> Option<(u64, u64)> {
+    let (seq, sent) = stamp.split_once(':')?;
+    Some((seq.parse().ok()?, sent.parse().ok()?))
+}
+
+/// One watcher's view of the events.
+struct Tracker {
+    base: Instant,
+    total: u64,
+    next: u64,
+    latencies: Vec<u64>,
+    anomalies: u64,
+    first_problem: Option<String>,
+}
+
+impl Tracker {
+    fn new(base: Instant, total: u64) -> Tracker {
+        Tracker { base, total, next: 0, latencies: Vec::new(), anomalies: 0, first_problem: None }
+    }
+
+    fn on_stamp(&mut self, stamp: Option<&str>, now_ns: u64) {
+        match stamp.and_then(read_stamp) {
+            Some((seq, sent)) if seq == self.next => {
+                self.latencies.push(now_ns.saturating_sub(sent));
+                self.next += 1;
+            }
+            other => {
+                self.anomalies += 1;
+                if self.first_problem.is_none() {
+                    self.first_problem = Some(format!("expected seq {}, got {:?}", self.next, other.map(|s| s.0)));
+                }
+            }
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64
+    }
+
+    fn done(&self) -> bool {
+        self.next >= self.total
+    }
+}
+
+struct WatchOutcome {
+    latencies: Latencies,
+    delivered: u64,
+    expected: u64,
+    anomalies: u64,
+    first_problem: Option<String>,
+    events: u64,
+    writer_time: Duration,
+}
+
+impl WatchOutcome {
+    fn collect(trackers: Vec<Tracker>, events: u64, writer_time: Duration) -> WatchOutcome {
+        let expected = trackers.len() as u64 * events;
+        let delivered = trackers.iter().map(|t| t.next.min(events)).sum();
+        let anomalies = trackers.iter().map(|t| t.anomalies).sum();
+        let first_problem = trackers.iter().find_map(|t| t.first_problem.clone());
+        let latencies = Latencies::merge(trackers.into_iter().map(|t| t.latencies));
+        WatchOutcome { latencies, delivered, expected, anomalies, first_problem, events, writer_time }
+    }
+}
+
+fn watch_grace(config: &Config) -> Duration {
+    if config.quick { Duration::from_secs(5) } else { Duration::from_secs(15) }
+}
+
+fn writer_budget(config: &Config) -> Duration {
+    Duration::from_secs_f64(3.0 * config.watch_events as f64 / config.watch_rate + 2.0)
+}
+
+/// Creates up to `watch_events` stamped objects at `watch_rate` with `write(seq, stamp)`.
+async fn run_writer<F, Fut>(config: &Config, base: Instant, mut write: F) -> Result<(u64, Duration), String>
+where
+    F: FnMut(u64, String) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / config.watch_rate));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let started = Instant::now();
+    let budget = writer_budget(config);
+    let mut written = 0;
+    while written < config.watch_events && started.elapsed() < budget {
+        ticker.tick().await;
+        let sent = base.elapsed().as_nanos() as u64;
+        write(written, format!("{written}:{sent}")).await.map_err(|e| format!("watch writer {written}: {e}"))?;
+        written += 1;
+    }
+    Ok((written, started.elapsed()))
+}
+
+#[derive(Debug, Clone, Copy)]
+struct WatchControl {
+    target: u64,
+    stop: bool,
+}
+
+type ControlRx = tokio::sync::watch::Receiver<WatchControl>;
+
+fn on_control(control: &mut ControlRx, tracker: &mut Tracker) -> bool {
+    let c = *control.borrow_and_update();
+    tracker.total = tracker.total.min(c.target);
+    c.stop || tracker.done()
+}
+
+async fn finish_watchers(
+    tasks: Vec<tokio::task::JoinHandle<Tracker>>,
+    control: tokio::sync::watch::Sender<WatchControl>,
+    written: u64,
+    grace: Duration,
+) -> Vec<Tracker> {
+    let _ = control.send(WatchControl { target: written, stop: false });
+    let deadline = tokio::time::Instant::now() + grace;
+    let mut all = futures::future::join_all(tasks);
+    let joined = tokio::select! {
+        joined = &mut all => joined,
+        _ = tokio::time::sleep_until(deadline) => {
+            let _ = control.send(WatchControl { target: written, stop: true });
+            all.await
+        }
+    };
+    joined.into_iter().map(|r| r.expect("watcher task panicked")).collect()
+}
+
+async fn watch_store(bench: &Bench) -> Result<WatchOutcome, String> {
+    let config = &bench.config;
+    let base = Instant::now();
+    let prefix = "/registry/watchbench/";
+    let start = bench.store.status().await.map_err(|e| e.to_string())?.revision + 1;
+    let (control, controlled) = tokio::sync::watch::channel(WatchControl { target: config.watch_events, stop: false });
+    let mut tasks = Vec::with_capacity(config.watchers);
+    for _ in 0..config.watchers {
+        let request = WatchRequest::new(KeyRange::prefix(prefix)).from_revision(start);
+        let mut stream = bench.store.watch(request).await.map_err(|e| format!("store watch: {e}"))?;
+        let mut tracker = Tracker::new(base, config.watch_events);
+        let mut control = controlled.clone();
+        tasks.push(tokio::spawn(async move {
+            while !tracker.done() {
+                tokio::select! {
+                    item = stream.next() => match item {
+                        Some(Ok(response)) => {
+                            let now = tracker.now_ns();
+                            for event in &response.events {
+                                // The stored value is the object's JSON, as the API server writes it.
+                                let stamp = serde_json::from_slice::<serde_json::Value>(&event.kv.value)
+                                    .ok()
+                                    .and_then(|v| v.pointer("/data/stamp").and_then(|s| s.as_str()).map(str::to_owned));
+                                tracker.on_stamp(stamp.as_deref(), now);
+                            }
+                        }
+                        Some(Err(e)) => {
+                            tracker.first_problem.get_or_insert_with(|| format!("watch failed: {e}"));
+                            break;
+                        }
+                        None => break,
+                    },
+                    Ok(()) = control.changed() => if on_control(&mut control, &mut tracker) { break },
+                }
+            }
+            tracker
+        }));
+    }
+    let store = bench.store.clone();
+    let (written, writer_time) = run_writer(config, base, |seq, stamp| {
+        let store = store.clone();
+        async move {
+            let value = configmap(&format!("w-{seq}"), Some(&stamp));
+            store.create(&format!("{prefix}w-{seq}"), Bytes::from(value), None).await.map(drop).map_err(|e| e.to_string())
+        }
+    })
+    .await?;
+    let trackers = finish_watchers(tasks, control, written, watch_grace(config)).await;
+    Ok(WatchOutcome::collect(trackers, written, writer_time))
+}
+
+async fn watch_api(bench: &Bench, mode: &str) -> Result<WatchOutcome, String> {
+    let config = &bench.config;
+    let base = Instant::now();
+    // A fresh namespace per mode: only this run's objects are watched.
+    let ns = format!("bench-watch-{mode}");
+    let admin = ApiConn::InProc(bench.router.clone());
+    let body = format!(r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"{ns}"}}}}"#);
+    admin.expect(Method::POST, "/api/v1/namespaces", body.into(), StatusCode::CREATED).await?;
+    let revision = bench.store.status().await.map_err(|e| e.to_string())?.revision;
+    let path = format!("/api/v1/namespaces/{ns}/configmaps?watch=true&resourceVersion={revision}");
+    let (control, controlled) = tokio::sync::watch::channel(WatchControl { target: config.watch_events, stop: false });
+    let mut tasks = Vec::with_capacity(config.watchers);
+    let mut h2: Option<ApiConn> = None;
+    for w in 0..config.watchers {
+        let tracker = Tracker::new(base, config.watch_events);
+        let control = controlled.clone();
+        match mode {
+            "inproc" => {
+                let mut request = admin.request(Method::GET, &path, Bytes::new()).map(axum::body::Body::new);
+                request.extensions_mut().insert(Identity(UserInfo::new(ADMIN, &["system:masters"])));
+                let response = bench.router.clone().oneshot(request).await.map_err(|e| e.to_string())?;
+                if response.status() != StatusCode::OK {
+                    return Err(format!("watch: {}", response.status()));
+                }
+                tasks.push(tokio::spawn(watcher(response.into_body(), tracker, control)));
+            }
+            "https" | "https1" => {
+                let conn = if mode == "https1" {
+                    bench.https.h1().await?
+                } else {
+                    if w % WATCHES_PER_CONNECTION == 0 {
+                        h2 = Some(bench.https.h2().await?);
+                    }
+                    h2.clone().expect("an HTTP/2 connection")
+                };
+                let request = conn.request(Method::GET, &path, Bytes::new());
+                let response = match &conn {
+                    ApiConn::H2(send) => send.clone().send_request(request).await.map_err(|e| e.to_string())?,
+                    ApiConn::H1(send) => {
+                        let mut send = send.lock().await;
+                        send.ready().await.map_err(|e| e.to_string())?;
+                        send.send_request(request).await.map_err(|e| e.to_string())?
+                    }
+                    ApiConn::InProc(_) => unreachable!(),
+                };
+                if response.status() != StatusCode::OK {
+                    return Err(format!("watch: {}", response.status()));
+                }
+                tasks.push(tokio::spawn(watcher(response.into_body(), tracker, control)));
+            }
+            other => return Err(format!("unknown mode {other}")),
+        }
+    }
+    let create_path = format!("/api/v1/namespaces/{ns}/configmaps");
+    let (written, writer_time) = run_writer(config, base, |seq, stamp| {
+        let admin = admin.clone();
+        let path = create_path.clone();
+        async move {
+            let body = Bytes::from(configmap(&format!("w-{seq}"), Some(&stamp)));
+            admin.expect(Method::POST, &path, body, StatusCode::CREATED).await.map(drop)
+        }
+    })
+    .await?;
+    let trackers = finish_watchers(tasks, control, written, watch_grace(config)).await;
+    Ok(WatchOutcome::collect(trackers, written, writer_time))
+}
+
+/// Reads a watch response (one JSON event per line) into `tracker`.
+async fn watcher<B>(mut body: B, mut tracker: Tracker, mut control: ControlRx) -> Tracker
+where
+    B: http_body::Body<Data = Bytes> + Unpin + Send,
+    B::Error: std::fmt::Display,
+{
+    let mut buffer: Vec<u8> = Vec::new();
+    while !tracker.done() {
+        tokio::select! {
+            frame = body.frame() => match frame {
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else { continue };
+                    let now = tracker.now_ns();
+                    buffer.extend_from_slice(&data);
+                    while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                        let line: Vec<u8> = buffer.drain(..=end).collect();
+                        let Ok(event) = serde_json::from_slice::<serde_json::Value>(&line) else {
+                            tracker.first_problem.get_or_insert_with(|| "an undecodable watch event".into());
+                            tracker.anomalies += 1;
+                            continue;
+                        };
+                        match event.get("type").and_then(|t| t.as_str()) {
+                            Some("ADDED") => tracker.on_stamp(event.pointer("/object/data/stamp").and_then(|s| s.as_str()), now),
+                            Some("BOOKMARK") => {}
+                            other => {
+                                tracker.anomalies += 1;
+                                tracker.first_problem.get_or_insert_with(|| format!("unexpected event {other:?}: {event}"));
+                            }
+                        }
+                    }
+                }
+                Some(Err(e)) => {
+                    tracker.first_problem.get_or_insert_with(|| format!("watch failed: {e}"));
+                    break;
+                }
+                None => break,
+            },
+            Ok(()) = control.changed() => if on_control(&mut control, &mut tracker) { break },
+        }
+    }
+    tracker
+}
+
+fn report_watch(mode: &str, o: &WatchOutcome, store: Option<&WatchOutcome>, config: &Config, summary: &mut Summary) {
+    let p50 = o.latencies.percentile(50.0);
+    let p99 = o.latencies.percentile(99.0);
+    let compare = store.map_or(String::new(), |s| {
+        let sp99 = s.latencies.percentile(99.0);
+        format!(
+            " store_p50_ms={} store_p99_ms={} ratio_p99={:.2}",
+            fmt_ms(s.latencies.percentile(50.0)),
+            fmt_ms(sp99),
+            p99.as_secs_f64() / sp99.as_secs_f64().max(1e-9)
+        )
+    });
+    println!(
+        "apiserver op=watch mode={mode} watchers={} events={} p50_ms={} p99_ms={} delivered={}/{}{compare}",
+        config.watchers,
+        o.events,
+        fmt_ms(p50),
+        fmt_ms(p99),
+        o.delivered,
+        o.expected,
+    );
+    let rate = o.events as f64 / o.writer_time.as_secs_f64().max(1e-9);
+    eprintln!(
+        "  watch {mode}: writer created {}/{} at {rate:.0}/s; delivery max {}ms",
+        o.events,
+        config.watch_events,
+        fmt_ms(o.latencies.max())
+    );
+    if o.events < config.watch_events {
+        summary.notes.push(format!("watch {mode}: the writer could not keep {:.0}/s", config.watch_rate));
+    }
+    if o.anomalies > 0 || o.first_problem.is_some() {
+        summary.problems.push(format!(
+            "watch {mode}: {} out-of-order, duplicate or undecodable events{}",
+            o.anomalies,
+            o.first_problem.as_ref().map(|p| format!(" (first: {p})")).unwrap_or_default()
+        ));
+    } else if o.delivered < o.expected {
+        summary.notes.push(format!("watch {mode}: {} events not delivered in time", o.expected - o.delivered));
+    }
+}
