@@ -1,1 +1,6 @@
-//! Integration tests.
+//! Integration tests: the scheduler against an in-process API server.
+
+mod sched {
+    pub mod basic;
+    pub mod support;
+}
