@@ -249,6 +249,7 @@ mod tests {
                 "NodeAffinity",
                 "NodePorts",
                 "NodeResourcesFit",
+                "PodTopologySpread",
                 "InterPodAffinity"
             ]
         );
@@ -259,6 +260,7 @@ mod tests {
                 ("TaintToleration", 3),
                 ("NodeAffinity", 2),
                 ("NodeResourcesFit", 1),
+                ("PodTopologySpread", 2),
                 ("InterPodAffinity", 2),
                 ("NodeResourcesBalancedAllocation", 1),
                 ("ImageLocality", 1)

@@ -11,6 +11,7 @@ pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod pod_topology_spread;
 pub mod queue_sort;
 pub mod taint_toleration;
 
@@ -28,5 +29,6 @@ pub fn register_all(r: &mut Registry) {
     r.register(balanced_allocation::NAME, |a, _| balanced_allocation::factory(a));
     r.register(image_locality::NAME, |_, _| Ok(image_locality::factory()));
     r.register(inter_pod_affinity::NAME, |a, h| inter_pod_affinity::factory(a, h.namespaces.clone()));
+    r.register(pod_topology_spread::NAME, |_, _| Ok(pod_topology_spread::factory()));
     r.register(default_binder::NAME, |_, h| Ok(default_binder::factory(h)));
 }
