@@ -2,5 +2,6 @@
 
 mod sched {
     pub mod basic;
+    pub mod leader;
     pub mod support;
 }
