@@ -2,6 +2,7 @@
 
 mod sched {
     pub mod basic;
+    pub mod kubectl;
     pub mod leader;
     pub mod support;
 }
