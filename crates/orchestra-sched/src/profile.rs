@@ -266,6 +266,7 @@ mod tests {
                 ("ImageLocality", 1)
             ]
         );
+        assert_eq!(p.post_filter.len(), 1);
     }
 
     #[test]

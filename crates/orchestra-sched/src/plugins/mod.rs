@@ -3,6 +3,7 @@
 
 pub mod balanced_allocation;
 pub mod default_binder;
+pub mod default_preemption;
 pub mod helpers;
 pub mod image_locality;
 pub mod inter_pod_affinity;
@@ -30,5 +31,6 @@ pub fn register_all(r: &mut Registry) {
     r.register(image_locality::NAME, |_, _| Ok(image_locality::factory()));
     r.register(inter_pod_affinity::NAME, |a, h| inter_pod_affinity::factory(a, h.namespaces.clone()));
     r.register(pod_topology_spread::NAME, |_, _| Ok(pod_topology_spread::factory()));
+    r.register(default_preemption::NAME, |_, h| Ok(default_preemption::factory(h)));
     r.register(default_binder::NAME, |_, h| Ok(default_binder::factory(h)));
 }

@@ -46,7 +46,9 @@ async fn unschedulable_pod_gets_condition_and_event_then_fits_when_a_node_comes(
     .await;
     let _s = start(&client, SchedulerConfiguration::default());
     create_pod(&client, PodBuilder::new("big").cpu("2").build()).await;
-    let want = "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}.";
+    let want = "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}. \
+                preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, \
+                1 Preemption is not helpful for scheduling.";
     let p = wait_pod(&client, "default", "big", |p| {
         p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
             c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
@@ -106,4 +108,32 @@ async fn two_profiles_and_foreign_scheduler_names() {
     create_pod(&client, PodBuilder::new("other").scheduler("someone-else").build()).await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert!(node_of(&api.get("other").await.unwrap()).is_none());
+}
+
+#[tokio::test]
+async fn preemption_deletes_victims_and_nominates_the_node() {
+    let (_server, client) = server().await;
+    create_nodes(&client, vec![NodeBuilder::new("n").cpu("2").memory("8Gi").build()]).await;
+    let _s = start(&client, SchedulerConfiguration::default());
+    create_pod(&client, PodBuilder::new("low").cpu("1500m").priority(1).build()).await;
+    wait_pod(&client, "default", "low", |p| node_of(p).is_some()).await;
+    create_pod(&client, PodBuilder::new("high").cpu("1").priority(100).build()).await;
+    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    let mut nominated = false;
+    for _ in 0..200 {
+        let h = api.get("high").await.unwrap();
+        if h.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()) == Some("n") || node_of(&h) == Some("n") {
+            nominated = true;
+        }
+        if node_of(&h) == Some("n") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(nominated, "high is nominated to n");
+    assert!(api.get_opt("low").await.unwrap().is_none_or(|p| p.metadata.deletion_timestamp.is_some()), "low was preempted");
+    // No kubelet here: finish the graceful deletion as a node agent would.
+    let _ = api.delete("low", &kube::api::DeleteParams::default().grace_period(0)).await;
+    let p = wait_pod(&client, "default", "high", |p| node_of(p).is_some()).await;
+    assert_eq!(node_of(&p), Some("n"));
 }
