@@ -83,6 +83,8 @@ struct Inner {
     heap: Vec<QueuedPodInfo>,
     backoff: BTreeMap<(Instant, u64), String>,
     pods: HashMap<String, (QueuedPodInfo, Place)>,
+    /// Keys of unschedulable pods (may hold stale keys; checked against `pods`).
+    unschedulable: HashSet<String>,
     in_flight: HashSet<String>,
     cycle: u64,
     move_request_cycle: u64,
@@ -125,6 +127,7 @@ impl SchedulingQueue {
                 heap: Vec::new(),
                 backoff: BTreeMap::new(),
                 pods: HashMap::new(),
+                unschedulable: HashSet::new(),
                 in_flight: HashSet::new(),
                 cycle: 0,
                 move_request_cycle: 0,
@@ -307,6 +310,7 @@ impl SchedulingQueue {
         if error || inner.move_request_cycle >= q.cycle || q.unschedulable_plugins.is_empty() {
             self.to_backoff_or_active(&mut inner, q);
         } else {
+            inner.unschedulable.insert(uid.clone());
             inner.pods.insert(uid, (q, Place::Unschedulable));
         }
     }
@@ -319,11 +323,18 @@ impl SchedulingQueue {
     /// A cluster event happened: unschedulable pods whose rejecting plugins
     /// registered for it go back to the active (or backoff) queue.
     pub fn on_event(&self, event: ClusterEvent) {
-        let mut inner = self.inner.lock();
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
         inner.move_request_cycle = inner.cycle;
+        if inner.unschedulable.is_empty() {
+            return;
+        }
+        let pods = &inner.pods;
+        inner.unschedulable.retain(|k| matches!(pods.get(k), Some((_, Place::Unschedulable))));
         let moving: Vec<String> = inner
-            .pods
+            .unschedulable
             .iter()
+            .filter_map(|k| inner.pods.get(k).map(|v| (k, v)))
             .filter(|(_, (q, place))| {
                 *place == Place::Unschedulable
                     && (q.unschedulable_plugins.is_empty()
@@ -334,8 +345,9 @@ impl SchedulingQueue {
             .map(|(k, _)| k.clone())
             .collect();
         for uid in moving {
+            inner.unschedulable.remove(&uid);
             let (q, _) = inner.pods.remove(&uid).expect("present");
-            self.to_backoff_or_active(&mut inner, q);
+            self.to_backoff_or_active(inner, q);
         }
     }
 
@@ -354,12 +366,15 @@ impl SchedulingQueue {
             }
         }
         let stale: Vec<String> = inner
-            .pods
+            .unschedulable
             .iter()
-            .filter(|(_, (q, p))| *p == Place::Unschedulable && now - q.timestamp >= self.options.max_unschedulable)
-            .map(|(k, _)| k.clone())
+            .filter(|k| {
+                matches!(inner.pods.get(*k), Some((q, Place::Unschedulable)) if now - q.timestamp >= self.options.max_unschedulable)
+            })
+            .cloned()
             .collect();
         for uid in stale {
+            inner.unschedulable.remove(&uid);
             let (q, _) = inner.pods.remove(&uid).expect("present");
             self.to_backoff_or_active(&mut inner, q);
         }

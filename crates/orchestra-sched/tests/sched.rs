@@ -5,4 +5,5 @@ mod sched {
     pub mod kubectl;
     pub mod leader;
     pub mod support;
+    pub mod throughput;
 }
