@@ -1,7 +1,40 @@
 //! # orchestra-sched
 //!
-//! Will hold the scheduling framework (extension-point traits, queue, node snapshot, plugins, preemption).
+//! A Kubernetes-compatible scheduler as a library: the scheduling framework
+//! (one trait per extension point in [`framework`], status codes, cycle
+//! state), a [`Registry`](registry::Registry) of plugins by name, profiles
+//! built from configuration ([`config`], YAML/JSON or code), the scheduling
+//! [`queue`] (active, backoff, unschedulable with cluster-event hints), the
+//! [`cache`] of node infos with assumed pods and per-cycle [`snapshot`]s, the
+//! decision [`algorithm`] (percentageOfNodesToScore, parallel filter and
+//! score), every built-in [`plugins`] (filters, scores, DefaultPreemption,
+//! DefaultBinder), and the [`Scheduler`](scheduler::Scheduler) that watches
+//! nodes and pods through the API and binds through `pods/binding`.
 //!
-//! Not implemented yet: this crate is a placeholder in the workspace so that
-//! the crate map and the dependency direction are fixed from the start. Its
-//! content is tracked by issue 4.
+//! ```no_run
+//! # async fn run(client: kube::Client) -> Result<(), orchestra_sched::scheduler::Error> {
+//! use orchestra_sched::scheduler::SchedulerBuilder;
+//! SchedulerBuilder::new(client).build()?.run().await
+//! # }
+//! ```
+
+pub mod algorithm;
+pub mod cache;
+pub mod config;
+pub mod events;
+pub mod framework;
+pub mod leader;
+pub mod metrics;
+pub mod node_info;
+pub mod plugins;
+pub mod profile;
+pub mod queue;
+pub mod registry;
+pub mod resource;
+pub mod scheduler;
+pub mod snapshot;
+pub mod testing;
+
+pub use config::{ProfileConfig, SchedulerConfiguration};
+pub use registry::{PluginSet, Registry};
+pub use scheduler::{Scheduler, SchedulerBuilder};

@@ -1,0 +1,319 @@
+//! Scheduler benchmark: kube-scheduler's `scheduler_perf` workload shapes.
+//!
+//! `cargo bench -p orchestra-benches --bench scheduler [-- --quick] [--store mem|rocks]`
+//!
+//! End to end: an in-process API server on the embedded store (RocksStore
+//! in a scratch directory by default, MemStore with `--store mem`), nodes
+//! created through the API, the scheduler running against it through a
+//! `kube::Client`, pods created through the API while it runs and bound
+//! through `pods/binding`. Throughput is measured pods bound per second from
+//! the first measured create to the last binding seen by a watch. Then the
+//! algorithm alone (no API: a cache, the default profile, assume after each
+//! decision). One line per workload:
+//! `sched workload=NAME nodes=N pods=P pods_per_s=X kube_floor=Y ratio=R cpu_stddev=S`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use orchestra_benches::args::Args;
+use orchestra_benches::sys;
+use orchestra_core::server::ApiServer;
+use orchestra_sched::algorithm::{Algorithm, AlgorithmOptions, Decision};
+use orchestra_sched::cache::Cache;
+use orchestra_sched::framework::CycleState;
+use orchestra_sched::node_info::PodInfo;
+use orchestra_sched::profile::Profile;
+use orchestra_sched::testing::{NodeBuilder, PodBuilder};
+use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
+use orchestra_store::{MemStore, RocksStore, Store};
+
+const USAGE: &str = "\
+usage: cargo bench -p orchestra-benches --bench scheduler [-- OPTIONS]
+
+  --quick              short run (< 2 minutes): smaller workloads
+  --store rocks|mem    the API server's store (default rocks, in $ORCHESTRA_BENCH_DIR)
+  --workloads A,B      subset (SchedulingBasic,NodeAffinity,PodAntiAffinity,PodAffinity,TopologySpread,Preemption)
+  --mode e2e,algo      end to end through the API, the algorithm alone, or both (default both)
+  --create-concurrency N  concurrent pod creates (default 64)";
+
+#[derive(Clone)]
+struct Workload {
+    name: &'static str,
+    nodes: usize,
+    init_pods: usize,
+    pods: usize,
+    floor: Option<f64>,
+    node: fn(usize) -> Node,
+    init_pod: fn(usize) -> Pod,
+    pod: fn(usize) -> Pod,
+}
+
+fn basic_node(i: usize) -> Node {
+    NodeBuilder::new(&format!("node-{i}"))
+        .cpu("4")
+        .memory("32Gi")
+        .pods("110")
+        .label("topology.kubernetes.io/zone", &format!("zone{}", i % 3))
+        .build()
+}
+fn basic_pod(i: usize) -> Pod {
+    PodBuilder::new(&format!("pod-{i}")).cpu("100m").memory("500Mi").build()
+}
+fn init_pod(i: usize) -> Pod {
+    PodBuilder::new(&format!("init-{i}")).cpu("100m").memory("500Mi").build()
+}
+fn affinity_node(i: usize) -> Node {
+    let mut n = basic_node(i);
+    n.metadata.labels.as_mut().unwrap().insert("disktype".into(), if i % 2 == 0 { "ssd" } else { "hdd" }.into());
+    n
+}
+fn node_affinity_pod(i: usize) -> Pod {
+    PodBuilder::new(&format!("pod-{i}")).cpu("100m").memory("500Mi").required_node_affinity("disktype", "In", &["ssd"]).build()
+}
+fn anti_affinity_pod(i: usize) -> Pod {
+    PodBuilder::new(&format!("pod-{i}"))
+        .cpu("100m")
+        .memory("500Mi")
+        .label("color", "green")
+        .pod_anti_affinity(&[("color", "green")], "kubernetes.io/hostname")
+        .build()
+}
+fn anti_affinity_init(i: usize) -> Pod {
+    PodBuilder::new(&format!("init-{i}"))
+        .cpu("100m")
+        .memory("500Mi")
+        .label("color", "green")
+        .pod_anti_affinity(&[("color", "green")], "kubernetes.io/hostname")
+        .build()
+}
+fn affinity_pod(i: usize) -> Pod {
+    PodBuilder::new(&format!("pod-{i}"))
+        .cpu("100m")
+        .memory("500Mi")
+        .label("foo", "")
+        .pod_affinity(&[("foo", "")], "topology.kubernetes.io/zone")
+        .build()
+}
+fn affinity_init(i: usize) -> Pod {
+    PodBuilder::new(&format!("init-{i}")).cpu("100m").memory("500Mi").label("foo", "").build()
+}
+fn spread_pod(i: usize) -> Pod {
+    PodBuilder::new(&format!("pod-{i}"))
+        .cpu("100m")
+        .memory("500Mi")
+        .label("app", "spread")
+        .spread(1, "topology.kubernetes.io/zone", "DoNotSchedule", &[("app", "spread")])
+        .build()
+}
+fn preemption_node(i: usize) -> Node {
+    NodeBuilder::new(&format!("node-{i}")).cpu("4").memory("32Gi").pods("110").build()
+}
+fn low_pod(i: usize) -> Pod {
+    PodBuilder::new(&format!("init-{i}")).cpu("900m").memory("500Mi").priority(1).build()
+}
+fn high_pod(i: usize) -> Pod {
+    PodBuilder::new(&format!("pod-{i}")).cpu("3").memory("500Mi").priority(10).build()
+}
+
+fn workloads(quick: bool) -> Vec<Workload> {
+    let q = |full: usize, small: usize| if quick { small } else { full };
+    vec![
+        Workload { name: "SchedulingBasic", nodes: 5000, init_pods: q(1000, 500), pods: q(10_000, 5000), floor: Some(680.0), node: basic_node, init_pod, pod: basic_pod },
+        Workload { name: "NodeAffinity", nodes: q(5000, 1000), init_pods: q(1000, 200), pods: q(10_000, 2000), floor: Some(220.0), node: affinity_node, init_pod, pod: node_affinity_pod },
+        Workload { name: "PodAntiAffinity", nodes: q(5000, 1000), init_pods: q(1000, 100), pods: q(1000, 500), floor: Some(60.0), node: basic_node, init_pod: anti_affinity_init, pod: anti_affinity_pod },
+        Workload { name: "PodAffinity", nodes: q(5000, 1000), init_pods: q(1000, 100), pods: q(1000, 500), floor: Some(35.0), node: basic_node, init_pod: affinity_init, pod: affinity_pod },
+        Workload { name: "TopologySpread", nodes: q(5000, 1000), init_pods: q(1000, 100), pods: q(5000, 1000), floor: None, node: basic_node, init_pod, pod: spread_pod },
+        Workload { name: "Preemption", nodes: q(500, 100), init_pods: q(2000, 400), pods: q(500, 100), floor: Some(570.0), node: preemption_node, init_pod: low_pod, pod: high_pod },
+    ]
+}
+
+fn stddev(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    (values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / values.len() as f64).sqrt()
+}
+
+fn line(mode: &str, w: &Workload, pods: usize, rate: f64, cpu_stddev: f64) {
+    let (floor, ratio) = match w.floor {
+        Some(f) => (format!("{f:.0}"), format!("{:.2}", rate / f)),
+        None => ("-".into(), "-".into()),
+    };
+    println!(
+        "sched workload={} nodes={} pods={} pods_per_s={:.0} kube_floor={} ratio={} cpu_stddev={:.1} mode={}",
+        w.name, w.nodes, pods, rate, floor, ratio, cpu_stddev, mode
+    );
+}
+
+fn algorithm_alone(w: &Workload) {
+    let profile = Profile::default_profile();
+    let cache = Cache::new();
+    for i in 0..w.nodes {
+        cache.upsert_node(Arc::new((w.node)(i)));
+    }
+    let mut alg = Algorithm::new(AlgorithmOptions::default());
+    let mut place = |pod: Pod, alg: &mut Algorithm| -> bool {
+        let info = Arc::new(PodInfo::new(Arc::new(pod)));
+        let snapshot = cache.snapshot();
+        match alg.schedule(&profile, &mut CycleState::new(), &info, &snapshot) {
+            Decision::Fit { node, .. } => {
+                cache.assume(info, &node);
+                true
+            }
+            _ => false,
+        }
+    };
+    for i in 0..w.init_pods {
+        place(with_uid((w.init_pod)(i), "init", i), &mut alg);
+    }
+    let start = Instant::now();
+    let mut ok = 0;
+    for i in 0..w.pods {
+        if place(with_uid((w.pod)(i), "pod", i), &mut alg) {
+            ok += 1;
+        }
+    }
+    let rate = ok as f64 / start.elapsed().as_secs_f64();
+    let snap = cache.snapshot();
+    let cpus: Vec<f64> = snap.nodes.iter().map(|n| n.requested.milli_cpu as f64).collect();
+    line("algo", w, ok, rate, stddev(&cpus));
+}
+
+fn with_uid(mut p: Pod, kind: &str, i: usize) -> Pod {
+    p.metadata.uid = Some(format!("{kind}-{i}"));
+    p
+}
+
+async fn create_all<T>(api: &Api<T>, objs: Vec<T>, concurrency: usize)
+where
+    T: Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
+{
+    futures::stream::iter(objs)
+        .map(|o| {
+            let api = api.clone();
+            async move {
+                let mut o = o;
+                o.meta_mut().uid = None;
+                if let Err(e) = api.create(&PostParams::default(), &o).await {
+                    eprintln!("create failed: {e}");
+                }
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+async fn end_to_end(w: &Workload, store_kind: &str, concurrency: usize) {
+    let (store, _dir): (Arc<dyn Store>, Option<tempfile::TempDir>) = if store_kind == "mem" {
+        (Arc::new(MemStore::new()), None)
+    } else {
+        let dir = sys::scratch_dir("orchestra-sched-bench").expect("scratch dir");
+        (Arc::new(RocksStore::open(dir.path()).await.expect("rocks opens")), Some(dir))
+    };
+    let server = ApiServer::new(store).await.expect("server");
+    let client = orchestra_core::client::in_process(&server, "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    create_all(&nodes, (0..w.nodes).map(w.node).collect(), concurrency).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // Count bindings through a watch.
+    let bound = Arc::new(parking_lot::Mutex::new(HashSet::<String>::new()));
+    let notify = Arc::new(tokio::sync::Notify::new());
+    {
+        let (bound, notify, pods) = (bound.clone(), notify.clone(), pods.clone());
+        tokio::spawn(async move {
+            let mut s = kube::runtime::watcher(pods, kube::runtime::watcher::Config::default()).boxed();
+            while let Some(ev) = s.next().await {
+                if let Ok(kube::runtime::watcher::Event::Apply(p) | kube::runtime::watcher::Event::InitApply(p)) = ev {
+                    if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+                        bound.lock().insert(p.metadata.name.clone().unwrap_or_default());
+                        notify.notify_one();
+                    }
+                }
+            }
+        });
+    }
+    let config = SchedulerConfiguration::default();
+    let scheduler = SchedulerBuilder::new(client.clone()).config(config).build().expect("scheduler");
+    let metrics = scheduler.metrics().clone();
+    let task = tokio::spawn(scheduler.run());
+    let wait_bound = |n: usize, deadline: Duration| {
+        let (bound, notify) = (bound.clone(), notify.clone());
+        async move {
+            let end = Instant::now() + deadline;
+            while bound.lock().len() < n && Instant::now() < end {
+                let _ = tokio::time::timeout(Duration::from_millis(100), notify.notified()).await;
+            }
+        }
+    };
+    create_all(&pods, (0..w.init_pods).map(w.init_pod).collect(), concurrency).await;
+    let init_expected = if w.name == "PodAntiAffinity" { w.init_pods.min(w.nodes) } else { w.init_pods };
+    wait_bound(init_expected, Duration::from_secs(120)).await;
+    let before = bound.lock().len();
+    let start = Instant::now();
+    create_all(&pods, (0..w.pods).map(w.pod).collect(), concurrency).await;
+    let expected = match w.name {
+        "PodAntiAffinity" => (w.nodes.saturating_sub(before)).min(w.pods),
+        _ => w.pods,
+    };
+    wait_bound(before + expected, Duration::from_secs(if w.name == "Preemption" { 60 } else { 300 })).await;
+    let done = bound.lock().len() - before;
+    let elapsed = start.elapsed().as_secs_f64();
+    let rate = done as f64 / elapsed;
+    task.abort();
+    let list = pods.list(&ListParams::default()).await.expect("list");
+    let mut per_node: HashMap<String, f64> = HashMap::new();
+    for p in &list.items {
+        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            *per_node.entry(n).or_default() += orchestra_sched::resource::pod_requests(p, false).milli_cpu as f64;
+        }
+    }
+    let cpus: Vec<f64> = (0..w.nodes).map(|i| per_node.get(&format!("node-{i}")).copied().unwrap_or(0.0)).collect();
+    line(&format!("e2e-{store_kind}"), w, done, rate, stddev(&cpus));
+    let _ = metrics;
+}
+
+fn main() -> std::process::ExitCode {
+    let args = match Args::from_env(&["quick", "help"]) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}\n{USAGE}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    if args.flag("help") {
+        println!("{USAGE}");
+        return std::process::ExitCode::SUCCESS;
+    }
+    let quick = args.flag("quick");
+    let store: String = args.get("store", "rocks".to_string()).unwrap_or_else(|_| "rocks".into());
+    let concurrency: usize = args.get("create-concurrency", 64).unwrap_or(64);
+    let modes: Vec<String> = args.list("mode", &["e2e".to_string(), "algo".to_string()]).unwrap_or_default();
+    let only: Vec<String> = args.list("workloads", &[]).unwrap_or_default();
+    println!(
+        "# scheduler benchmark: {} CPUs ({}), {:.0} GiB, load {}; store={store}{}",
+        sys::nproc(),
+        sys::cpu_model(),
+        sys::memory_gib(),
+        sys::load_average(),
+        if quick { " (quick)" } else { "" }
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    for w in workloads(quick) {
+        if !only.is_empty() && !only.iter().any(|o| o == w.name) {
+            continue;
+        }
+        if modes.iter().any(|m| m == "e2e") {
+            rt.block_on(end_to_end(&w, &store, concurrency));
+        }
+        if modes.iter().any(|m| m == "algo") {
+            algorithm_alone(&w);
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}

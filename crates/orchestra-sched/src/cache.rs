@@ -1,0 +1,214 @@
+//! The scheduler's cache: node infos kept up to date from watches, pods
+//! assumed on their node from Reserve until the binding is seen.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use parking_lot::Mutex;
+
+use crate::node_info::{NodeInfo, PodInfo};
+use crate::snapshot::Snapshot;
+
+#[derive(Debug, Clone)]
+struct PodState {
+    info: Arc<PodInfo>,
+    node: String,
+    assumed: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    nodes: Vec<Arc<NodeInfo>>,
+    index: Arc<HashMap<String, usize>>,
+    pods: HashMap<String, PodState>,
+    /// Pods bound to nodes the cache has not seen yet.
+    orphans: HashMap<String, Vec<Arc<PodInfo>>>,
+    images: Arc<HashMap<String, usize>>,
+    images_dirty: bool,
+}
+
+/// Node infos and pod placements, shared by the watch handlers, the
+/// scheduling loop and the binding tasks.
+#[derive(Default)]
+pub struct Cache {
+    inner: Mutex<Inner>,
+}
+
+impl Inner {
+    fn node_mut(&mut self, name: &str) -> Option<&mut NodeInfo> {
+        let i = *self.index.get(name)?;
+        Some(Arc::make_mut(&mut self.nodes[i]))
+    }
+    fn add_pod_to_node(&mut self, node: &str, info: Arc<PodInfo>) {
+        match self.node_mut(node) {
+            Some(n) => n.add_pod(info),
+            None => self.orphans.entry(node.to_owned()).or_default().push(info),
+        }
+    }
+    fn remove_pod_from_node(&mut self, node: &str, uid: &str) {
+        if let Some(n) = self.node_mut(node) {
+            n.remove_pod(uid);
+        } else if let Some(o) = self.orphans.get_mut(node) {
+            o.retain(|p| p.uid() != uid);
+        }
+    }
+}
+
+impl Cache {
+    /// An empty cache.
+    pub fn new() -> Cache {
+        Cache::default()
+    }
+
+    /// Adds or updates a node.
+    pub fn upsert_node(&self, node: Arc<Node>) {
+        let mut inner = self.inner.lock();
+        let name = node.metadata.name.clone().unwrap_or_default();
+        inner.images_dirty = true;
+        if let Some(n) = inner.node_mut(&name) {
+            n.set_node(node);
+            return;
+        }
+        let mut info = NodeInfo::new(node);
+        for p in inner.orphans.remove(&name).unwrap_or_default() {
+            info.add_pod(p);
+        }
+        let i = inner.nodes.len();
+        inner.nodes.push(Arc::new(info));
+        Arc::make_mut(&mut inner.index).insert(name, i);
+    }
+
+    /// Removes a node (its pods stay known, as orphans).
+    pub fn remove_node(&self, name: &str) {
+        let mut inner = self.inner.lock();
+        let Some(i) = inner.index.get(name).copied() else { return };
+        let info = inner.nodes.swap_remove(i);
+        let index = Arc::make_mut(&mut inner.index);
+        index.remove(name);
+        if i < inner.nodes.len() {
+            let moved = inner.nodes[i].name().to_owned();
+            Arc::make_mut(&mut inner.index).insert(moved, i);
+        }
+        inner.orphans.insert(name.to_owned(), info.pods.clone());
+        inner.images_dirty = true;
+    }
+
+    /// Records that `pod` runs on `node` (from the watch): confirms an
+    /// assumed pod, moves a pod whose node changed.
+    pub fn add_pod(&self, info: Arc<PodInfo>, node: &str) {
+        let mut inner = self.inner.lock();
+        let uid = info.uid().to_owned();
+        if let Some(old) = inner.pods.get(&uid).cloned() {
+            inner.remove_pod_from_node(&old.node, &uid);
+        }
+        inner.add_pod_to_node(node, info.clone());
+        inner.pods.insert(uid, PodState { info, node: node.to_owned(), assumed: false });
+    }
+
+    /// Forgets a pod (deleted or terminated).
+    pub fn remove_pod(&self, uid: &str) {
+        let mut inner = self.inner.lock();
+        if let Some(old) = inner.pods.remove(uid) {
+            inner.remove_pod_from_node(&old.node, uid);
+        }
+    }
+
+    /// Places `pod` on `node` before its binding lands.
+    pub fn assume(&self, info: Arc<PodInfo>, node: &str) {
+        let mut inner = self.inner.lock();
+        let uid = info.uid().to_owned();
+        inner.add_pod_to_node(node, info.clone());
+        inner.pods.insert(uid, PodState { info, node: node.to_owned(), assumed: true });
+    }
+
+    /// Undoes [`assume`](Self::assume) (binding failed) unless the watch
+    /// confirmed the pod meanwhile.
+    pub fn forget(&self, uid: &str) {
+        let mut inner = self.inner.lock();
+        if inner.pods.get(uid).is_some_and(|p| p.assumed) {
+            let old = inner.pods.remove(uid).expect("present");
+            inner.remove_pod_from_node(&old.node, uid);
+        }
+    }
+
+    /// Whether `uid` is assumed or bound in the cache.
+    pub fn is_placed(&self, uid: &str) -> bool {
+        self.inner.lock().pods.contains_key(uid)
+    }
+
+    /// The node `uid` is placed on.
+    pub fn pod_node(&self, uid: &str) -> Option<String> {
+        self.inner.lock().pods.get(uid).map(|p| p.node.clone())
+    }
+
+    /// The pod with `uid`, if placed.
+    pub fn pod(&self, uid: &str) -> Option<Arc<PodInfo>> {
+        self.inner.lock().pods.get(uid).map(|p| p.info.clone())
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.inner.lock().nodes.len()
+    }
+
+    /// Number of placed pods (assumed included).
+    pub fn pod_count(&self) -> usize {
+        self.inner.lock().pods.len()
+    }
+
+    /// The current nodes as a snapshot for one cycle.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut inner = self.inner.lock();
+        if inner.images_dirty {
+            let mut images: HashMap<String, usize> = HashMap::new();
+            for n in &inner.nodes {
+                for name in n.images.keys() {
+                    *images.entry(name.clone()).or_default() += 1;
+                }
+            }
+            inner.images = Arc::new(images);
+            inner.images_dirty = false;
+        }
+        Snapshot { nodes: inner.nodes.clone(), index: inner.index.clone(), image_nodes: inner.images.clone() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn assume_forget_confirm() {
+        let cache = Cache::new();
+        cache.upsert_node(Arc::new(NodeBuilder::new("n1").cpu("4").build()));
+        let pod = Arc::new(PodInfo::new(Arc::new(PodBuilder::new("p").uid("u1").cpu("1").build())));
+        cache.assume(pod.clone(), "n1");
+        let snap = cache.snapshot();
+        assert_eq!(snap.get("n1").unwrap().requested.milli_cpu, 1000);
+        cache.forget("u1");
+        assert_eq!(cache.snapshot().get("n1").unwrap().requested.milli_cpu, 0);
+        // the older snapshot is unchanged
+        assert_eq!(snap.get("n1").unwrap().requested.milli_cpu, 1000);
+        cache.assume(pod.clone(), "n1");
+        cache.add_pod(pod, "n1");
+        cache.forget("u1");
+        assert_eq!(cache.snapshot().get("n1").unwrap().requested.milli_cpu, 1000);
+        cache.remove_pod("u1");
+        assert_eq!(cache.snapshot().get("n1").unwrap().pods.len(), 0);
+    }
+
+    #[test]
+    fn pods_before_their_node() {
+        let cache = Cache::new();
+        let pod = Arc::new(PodInfo::new(Arc::new(PodBuilder::new("p").uid("u1").cpu("1").build())));
+        cache.add_pod(pod, "n1");
+        cache.upsert_node(Arc::new(NodeBuilder::new("n1").cpu("4").build()));
+        assert_eq!(cache.snapshot().get("n1").unwrap().requested.milli_cpu, 1000);
+        cache.upsert_node(Arc::new(NodeBuilder::new("n2").cpu("4").build()));
+        cache.remove_node("n1");
+        assert_eq!(cache.snapshot().len(), 1);
+        assert!(cache.snapshot().get("n2").is_some());
+    }
+}

@@ -1,0 +1,41 @@
+//! Per-cycle state that plugins share for one pod's scheduling attempt.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Typed data that plugins write in PreFilter/PreScore and read in
+/// Filter/Score/Reserve/...; one per scheduling attempt, dropped after binding.
+#[derive(Default, Clone)]
+pub struct CycleState {
+    data: HashMap<&'static str, Arc<dyn Any + Send + Sync>>,
+    /// PreFilter plugins that returned Skip: their Filter is not run.
+    pub skip_filter: std::collections::HashSet<&'static str>,
+    /// PreScore plugins that returned Skip: their Score is not run.
+    pub skip_score: std::collections::HashSet<&'static str>,
+}
+
+impl std::fmt::Debug for CycleState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CycleState").field("keys", &self.data.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+impl CycleState {
+    /// An empty state.
+    pub fn new() -> CycleState {
+        CycleState::default()
+    }
+    /// Stores `value` under `key` (usually the plugin's name).
+    pub fn write<T: Any + Send + Sync>(&mut self, key: &'static str, value: T) {
+        self.data.insert(key, Arc::new(value));
+    }
+    /// Reads the value under `key` if it has type `T`.
+    pub fn read<T: Any + Send + Sync>(&self, key: &'static str) -> Option<&T> {
+        self.data.get(key).and_then(|v| v.downcast_ref::<T>())
+    }
+    /// Removes the value under `key`.
+    pub fn delete(&mut self, key: &'static str) {
+        self.data.remove(key);
+    }
+}

@@ -1,0 +1,49 @@
+//! Score: ranks the feasible nodes.
+
+use super::{CycleState, Plugin, Status};
+use crate::node_info::{NodeInfo, PodInfo};
+
+/// The highest score a plugin returns after normalisation.
+pub const MAX_NODE_SCORE: i64 = 100;
+
+/// A node's score for one plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeScore {
+    /// The node's name.
+    pub name: String,
+    /// Its score.
+    pub score: i64,
+}
+
+/// Scores one node for a pod. Contract: synchronous, cheap and thread-safe;
+/// after `normalize` every score is in 0..=MAX_NODE_SCORE; the framework
+/// multiplies it by the plugin's weight and sums over plugins.
+pub trait Score: Plugin {
+    /// The raw score of `node`.
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
+    /// Rescales the raw scores to 0..=MAX_NODE_SCORE (default: none needed).
+    fn normalize(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [NodeScore]) -> Status {
+        Status::success()
+    }
+}
+
+/// Rescales `scores` so the highest is MAX_NODE_SCORE, optionally reversed
+/// (the highest raw score becomes 0), like upstream's default normaliser.
+pub fn default_normalize(scores: &mut [NodeScore], reverse: bool) {
+    let max = scores.iter().map(|s| s.score).max().unwrap_or(0);
+    if max == 0 {
+        if reverse {
+            for s in scores {
+                s.score = MAX_NODE_SCORE;
+            }
+        }
+        return;
+    }
+    for s in scores {
+        let mut v = MAX_NODE_SCORE * s.score / max;
+        if reverse {
+            v = MAX_NODE_SCORE - v;
+        }
+        s.score = v;
+    }
+}

@@ -1,0 +1,105 @@
+//! Matching helpers shared by plugins: node selectors and label selectors.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+/// Whether a node selector requirement matches `labels` (In, NotIn, Exists,
+/// DoesNotExist, Gt, Lt).
+pub fn requirement_matches(r: &NodeSelectorRequirement, labels: Option<&BTreeMap<String, String>>) -> bool {
+    let value = labels.and_then(|l| l.get(&r.key));
+    let values = r.values.as_deref().unwrap_or_default();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) = (value.and_then(|v| v.parse::<i64>().ok()), values.first().and_then(|b| b.parse::<i64>().ok())) else {
+                return false;
+            };
+            if r.operator == "Gt" { v > bound } else { v < bound }
+        }
+        _ => false,
+    }
+}
+
+/// Whether a node selector term matches the node (expressions on labels,
+/// fields on `metadata.name`); an empty term matches nothing.
+pub fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
+    let exprs = term.match_expressions.as_deref().unwrap_or_default();
+    let fields = term.match_fields.as_deref().unwrap_or_default();
+    if exprs.is_empty() && fields.is_empty() {
+        return false;
+    }
+    let labels = node.metadata.labels.as_ref();
+    if !exprs.iter().all(|r| requirement_matches(r, labels)) {
+        return false;
+    }
+    let name_labels: BTreeMap<String, String> =
+        [("metadata.name".to_owned(), node.metadata.name.clone().unwrap_or_default())].into();
+    fields.iter().all(|r| r.key == "metadata.name" && requirement_matches(r, Some(&name_labels)))
+}
+
+/// Whether a label selector matches `labels` (an empty selector matches all).
+pub fn selector_matches(sel: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
+    for (k, v) in sel.match_labels.iter().flatten() {
+        if labels.and_then(|l| l.get(k)) != Some(v) {
+            return false;
+        }
+    }
+    for e in sel.match_expressions.iter().flatten() {
+        let value = labels.and_then(|l| l.get(&e.key));
+        let values = e.values.as_deref().unwrap_or_default();
+        let ok = match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+/// The pod's labels.
+pub fn pod_labels(pod: &Pod) -> Option<&BTreeMap<String, String>> {
+    pod.metadata.labels.as_ref()
+}
+
+/// The pod's priority (0 when unset).
+pub fn pod_priority(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operators() {
+        let labels: BTreeMap<String, String> = [("zone".to_owned(), "a".to_owned()), ("gen".to_owned(), "5".to_owned())].into();
+        let r = |key: &str, op: &str, values: &[&str]| NodeSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: Some(values.iter().map(|s| s.to_string()).collect()),
+        };
+        for (req, want) in [
+            (r("zone", "In", &["a", "b"]), true),
+            (r("zone", "In", &["b"]), false),
+            (r("zone", "NotIn", &["b"]), true),
+            (r("missing", "NotIn", &["b"]), true),
+            (r("zone", "Exists", &[]), true),
+            (r("zone", "DoesNotExist", &[]), false),
+            (r("gen", "Gt", &["4"]), true),
+            (r("gen", "Lt", &["4"]), false),
+            (r("zone", "Gt", &["4"]), false),
+        ] {
+            assert_eq!(requirement_matches(&req, Some(&labels)), want, "{req:?}");
+        }
+    }
+}

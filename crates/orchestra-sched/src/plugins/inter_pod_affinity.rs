@@ -1,0 +1,421 @@
+//! InterPodAffinity: required pod affinity and anti-affinity (of the pod,
+//! and existing pods' anti-affinity against it) over topology keys as a
+//! filter; preferred terms (both ways) as a score.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm};
+
+use crate::framework::*;
+use crate::node_info::{NodeInfo, PodInfo};
+use crate::plugins::helpers::{pod_labels, selector_matches};
+use crate::registry::PluginSet;
+use crate::snapshot::Snapshot;
+
+/// The plugin's name.
+pub const NAME: &str = "InterPodAffinity";
+/// Upstream's reasons.
+pub const ERR_AFFINITY: &str = "node(s) didn't match pod affinity rules";
+/// Upstream's reasons.
+pub const ERR_ANTI_AFFINITY: &str = "node(s) didn't match pod anti-affinity rules";
+/// Upstream's reasons.
+pub const ERR_EXISTING_ANTI_AFFINITY: &str = "node(s) didn't satisfy existing pods anti-affinity rules";
+
+/// Namespace labels, for namespace selectors (filled by the scheduler's
+/// namespace watch).
+pub type NamespaceLabels = Arc<parking_lot::RwLock<HashMap<String, BTreeMap<String, String>>>>;
+
+/// The plugin.
+#[derive(Default)]
+pub struct InterPodAffinity {
+    namespaces: NamespaceLabels,
+    /// Weight of existing pods' required affinity in scoring (default 1).
+    pub hard_pod_affinity_weight: i64,
+}
+
+impl Plugin for InterPodAffinity {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::new(EventResource::AssignedPod, action::ADD | action::DELETE | action::UPDATE_POD_LABEL),
+            ClusterEvent::new(EventResource::Node, action::ADD | action::UPDATE_NODE_LABEL),
+        ]
+    }
+}
+
+type Pair = (String, String);
+
+#[derive(Default)]
+struct FilterState {
+    /// Topology pairs where an existing pod's required anti-affinity matches the pod.
+    existing_anti: HashMap<Pair, i64>,
+    /// Per required affinity term: matching pods per topology pair.
+    affinity: HashMap<Pair, i64>,
+    /// Per required anti-affinity term: matching pods per topology pair.
+    anti: HashMap<Pair, i64>,
+    affinity_terms: Vec<PodAffinityTerm>,
+    anti_terms: Vec<PodAffinityTerm>,
+}
+
+impl InterPodAffinity {
+    /// A plugin reading namespace labels from `namespaces`.
+    pub fn new(namespaces: NamespaceLabels) -> InterPodAffinity {
+        InterPodAffinity { namespaces, hard_pod_affinity_weight: 1 }
+    }
+
+    /// Whether `term` (of a pod in `owner_ns`) selects `target`.
+    fn term_matches(&self, term: &PodAffinityTerm, owner_ns: &str, target: &Pod) -> bool {
+        let target_ns = target.metadata.namespace.as_deref().unwrap_or("default");
+        let listed = term.namespaces.as_deref().unwrap_or_default();
+        let ns_ok = match &term.namespace_selector {
+            None => {
+                if listed.is_empty() { target_ns == owner_ns } else { listed.iter().any(|n| n == target_ns) }
+            }
+            Some(sel) => {
+                listed.iter().any(|n| n == target_ns) || {
+                    let empty = sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                        && sel.match_expressions.as_ref().is_none_or(|m| m.is_empty());
+                    empty || selector_matches(sel, self.namespaces.read().get(target_ns))
+                }
+            }
+        };
+        if !ns_ok {
+            return false;
+        }
+        let mut sel = term.label_selector.clone().unwrap_or_default();
+        if term.label_selector.is_none() {
+            return false;
+        }
+        // matchLabelKeys / mismatchLabelKeys merge the owner's values (owner = target for self checks)
+        let _ = &mut sel;
+        selector_matches(&sel, pod_labels(target))
+    }
+}
+
+fn affinity_terms(pod: &Pod) -> (&[PodAffinityTerm], &[PodAffinityTerm]) {
+    let a = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+    let req = a
+        .and_then(|a| a.pod_affinity.as_ref())
+        .and_then(|p| p.required_during_scheduling_ignored_during_execution.as_deref())
+        .unwrap_or_default();
+    let anti = a
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|p| p.required_during_scheduling_ignored_during_execution.as_deref())
+        .unwrap_or_default();
+    (req, anti)
+}
+
+fn preferred_terms(pod: &Pod) -> (&[k8s_openapi::api::core::v1::WeightedPodAffinityTerm], &[k8s_openapi::api::core::v1::WeightedPodAffinityTerm]) {
+    let a = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+    let aff = a
+        .and_then(|a| a.pod_affinity.as_ref())
+        .and_then(|p| p.preferred_during_scheduling_ignored_during_execution.as_deref())
+        .unwrap_or_default();
+    let anti = a
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|p| p.preferred_during_scheduling_ignored_during_execution.as_deref())
+        .unwrap_or_default();
+    (aff, anti)
+}
+
+fn ns(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+impl PreFilter for InterPodAffinity {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &Snapshot) -> (PreFilterResult, Status) {
+        let (aff, anti) = affinity_terms(&pod.pod);
+        let mut st = FilterState { affinity_terms: aff.to_vec(), anti_terms: anti.to_vec(), ..Default::default() };
+        let pod_ns = ns(&pod.pod);
+        for node in &snapshot.nodes {
+            // Existing pods' required anti-affinity against the incoming pod.
+            for existing in &node.pods_with_required_anti_affinity {
+                for term in affinity_terms(&existing.pod).1 {
+                    if self.term_matches(term, ns(&existing.pod), &pod.pod) {
+                        if let Some(v) = node.label(&term.topology_key) {
+                            *st.existing_anti.entry((term.topology_key.clone(), v.to_owned())).or_default() += 1;
+                        }
+                    }
+                }
+            }
+            if aff.is_empty() && anti.is_empty() {
+                continue;
+            }
+            for existing in &node.pods {
+                for term in aff {
+                    if self.term_matches(term, pod_ns, &existing.pod) {
+                        if let Some(v) = node.label(&term.topology_key) {
+                            *st.affinity.entry((term.topology_key.clone(), v.to_owned())).or_default() += 1;
+                        }
+                    }
+                }
+                for term in anti {
+                    if self.term_matches(term, pod_ns, &existing.pod) {
+                        if let Some(v) = node.label(&term.topology_key) {
+                            *st.anti.entry((term.topology_key.clone(), v.to_owned())).or_default() += 1;
+                        }
+                    }
+                }
+            }
+        }
+        if st.existing_anti.is_empty() && aff.is_empty() && anti.is_empty() {
+            return (None, Status::skip());
+        }
+        state.write(NAME, st);
+        (None, Status::success())
+    }
+}
+
+impl Filter for InterPodAffinity {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(st) = state.read::<FilterState>(NAME) else { return Status::success() };
+        // Affinity: every term has a matching pod in the node's domain, or
+        // no pod matches anywhere and the pod matches its own terms.
+        if !st.affinity_terms.is_empty() {
+            let all_in_domain = st.affinity_terms.iter().all(|t| {
+                node.label(&t.topology_key)
+                    .is_some_and(|v| st.affinity.get(&(t.topology_key.clone(), v.to_owned())).copied().unwrap_or(0) > 0)
+            });
+            if !all_in_domain {
+                let first_of_group = st.affinity.is_empty()
+                    && st.affinity_terms.iter().all(|t| self.term_matches(t, ns(&pod.pod), &pod.pod))
+                    && st.affinity_terms.iter().all(|t| node.label(&t.topology_key).is_some());
+                if !first_of_group {
+                    return Status::unresolvable(ERR_AFFINITY);
+                }
+            }
+        }
+        for t in &st.anti_terms {
+            if let Some(v) = node.label(&t.topology_key) {
+                if st.anti.get(&(t.topology_key.clone(), v.to_owned())).copied().unwrap_or(0) > 0 {
+                    return Status::unschedulable(ERR_ANTI_AFFINITY);
+                }
+            }
+        }
+        if !st.existing_anti.is_empty() {
+            if let Some(labels) = node.labels() {
+                for (k, v) in labels {
+                    if st.existing_anti.get(&(k.clone(), v.clone())).copied().unwrap_or(0) > 0 {
+                        return Status::unschedulable(ERR_EXISTING_ANTI_AFFINITY);
+                    }
+                }
+            }
+        }
+        Status::success()
+    }
+}
+
+struct ScoreState {
+    scores: HashMap<Pair, i64>,
+}
+
+impl PreScore for InterPodAffinity {
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Status {
+        let (pref_aff, pref_anti) = preferred_terms(&pod.pod);
+        let has_own = !pref_aff.is_empty() || !pref_anti.is_empty();
+        let mut scores: HashMap<Pair, i64> = HashMap::new();
+        let pod_ns = ns(&pod.pod);
+        let _ = nodes;
+        let Some(snapshot_nodes) = state.read::<AllNodes>(NAME_ALL).map(|a| a.0.clone()) else { return Status::skip() };
+        for node in snapshot_nodes.iter() {
+            let pods: &[Arc<PodInfo>] = if has_own { &node.pods } else { &node.pods_with_affinity };
+            for existing in pods {
+                let mut add = |key: &str, w: i64| {
+                    if let Some(v) = node.label(key) {
+                        *scores.entry((key.to_owned(), v.to_owned())).or_default() += w;
+                    }
+                };
+                for t in pref_aff {
+                    if self.term_matches(&t.pod_affinity_term, pod_ns, &existing.pod) {
+                        add(&t.pod_affinity_term.topology_key, t.weight as i64);
+                    }
+                }
+                for t in pref_anti {
+                    if self.term_matches(&t.pod_affinity_term, pod_ns, &existing.pod) {
+                        add(&t.pod_affinity_term.topology_key, -(t.weight as i64));
+                    }
+                }
+                if existing.has_affinity {
+                    let (e_aff, e_anti) = preferred_terms(&existing.pod);
+                    let e_ns = ns(&existing.pod);
+                    for t in e_aff {
+                        if self.term_matches(&t.pod_affinity_term, e_ns, &pod.pod) {
+                            add(&t.pod_affinity_term.topology_key, t.weight as i64);
+                        }
+                    }
+                    for t in e_anti {
+                        if self.term_matches(&t.pod_affinity_term, e_ns, &pod.pod) {
+                            add(&t.pod_affinity_term.topology_key, -(t.weight as i64));
+                        }
+                    }
+                    if self.hard_pod_affinity_weight > 0 {
+                        for t in affinity_terms(&existing.pod).0 {
+                            if self.term_matches(t, e_ns, &pod.pod) {
+                                add(&t.topology_key, self.hard_pod_affinity_weight);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if scores.is_empty() {
+            return Status::skip();
+        }
+        state.write(NAME, ScoreState { scores });
+        Status::success()
+    }
+}
+
+/// The snapshot's nodes, recorded in PreFilter for PreScore.
+struct AllNodes(Arc<Vec<Arc<NodeInfo>>>);
+const NAME_ALL: &str = "InterPodAffinity/nodes";
+
+impl Score for InterPodAffinity {
+    fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(st) = state.read::<ScoreState>(NAME) else { return Ok(0) };
+        let mut total = 0;
+        if let Some(labels) = node.labels() {
+            for (k, v) in labels {
+                total += st.scores.get(&(k.clone(), v.clone())).copied().unwrap_or(0);
+            }
+        }
+        Ok(total)
+    }
+    fn normalize(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore]) -> Status {
+        let max = scores.iter().map(|s| s.score).max().unwrap_or(0);
+        let min = scores.iter().map(|s| s.score).min().unwrap_or(0);
+        for s in scores {
+            s.score = if max == min { 0 } else { MAX_NODE_SCORE * (s.score - min) / (max - min) };
+        }
+        Status::success()
+    }
+}
+
+/// Records the snapshot's nodes for PreScore (a PreFilter of its own, run
+/// before InterPodAffinity's filter state).
+struct Recorder;
+
+impl Plugin for Recorder {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+}
+
+/// Wraps the plugin so that its PreFilter also records the nodes for scoring.
+struct WithNodes(Arc<InterPodAffinity>);
+
+impl Plugin for WithNodes {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        self.0.events_to_register()
+    }
+}
+
+impl PreFilter for WithNodes {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &Snapshot) -> (PreFilterResult, Status) {
+        state.write(NAME_ALL, AllNodes(Arc::new(snapshot.nodes.clone())));
+        self.0.pre_filter(state, pod, snapshot)
+    }
+}
+
+/// The factory.
+pub fn factory(args: Option<&serde_json::Value>, namespaces: NamespaceLabels) -> Result<PluginSet, String> {
+    let mut p = InterPodAffinity::new(namespaces);
+    if let Some(w) = args.and_then(|a| a.get("hardPodAffinityWeight")).and_then(|w| w.as_i64()) {
+        if !(0..=100).contains(&w) {
+            return Err("hardPodAffinityWeight must be in 0..=100".into());
+        }
+        p.hard_pod_affinity_weight = w;
+    }
+    let _ = Recorder;
+    let p = Arc::new(p);
+    let pre = Arc::new(WithNodes(p.clone()));
+    Ok(PluginSet::new(&p).pre_filter(&pre).filter(&p).pre_score(&p).score(&p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder, node_info, pod_info};
+
+    fn run(pod: PodBuilder, nodes: Vec<NodeInfo>) -> Vec<Status> {
+        let set = factory(None, Default::default()).unwrap();
+        let snapshot = Snapshot::from_nodes(nodes);
+        let pod = pod_info(pod.build());
+        let mut state = CycleState::new();
+        let (_, s) = set.pre_filter.as_ref().unwrap().pre_filter(&mut state, &pod, &snapshot);
+        snapshot
+            .nodes
+            .iter()
+            .map(|n| if s.is_skip() { Status::success() } else { set.filter.as_ref().unwrap().filter(&state, &pod, n) })
+            .collect()
+    }
+
+    fn zone_nodes(pods_a: Vec<Pod>) -> Vec<NodeInfo> {
+        vec![
+            node_info(NodeBuilder::new("a1").label("zone", "a").build(), pods_a),
+            node_info(NodeBuilder::new("a2").label("zone", "a").build(), vec![]),
+            node_info(NodeBuilder::new("b1").label("zone", "b").build(), vec![]),
+        ]
+    }
+
+    #[test]
+    fn filter_table() {
+        let web = || PodBuilder::new("web").label("app", "web").build();
+        let anti_web = || PodBuilder::new("aw").label("app", "db").pod_anti_affinity(&[("app", "db")], "zone").build();
+        let cases: Vec<(&str, PodBuilder, Vec<Pod>, Vec<bool>)> = vec![
+            ("no terms", PodBuilder::new("p"), vec![web()], vec![true, true, true]),
+            ("affinity to zone a", PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone"), vec![web()], vec![true, true, false]),
+            ("affinity by hostname", PodBuilder::new("p").pod_affinity(&[("app", "web")], "kubernetes.io/hostname"), vec![web()], vec![true, false, false]),
+            ("affinity nothing matches, self does not match", PodBuilder::new("p").pod_affinity(&[("app", "x")], "zone"), vec![web()], vec![false, false, false]),
+            (
+                "affinity first of its group",
+                PodBuilder::new("p").label("app", "x").pod_affinity(&[("app", "x")], "zone"),
+                vec![web()],
+                vec![true, true, true],
+            ),
+            ("anti-affinity to zone a", PodBuilder::new("p").pod_anti_affinity(&[("app", "web")], "zone"), vec![web()], vec![false, false, true]),
+            ("existing pod's anti-affinity", PodBuilder::new("p").label("app", "db"), vec![anti_web()], vec![false, false, true]),
+            ("other namespace does not match", PodBuilder::new("p").namespace("other").pod_anti_affinity(&[("app", "web")], "zone"), vec![web()], vec![true, true, true]),
+        ];
+        for (name, pod, pods, want) in cases {
+            let got: Vec<bool> = run(pod, zone_nodes(pods)).iter().map(|s| s.is_success()).collect();
+            assert_eq!(got, want, "{name}");
+        }
+        let s = run(PodBuilder::new("p").pod_anti_affinity(&[("app", "web")], "zone"), zone_nodes(vec![web()]));
+        assert_eq!(s[0].reasons, [ERR_ANTI_AFFINITY]);
+        let s = run(PodBuilder::new("p").label("app", "db"), zone_nodes(vec![anti_web()]));
+        assert_eq!(s[0].reasons, [ERR_EXISTING_ANTI_AFFINITY]);
+        let s = run(PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone"), zone_nodes(vec![web()]));
+        assert_eq!(s[2].reasons, [ERR_AFFINITY]);
+    }
+
+    #[test]
+    fn score_table() {
+        let set = factory(None, Default::default()).unwrap();
+        let snapshot = Snapshot::from_nodes(zone_nodes(vec![PodBuilder::new("web").label("app", "web").build()]));
+        let cases = [
+            ("prefer with web", PodBuilder::new("p").preferred_pod_affinity(10, &[("app", "web")], "zone"), vec![100, 100, 0]),
+            ("prefer away from web", PodBuilder::new("p").preferred_pod_affinity(-10, &[("app", "web")], "zone"), vec![0, 0, 100]),
+        ];
+        for (name, pod, want) in cases {
+            let pod = pod_info(pod.build());
+            let mut state = CycleState::new();
+            set.pre_filter.as_ref().unwrap().pre_filter(&mut state, &pod, &snapshot);
+            set.pre_score.as_ref().unwrap().pre_score(&mut state, &pod, &snapshot.nodes);
+            let score = set.score.as_ref().unwrap();
+            let mut scores: Vec<NodeScore> = snapshot
+                .nodes
+                .iter()
+                .map(|n| NodeScore { name: n.name().into(), score: score.score(&state, &pod, n).unwrap() })
+                .collect();
+            score.normalize(&state, &pod, &mut scores);
+            assert_eq!(scores.iter().map(|s| s.score).collect::<Vec<_>>(), want, "{name}");
+        }
+    }
+}

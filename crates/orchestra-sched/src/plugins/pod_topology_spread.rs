@@ -1,0 +1,284 @@
+//! PodTopologySpread: `DoNotSchedule` constraints as a filter (maxSkew,
+//! minDomains, node inclusion policies), `ScheduleAnyway` as a score.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::TopologySpreadConstraint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::framework::*;
+use crate::node_info::{NodeInfo, PodInfo};
+use crate::plugins::helpers::{pod_labels, selector_matches};
+use crate::plugins::node_affinity::required_matches;
+use crate::plugins::taint_toleration::tolerates;
+use crate::registry::PluginSet;
+use crate::snapshot::Snapshot;
+
+/// The plugin's name.
+pub const NAME: &str = "PodTopologySpread";
+/// Upstream's reason when the skew is too large.
+pub const ERR_CONSTRAINTS: &str = "node(s) didn't match pod topology spread constraints";
+/// Upstream's reason when the node lacks a topology label.
+pub const ERR_MISSING_LABEL: &str = "node(s) didn't match pod topology spread constraints (missing required label)";
+
+/// The plugin.
+#[derive(Debug, Default)]
+pub struct PodTopologySpread;
+
+impl Plugin for PodTopologySpread {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::new(EventResource::AssignedPod, action::ADD | action::DELETE | action::UPDATE_POD_LABEL),
+            ClusterEvent::new(EventResource::Node, action::ADD | action::DELETE | action::UPDATE_NODE_LABEL | action::UPDATE_NODE_TAINT),
+        ]
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Constraint {
+    max_skew: i64,
+    key: String,
+    selector: LabelSelector,
+    min_domains: i64,
+    honor_affinity: bool,
+    honor_taints: bool,
+}
+
+fn constraints(pod: &PodInfo, when: &str) -> Vec<Constraint> {
+    let spec = pod.pod.spec.as_ref();
+    spec.and_then(|s| s.topology_spread_constraints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c: &&TopologySpreadConstraint| c.when_unsatisfiable == when)
+        .map(|c| {
+            let mut selector = c.label_selector.clone().unwrap_or_default();
+            // matchLabelKeys: the pod's own values join the selector.
+            for k in c.match_label_keys.iter().flatten() {
+                if let Some(v) = pod_labels(&pod.pod).and_then(|l| l.get(k)) {
+                    selector.match_labels.get_or_insert_with(Default::default).insert(k.clone(), v.clone());
+                }
+            }
+            Constraint {
+                max_skew: c.max_skew as i64,
+                key: c.topology_key.clone(),
+                selector,
+                min_domains: c.min_domains.unwrap_or(1) as i64,
+                honor_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
+                honor_taints: c.node_taints_policy.as_deref() == Some("Honor"),
+            }
+        })
+        .collect()
+}
+
+fn node_included(c: &Constraint, pod: &PodInfo, node: &NodeInfo) -> bool {
+    if c.honor_affinity && !required_matches(pod, node) {
+        return false;
+    }
+    if c.honor_taints {
+        let tols = pod.pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or_default();
+        let taints = node.node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
+        if taints
+            .iter()
+            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+            .any(|t| !tols.iter().any(|tol| tolerates(tol, t)))
+        {
+            return false;
+        }
+    }
+    true
+}
+
+fn count_matching(c: &Constraint, pod: &PodInfo, node: &NodeInfo) -> i64 {
+    let ns = pod.namespace();
+    node.pods
+        .iter()
+        .filter(|p| p.namespace() == ns && p.pod.metadata.deletion_timestamp.is_none() && selector_matches(&c.selector, pod_labels(&p.pod)))
+        .count() as i64
+}
+
+struct FilterState {
+    constraints: Vec<Constraint>,
+    /// Per constraint: matching pods per topology value.
+    counts: Vec<HashMap<String, i64>>,
+    /// Per constraint: the global minimum (0 when fewer domains than minDomains).
+    min: Vec<i64>,
+}
+
+impl PreFilter for PodTopologySpread {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &Snapshot) -> (PreFilterResult, Status) {
+        let cs = constraints(pod, "DoNotSchedule");
+        if cs.is_empty() {
+            return (None, Status::skip());
+        }
+        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
+        for node in &snapshot.nodes {
+            if !cs.iter().all(|c| node.label(&c.key).is_some()) {
+                continue;
+            }
+            for (i, c) in cs.iter().enumerate() {
+                if !node_included(c, pod, node) {
+                    continue;
+                }
+                let v = node.label(&c.key).expect("checked").to_owned();
+                *counts[i].entry(v).or_default() += count_matching(c, pod, node);
+            }
+        }
+        let min = cs
+            .iter()
+            .zip(&counts)
+            .map(|(c, m)| if (m.len() as i64) < c.min_domains { 0 } else { m.values().copied().min().unwrap_or(0) })
+            .collect();
+        state.write(NAME, FilterState { constraints: cs, counts, min });
+        (None, Status::success())
+    }
+}
+
+impl Filter for PodTopologySpread {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(st) = state.read::<FilterState>(NAME) else { return Status::success() };
+        for (i, c) in st.constraints.iter().enumerate() {
+            let Some(v) = node.label(&c.key) else { return Status::unresolvable(ERR_MISSING_LABEL) };
+            let self_match = selector_matches(&c.selector, pod_labels(&pod.pod)) as i64;
+            let count = st.counts[i].get(v).copied().unwrap_or(0);
+            if count + self_match - st.min[i] > c.max_skew {
+                return Status::unschedulable(ERR_CONSTRAINTS);
+            }
+        }
+        Status::success()
+    }
+}
+
+struct ScoreState {
+    constraints: Vec<Constraint>,
+    counts: Vec<HashMap<String, i64>>,
+    weights: Vec<f64>,
+}
+
+impl PreScore for PodTopologySpread {
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Status {
+        let cs = constraints(pod, "ScheduleAnyway");
+        if cs.is_empty() {
+            return Status::skip();
+        }
+        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
+        for node in nodes {
+            for (i, c) in cs.iter().enumerate() {
+                if let Some(v) = node.label(&c.key) {
+                    if node_included(c, pod, node) {
+                        *counts[i].entry(v.to_owned()).or_default() += count_matching(c, pod, node);
+                    }
+                }
+            }
+        }
+        let weights = counts.iter().map(|m| ((m.len() + 2) as f64).ln()).collect();
+        state.write(NAME, ScoreState { constraints: cs, counts, weights });
+        Status::success()
+    }
+}
+
+impl Score for PodTopologySpread {
+    fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(st) = state.read::<ScoreState>(NAME) else { return Ok(0) };
+        let mut total = 0.0;
+        for (i, c) in st.constraints.iter().enumerate() {
+            let Some(v) = node.label(&c.key) else { return Ok(-1) };
+            let n = st.counts[i].get(v).copied().unwrap_or(0);
+            total += (n as f64) * st.weights[i] + (c.max_skew - 1) as f64;
+        }
+        Ok(total.round() as i64)
+    }
+    fn normalize(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore]) -> Status {
+        // Fewer matching pods is better; nodes without the labels (-1) score 0.
+        let valid = scores.iter().filter(|s| s.score >= 0);
+        let max = valid.clone().map(|s| s.score).max().unwrap_or(0);
+        let min = valid.map(|s| s.score).min().unwrap_or(0);
+        for s in scores {
+            s.score = if s.score < 0 {
+                0
+            } else if max == 0 {
+                MAX_NODE_SCORE
+            } else {
+                MAX_NODE_SCORE * (max + min - s.score) / max
+            };
+        }
+        Status::success()
+    }
+}
+
+/// The factory.
+pub fn factory() -> PluginSet {
+    let p = Arc::new(PodTopologySpread);
+    PluginSet::new(&p).pre_filter(&p).filter(&p).pre_score(&p).score(&p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder, node_info, pod_info};
+
+    fn run(pod: PodBuilder, nodes: Vec<NodeInfo>) -> Vec<Status> {
+        let snapshot = Snapshot::from_nodes(nodes);
+        let pod = pod_info(pod.build());
+        let mut state = CycleState::new();
+        let (_, s) = PodTopologySpread.pre_filter(&mut state, &pod, &snapshot);
+        snapshot.nodes.iter().map(|n| if s.is_skip() { Status::success() } else { PodTopologySpread.filter(&state, &pod, n) }).collect()
+    }
+
+    fn app(name: &str) -> k8s_openapi::api::core::v1::Pod {
+        PodBuilder::new(name).label("app", "x").build()
+    }
+
+    #[test]
+    fn filter_table() {
+        let nodes = || {
+            vec![
+                node_info(NodeBuilder::new("a1").label("zone", "a").build(), vec![app("1"), app("2")]),
+                node_info(NodeBuilder::new("b1").label("zone", "b").build(), vec![app("3")]),
+                node_info(NodeBuilder::new("c1").label("zone", "c").build(), vec![]),
+                node_info(NodeBuilder::new("nolabel").build(), vec![]),
+            ]
+        };
+        let spread = |skew| PodBuilder::new("p").label("app", "x").spread(skew, "zone", "DoNotSchedule", &[("app", "x")]);
+        let cases = [
+            ("maxSkew 1", spread(1), vec![false, false, true, false]),
+            ("maxSkew 2", spread(2), vec![false, true, true, false]),
+            ("maxSkew 3", spread(3), vec![true, true, true, false]),
+            ("no constraints", PodBuilder::new("p"), vec![true, true, true, true]),
+        ];
+        for (name, pod, want) in cases {
+            let got: Vec<bool> = run(pod, nodes()).iter().map(|s| s.is_success()).collect();
+            assert_eq!(got, want, "{name}");
+        }
+        let s = run(spread(1), nodes());
+        assert_eq!(s[0].reasons, [ERR_CONSTRAINTS]);
+        assert_eq!(s[3].reasons, [ERR_MISSING_LABEL]);
+        // minDomains 4 with 3 domains: the global minimum counts as 0.
+        let pod = spread(1).with(|p| p.spec.as_mut().unwrap().topology_spread_constraints.as_mut().unwrap()[0].min_domains = Some(4));
+        let got: Vec<bool> = run(pod, nodes()).iter().map(|s| s.is_success()).collect();
+        assert_eq!(got, [false, false, true, false]);
+        // node affinity policy Honor: excluded zone c does not count, the minimum is 1.
+        let pod = spread(1).required_node_affinity("zone", "In", &["a", "b"]);
+        let got: Vec<bool> = run(pod, nodes()).iter().map(|s| s.is_success()).collect();
+        assert_eq!(got, [false, true, true, false]);
+    }
+
+    #[test]
+    fn score_prefers_emptier_domains() {
+        let nodes = vec![
+            node_info(NodeBuilder::new("a1").label("zone", "a").build(), vec![app("1"), app("2")]),
+            node_info(NodeBuilder::new("b1").label("zone", "b").build(), vec![]),
+        ];
+        let snapshot = Snapshot::from_nodes(nodes);
+        let pod = pod_info(PodBuilder::new("p").label("app", "x").spread(1, "zone", "ScheduleAnyway", &[("app", "x")]).build());
+        let mut state = CycleState::new();
+        PodTopologySpread.pre_score(&mut state, &pod, &snapshot.nodes);
+        let mut scores: Vec<NodeScore> =
+            snapshot.nodes.iter().map(|n| NodeScore { name: n.name().into(), score: PodTopologySpread.score(&state, &pod, n).unwrap() }).collect();
+        PodTopologySpread.normalize(&state, &pod, &mut scores);
+        assert!(scores[1].score > scores[0].score, "{scores:?}");
+    }
+}

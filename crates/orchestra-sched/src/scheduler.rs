@@ -1,0 +1,613 @@
+//! The scheduler: watches nodes and pods through the API, keeps the cache
+//! and the queue, runs scheduling cycles one pod at a time and binding
+//! cycles concurrently.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::watcher;
+use tokio::sync::watch as tokio_watch;
+
+use crate::algorithm::{Algorithm, AlgorithmOptions, Decision, FitError};
+use crate::cache::Cache;
+use crate::config::SchedulerConfiguration;
+use crate::events::{EventRecorder, Record, pod_ref};
+use crate::framework::*;
+use crate::leader::LeaderElector;
+use crate::metrics::Metrics;
+use crate::node_info::{PodInfo, pod_uid};
+use crate::profile::{Profile, ProfileError};
+use crate::queue::{QueueOptions, QueuedPodInfo, SchedulingQueue};
+use crate::registry::Registry;
+
+/// Errors that stop the scheduler.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A profile did not build.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    /// Bad configuration.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The leader lease was lost.
+    #[error("leader election lost")]
+    LeaderLost,
+}
+
+/// Builds a [`Scheduler`].
+pub struct SchedulerBuilder {
+    client: kube::Client,
+    config: SchedulerConfiguration,
+    registry: Registry,
+    identity: Option<String>,
+    events: bool,
+}
+
+impl SchedulerBuilder {
+    /// A scheduler with the default configuration and registry.
+    pub fn new(client: kube::Client) -> SchedulerBuilder {
+        SchedulerBuilder { client, config: SchedulerConfiguration::default(), registry: Registry::default(), identity: None, events: true }
+    }
+    /// Uses `config`.
+    pub fn config(mut self, config: SchedulerConfiguration) -> Self {
+        self.config = config;
+        self
+    }
+    /// Uses `registry` (e.g. the default one plus custom plugins).
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = registry;
+        self
+    }
+    /// The identity used for leader election and events.
+    pub fn identity(mut self, identity: &str) -> Self {
+        self.identity = Some(identity.into());
+        self
+    }
+    /// Whether to record Events (default true).
+    pub fn events(mut self, on: bool) -> Self {
+        self.events = on;
+        self
+    }
+    /// Builds the profiles and the queue.
+    pub fn build(self) -> Result<Scheduler, Error> {
+        if self.config.profiles.is_empty() {
+            return Err(Error::Config("at least one profile is needed".into()));
+        }
+        let handle = Handle { client: Some(self.client.clone()), waiting_pods: Arc::new(WaitingPods::default()), namespaces: Default::default() };
+        let mut profiles = Vec::new();
+        let mut by_name = HashMap::new();
+        for cfg in &self.config.profiles {
+            if by_name.contains_key(&cfg.scheduler_name) {
+                return Err(Error::Config(format!("duplicate profile {:?}", cfg.scheduler_name)));
+            }
+            let p = Profile::build(cfg, &self.registry, &handle)?;
+            by_name.insert(cfg.scheduler_name.clone(), profiles.len());
+            profiles.push(Arc::new(p));
+        }
+        let first_sort = profiles[0].queue_sort.name();
+        if profiles.iter().any(|p| p.queue_sort.name() != first_sort) {
+            return Err(Error::Config("every profile must use the same QueueSort plugin".into()));
+        }
+        let mut interest: HashMap<&'static str, Vec<ClusterEvent>> = HashMap::new();
+        for p in &profiles {
+            for (k, v) in &p.events {
+                interest.entry(k).or_default().extend(v.iter().copied());
+            }
+        }
+        let queue = Arc::new(SchedulingQueue::new(
+            profiles[0].queue_sort.clone(),
+            QueueOptions {
+                initial_backoff: Duration::from_secs(self.config.pod_initial_backoff_seconds),
+                max_backoff: Duration::from_secs(self.config.pod_max_backoff_seconds),
+                ..Default::default()
+            },
+            interest,
+        ));
+        let identity = self.identity.unwrap_or_else(|| {
+            format!("{}_{:x}", std::env::var("HOSTNAME").unwrap_or_else(|_| "orchestra-scheduler".into()), std::process::id() as u64 ^ (Instant::now().elapsed().as_nanos() as u64))
+        });
+        Ok(Scheduler {
+            shared: Arc::new(Shared {
+                client: self.client,
+                profiles,
+                by_name,
+                queue,
+                cache: Arc::new(Cache::new()),
+                metrics: Arc::new(Metrics::new()),
+                events: std::sync::OnceLock::new(),
+                events_on: self.events,
+                config: self.config,
+                handle,
+                identity,
+            }),
+        })
+    }
+}
+
+struct Shared {
+    client: kube::Client,
+    profiles: Vec<Arc<Profile>>,
+    by_name: HashMap<String, usize>,
+    queue: Arc<SchedulingQueue>,
+    cache: Arc<Cache>,
+    metrics: Arc<Metrics>,
+    events: std::sync::OnceLock<EventRecorder>,
+    events_on: bool,
+    config: SchedulerConfiguration,
+    handle: Handle,
+    identity: String,
+}
+
+/// A scheduler serving one or more profiles.
+#[derive(Clone)]
+pub struct Scheduler {
+    shared: Arc<Shared>,
+}
+
+fn terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded") | Some("Failed"))
+}
+
+fn node_event(old: Option<&Node>, new: &Node) -> u32 {
+    let Some(old) = old else { return action::ADD };
+    let mut a = 0;
+    let st = |n: &Node| n.status.clone().unwrap_or_default();
+    let (so, sn) = (st(old), st(new));
+    if so.allocatable != sn.allocatable {
+        a |= action::UPDATE_NODE_ALLOCATABLE;
+    }
+    if old.metadata.labels != new.metadata.labels {
+        a |= action::UPDATE_NODE_LABEL;
+    }
+    let sp = |n: &Node| n.spec.clone().unwrap_or_default();
+    let (po, pn) = (sp(old), sp(new));
+    if po.taints != pn.taints || po.unschedulable != pn.unschedulable {
+        a |= action::UPDATE_NODE_TAINT;
+    }
+    if so.conditions.as_ref().map(|c| c.iter().map(|c| (&c.type_, &c.status)).collect::<Vec<_>>())
+        != sn.conditions.as_ref().map(|c| c.iter().map(|c| (&c.type_, &c.status)).collect::<Vec<_>>())
+    {
+        a |= action::UPDATE_NODE_CONDITION;
+    }
+    a
+}
+
+impl Scheduler {
+    /// The cache.
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.shared.cache
+    }
+    /// The queue.
+    pub fn queue(&self) -> &Arc<SchedulingQueue> {
+        &self.shared.queue
+    }
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.shared.metrics
+    }
+    /// The profiles.
+    pub fn profiles(&self) -> &[Arc<Profile>] {
+        &self.shared.profiles
+    }
+    /// The identity (leader election, events).
+    pub fn identity(&self) -> &str {
+        &self.shared.identity
+    }
+    /// The handle plugins were built with.
+    pub fn handle(&self) -> &Handle {
+        &self.shared.handle
+    }
+
+    fn profile_for(&self, pod: &Pod) -> Option<&Arc<Profile>> {
+        let name = pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()).unwrap_or("default-scheduler");
+        self.shared.by_name.get(name).map(|i| &self.shared.profiles[*i])
+    }
+
+    fn events(&self) -> &EventRecorder {
+        self.shared.events.get_or_init(|| {
+            if self.shared.events_on {
+                EventRecorder::start(self.shared.client.clone(), self.shared.identity.clone(), 16)
+            } else {
+                EventRecorder::disabled()
+            }
+        })
+    }
+
+    /// Runs until the lease is lost (or forever): elects a leader if
+    /// configured, watches, schedules.
+    pub async fn run(self) -> Result<(), Error> {
+        let mut leader: Option<tokio_watch::Receiver<bool>> = None;
+        let le = self.shared.config.leader_election.clone();
+        if le.leader_elect {
+            let elector = LeaderElector::new(
+                self.shared.client.clone(),
+                &le.resource_namespace,
+                &le.resource_name,
+                &self.shared.identity,
+                Duration::from_secs(le.lease_duration_seconds),
+                Duration::from_secs(le.retry_period_seconds),
+            );
+            leader = Some(elector.acquire().await);
+            tracing::info!("{} became the leader", self.shared.identity);
+        }
+        self.events();
+        let synced = self.start_watches();
+        synced.await;
+        let flusher = {
+            let s = self.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(200));
+                loop {
+                    tick.tick().await;
+                    s.shared.queue.flush();
+                    s.shared.metrics.queue_sizes(s.shared.queue.sizes());
+                }
+            })
+        };
+        let mut alg = Algorithm::new(AlgorithmOptions {
+            percentage_of_nodes_to_score: self.shared.config.percentage_of_nodes_to_score,
+            parallelism: self.shared.config.parallelism,
+        });
+        let result = loop {
+            let next = match leader.as_mut() {
+                Some(rx) => tokio::select! {
+                    q = self.shared.queue.pop() => q,
+                    _ = rx.wait_for(|held| !held) => break Err(Error::LeaderLost),
+                },
+                None => self.shared.queue.pop().await,
+            };
+            let Some(q) = next else { break Ok(()) };
+            self.schedule_one(&mut alg, q).await;
+        };
+        flusher.abort();
+        result
+    }
+
+    /// Starts node and pod watches; the future resolves once both listed.
+    fn start_watches(&self) -> impl std::future::Future<Output = ()> + use<> {
+        let (node_tx, mut node_rx) = tokio_watch::channel(false);
+        let (pod_tx, mut pod_rx) = tokio_watch::channel(false);
+        let s = self.clone();
+        tokio::spawn(async move {
+            let api: Api<Node> = Api::all(s.shared.client.clone());
+            let mut known: HashMap<String, Node> = HashMap::new();
+            let mut seen: HashSet<String> = HashSet::new();
+            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(watcher::Event::Init) => seen.clear(),
+                    Ok(watcher::Event::InitApply(n)) => {
+                        seen.insert(n.metadata.name.clone().unwrap_or_default());
+                        s.on_node(&mut known, n);
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        let gone: Vec<String> = known.keys().filter(|k| !seen.contains(*k)).cloned().collect();
+                        for name in gone {
+                            known.remove(&name);
+                            s.shared.cache.remove_node(&name);
+                        }
+                        let _ = node_tx.send(true);
+                    }
+                    Ok(watcher::Event::Apply(n)) => s.on_node(&mut known, n),
+                    Ok(watcher::Event::Delete(n)) => {
+                        let name = n.metadata.name.clone().unwrap_or_default();
+                        known.remove(&name);
+                        s.shared.cache.remove_node(&name);
+                        s.shared.queue.on_event(ClusterEvent::new(EventResource::Node, action::DELETE));
+                    }
+                    Err(e) => {
+                        tracing::debug!("node watch: {e}");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+        });
+        let s = self.clone();
+        tokio::spawn(async move {
+            let api: Api<Pod> = Api::all(s.shared.client.clone());
+            let mut seen: HashSet<String> = HashSet::new();
+            let mut known: HashSet<String> = HashSet::new();
+            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(watcher::Event::Init) => seen.clear(),
+                    Ok(watcher::Event::InitApply(p)) => {
+                        seen.insert(pod_uid(&p).to_owned());
+                        known.insert(pod_uid(&p).to_owned());
+                        s.on_pod(p);
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        let gone: Vec<String> = known.iter().filter(|k| !seen.contains(*k)).cloned().collect();
+                        for uid in gone {
+                            known.remove(&uid);
+                            s.on_pod_gone(&uid);
+                        }
+                        let _ = pod_tx.send(true);
+                    }
+                    Ok(watcher::Event::Apply(p)) => {
+                        known.insert(pod_uid(&p).to_owned());
+                        s.on_pod(p);
+                    }
+                    Ok(watcher::Event::Delete(p)) => {
+                        let uid = pod_uid(&p).to_owned();
+                        known.remove(&uid);
+                        s.on_pod_gone(&uid);
+                    }
+                    Err(e) => {
+                        tracing::debug!("pod watch: {e}");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+        });
+        async move {
+            let _ = node_rx.wait_for(|v| *v).await;
+            let _ = pod_rx.wait_for(|v| *v).await;
+        }
+    }
+
+    fn on_node(&self, known: &mut HashMap<String, Node>, node: Node) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let flags = node_event(known.get(&name), &node);
+        known.insert(name, node.clone());
+        self.shared.cache.upsert_node(Arc::new(node));
+        if flags != 0 {
+            self.shared.queue.on_event(ClusterEvent::new(EventResource::Node, flags));
+        }
+    }
+
+    fn on_pod(&self, pod: Pod) {
+        let uid = pod_uid(&pod).to_owned();
+        if terminal(&pod) {
+            self.on_pod_gone(&uid);
+            return;
+        }
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
+        match node {
+            Some(node) => {
+                self.shared.queue.delete(&uid);
+                let before = self.shared.cache.pod(&uid);
+                let labels_changed = before.as_ref().is_some_and(|b| b.pod.metadata.labels != pod.metadata.labels);
+                let first = before.is_none();
+                self.shared.cache.add_pod(Arc::new(PodInfo::new(Arc::new(pod))), &node);
+                if first {
+                    self.shared.queue.on_event(ClusterEvent::new(EventResource::AssignedPod, action::ADD));
+                } else if labels_changed {
+                    self.shared.queue.on_event(ClusterEvent::new(EventResource::AssignedPod, action::UPDATE_POD_LABEL));
+                }
+            }
+            None => {
+                if pod.metadata.deletion_timestamp.is_some() {
+                    return;
+                }
+                let Some(profile) = self.profile_for(&pod) else { return };
+                if self.shared.cache.is_placed(&uid) {
+                    return; // assumed, binding in flight
+                }
+                let gated = pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty())
+                    || profile.pre_enqueue.iter().any(|p| !p.pre_enqueue(&pod).is_success());
+                self.shared.queue.add(Arc::new(PodInfo::new(Arc::new(pod))), gated);
+            }
+        }
+    }
+
+    fn on_pod_gone(&self, uid: &str) {
+        self.shared.queue.delete(uid);
+        if self.shared.cache.is_placed(uid) {
+            self.shared.cache.remove_pod(uid);
+            self.shared.queue.on_event(ClusterEvent::new(EventResource::AssignedPod, action::DELETE));
+        }
+    }
+
+    /// One scheduling cycle for `q`.
+    async fn schedule_one(&self, alg: &mut Algorithm, mut q: QueuedPodInfo) {
+        let pod = q.info.clone();
+        let Some(profile) = self.profile_for(&pod.pod).cloned() else {
+            self.shared.queue.done(pod.uid());
+            return;
+        };
+        let start = Instant::now();
+        let snapshot = self.shared.cache.snapshot();
+        let mut state = CycleState::new();
+        match alg.schedule(&profile, &mut state, &pod, &snapshot) {
+            Decision::Fit { node, .. } => {
+                self.shared.cache.assume(pod.clone(), &node);
+                for (i, r) in profile.reserve.iter().enumerate() {
+                    let s = r.reserve(&state, &pod, &node);
+                    if !s.is_success() {
+                        for r in profile.reserve[..=i].iter().rev() {
+                            r.unreserve(&state, &pod, &node);
+                        }
+                        self.shared.cache.forget(pod.uid());
+                        q.unschedulable_plugins.insert(r.name());
+                        self.fail(&profile, q, s.with_plugin(r.name()), None, start).await;
+                        return;
+                    }
+                }
+                let mut waiting = Vec::new();
+                let mut max_wait = Duration::ZERO;
+                for p in &profile.permit {
+                    let (s, timeout) = p.permit(&state, &pod, &node);
+                    match s.code {
+                        Code::Success => {}
+                        Code::Wait => {
+                            waiting.push(p.name());
+                            max_wait = max_wait.max(timeout);
+                        }
+                        _ => {
+                            for r in profile.reserve.iter().rev() {
+                                r.unreserve(&state, &pod, &node);
+                            }
+                            self.shared.cache.forget(pod.uid());
+                            q.unschedulable_plugins.insert(p.name());
+                            self.fail(&profile, q, s.with_plugin(p.name()), None, start).await;
+                            return;
+                        }
+                    }
+                }
+                let waiter = (!waiting.is_empty()).then(|| (self.shared.handle.waiting_pods.add(pod.uid(), waiting), max_wait));
+                self.shared.queue.done(pod.uid());
+                self.shared.metrics.attempt("scheduled", &profile.scheduler_name, start.elapsed().as_secs_f64());
+                let s = self.clone();
+                tokio::spawn(async move { s.bind_cycle(profile, Arc::new(state), q, node, waiter).await });
+            }
+            Decision::Unfit(mut fit) => {
+                let mut nominated = None;
+                if !profile.post_filter.is_empty() {
+                    let statuses = std::mem::take(&mut fit.statuses);
+                    for p in &profile.post_filter {
+                        let (node, s) = p
+                            .post_filter(PostFilterArgs { state: &state, pod: &pod, snapshot: &snapshot, statuses: &statuses, profile: &profile })
+                            .await;
+                        if s.is_success() {
+                            nominated = node;
+                            break;
+                        }
+                        if !s.reasons.is_empty() {
+                            fit.post_filter_message = Some(s.message());
+                        }
+                    }
+                    fit.statuses = statuses;
+                }
+                q.unschedulable_plugins = fit.unschedulable_plugins.clone();
+                let msg = fit.message();
+                self.fail(&profile, q, Status::unschedulable(msg), nominated, start).await;
+            }
+            Decision::Error(s) => {
+                self.fail(&profile, q, s, None, start).await;
+            }
+        }
+    }
+
+    /// Requeues `q`, sets PodScheduled=False and records FailedScheduling.
+    async fn fail(&self, profile: &Profile, q: QueuedPodInfo, status: Status, nominated: Option<String>, start: Instant) {
+        let error = status.code == Code::Error;
+        let result = if error { "error" } else { "unschedulable" };
+        self.shared.metrics.attempt(result, &profile.scheduler_name, start.elapsed().as_secs_f64());
+        let pod = q.info.pod.clone();
+        let message = status.message();
+        self.shared.queue.add_unschedulable(q, error);
+        let reason = if error { "SchedulerError" } else { "Unschedulable" };
+        self.events().record(Record {
+            pod: pod_ref(&pod),
+            type_: "Warning",
+            reason: "FailedScheduling",
+            action: "Scheduling",
+            message: message.clone(),
+            component: profile.scheduler_name.clone(),
+        });
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+        let same = current == Some(("False".into(), Some(reason.into()), Some(message.clone())));
+        let nominated_same = nominated.is_none()
+            || pod.status.as_ref().and_then(|s| s.nominated_node_name.as_ref()) == nominated.as_ref();
+        if same && nominated_same {
+            return;
+        }
+        let client = self.shared.client.clone();
+        tokio::spawn(async move {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            let mut status = serde_json::json!({
+                "conditions": [{
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+                }]
+            });
+            if let Some(n) = nominated {
+                status["nominatedNodeName"] = serde_json::json!(n);
+            }
+            let api: Api<Pod> = Api::namespaced(client, pod.metadata.namespace.as_deref().unwrap_or("default"));
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            if let Err(e) = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Strategic(serde_json::json!({ "status": status })))
+                .await
+            {
+                tracing::debug!("pod status not updated: {e}");
+            }
+        });
+    }
+
+    async fn bind_cycle(
+        &self,
+        profile: Arc<Profile>,
+        state: Arc<CycleState>,
+        q: QueuedPodInfo,
+        node: String,
+        waiter: Option<(tokio::sync::oneshot::Receiver<Status>, Duration)>,
+    ) {
+        let pod = q.info.clone();
+        let mut status = Status::success();
+        if let Some((rx, timeout)) = waiter {
+            status = match tokio::time::timeout(timeout, rx).await {
+                Ok(Ok(s)) => s,
+                _ => {
+                    self.shared.handle.waiting_pods.remove(pod.uid());
+                    Status::unschedulable("rejected due to timeout after waiting at permit")
+                }
+            };
+        }
+        if status.is_success() {
+            for p in &profile.pre_bind {
+                let s = p.pre_bind(&state, &pod, &node).await;
+                if !s.is_success() {
+                    status = s.with_plugin(p.name());
+                    break;
+                }
+            }
+        }
+        if status.is_success() {
+            status = Status::skip();
+            for b in &profile.bind {
+                let s = b.bind(&state, &pod, &node).await;
+                if !s.is_skip() {
+                    status = s.with_plugin(b.name());
+                    break;
+                }
+            }
+        }
+        if status.is_success() {
+            for p in &profile.post_bind {
+                p.post_bind(&state, &pod, &node);
+            }
+            self.shared.metrics.e2e_duration.observe(q.initial_timestamp.elapsed().as_secs_f64());
+            self.events().record(Record {
+                pod: pod_ref(&pod.pod),
+                type_: "Normal",
+                reason: "Scheduled",
+                action: "Binding",
+                message: format!("Successfully assigned {} to {}", pod.key(), node),
+                component: profile.scheduler_name.clone(),
+            });
+            return;
+        }
+        // Binding failed: undo and retry.
+        for r in profile.reserve.iter().rev() {
+            r.unreserve(&state, &pod, &node);
+        }
+        self.shared.cache.forget(pod.uid());
+        let gone = status.code == Code::UnschedulableAndUnresolvable && status.message().starts_with("pod not found");
+        if gone {
+            self.shared.queue.done(pod.uid());
+            return;
+        }
+        self.shared.queue.on_event(ClusterEvent::new(EventResource::AssignedPod, action::DELETE));
+        let mut q = q;
+        q.unschedulable_plugins.clear();
+        let msg = format!("Binding rejected: {}", status.message());
+        self.fail(&profile, q, Status::error(msg), None, Instant::now()).await;
+    }
+}
+
+/// Re-exported for tests: the fit error type.
+pub type SchedulingFitError = FitError;

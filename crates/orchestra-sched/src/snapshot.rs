@@ -1,0 +1,53 @@
+//! The per-cycle view of the cluster: an immutable list of node infos.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::node_info::NodeInfo;
+
+/// The nodes as one scheduling cycle sees them. Cheap to take: node infos
+/// are shared, a changed node is a new `Arc`.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Every node.
+    pub nodes: Vec<Arc<NodeInfo>>,
+    /// Node name to index in `nodes`.
+    pub index: Arc<HashMap<String, usize>>,
+    /// How many nodes hold each image.
+    pub image_nodes: Arc<HashMap<String, usize>>,
+}
+
+impl Snapshot {
+    /// A snapshot of `nodes` (for tests and the algorithm benchmark).
+    pub fn from_nodes(nodes: Vec<NodeInfo>) -> Snapshot {
+        let mut index = HashMap::new();
+        let mut images: HashMap<String, usize> = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            index.insert(n.name().to_owned(), i);
+            for name in n.images.keys() {
+                *images.entry(name.clone()).or_default() += 1;
+            }
+        }
+        Snapshot {
+            nodes: nodes.into_iter().map(Arc::new).collect(),
+            index: Arc::new(index),
+            image_nodes: Arc::new(images),
+        }
+    }
+    /// The node named `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
+        self.index.get(name).map(|i| &self.nodes[*i])
+    }
+    /// Nodes that hold pods with (anti-)affinity.
+    pub fn with_affinity(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.nodes.iter().filter(|n| !n.pods_with_affinity.is_empty())
+    }
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}

@@ -1,0 +1,354 @@
+//! Test builders: `PodBuilder::new("p").cpu("1").build()`,
+//! `NodeBuilder::new("n").cpu("4").memory("8Gi").build()`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerPort, Node, NodeSelectorRequirement, NodeSelectorTerm, NodeSpec, NodeStatus, Pod,
+    PodAffinityTerm, PodSpec, ResourceRequirements, Taint, Toleration, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+/// Builds pods for tests.
+#[derive(Debug, Clone)]
+pub struct PodBuilder {
+    pod: Pod,
+}
+
+fn q(s: &str) -> Quantity {
+    Quantity(s.to_owned())
+}
+
+impl PodBuilder {
+    /// A pod named `name` in `default` with one container and no requests.
+    pub fn new(name: &str) -> PodBuilder {
+        PodBuilder {
+            pod: Pod {
+                metadata: ObjectMeta {
+                    name: Some(name.to_owned()),
+                    namespace: Some("default".to_owned()),
+                    uid: Some(format!("uid-{name}")),
+                    ..Default::default()
+                },
+                spec: Some(PodSpec {
+                    containers: vec![Container { name: "c".into(), image: Some("pause".into()), ..Default::default() }],
+                    ..Default::default()
+                }),
+                status: None,
+            },
+        }
+    }
+    fn spec(&mut self) -> &mut PodSpec {
+        self.pod.spec.as_mut().expect("spec")
+    }
+    fn first_request(&mut self, name: &str, v: &str) {
+        let c = &mut self.spec().containers[0];
+        c.resources
+            .get_or_insert_with(ResourceRequirements::default)
+            .requests
+            .get_or_insert_with(BTreeMap::new)
+            .insert(name.to_owned(), q(v));
+    }
+    /// Sets the namespace.
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.pod.metadata.namespace = Some(ns.into());
+        self
+    }
+    /// Sets the UID.
+    pub fn uid(mut self, uid: &str) -> Self {
+        self.pod.metadata.uid = Some(uid.into());
+        self
+    }
+    /// Requests CPU on the first container.
+    pub fn cpu(mut self, v: &str) -> Self {
+        self.first_request("cpu", v);
+        self
+    }
+    /// Requests memory on the first container.
+    pub fn memory(mut self, v: &str) -> Self {
+        self.first_request("memory", v);
+        self
+    }
+    /// Requests any resource on the first container.
+    pub fn request(mut self, name: &str, v: &str) -> Self {
+        self.first_request(name, v);
+        self
+    }
+    fn container(name: String, cpu: &str, restart: Option<&str>) -> Container {
+        Container {
+            name,
+            resources: Some(ResourceRequirements {
+                requests: Some([("cpu".to_owned(), q(cpu))].into()),
+                ..Default::default()
+            }),
+            restart_policy: restart.map(Into::into),
+            ..Default::default()
+        }
+    }
+    /// Adds a container requesting `cpu` (the first call fills the default container).
+    pub fn container_cpu(mut self, cpu: &str) -> Self {
+        let n = self.spec().containers.len();
+        let first_empty = n == 1 && self.spec().containers[0].resources.is_none();
+        if first_empty {
+            self.first_request("cpu", cpu);
+        } else {
+            self.spec().containers.push(Self::container(format!("c{n}"), cpu, None));
+        }
+        self
+    }
+    /// Adds an init container requesting `cpu`.
+    pub fn init_cpu(mut self, cpu: &str) -> Self {
+        let n = self.spec().init_containers.as_ref().map_or(0, Vec::len);
+        self.spec().init_containers.get_or_insert_with(Vec::new).push(Self::container(format!("i{n}"), cpu, None));
+        self
+    }
+    /// Adds a sidecar (restartable init container) requesting `cpu`.
+    pub fn sidecar_cpu(mut self, cpu: &str) -> Self {
+        let n = self.spec().init_containers.as_ref().map_or(0, Vec::len);
+        self.spec()
+            .init_containers
+            .get_or_insert_with(Vec::new)
+            .push(Self::container(format!("s{n}"), cpu, Some("Always")));
+        self
+    }
+    /// Sets the CPU overhead.
+    pub fn overhead_cpu(mut self, cpu: &str) -> Self {
+        self.spec().overhead = Some([("cpu".to_owned(), q(cpu))].into());
+        self
+    }
+    /// Adds a label.
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.pod.metadata.labels.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
+        self
+    }
+    /// Sets spec.nodeName.
+    pub fn node(mut self, n: &str) -> Self {
+        self.spec().node_name = Some(n.into());
+        self
+    }
+    /// Sets spec.schedulerName.
+    pub fn scheduler(mut self, n: &str) -> Self {
+        self.spec().scheduler_name = Some(n.into());
+        self
+    }
+    /// Sets the priority.
+    pub fn priority(mut self, p: i32) -> Self {
+        self.spec().priority = Some(p);
+        self
+    }
+    /// Adds a nodeSelector entry.
+    pub fn node_selector(mut self, k: &str, v: &str) -> Self {
+        self.spec().node_selector.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
+        self
+    }
+    /// Asks for a host port (TCP, any IP).
+    pub fn host_port(mut self, port: i32) -> Self {
+        self.spec().containers[0].ports.get_or_insert_with(Vec::new).push(ContainerPort {
+            container_port: port,
+            host_port: Some(port),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        });
+        self
+    }
+    /// Adds a toleration.
+    pub fn toleration(mut self, key: &str, op: &str, value: Option<&str>, effect: Option<&str>) -> Self {
+        self.spec().tolerations.get_or_insert_with(Vec::new).push(Toleration {
+            key: Some(key.into()),
+            operator: Some(op.into()),
+            value: value.map(Into::into),
+            effect: effect.map(Into::into),
+            ..Default::default()
+        });
+        self
+    }
+    fn affinity(&mut self) -> &mut Affinity {
+        self.spec().affinity.get_or_insert_with(Affinity::default)
+    }
+    /// Adds a required node affinity term with one requirement.
+    pub fn required_node_affinity(mut self, key: &str, op: &str, values: &[&str]) -> Self {
+        let na = self.affinity().node_affinity.get_or_insert_with(Default::default);
+        let sel = na.required_during_scheduling_ignored_during_execution.get_or_insert_with(Default::default);
+        sel.node_selector_terms.push(NodeSelectorTerm {
+            match_expressions: Some(vec![NodeSelectorRequirement {
+                key: key.into(),
+                operator: op.into(),
+                values: Some(values.iter().map(|v| v.to_string()).collect()),
+            }]),
+            ..Default::default()
+        });
+        self
+    }
+    /// Adds a preferred node affinity term.
+    pub fn preferred_node_affinity(mut self, weight: i32, key: &str, op: &str, values: &[&str]) -> Self {
+        let na = self.affinity().node_affinity.get_or_insert_with(Default::default);
+        na.preferred_during_scheduling_ignored_during_execution.get_or_insert_with(Vec::new).push(
+            k8s_openapi::api::core::v1::PreferredSchedulingTerm {
+                weight,
+                preference: NodeSelectorTerm {
+                    match_expressions: Some(vec![NodeSelectorRequirement {
+                        key: key.into(),
+                        operator: op.into(),
+                        values: Some(values.iter().map(|v| v.to_string()).collect()),
+                    }]),
+                    ..Default::default()
+                },
+            },
+        );
+        self
+    }
+    fn term(labels: &[(&str, &str)], topology_key: &str) -> PodAffinityTerm {
+        PodAffinityTerm {
+            label_selector: Some(LabelSelector {
+                match_labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..Default::default()
+            }),
+            topology_key: topology_key.into(),
+            ..Default::default()
+        }
+    }
+    /// Adds a required pod affinity term.
+    pub fn pod_affinity(mut self, labels: &[(&str, &str)], topology_key: &str) -> Self {
+        let a = self.affinity().pod_affinity.get_or_insert_with(Default::default);
+        a.required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(Self::term(labels, topology_key));
+        self
+    }
+    /// Adds a required pod anti-affinity term.
+    pub fn pod_anti_affinity(mut self, labels: &[(&str, &str)], topology_key: &str) -> Self {
+        let a = self.affinity().pod_anti_affinity.get_or_insert_with(Default::default);
+        a.required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(Self::term(labels, topology_key));
+        self
+    }
+    /// Adds a preferred pod affinity (positive weight) or anti-affinity (negative) term.
+    pub fn preferred_pod_affinity(mut self, weight: i32, labels: &[(&str, &str)], topology_key: &str) -> Self {
+        let term = k8s_openapi::api::core::v1::WeightedPodAffinityTerm {
+            weight: weight.abs(),
+            pod_affinity_term: Self::term(labels, topology_key),
+        };
+        if weight >= 0 {
+            let a = self.affinity().pod_affinity.get_or_insert_with(Default::default);
+            a.preferred_during_scheduling_ignored_during_execution.get_or_insert_with(Vec::new).push(term);
+        } else {
+            let a = self.affinity().pod_anti_affinity.get_or_insert_with(Default::default);
+            a.preferred_during_scheduling_ignored_during_execution.get_or_insert_with(Vec::new).push(term);
+        }
+        self
+    }
+    /// Adds a topology spread constraint over pods with `labels`.
+    pub fn spread(mut self, max_skew: i32, topology_key: &str, when: &str, labels: &[(&str, &str)]) -> Self {
+        self.spec().topology_spread_constraints.get_or_insert_with(Vec::new).push(TopologySpreadConstraint {
+            max_skew,
+            topology_key: topology_key.into(),
+            when_unsatisfiable: when.into(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        self
+    }
+    /// Modifies the pod freely.
+    pub fn with(mut self, f: impl FnOnce(&mut Pod)) -> Self {
+        f(&mut self.pod);
+        self
+    }
+    /// The pod.
+    pub fn build(self) -> Pod {
+        self.pod
+    }
+}
+
+/// Builds nodes for tests (default allocatable: 110 pods).
+#[derive(Debug, Clone)]
+pub struct NodeBuilder {
+    node: Node,
+}
+
+impl NodeBuilder {
+    /// A ready node named `name` with room for 110 pods.
+    pub fn new(name: &str) -> NodeBuilder {
+        let mut n = NodeBuilder {
+            node: Node {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    labels: Some([("kubernetes.io/hostname".to_owned(), name.to_owned())].into()),
+                    ..Default::default()
+                },
+                spec: Some(NodeSpec::default()),
+                status: Some(NodeStatus::default()),
+            },
+        };
+        n = n.allocatable("pods", "110");
+        n
+    }
+    /// Sets an allocatable (and capacity) amount.
+    pub fn allocatable(mut self, name: &str, v: &str) -> Self {
+        let st = self.node.status.as_mut().expect("status");
+        st.allocatable.get_or_insert_with(BTreeMap::new).insert(name.into(), q(v));
+        st.capacity.get_or_insert_with(BTreeMap::new).insert(name.into(), q(v));
+        self
+    }
+    /// Allocatable CPU.
+    pub fn cpu(self, v: &str) -> Self {
+        self.allocatable("cpu", v)
+    }
+    /// Allocatable memory.
+    pub fn memory(self, v: &str) -> Self {
+        self.allocatable("memory", v)
+    }
+    /// Allocatable pod count.
+    pub fn pods(self, v: &str) -> Self {
+        self.allocatable("pods", v)
+    }
+    /// Adds a label.
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.node.metadata.labels.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
+        self
+    }
+    /// Adds a taint.
+    pub fn taint(mut self, key: &str, value: &str, effect: &str) -> Self {
+        self.node.spec.as_mut().expect("spec").taints.get_or_insert_with(Vec::new).push(Taint {
+            key: key.into(),
+            value: Some(value.into()),
+            effect: effect.into(),
+            time_added: None,
+        });
+        self
+    }
+    /// Marks the node unschedulable (cordoned).
+    pub fn unschedulable(mut self) -> Self {
+        self.node.spec.as_mut().expect("spec").unschedulable = Some(true);
+        self
+    }
+    /// Adds an image with `size` bytes.
+    pub fn image(mut self, name: &str, size: i64) -> Self {
+        self.node.status.as_mut().expect("status").images.get_or_insert_with(Vec::new).push(
+            k8s_openapi::api::core::v1::ContainerImage { names: Some(vec![name.into()]), size_bytes: Some(size) },
+        );
+        self
+    }
+    /// The node.
+    pub fn build(self) -> Node {
+        self.node
+    }
+}
+
+/// A node info for `node` holding `pods`.
+pub fn node_info(node: Node, pods: Vec<Pod>) -> crate::node_info::NodeInfo {
+    let mut info = crate::node_info::NodeInfo::new(std::sync::Arc::new(node));
+    for p in pods {
+        info.add_pod(std::sync::Arc::new(crate::node_info::PodInfo::new(std::sync::Arc::new(p))));
+    }
+    info
+}
+
+/// A pod info for `pod`.
+pub fn pod_info(pod: Pod) -> crate::node_info::PodInfo {
+    crate::node_info::PodInfo::new(std::sync::Arc::new(pod))
+}

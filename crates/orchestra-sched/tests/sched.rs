@@ -1,0 +1,9 @@
+//! Integration tests: the scheduler against an in-process API server.
+
+mod sched {
+    pub mod basic;
+    pub mod kubectl;
+    pub mod leader;
+    pub mod support;
+    pub mod throughput;
+}

@@ -1,0 +1,62 @@
+//! Two scheduler instances with Lease-based leader election.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use orchestra_sched::config::LeaderElectionConfig;
+use orchestra_sched::testing::{NodeBuilder, PodBuilder};
+use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
+
+use super::support::*;
+
+fn config() -> SchedulerConfiguration {
+    SchedulerConfiguration {
+        leader_election: LeaderElectionConfig {
+            leader_elect: true,
+            lease_duration_seconds: 2,
+            retry_period_seconds: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+async fn holder(client: &kube::Client) -> Option<String> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    api.get_opt("kube-scheduler").await.ok().flatten().and_then(|l| l.spec?.holder_identity)
+}
+
+#[tokio::test]
+async fn second_instance_takes_over_when_the_leader_stops() {
+    let (_server, client) = server().await;
+    create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
+    let a = SchedulerBuilder::new(client.clone()).config(config()).identity("a").build().unwrap();
+    let a = tokio::spawn(async move { a.run().await });
+    for _ in 0..100 {
+        if holder(&client).await.as_deref() == Some("a") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(holder(&client).await.as_deref(), Some("a"));
+    let b = SchedulerBuilder::new(client.clone()).config(config()).identity("b").build().unwrap();
+    let b = tokio::spawn(async move { b.run().await });
+    create_pod(&client, PodBuilder::new("first").cpu("100m").build()).await;
+    wait_pod(&client, "default", "first", |p| node_of(p).is_some()).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(holder(&client).await.as_deref(), Some("a"), "b must not steal a renewed lease");
+    a.abort();
+    let mut took_over = false;
+    for _ in 0..200 {
+        if holder(&client).await.as_deref() == Some("b") {
+            took_over = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(took_over, "b takes the lease after it expires");
+    create_pod(&client, PodBuilder::new("second").cpu("100m").build()).await;
+    wait_pod(&client, "default", "second", |p| node_of(p).is_some()).await;
+    b.abort();
+}

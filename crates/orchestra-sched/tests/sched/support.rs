@@ -1,0 +1,59 @@
+//! Starting an API server and a scheduler for tests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+use orchestra_core::server::ApiServer;
+use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
+use orchestra_store::MemStore;
+
+/// An API server on a MemStore and a client to it.
+pub async fn server() -> (ApiServer, kube::Client) {
+    let server = ApiServer::new(Arc::new(MemStore::new())).await.expect("server starts");
+    let client = orchestra_core::client::in_process(&server, "default");
+    (server, client)
+}
+
+/// Starts a scheduler with `config`.
+pub fn start(client: &kube::Client, config: SchedulerConfiguration) -> tokio::task::JoinHandle<()> {
+    let s = SchedulerBuilder::new(client.clone()).config(config).build().expect("scheduler builds");
+    tokio::spawn(async move {
+        let _ = s.run().await;
+    })
+}
+
+/// Creates nodes.
+pub async fn create_nodes(client: &kube::Client, nodes: Vec<Node>) {
+    let api: Api<Node> = Api::all(client.clone());
+    for n in nodes {
+        api.create(&PostParams::default(), &n).await.expect("node created");
+    }
+}
+
+/// Creates a pod (uid and resourceVersion cleared).
+pub async fn create_pod(client: &kube::Client, mut pod: Pod) -> Pod {
+    pod.metadata.uid = None;
+    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    Api::<Pod>::namespaced(client.clone(), &ns).create(&PostParams::default(), &pod).await.expect("pod created")
+}
+
+/// Waits until `check` holds for the pod, up to 10 s.
+pub async fn wait_pod(client: &kube::Client, ns: &str, name: &str, check: impl Fn(&Pod) -> bool) -> Pod {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for _ in 0..200 {
+        if let Ok(p) = api.get(name).await {
+            if check(&p) {
+                return p;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("pod {ns}/{name} never reached the expected state: {:?}", api.get(name).await.ok().and_then(|p| p.status));
+}
+
+/// The pod's node.
+pub fn node_of(p: &Pod) -> Option<&str> {
+    p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+}
