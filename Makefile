@@ -41,11 +41,15 @@ test: deps
 bench: deps
 	$(CARGO) bench -p orchestra-benches --bench store
 	$(CARGO) bench -p orchestra-benches --bench apiserver
+	$(CARGO) bench -p orchestra-benches --bench scheduler
+	$(CARGO) bench -p orchestra-benches --bench controllers
 
 ## The same, each in under a minute and a half.
 bench-quick: deps
 	$(CARGO) bench -p orchestra-benches --bench store -- --quick
 	$(CARGO) bench -p orchestra-benches --bench apiserver -- --quick
+	$(CARGO) bench -p orchestra-benches --bench scheduler -- --quick
+	$(CARGO) bench -p orchestra-benches --bench controllers -- --quick
 
 ## The API server against the bare store only.
 bench-apiserver: deps
