@@ -198,17 +198,10 @@ async fn run(args: Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::from_env(&["quick", "help"]) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}\n{USAGE}");
-            return ExitCode::FAILURE;
-        }
+    let args = match orchestra_benches::harness::parse_args(&["quick", "help"], USAGE) {
+        Ok(args) => args,
+        Err(code) => return code,
     };
-    if args.flag("help") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
-use orchestra_benches::args::Args;
 use orchestra_benches::sys;
 use orchestra_core::server::ApiServer;
 use orchestra_sched::algorithm::{Algorithm, AlgorithmOptions, Decision};
@@ -157,7 +156,7 @@ fn algorithm_alone(w: &Workload) {
         cache.upsert_node(Arc::new((w.node)(i)));
     }
     let mut alg = Algorithm::new(AlgorithmOptions::default());
-    let mut place = |pod: Pod, alg: &mut Algorithm| -> bool {
+    let place = |pod: Pod, alg: &mut Algorithm| -> bool {
         let info = Arc::new(PodInfo::new(Arc::new(pod)));
         let snapshot = cache.snapshot();
         match alg.schedule(&profile, &mut CycleState::new(), &info, &snapshot) {
@@ -279,17 +278,10 @@ async fn end_to_end(w: &Workload, store_kind: &str, concurrency: usize) {
 }
 
 fn main() -> std::process::ExitCode {
-    let args = match Args::from_env(&["quick", "help"]) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}\n{USAGE}");
-            return std::process::ExitCode::FAILURE;
-        }
+    let args = match orchestra_benches::harness::parse_args(&["quick", "help"], USAGE) {
+        Ok(args) => args,
+        Err(code) => return code,
     };
-    if args.flag("help") {
-        println!("{USAGE}");
-        return std::process::ExitCode::SUCCESS;
-    }
     let quick = args.flag("quick");
     let store: String = args.get("store", "rocks".to_string()).unwrap_or_else(|_| "rocks".into());
     let concurrency: usize = args.get("create-concurrency", 64).unwrap_or(64);

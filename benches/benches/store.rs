@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::StreamExt;
 use orchestra_benches::args::Args;
+use orchestra_benches::harness;
 use orchestra_benches::etcd::{self, EtcdServer};
 use orchestra_benches::load::{LoopResult, closed_loop};
 use orchestra_benches::stats::{Latencies, fmt_ms, fmt_rate, geomean, median};
@@ -151,17 +152,10 @@ impl Config {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::from_env(&["quick", "help", "etcd-serializable-get"]) {
+    let args = match harness::parse_args(&["quick", "help", "etcd-serializable-get"], USAGE) {
         Ok(args) => args,
-        Err(e) => {
-            eprintln!("{e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    if args.flag("help") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
     let config = match Config::from_args(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -169,34 +163,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // Declared before the runtime, so dropped after it: every task holding the
-    // store has ended (and RocksDB closed) before the directory is removed.
-    let scratch = match sys::scratch_dir("orchestra-store-bench-") {
-        Ok(dir) => dir,
-        Err(e) => {
-            eprintln!("cannot create a scratch directory: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    let outcome = runtime.block_on(async {
-        let mut sigterm =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            result = run(&config, scratch.path()) => result,
-            _ = tokio::signal::ctrl_c() => Err("interrupted".to_string()),
-            _ = sigterm.recv() => Err("terminated".to_string()),
-        }
-    });
-    runtime.shutdown_timeout(Duration::from_secs(10));
-    drop(scratch);
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("store bench failed: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    harness::run_in_scratch("store", async |scratch| run(&config, scratch).await)
 }
 
 /// What the footer summarises.

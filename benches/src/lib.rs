@@ -13,9 +13,12 @@
 //! * [`sys`] — machine facts for report headers, and a scratch directory on a
 //!   real disk (not tmpfs), so durable writes are measured as durable.
 //! * [`args`] — the tiny command-line parser the benchmarks share.
+//! * [`harness`] — what every benchmark's `main` does: parse arguments, run
+//!   in a scratch directory on a runtime, stop on Ctrl-C or SIGTERM.
 
 pub mod args;
 pub mod etcd;
+pub mod harness;
 pub mod load;
 pub mod stats;
 pub mod sys;
