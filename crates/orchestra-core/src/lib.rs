@@ -4,12 +4,18 @@
 //!
 //! * [`api`] — the types-only layer: resource descriptions and the registry
 //!   of served kinds, Kubernetes `Status` errors, label and field selectors,
-//!   object-meta helpers and validation, CustomResourceDefinition handling
-//!   ([`api::crd`]) and PodDisruptionBudget arithmetic ([`api::pdb`]).
+//!   object-meta helpers and validation, OpenAPI v3 documents and the schema
+//!   walker ([`api::openapi`], [`api::schema`]), strategic merge patch and
+//!   server-side apply ([`api::patch`], [`api::apply`]), Table printing
+//!   ([`api::table`]), CustomResourceDefinition handling ([`api::crd`]) and
+//!   PodDisruptionBudget arithmetic ([`api::pdb`]).
 //! * [`server`] (feature `server`) — a Kubernetes-compatible API server as a
-//!   `tower::Service` over an `orchestra_store::Store`: discovery, CRUD,
-//!   patch, watch, custom resources served from their CRDs, and the
-//!   `binding`, `eviction`, `scale` and `finalize` subresources.
+//!   `tower::Service` over an `orchestra_store::Store`: discovery, OpenAPI,
+//!   CRUD, patch and apply, watch, Table output, protobuf request bodies,
+//!   access reviews, custom resources served from their CRDs, the `binding`,
+//!   `eviction`, `scale` and `finalize` subresources, health checks and
+//!   `/metrics`; plus the HTTPS listener ([`server::serve`]) and the
+//!   cluster's certificates ([`server::pki`]).
 //! * [`auth`] (feature `server`) — the `Authenticator`, `Authorizer` and
 //!   `AdmissionPlugin` traits, their chains and simple built-ins.
 //! * [`client`] (feature `client`) — `kube::Client` constructors, in process

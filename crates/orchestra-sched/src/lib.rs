@@ -7,8 +7,8 @@
 //! [`queue`] (active, backoff, unschedulable with cluster-event hints), the
 //! [`cache`] of node infos with assumed pods and per-cycle [`snapshot`]s, the
 //! decision [`algorithm`] (percentageOfNodesToScore, parallel filter and
-//! score), every built-in [`plugins`] (filters, scores, DefaultPreemption,
-//! DefaultBinder), and the [`Scheduler`](scheduler::Scheduler) that watches
+//! score), the built-in [`plugins`] (filters, scores, DefaultPreemption,
+//! DefaultBinder; the volume plugins are not written yet), and the [`Scheduler`](scheduler::Scheduler) that watches
 //! nodes and pods through the API and binds through `pods/binding`.
 //!
 //! ```no_run
