@@ -1,7 +1,14 @@
 //! # orchestra-node
 //!
-//! Will hold the node agent (pod workers, status, leases, probes), the RuntimeBackend, service proxy, pod network and DNS.
+//! The node side of Orchestra: what the kubelet and the container runtime do.
 //!
-//! Not implemented yet: this crate is a placeholder in the workspace so that
-//! the crate map and the dependency direction are fixed from the start. Its
-//! content is tracked by issue 6.
+//! - [`runtime`]: the CRI-shaped [`RuntimeBackend`] trait and its types.
+//! - [`network`]: the pod network's address management (pod CIDR → pod IPs).
+//!
+//! The node agent, the process and simulated backends, the service proxy
+//! and DNS are tracked by issue 6.
+
+pub mod network;
+pub mod runtime;
+
+pub use runtime::RuntimeBackend;
