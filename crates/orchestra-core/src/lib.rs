@@ -14,8 +14,9 @@
 //!   CRUD, patch and apply, watch, Table output, protobuf request bodies,
 //!   access reviews, custom resources served from their CRDs, the `binding`,
 //!   `eviction`, `scale` and `finalize` subresources, health checks and
-//!   `/metrics`; plus the HTTPS listener ([`server::serve`]) and the
-//!   cluster's certificates ([`server::pki`]).
+//!   `/metrics`.
+//! * [`tls`] (feature `tls`, part of `server`) — the HTTPS listener
+//!   ([`tls::serve`]) and the cluster's certificates ([`tls::pki`]).
 //! * [`auth`] (feature `server`) — the `Authenticator`, `Authorizer` and
 //!   `AdmissionPlugin` traits, their chains and simple built-ins.
 //! * [`client`] (feature `client`) — `kube::Client` constructors, in process
@@ -31,3 +32,5 @@ pub mod auth;
 pub mod client;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "tls")]
+pub mod tls;

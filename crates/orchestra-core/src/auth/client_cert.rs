@@ -6,11 +6,7 @@ use rustls::pki_types::CertificateDer;
 
 use super::authn::{AuthError, Authenticator, UserInfo};
 
-/// The certificate chain a client presented during the TLS handshake, already
-/// verified against the cluster CA by the listener; carried as a request
-/// extension (see `server::listener`).
-#[derive(Debug, Clone)]
-pub struct PeerCertificates(pub std::sync::Arc<Vec<CertificateDer<'static>>>);
+pub use crate::tls::PeerCertificates;
 
 /// Recognises verified client certificates: the subject's common name is the
 /// user name, its organizations are the groups.
@@ -28,17 +24,8 @@ impl Authenticator for ClientCertAuthenticator {
 
 /// The user a certificate names.
 pub fn user_of(certificate: &CertificateDer<'_>) -> Result<UserInfo, AuthError> {
-    let (_, cert) = x509_parser::parse_x509_certificate(certificate)
-        .map_err(|e| AuthError(format!("unparseable client certificate: {e}")))?;
-    let subject = cert.subject();
-    let name = subject
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .filter(|cn| !cn.is_empty())
-        .ok_or_else(|| AuthError("client certificate has no common name".into()))?;
-    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok()).map(str::to_owned).collect();
-    Ok(UserInfo { name: name.to_owned(), groups, ..Default::default() })
+    let subject = crate::tls::certificate_subject(certificate).map_err(AuthError)?;
+    Ok(UserInfo { name: subject.common_name, groups: subject.organizations, ..Default::default() })
 }
 
 #[cfg(test)]
@@ -46,7 +33,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::server::pki::Pki;
+    use crate::tls::pki::Pki;
 
     fn parts_with(chain: Option<Vec<CertificateDer<'static>>>) -> Parts {
         let mut request = http::Request::new(());

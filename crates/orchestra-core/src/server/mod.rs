@@ -17,12 +17,10 @@ mod crd;
 mod discovery;
 mod field_validation;
 mod health;
-mod listener;
 pub mod metrics;
 mod eviction;
 mod objects;
 mod openapi;
-pub mod pki;
 mod patching;
 mod protobuf;
 mod reviews;
@@ -42,7 +40,7 @@ use orchestra_store::{Error as StoreError, Store};
 use serde_json::json;
 
 pub use discovery::KUBERNETES_VERSION;
-pub use listener::{ListenOptions, serve};
+pub use crate::tls::{ListenOptions, pki, serve};
 
 use self::objects::{Target, respond};
 use self::route::{Query, Route};

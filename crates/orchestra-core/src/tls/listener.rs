@@ -1,5 +1,5 @@
-//! Serving the API server on a socket: HTTPS with HTTP/2 and HTTP/1.1 (ALPN),
-//! or plain HTTP for tests on loopback; graceful shutdown.
+//! Serving a router on a socket: HTTPS with HTTP/2 and HTTP/1.1 (ALPN), or
+//! plain HTTP for tests on loopback; graceful shutdown.
 
 use std::future::Future;
 use std::io;
@@ -14,7 +14,13 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt as _;
 
-use crate::auth::PeerCertificates;
+use rustls::pki_types::CertificateDer;
+
+/// The certificate chain a client presented during the TLS handshake, already
+/// verified against the configured CA by the listener; carried as a request
+/// extension of every request of the connection.
+#[derive(Debug, Clone)]
+pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

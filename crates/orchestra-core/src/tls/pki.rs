@@ -17,8 +17,6 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
 };
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// The admin user's name in the certificates [`Pki`] issues.
 pub const ADMIN_USER: &str = "orchestra-admin";
@@ -100,7 +98,7 @@ impl Pki {
         let serving = match read_credential(dir, "apiserver")? {
             Some(serving) if covers(&serving.cert_pem, &hosts) => serving,
             _ => {
-                let serving = issue(&ca, &ServingSpec { hosts: &hosts })?;
+                let serving = issue(&ca, &ServingSpec { common_name: "orchestra-apiserver", hosts: &hosts })?;
                 write_credential(dir, "apiserver", &serving)?;
                 serving
             }
@@ -139,27 +137,19 @@ impl Pki {
         issue(&self.ca, &ClientSpec { user, group })
     }
 
-    /// The rustls configuration of the HTTPS listener: the serving
+    /// The rustls configuration of the API server's listener: the serving
     /// certificate, HTTP/2 and HTTP/1.1 by ALPN, and client certificates
     /// requested and verified against the CA but not required (bearer tokens
     /// and anonymous requests are the authenticators' business).
     pub fn server_tls_config(&self) -> Result<Arc<rustls::ServerConfig>, PkiError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in parse_certs(&self.ca.cert_pem)? {
-            roots.add(cert)?;
-        }
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| PkiError::Certificate(e.to_string()))?;
-        let key = PrivateKeyDer::from_pem_slice(self.serving.key_pem.as_bytes()).map_err(cert_error)?;
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(parse_certs(&self.serving.cert_pem)?, key)?;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(Arc::new(config))
+        super::server_config(&self.serving, &self.ca.cert_pem, super::ClientAuth::Optional)
+    }
+
+    /// Issues a serving certificate for `hosts` (names or IP addresses) with
+    /// subject `common_name` — a node agent's endpoint, for instance. Not
+    /// stored.
+    pub fn issue_serving(&self, common_name: &str, hosts: &[String]) -> Result<Credential, PkiError> {
+        issue(&self.ca, &ServingSpec { common_name, hosts })
     }
 
     /// A kubeconfig for `server` (e.g. `https://127.0.0.1:6443`) that trusts
@@ -189,14 +179,7 @@ impl Pki {
     }
 }
 
-/// Parses every certificate of a PEM bundle.
-fn parse_certs(pem: &str) -> Result<Vec<CertificateDer<'static>>, PkiError> {
-    let certs = CertificateDer::pem_slice_iter(pem.as_bytes()).collect::<Result<Vec<_>, _>>().map_err(cert_error)?;
-    if certs.is_empty() {
-        return Err(PkiError::Certificate("no certificate in PEM data".into()));
-    }
-    Ok(certs)
-}
+use super::parse_certificates as parse_certs;
 
 fn new_ca() -> Result<Credential, PkiError> {
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(cert_error)?;
@@ -215,13 +198,14 @@ trait LeafSpec {
 }
 
 struct ServingSpec<'a> {
+    common_name: &'a str,
     hosts: &'a [String],
 }
 
 impl LeafSpec for ServingSpec<'_> {
     fn params(&self) -> Result<CertificateParams, PkiError> {
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(cert_error)?;
-        params.distinguished_name = distinguished_name("orchestra-apiserver", None);
+        params.distinguished_name = distinguished_name(self.common_name, None);
         params.subject_alt_names = self
             .hosts
             .iter()
@@ -249,6 +233,18 @@ impl LeafSpec for ClientSpec<'_> {
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         Ok(params)
     }
+}
+
+/// A self-signed serving certificate for `hosts`, for an endpoint whose
+/// clients do not verify it (a node agent started without the cluster's CA
+/// key: upstream's kubelet does the same, and the API server does not check
+/// kubelet certificates unless told to).
+pub fn self_signed_serving(common_name: &str, hosts: &[String]) -> Result<Credential, PkiError> {
+    let mut params = ServingSpec { common_name, hosts }.params()?;
+    set_validity(&mut params);
+    let key = KeyPair::generate().map_err(cert_error)?;
+    let cert = params.self_signed(&key).map_err(cert_error)?;
+    Ok(Credential { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
 }
 
 fn issue(ca: &Credential, spec: &impl LeafSpec) -> Result<Credential, PkiError> {
