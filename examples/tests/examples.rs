@@ -2,3 +2,7 @@
 
 #[path = "examples/apiserver.rs"]
 mod apiserver;
+#[path = "examples/support.rs"]
+mod support;
+#[path = "examples/up.rs"]
+mod up;

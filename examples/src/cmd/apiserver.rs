@@ -62,18 +62,9 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     pki.write_admin_kubeconfig(&kubeconfig, &url)?;
 
     let options = ListenOptions { tls: Some(pki.server_tls_config()?), ..ListenOptions::default() };
-    let serving = tokio::spawn(orchestra_core::server::serve(listener, server.router(), options, shutdown_signal()));
+    let serving = tokio::spawn(orchestra_core::server::serve(listener, server.router(), options, super::shutdown_signal()));
     println!("orchestra apiserver ready on {url} (kubeconfig {})", kubeconfig.display());
     serving.await??;
     println!("orchestra apiserver stopped");
     Ok(())
-}
-
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }

@@ -4,7 +4,8 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+
+use super::support::{kubectl, terminate};
 
 /// Starts `orchestra apiserver` on a free loopback port and waits for its
 /// `ready` line.
@@ -23,32 +24,6 @@ fn start(data_dir: &Path) -> Child {
     // Keep draining stdout so the server never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     child
-}
-
-fn kubectl(dir: &Path, args: &[&str]) -> (bool, String, String) {
-    let output = Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", dir.join("admin.kubeconfig").display()))
-        .arg(format!("--cache-dir={}", dir.join("cache").display()))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("kubectl is installed");
-    (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
-}
-
-/// Sends SIGTERM and waits for a clean exit.
-fn terminate(mut child: Child) {
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "exit status after SIGTERM: {status}");
-            return;
-        }
-        assert!(Instant::now() < deadline, "still running 15 s after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

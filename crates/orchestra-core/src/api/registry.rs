@@ -39,7 +39,9 @@ impl Registry {
                 .in_all()
                 .with_status()
                 .with_subresource("binding", "", "v1", "Binding", &["create"])
-                .with_subresource("eviction", "policy", "v1", "Eviction", &["create"]),
+                .with_subresource("eviction", "policy", "v1", "Eviction", &["create"])
+                .with_subresource("log", "", "v1", "Pod", &["get"])
+                .with_subresource("exec", "", "v1", "PodExecOptions", &["create", "get"]),
         );
         r.register(
             ResourceInfo::of::<core::Node>()

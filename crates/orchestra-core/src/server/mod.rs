@@ -19,6 +19,7 @@ mod field_validation;
 mod health;
 pub mod metrics;
 mod eviction;
+mod node_proxy;
 mod objects;
 mod openapi;
 mod patching;
@@ -41,6 +42,7 @@ use serde_json::json;
 
 pub use discovery::KUBERNETES_VERSION;
 pub use crate::tls::{ListenOptions, pki, serve};
+pub use node_proxy::KubeletClient;
 
 use self::objects::{Target, respond};
 use self::route::{Query, Route};
@@ -90,9 +92,18 @@ pub struct ApiServerBuilder {
     authenticator: AuthenticatorChain,
     authorizer: AuthorizerChain,
     admission: AdmissionChain,
+    kubelet_client: Option<KubeletClient>,
 }
 
 impl ApiServerBuilder {
+    /// How `pods/log` and `pods/exec` reach node agents (upstream's
+    /// `--kubelet-client-certificate` and `--kubelet-certificate-authority`).
+    /// Without it those subresources answer 503.
+    pub fn kubelet_client(mut self, client: KubeletClient) -> ApiServerBuilder {
+        self.kubelet_client = Some(client);
+        self
+    }
+
     /// Serves an additional kind (or replaces a built-in one).
     pub fn register(mut self, resource: ResourceInfo) -> ApiServerBuilder {
         self.registry.register(resource);
@@ -126,14 +137,9 @@ impl ApiServerBuilder {
     /// Builds the server and makes sure the system namespaces exist.
     pub async fn build(self) -> Result<ApiServer, ApiError> {
         let pipeline = (self.authenticator, self.authorizer, self.admission);
-        let server = ApiServer {
-            state: Arc::new(State::new(
-                self.store,
-                self.registry,
-                self.options,
-                pipeline,
-            )),
-        };
+        let mut state = State::new(self.store, self.registry, self.options, pipeline);
+        state.kubelet_client = self.kubelet_client;
+        let server = ApiServer { state: Arc::new(state) };
         server.bootstrap().await?;
         Ok(server)
     }
@@ -156,6 +162,7 @@ impl ApiServer {
                 .allow_anonymous(true),
             authorizer: AuthorizerChain::new().with(AllowAll),
             admission: AdmissionChain::new(),
+            kubelet_client: None,
         }
     }
 
@@ -447,6 +454,13 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     eviction::evict(&state, &target, &name, &query, headers, &bytes).await,
                     true,
                 ),
+                (Some("log"), &Method::GET) => {
+                    node_proxy::pod_log(&state, &target, &name, parts.uri.query()).await
+                }
+                (Some("exec"), &Method::GET | &Method::POST) => {
+                    let upgrade = headers.contains_key(http::header::UPGRADE);
+                    node_proxy::pod_exec(&state, &target, &name, parts.uri.query(), upgrade).await
+                }
                 (Some("scale"), &Method::GET) => {
                     match table::negotiate(headers, parts.uri.query(), false) {
                         Ok(output) => table::respond(

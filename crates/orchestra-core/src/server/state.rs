@@ -19,6 +19,8 @@ pub(crate) struct State {
     pub metrics: super::metrics::Metrics,
     /// The OpenAPI documents of the current registry.
     pub openapi: super::openapi::OpenApiCache,
+    /// How `pods/log` and `pods/exec` reach node agents.
+    pub kubelet_client: Option<super::node_proxy::KubeletClient>,
 }
 
 impl State {
@@ -41,6 +43,7 @@ impl State {
             admission,
             metrics: super::metrics::Metrics::new(),
             openapi: Default::default(),
+            kubelet_client: None,
         }
     }
 

@@ -21,3 +21,74 @@ pub mod node_lifecycle;
 pub mod replicaset;
 pub mod serviceaccount;
 pub mod util;
+
+use std::time::Duration;
+
+use crate::informer::SharedInformerFactory;
+use crate::manager::ControllerManager;
+
+/// What the built-in controller set needs to know about the cluster
+/// (upstream's `kube-controller-manager` flags of the same names).
+#[derive(Debug, Clone)]
+pub struct ControllerManagerConfig {
+    /// Pods' address space, split into one `spec.podCIDR` per node
+    /// (`--cluster-cidr`); `None` turns the NodeIPAM controller off
+    /// (`--allocate-node-cidrs=false`).
+    pub cluster_cidr: Option<String>,
+    /// Prefix length of each node's pod CIDR (`--node-cidr-mask-size`).
+    pub node_cidr_mask_size: u8,
+    /// Workers per queue-driven controller (`--concurrent-*-syncs`).
+    pub workers: usize,
+    /// How often the garbage collector rescans the ownership graph.
+    pub gc_interval: Duration,
+    /// Node health monitoring and eviction.
+    pub node_lifecycle: node_lifecycle::Config,
+}
+
+impl Default for ControllerManagerConfig {
+    fn default() -> Self {
+        Self {
+            cluster_cidr: Some("10.244.0.0/16".into()),
+            node_cidr_mask_size: 24,
+            workers: 5,
+            gc_interval: Duration::from_secs(5),
+            node_lifecycle: node_lifecycle::Config::default(),
+        }
+    }
+}
+
+/// Every built-in controller in one [`ControllerManager`], as
+/// `kube-controller-manager` runs them: replicaset, replicationcontroller,
+/// deployment, garbagecollector, namespace, serviceaccount, nodelifecycle,
+/// endpoints (Endpoints and EndpointSlices) and nodeipam.
+pub fn builtin(factory: SharedInformerFactory, config: ControllerManagerConfig) -> ControllerManager {
+    let workers = config.workers.max(1);
+    let mut manager = ControllerManager::new(factory)
+        .with("replicaset", move |ctx| async move {
+            replicaset::run(ctx.factory.clone(), workers, ctx.stopped()).await
+        })
+        .with("replicationcontroller", move |ctx| async move {
+            replicaset::run_replication_controllers(ctx.factory.clone(), workers, ctx.stopped()).await
+        })
+        .with("deployment", move |ctx| async move {
+            deployment::run(ctx.factory.clone(), workers, ctx.stopped()).await
+        })
+        .with("garbagecollector", move |ctx| async move {
+            garbage_collector::run(ctx.factory.client().clone(), config.gc_interval, ctx.stopped()).await
+        })
+        .with("namespace", move |ctx| async move { namespace::run(ctx.factory.clone(), workers, ctx.stopped()).await })
+        .with("serviceaccount", |ctx| async move { serviceaccount::run(ctx.factory.clone(), ctx.stopped()).await })
+        .with("nodelifecycle", move |ctx| async move {
+            node_lifecycle::NodeLifecycle::new(&ctx.factory, config.node_lifecycle).run(ctx.stopped()).await
+        })
+        .with("endpoints", move |ctx| async move { endpoints::run(ctx.factory.clone(), workers, ctx.stopped()).await });
+    if let Some(cidr) = config.cluster_cidr {
+        let mask = config.node_cidr_mask_size;
+        manager = manager.with("nodeipam", move |ctx| async move {
+            if let Err(error) = node_ipam::run(ctx.factory.clone(), &cidr, mask, ctx.stopped()).await {
+                tracing::error!(%error, "nodeipam controller stopped");
+            }
+        });
+    }
+    manager
+}

@@ -21,6 +21,8 @@
 //! (feature `testing`).
 
 pub mod cri_log;
+pub mod embedded;
+pub mod mux;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -142,6 +144,10 @@ pub struct PodSandboxConfig {
     pub labels: BTreeMap<String, String>,
     /// Annotations of the pod.
     pub annotations: BTreeMap<String, String>,
+    /// Which runtime serves the pod (CRI's `runtime_handler`: the handler
+    /// of the pod's RuntimeClass, here its `runtimeClassName`); empty for the
+    /// default. See [`mux::RuntimeMux`].
+    pub runtime_handler: String,
 }
 
 /// State of a sandbox.

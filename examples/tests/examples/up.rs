@@ -1,0 +1,282 @@
+//! `orchestra up --runtime process`, driven with the installed kubectl as a
+//! user would: nodes, the control plane's pods, a Deployment of the echo
+//! image (logs, a killed container restarted, scale, rolling update, undo),
+//! an unknown image, an unschedulable pod, namespace deletion stopping the
+//! processes, and a restart on the same directory.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::support::{eventually, kubectl, kubectl_with_input, terminate_within};
+
+/// Starts `orchestra up` with 3 nodes on free ports and waits for `ready`.
+fn start(data_dir: &Path) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
+        .args(["up", "--runtime", "process", "--nodes", "3", "--listen", "127.0.0.1:0", "--kubelet-port", "0", "--data-dir"])
+        .arg(data_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the orchestra binary starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    loop {
+        let line = lines.next().unwrap_or_else(|| panic!("orchestra up exited before ready:\n{seen}")).unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("ready") {
+            break;
+        }
+    }
+    let next = lines.next().expect("the export line").unwrap();
+    assert!(next.starts_with("export KUBECONFIG="), "{next}");
+    std::thread::spawn(move || for _ in lines {});
+    child
+}
+
+fn json(dir: &Path, args: &[&str]) -> Result<Value, String> {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let (ok, out, err) = kubectl(dir, &all);
+    if !ok {
+        return Err(err);
+    }
+    serde_json::from_str(&out).map_err(|e| e.to_string())
+}
+
+fn items(list: &Value) -> Vec<Value> {
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn phase(pod: &Value) -> &str {
+    pod["status"]["phase"].as_str().unwrap_or_default()
+}
+
+fn ready(pod: &Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+/// Running and Ready pods of `app=echo` in `ns`, as (name, node, ip, restarts).
+fn echo_pods(dir: &Path, ns: &str) -> Result<Vec<(String, String, String, i64)>, String> {
+    let list = json(dir, &["-n", ns, "get", "pods", "-l", "app=echo"])?;
+    Ok(items(&list)
+        .iter()
+        .filter(|p| phase(p) == "Running" && ready(p) && p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                p["spec"]["nodeName"].as_str().unwrap_or_default().to_owned(),
+                p["status"]["podIP"].as_str().unwrap_or_default().to_owned(),
+                p["status"]["containerStatuses"][0]["restartCount"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect())
+}
+
+/// Host processes whose environment says they run with pod IP `ip`.
+fn processes_of(ip: &str) -> Vec<u32> {
+    let needle = format!("ORCHESTRA_POD_IP={ip}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        if environ.split(|&b| b == 0).any(|var| var == needle.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// An HTTP GET to `ip:8080`, answered body.
+fn http_get(ip: &str) -> Result<String, String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect((ip, 8080)).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.write_all(b"GET /hello HTTP/1.1\r\nhost: echo\r\nconnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).map_err(|e| e.to_string())?;
+    Ok(response)
+}
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: echo, namespace: demo}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: echo}}
+  strategy: {rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}
+  template:
+    metadata: {labels: {app: echo}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: echo}}}
+      containers:
+      - name: echo
+        image: orchestra/echo
+        env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /ready, port: 8080}, periodSeconds: 1}
+        resources: {requests: {cpu: 10m, memory: 16Mi}}
+"#;
+
+const BAD_PODS: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: no-such-image, namespace: demo}
+spec:
+  containers: [{name: app, image: orchestra/does-not-exist:1.0}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: too-big, namespace: demo}
+spec:
+  containers:
+  - {name: app, image: orchestra/pause, resources: {requests: {cpu: "1000"}}}
+"#;
+
+#[test]
+fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cluster = start(d);
+
+    // Nodes: three, Ready, with the runtime's version and addresses.
+    let nodes = eventually("3 Ready nodes", Duration::from_secs(60), || {
+        let (ok, out, err) = kubectl(d, &["get", "nodes", "-o", "wide"]);
+        let ready = out.lines().filter(|l| l.contains(" Ready ")).count();
+        if ok && ready == 3 { Ok(out) } else { Err(format!("{out}{err}")) }
+    });
+    for name in ["orchestra-control-plane", "orchestra-worker", "orchestra-worker2"] {
+        assert!(nodes.contains(name), "{nodes}");
+    }
+    assert!(nodes.contains("orchestra-process://") && nodes.contains("127.0.10.1") && nodes.contains("control-plane"), "{nodes}");
+
+    // The control plane, as mirror pods in kube-system.
+    eventually("the control plane's pods Running", Duration::from_secs(60), || {
+        let (ok, out, err) = kubectl(d, &["get", "pods", "-n", "kube-system"]);
+        let running = ["etcd-", "kube-apiserver-", "kube-controller-manager-", "kube-scheduler-"]
+            .iter()
+            .all(|p| out.lines().any(|l| l.starts_with(&format!("{p}orchestra-control-plane")) && l.contains("Running")));
+        if ok && running { Ok(()) } else { Err(format!("{out}{err}")) }
+    });
+    let (ok, out, err) = kubectl(d, &["cluster-info"]);
+    assert!(ok && out.contains("Kubernetes control plane is running at https://127.0.0.1:"), "{out}{err}");
+
+    // A Deployment of the echo image: 3 pods, Running, on 3 nodes, with IPs.
+    let (ok, out, err) = kubectl(d, &["create", "namespace", "demo"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = kubectl_with_input(d, &["apply", "-f", "-"], Some(DEPLOYMENT));
+    assert!(ok, "{out}{err}");
+    let pods = eventually("3 echo pods Ready", Duration::from_secs(90), || {
+        let pods = echo_pods(d, "demo")?;
+        if pods.len() == 3 { Ok(pods) } else { Err(format!("{pods:?}")) }
+    });
+    let mut nodes: Vec<_> = pods.iter().map(|p| p.1.clone()).collect();
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(nodes.len(), 3, "one pod per node: {pods:?}");
+    let (name, _, ip, _) = pods[0].clone();
+    assert!(ip.starts_with("127."), "pod IP {ip}");
+    let answer = http_get(&ip).unwrap();
+    assert!(answer.contains(&format!("pod: {name}")) && answer.contains("GET /hello"), "{answer}");
+    let logs = eventually("the echo server's logs", Duration::from_secs(20), || {
+        let (ok, out, err) = kubectl(d, &["-n", "demo", "logs", &name]);
+        if ok && out.contains("GET /hello") { Ok(out) } else { Err(format!("{out}{err}")) }
+    });
+    assert!(logs.contains(&format!("echo: pod {name} listening on http://{ip}:8080")), "{logs}");
+
+    // Kill the container's process: the agent restarts it.
+    let victims = processes_of(&ip);
+    assert!(!victims.is_empty(), "the echo process of {ip} is visible");
+    for pid in victims {
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    eventually("the killed container restarted", Duration::from_secs(60), || {
+        let pods = echo_pods(d, "demo")?;
+        match pods.iter().find(|p| p.0 == name) {
+            Some(p) if p.3 == 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let (ok, out, err) = kubectl(d, &["-n", "demo", "get", "pod", &name]);
+    assert!(ok && out.lines().nth(1).is_some_and(|l| l.split_whitespace().nth(3) == Some("1")), "RESTARTS 1:\n{out}{err}");
+    let (ok, out, err) = kubectl(d, &["-n", "demo", "logs", &name, "--previous"]);
+    assert!(ok && out.contains("listening"), "{out}{err}");
+
+    // Scale, roll out a new image, undo.
+    let (ok, out, err) = kubectl(d, &["-n", "demo", "scale", "deployment/echo", "--replicas=5"]);
+    assert!(ok, "{out}{err}");
+    eventually("5 echo pods Ready", Duration::from_secs(90), || {
+        let pods = echo_pods(d, "demo")?;
+        if pods.len() == 5 { Ok(()) } else { Err(format!("{pods:?}")) }
+    });
+    let (ok, out, err) = kubectl(d, &["-n", "demo", "set", "image", "deployment/echo", "echo=orchestra/echo:2.0"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = kubectl(d, &["-n", "demo", "rollout", "status", "deployment/echo", "--timeout=120s"]);
+    assert!(ok && out.contains("successfully rolled out"), "{out}{err}");
+    let images = json(d, &["-n", "demo", "get", "pods", "-l", "app=echo"]).unwrap();
+    assert!(items(&images).iter().filter(|p| phase(p) == "Running").all(|p| p["spec"]["containers"][0]["image"] == "orchestra/echo:2.0"));
+    let (ok, out, err) = kubectl(d, &["-n", "demo", "rollout", "undo", "deployment/echo"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = kubectl(d, &["-n", "demo", "rollout", "status", "deployment/echo", "--timeout=120s"]);
+    assert!(ok && out.contains("successfully rolled out"), "{out}{err}");
+    let deployment = json(d, &["-n", "demo", "get", "deployment", "echo"]).unwrap();
+    assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"], "orchestra/echo");
+
+    // An unknown image and a pod too big for any node.
+    let (ok, out, err) = kubectl_with_input(d, &["apply", "-f", "-"], Some(BAD_PODS));
+    assert!(ok, "{out}{err}");
+    eventually("ImagePullBackOff", Duration::from_secs(60), || {
+        let (ok, out, err) = kubectl(d, &["-n", "demo", "get", "pod", "no-such-image"]);
+        if ok && out.contains("ImagePullBackOff") { Ok(()) } else { Err(format!("{out}{err}")) }
+    });
+    eventually("FailedScheduling in describe", Duration::from_secs(30), || {
+        let (ok, out, err) = kubectl(d, &["-n", "demo", "describe", "pod", "too-big"]);
+        if ok && out.contains("FailedScheduling") && out.contains("Insufficient cpu") && out.contains("Pending") {
+            Ok(())
+        } else {
+            Err(format!("{out}{err}"))
+        }
+    });
+
+    // Deleting the namespace removes everything in it and stops the processes.
+    let ips: Vec<String> = echo_pods(d, "demo").unwrap().into_iter().map(|p| p.2).collect();
+    assert!(ips.iter().all(|ip| !processes_of(ip).is_empty()), "every echo pod has a process");
+    let (ok, out, err) = kubectl(d, &["delete", "namespace", "demo", "--timeout=120s"]);
+    assert!(ok, "{out}{err}");
+    eventually("the namespace gone", Duration::from_secs(60), || {
+        let (ok, out, err) = kubectl(d, &["get", "namespace", "demo"]);
+        if !ok && err.contains("NotFound") { Ok(()) } else { Err(format!("{out}{err}")) }
+    });
+    eventually("the echo processes stopped", Duration::from_secs(30), || {
+        let left: Vec<_> = ips.iter().filter(|ip| !processes_of(ip).is_empty()).collect();
+        if left.is_empty() { Ok(()) } else { Err(format!("{left:?}")) }
+    });
+
+    // A Deployment that must survive a restart of the whole cluster.
+    let (ok, out, err) = kubectl(d, &["create", "namespace", "demo"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = kubectl_with_input(d, &["apply", "-f", "-"], Some(DEPLOYMENT));
+    assert!(ok, "{out}{err}");
+    eventually("3 echo pods Ready before the restart", Duration::from_secs(90), || {
+        let pods = echo_pods(d, "demo")?;
+        if pods.len() == 3 { Ok(()) } else { Err(format!("{pods:?}")) }
+    });
+    terminate_within(cluster, Duration::from_secs(60));
+    let cluster = start(d);
+    let pods = eventually("3 echo pods Ready after the restart", Duration::from_secs(120), || {
+        let pods = echo_pods(d, "demo")?;
+        if pods.len() == 3 { Ok(pods) } else { Err(format!("{pods:?}")) }
+    });
+    let answer = eventually("the echo server answers after the restart", Duration::from_secs(30), || http_get(&pods[0].2));
+    assert!(answer.contains("pod: "), "{answer}");
+    terminate_within(cluster, Duration::from_secs(60));
+}
