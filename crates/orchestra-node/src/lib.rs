@@ -10,5 +10,7 @@
 
 pub mod network;
 pub mod runtime;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use runtime::RuntimeBackend;

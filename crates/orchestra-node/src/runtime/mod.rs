@@ -21,6 +21,8 @@
 //! (feature `testing`).
 
 pub mod cri_log;
+pub mod images;
+pub mod process;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
