@@ -475,7 +475,7 @@ mod tests {
         let digest = ImageReference::parse("orchestra/echo@sha256:ABCD").unwrap();
         assert_eq!(digest.digest.as_deref(), Some("sha256:abcd"));
         assert_eq!(digest.to_string(), "docker.io/orchestra/echo@sha256:abcd");
-        for bad in ["", "Orchestra/echo", "echo:", "echo:-x", "a//b", "echo@sha256", "with space", "echo@sha256:xyz", "-echo"] {
+        for bad in ["", "orchestra/Echo", "echo:", "echo:-x", "a//b", "echo@sha256", "with space", "echo@sha256:xyz", "-echo"] {
             assert!(ImageReference::parse(bad).is_err(), "{bad:?}");
         }
     }

@@ -43,6 +43,16 @@ pub struct ExitingWorkload {
     pub exit_code: i32,
 }
 
+/// A container that ignores SIGTERM.
+#[derive(Debug, Clone)]
+pub struct StubbornWorkload {
+    /// The container.
+    pub config: ContainerConfig,
+    /// The line it writes to stdout once it ignores SIGTERM (the suite
+    /// waits for it before stopping the container).
+    pub ready_line: String,
+}
+
 /// A command run by `exec_sync` in the long-running container.
 #[derive(Debug, Clone)]
 pub struct ExecWorkload {
@@ -62,7 +72,7 @@ pub struct Workloads {
     pub exiting: ExitingWorkload,
     /// Ignores SIGTERM, so that stopping it must escalate to SIGKILL
     /// (exit code 137). `None` skips that part.
-    pub ignores_sigterm: Option<ContainerConfig>,
+    pub ignores_sigterm: Option<StubbornWorkload>,
     /// An image reference the backend does not have.
     pub unknown_image: String,
     /// A command `exec_sync` runs; `None` when the backend has no exec, which
@@ -440,7 +450,13 @@ where
         assert!(stopped.exit_code.is_some() && stopped.finished_at.is_some(), "{check}: a stopped container has an exit code");
 
         if let Some(stubborn) = &self.workloads.ignores_sigterm {
-            let id = self.create_and_start(&backend, check, &sandbox, &pod, stubborn, "stubborn").await;
+            let id = self.create_and_start(&backend, check, &sandbox, &pod, &stubborn.config, "stubborn").await;
+            let log = pod.log_directory.join("stubborn/0.log");
+            let deadline = Instant::now() + self.workloads.patience;
+            while !std::fs::read_to_string(&log).unwrap_or_default().contains(&stubborn.ready_line) {
+                assert!(Instant::now() < deadline, "{check}: no {:?} in {} within {:?}", stubborn.ready_line, log.display(), self.workloads.patience);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             let grace = Duration::from_millis(800);
             let began = Instant::now();
             backend.stop_container(&id, grace).await.unwrap_or_else(|e| panic!("{check}: stop failed: {e}"));

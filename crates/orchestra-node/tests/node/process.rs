@@ -17,7 +17,7 @@ use orchestra_node::runtime::{
     ContainerConfig, ContainerResources, ContainerState, ContainerStatus, Mount, PodSandboxConfig, PodSandboxMetadata,
     RuntimeBackend, RuntimeError, SandboxId,
 };
-use orchestra_node::testing::{ExecWorkload, ExitingWorkload, Suite, Workloads};
+use orchestra_node::testing::{ExecWorkload, ExitingWorkload, StubbornWorkload, Suite, Workloads};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -51,7 +51,7 @@ fn workloads(dir: &Path) -> Workloads {
         "orchestra/does-not-exist:1.0",
         dir.join("logs"),
     );
-    workloads.ignores_sigterm = Some(sh("trap '' TERM; echo stubborn; sleep 300"));
+    workloads.ignores_sigterm = Some(StubbornWorkload { config: sh("trap '' TERM; echo stubborn; sleep 300"), ready_line: "stubborn".into() });
     workloads.exec = Some(ExecWorkload { command: vec!["sh".into(), "-c".into(), "echo exec says $HOSTNAME".into()], stdout_contains: "exec says".into() });
     workloads.host_ip = Some("127.0.0.1".parse().unwrap());
     workloads.patience = PATIENCE;
@@ -181,7 +181,7 @@ impl Node {
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().chars().next()))
+        .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()))
         .is_some_and(|state| state != 'Z' && state != 'X')
 }
 

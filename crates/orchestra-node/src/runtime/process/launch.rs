@@ -189,6 +189,25 @@ pub(crate) struct Prelude<'a> {
     pub scratch: &'a Path,
     /// Working directory to `cd` to at the end.
     pub working_dir: &'a Path,
+    /// The container's environment (what `cd` changes is put back).
+    pub env: &'a BTreeMap<String, String>,
+}
+
+/// `cd` sets `PWD` and `OLDPWD`: puts them back as the container's
+/// environment has them (unset when it has not).
+fn restore_pwd(env: &BTreeMap<String, String>) -> Vec<u8> {
+    let mut s = Vec::new();
+    for name in ["PWD", "OLDPWD"] {
+        match env.get(name) {
+            Some(value) => {
+                s.extend_from_slice(format!("export {name}=").as_bytes());
+                s.extend(q(value));
+            }
+            None => s.extend_from_slice(format!("unset {name}").as_bytes()),
+        }
+        s.extend_from_slice(b"; ");
+    }
+    s
 }
 
 /// Whether a mount point's first component is missing on the host, so the
@@ -287,7 +306,9 @@ impl Prelude<'_> {
             }
             if root_shadow {
                 let chroot = tool(&tools.chroot);
-                let inner = b"cd \"$1\" || { printf 'orchestra: cannot enter the working directory %s\\n' \"$1\" >&2; exit 125; }; shift; printf '%s\\n' \"$1\" >&2; shift; exec \"$@\"";
+                let mut inner = b"cd \"$1\" || { printf 'orchestra: cannot enter the working directory %s\\n' \"$1\" >&2; exit 125; }; ".to_vec();
+                inner.extend(restore_pwd(self.env));
+                inner.extend_from_slice(b"shift; printf '%s\\n' \"$1\" >&2; shift; exec \"$@\"");
                 line(&mut s, &[b"cd \"$_orc_r\" || _orc_fail 'cannot enter the root replica'"]);
                 line(&mut s, &[
                     b"exec ",
@@ -295,7 +316,7 @@ impl Prelude<'_> {
                     b" . ",
                     &q(&tools.sh),
                     b" -c ",
-                    &q(OsStr::from_bytes(inner)),
+                    &q(OsStr::from_bytes(&inner)),
                     b" sh ",
                     &q(self.working_dir),
                     b" ",
@@ -308,7 +329,8 @@ impl Prelude<'_> {
         s.extend_from_slice(b"cd ");
         s.extend(q(self.working_dir));
         s.extend_from_slice(b" || _orc_fail 'cannot enter the working directory'\n");
-        s.extend_from_slice(b"printf '%s\\n' ");
+        s.extend(restore_pwd(self.env));
+        s.extend_from_slice(b"\nprintf '%s\\n' ");
         s.extend(q(marker));
         s.extend_from_slice(b" >&2\nexec \"$@\"\n");
         OsString::from_vec(s)
@@ -317,7 +339,7 @@ impl Prelude<'_> {
 
 /// The `sh -c` script of `exec_sync`: joins the container's cgroup, `cd`s
 /// to its working directory and `exec`s `"$@"` (exit 126 when it cannot).
-pub(crate) fn exec_script(cgroup_procs: &[PathBuf], working_dir: &Path) -> OsString {
+pub(crate) fn exec_script(cgroup_procs: &[PathBuf], working_dir: &Path, env: &BTreeMap<String, String>) -> OsString {
     let mut s: Vec<u8> = Vec::new();
     for procs in cgroup_procs {
         s.extend_from_slice(b"echo $$ > ");
@@ -326,7 +348,9 @@ pub(crate) fn exec_script(cgroup_procs: &[PathBuf], working_dir: &Path) -> OsStr
     }
     s.extend_from_slice(b"cd ");
     s.extend(q(working_dir));
-    s.extend_from_slice(b" || exit 126\nexec \"$@\"\n");
+    s.extend_from_slice(b" || exit 126\n");
+    s.extend(restore_pwd(env));
+    s.extend_from_slice(b"\nexec \"$@\"\n");
     OsString::from_vec(s)
 }
 
@@ -376,7 +400,6 @@ mod tests {
         assert!(sh.container_path.ends_with("sh") && sh.container_path == sh.host_path);
         assert_eq!(resolve_executable("/bin/sh", "", wd, &[]).unwrap().container_path, Path::new("/bin/sh"));
         assert_eq!(resolve_executable("no-such-program", DEFAULT_PATH, wd, &[]).unwrap_err(), "exec: \"no-such-program\": executable file not found in $PATH");
-        assert!(resolve_executable("/etc/hostname", "", wd, &[]).unwrap_err().contains("permission denied"));
         assert!(resolve_executable("/nope/x", "", wd, &[]).unwrap_err().contains("no such file"));
         assert!(resolve_executable("", "", wd, &[]).is_err());
         // Through a volume: the container path is kept, the host path checked.
@@ -385,6 +408,10 @@ mod tests {
         std::fs::write(&script, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let mounts = [mount("/scripts", dir.path().to_str().unwrap())];
+        let data = dir.path().join("data.txt");
+        std::fs::write(&data, "").unwrap();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(resolve_executable("/scripts/data.txt", "", wd, &mounts).unwrap_err().contains("permission denied"));
         let found = resolve_executable("/scripts/run.sh", "", wd, &mounts).unwrap();
         assert_eq!((found.container_path.as_path(), found.host_path.as_path()), (Path::new("/scripts/run.sh"), script.as_path()));
         assert_eq!(resolve_executable("run.sh", "/scripts", wd, &mounts).unwrap().host_path, script);

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::oneshot;
 
-use crate::runtime::cri_log::{Stream, write_output};
+use crate::runtime::cri_log::{Stream, write_entry};
 
 /// Longest line kept whole: a longer one is written as `P` entries.
 pub(crate) const MAX_LINE: usize = 16 * 1024;
@@ -23,12 +23,25 @@ pub(crate) const EXEC_MARKER: &[u8] = b"\x1eorchestra-exec\x1e";
 /// The log file, shared by the stdout and stderr copiers.
 pub(crate) type LogFile = Arc<Mutex<File>>;
 
+/// Appends `chunk` as entries: one `F` per line, lines longer than
+/// [`MAX_LINE`] cut into `P` pieces, a trailing unterminated part as `P`.
 fn append(file: &LogFile, stream: Stream, chunk: &[u8]) {
     if chunk.is_empty() {
         return;
     }
+    let now = SystemTime::now();
     let mut out = Vec::with_capacity(chunk.len() + 64);
-    write_output(&mut out, SystemTime::now(), stream, chunk);
+    for line in chunk.split_inclusive(|&b| b == b'\n') {
+        let (mut content, complete) = match line.strip_suffix(b"\n") {
+            Some(content) => (content, true),
+            None => (line, false),
+        };
+        while content.len() > MAX_LINE {
+            write_entry(&mut out, now, stream, false, &content[..MAX_LINE]);
+            content = &content[MAX_LINE..];
+        }
+        write_entry(&mut out, now, stream, complete, content);
+    }
     if let Err(e) = file.lock().write_all(&out) {
         tracing::warn!(error = %e, "cannot write a container log");
     }

@@ -39,7 +39,7 @@ mod state;
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::unix::process::{CommandExt as _, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -375,6 +375,7 @@ impl ProcessRuntime {
                 mounts: if namespaced { mounts } else { &[] },
                 scratch: &scratch,
                 working_dir: &c.working_dir,
+                env: &c.env,
             }
             .script(&inner.tools);
             let mut command = if namespaced {
@@ -828,7 +829,8 @@ impl RuntimeBackend for ProcessRuntime {
     }
 
     async fn container_status(&self, id: &ContainerId) -> Result<ContainerStatus> {
-        Ok(Self::status_of(&self.container(id)?))
+        let container = self.container(id)?;
+        Ok(Self::status_of(&container))
     }
 
     async fn list_containers(&self, filter: &ContainerFilter) -> Result<Vec<ContainerStatus>> {
@@ -860,7 +862,7 @@ impl RuntimeBackend for ProcessRuntime {
         let tools = &self.inner.tools;
         let mounts = &c.config.mounts;
         let mut cmd = if namespaced || !cgroup_procs.is_empty() {
-            let script = launch::exec_script(&cgroup_procs, &c.working_dir);
+            let script = launch::exec_script(&cgroup_procs, &c.working_dir, &c.env);
             let mut cmd = if namespaced {
                 let mut cmd = Command::new(tools.nsenter.as_ref().expect("namespaces need nsenter"));
                 cmd.arg(format!("--target={pid}")).args(["--mount", "--root", "--"]).arg(&tools.sh);
