@@ -276,11 +276,14 @@ pub struct ResolvedImage {
     pub entry: Arc<ImageEntry>,
 }
 
+/// Catalog key: full repository name and tag (`None`: a tag-less entry).
+type Key = (String, Option<String>);
+
 /// The images of a node: reference → host program. Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct ImageCatalog {
     /// `(repository name, tag)`; a `None` tag is a tag-less entry.
-    entries: Arc<BTreeMap<(String, Option<String>), Arc<ImageEntry>>>,
+    entries: Arc<BTreeMap<Key, Arc<ImageEntry>>>,
 }
 
 /// Builds an [`ImageCatalog`]: `ImageCatalog::builder().image("orchestra/echo", entry).build()`.
@@ -420,7 +423,7 @@ impl ImageCatalog {
         })
     }
 
-    fn resolved((name, tag): &(String, Option<String>), entry: &Arc<ImageEntry>) -> ResolvedImage {
+    fn resolved((name, tag): &Key, entry: &Arc<ImageEntry>) -> ResolvedImage {
         ResolvedImage { id: entry.image_id(), repo_tag: format!("{name}:{}", tag.as_deref().unwrap_or(DEFAULT_TAG)), entry: entry.clone() }
     }
 
