@@ -487,6 +487,11 @@ async fn a_successor_kills_only_what_a_crashed_runtime_left() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(alive(leftover), "kill_on_drop = false leaves the container running");
 
+    // One runtime per state directory.
+    let busy = Node::new().await;
+    let taken = ProcessRuntime::new(ProcessRuntimeConfig::new(busy.runtime.state_dir(), catalog())).await;
+    assert!(matches!(taken, Err(RuntimeError::InvalidState(_))), "{taken:?}");
+
     let mut second = ProcessRuntimeConfig::new(&state_dir, catalog());
     second.node_name = "test-node".into();
     let successor = ProcessRuntime::new(second).await.unwrap();

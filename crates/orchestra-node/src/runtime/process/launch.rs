@@ -288,6 +288,8 @@ impl Prelude<'_> {
                 line(&mut s, &[b"if [ ! -e \"$_orc_t\" ]; then"]);
                 line(&mut s, &[b"  _orc_a=\"${_orc_t%/*}\""]);
                 line(&mut s, &[b"  while [ -n \"$_orc_a\" ] && [ \"$_orc_a\" != \"$_orc_r\" ] && [ ! -e \"$_orc_a\" ]; do _orc_a=\"${_orc_a%/*}\"; done"]);
+                // Never create anything on the host's own root.
+                line(&mut s, &[b"  [ -n \"$_orc_a$_orc_r\" ] || _orc_fail \"refusing to create $_orc_t on the host\""]);
                 line(&mut s, &[b"  if [ -n \"$_orc_a\" ] && [ \"$_orc_a\" != \"$_orc_r\" ]; then"]);
                 line(&mut s, &[b"    case \"$_orc_created\" in *\"\n$_orc_a\n\"*) ;; *) _orc_shadow \"$_orc_a\";; esac"]);
                 line(&mut s, &[b"  fi"]);

@@ -146,6 +146,8 @@ pub struct ProcessRuntime {
 
 #[derive(Debug)]
 struct Inner {
+    /// Held for the runtime's life: one runtime per state directory.
+    _lock: nix::fcntl::Flock<fs::File>,
     config: ProcessRuntimeConfig,
     capabilities: Capabilities,
     cgroup_root: Option<CgroupRoot>,
@@ -210,6 +212,11 @@ impl ProcessRuntime {
     /// left running (see [`ProcessRuntime::leftovers`]).
     pub async fn new(config: ProcessRuntimeConfig) -> Result<Self> {
         fs::create_dir_all(&config.state_dir).map_err(|e| io_error(config.state_dir.display(), e))?;
+        let lock_path = config.state_dir.join("lock");
+        let lock_file = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| io_error(lock_path.display(), e))?;
+        let lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+            RuntimeError::InvalidState(format!("state directory {} is in use by another process runtime ({errno})", config.state_dir.display()))
+        })?;
         let tools = Tools::find()
             .ok_or_else(|| RuntimeError::Io(std::io::Error::new(std::io::ErrorKind::NotFound, "no sh in the default PATH")))?;
         let root = nix::unistd::geteuid().is_root();
@@ -278,6 +285,7 @@ impl ProcessRuntime {
 
         Ok(Self {
             inner: Arc::new(Inner {
+                _lock: lock,
                 config,
                 capabilities,
                 cgroup_root,
@@ -362,14 +370,16 @@ impl ProcessRuntime {
             .map_err(|e| format!("cannot open the log file {}: {e}", c.log_path.display()))?;
         let log = Arc::new(Mutex::new(log));
 
+        let scratch = c.dir.join("scratch");
+        if namespaced {
+            fs::create_dir_all(&scratch).map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
+        }
         let cgroup = match &inner.cgroup_root {
             Some(root) => Some(root.create(&c.id, &c.config.resources).map_err(|e| format!("cannot set up the container's cgroup: {e}"))?),
             None => None,
         };
         let prelude = namespaced || cgroup.is_some();
         let mut command = if prelude {
-            let scratch = c.dir.join("scratch");
-            fs::create_dir_all(&scratch).map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
             let script = Prelude {
                 cgroup_procs: cgroup.as_ref().map(ContainerCgroup::procs_files).unwrap_or_default(),
                 mounts: if namespaced { mounts } else { &[] },
