@@ -90,6 +90,25 @@ conformance!(
     concurrent_pods,
 );
 
+/// The whole suite, in one go, without any isolation: containers spawned
+/// directly, no `sh` prelude (what a host without root gets).
+#[tokio::test]
+async fn conformance_without_isolation() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let factory = || {
+        let mut config = config(&root);
+        config.cgroups = false;
+        config.mount_namespaces = false;
+        async move {
+            let runtime = ProcessRuntime::new(config).await.expect("process runtime");
+            assert_eq!((runtime.capabilities().cgroups, runtime.capabilities().mount_namespaces), (None, false));
+            runtime
+        }
+    };
+    orchestra_node::testing::run_all(factory, workloads(dir.path())).await;
+}
+
 /// A runtime with a pod CIDR, and helpers to run one-container pods.
 struct Node {
     dir: tempfile::TempDir,
@@ -302,6 +321,14 @@ async fn start_failures_are_start_errors() {
     let status = node.status(&id).await;
     assert_eq!((status.state, status.exit_code, status.reason.as_deref()), (ContainerState::Exited, Some(128), Some("StartError")));
     assert!(status.message.unwrap().contains("no such file"));
+
+    // A working directory that does not exist is not created on the host.
+    let nowhere = ContainerConfig { working_dir: Some("/nonexistent-orchestra-wd".into()), ..sh("true") };
+    let nowhere = ContainerConfig { name: "nowhere".into(), log_path: "nowhere/0.log".into(), ..nowhere };
+    let id = node.runtime.create_container(&sandbox, &nowhere, &pod).await.unwrap();
+    assert!(matches!(node.runtime.start_container(&id).await, Err(RuntimeError::StartFailed(_))));
+    assert_eq!(node.status(&id).await.reason.as_deref(), Some("StartError"));
+    assert!(!Path::new("/nonexistent-orchestra-wd").exists());
 
     let unknown = ContainerConfig { image: "orchestra/nope".into(), ..config };
     assert!(matches!(node.runtime.create_container(&sandbox, &unknown, &pod).await, Err(RuntimeError::ImageNotFound { .. })));

@@ -14,14 +14,28 @@
 //!   and cgroup is killed, as a container's processes die with its init.
 //!   Exit codes are the real code or 128 + signal; reasons `Completed`,
 //!   `Error`, `OOMKilled`, `StartError` (exit code 128, as containerd).
-//! - **Isolation where the host allows** (see [`Capabilities`]): a cgroup
-//!   per container with its limits (v2, or v1 on legacy/hybrid hosts; see
-//!   `cgroup.rs`), and volumes bind-mounted in a private mount namespace
-//!   without touching the host (see `launch.rs`). Without mount namespaces
-//!   (not root, no `unshare`), a volume is a symlink at
-//!   `$ORCHESTRA_VOLUMES/<mountPath>` (read-only not enforced). Without
-//!   cgroups, limits are not enforced and OOM kills are reported as
-//!   `Error` with exit code 137.
+//!   The working directory is the given one (it must exist: it is not
+//!   created on the host) or a fresh one under `state_dir`.
+//! - **Isolation where the host allows** (see [`Capabilities`]):
+//!   - a cgroup per container with its limits (`memory.max`, `cpu.max`,
+//!     `cpu.weight` on cgroup v2; the v1 equivalents, nested under the
+//!     agent's own cgroup, on legacy or hybrid hosts), whose OOM-kill counter
+//!     gives the `OOMKilled` reason. Without cgroups, limits are not enforced
+//!     and an OOM kill is an `Error` with exit code 137.
+//!   - volumes bind-mounted at their `container_path` in a private mount
+//!     namespace: the container starts as `unshare --mount` + an `sh`
+//!     prelude that mounts, then `exec`s the program (same pid, same process
+//!     group, signals reach it). A mount point missing on the host is never
+//!     created there: its nearest existing ancestor is *shadowed* in the
+//!     namespace by a tmpfs replica (entries bound back) in which the missing
+//!     directories are made; when that ancestor is `/`, the program runs
+//!     `chroot`ed into a replica of `/`. The host's files and mount table
+//!     stay untouched. Without mount namespaces (not root, no `unshare`), a
+//!     volume is a symlink at `$ORCHESTRA_VOLUMES/<mountPath>` (read-only
+//!     not enforced).
+//!   - `exec_sync` runs the command with the container's environment and
+//!     working directory, in its cgroup and (through `nsenter`) its mount
+//!     namespace.
 //! - **Restarts of the agent**: containers are children of this process.
 //!   [`ProcessRuntime::shutdown`] stops them all; dropping the runtime kills
 //!   them (unless [`ProcessRuntimeConfig::kill_on_drop`] is off). The state
@@ -399,8 +413,12 @@ impl ProcessRuntime {
             command.arg("-c").arg(script).arg("sh").arg(program).args(&c.argv[1..]).current_dir("/");
             command
         } else {
+            let working_dir = launch::host_view(&c.working_dir, mounts);
+            if !working_dir.is_dir() {
+                return Err(format!("chdir to cwd ({:?}) failed: no such directory", c.working_dir.display()));
+            }
             let mut command = Command::new(&exe.host_path);
-            command.arg0(&c.argv[0]).args(&c.argv[1..]).current_dir(launch::host_view(&c.working_dir, mounts));
+            command.arg0(&c.argv[0]).args(&c.argv[1..]).current_dir(working_dir);
             command
         };
         command
