@@ -2,12 +2,17 @@
 //! container's limits, used to detect OOM kills and to find every process
 //! of the container when it must die.
 //!
+//! Every runtime has its own *scope* below the parent, named after its state
+//! directory (`runtime-<hash>`): holding the directory's lock, the runtime
+//! owns everything in it, so at start-up it removes whatever a predecessor
+//! left there, and when dropped it removes what it made.
+//!
 //! - cgroup v2 (`/sys/fs/cgroup` is `cgroup2fs` with the `memory` and `cpu`
-//!   controllers): `/sys/fs/cgroup/<parent>/<container id>` with
+//!   controllers): `/sys/fs/cgroup/<parent>/<scope>/<container id>` with
 //!   `memory.max` (and `memory.swap.max = 0`), `cpu.max`, `cpu.weight`;
 //!   OOM kills counted in `memory.events`.
 //! - cgroup v1 (legacy or hybrid hierarchies, as inside many containers):
-//!   `<memory mount>/<own cgroup>/<parent>/<container id>` and the same
+//!   `<memory mount>/<own cgroup>/<parent>/<scope>/<container id>` and the same
 //!   under the `cpu` hierarchy, nested under the agent's own cgroups so the
 //!   limits the agent lives under still hold; `memory.limit_in_bytes` (and
 //!   `memory.memsw.limit_in_bytes`), `cpu.cfs_quota_us`, `cpu.shares`; OOM
@@ -169,6 +174,49 @@ impl CgroupRoot {
         Ok(Self { version: CgroupVersion::V2, memory: base, cpu: None })
     }
 
+    /// The sub-parent `scope` (one per runtime state directory), created:
+    /// the runtime owns everything below it.
+    pub(crate) fn scoped(&self, scope: &str) -> io::Result<Self> {
+        let memory = self.memory.join(scope);
+        fs::create_dir_all(&memory)?;
+        if self.version == CgroupVersion::V2 {
+            let current = fs::read_to_string(memory.join("cgroup.subtree_control")).unwrap_or_default();
+            if !(current.contains("memory") && current.contains("cpu")) {
+                write(&memory.join("cgroup.subtree_control"), "+memory +cpu")?;
+            }
+        }
+        let cpu = match &self.cpu {
+            Some(cpu) => {
+                let cpu = cpu.join(scope);
+                fs::create_dir_all(&cpu)?;
+                Some(cpu)
+            }
+            None => None,
+        };
+        Ok(Self { version: self.version, memory, cpu })
+    }
+
+    /// Every container cgroup below this one (a predecessor's leftovers
+    /// when called at start-up), keyed by container id.
+    pub(crate) fn children(&self) -> Vec<ContainerCgroup> {
+        let mut by_id: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
+        for parent in std::iter::once(&self.memory).chain(self.cpu.as_ref()) {
+            for entry in fs::read_dir(parent).into_iter().flatten().flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    by_id.entry(entry.file_name().to_string_lossy().into_owned()).or_default().push(entry.path());
+                }
+            }
+        }
+        by_id.into_values().map(|dirs| ContainerCgroup { version: self.version, dirs }).collect()
+    }
+
+    /// Removes this (scope) cgroup if it is empty; best effort.
+    pub(crate) fn remove_if_empty(&self) {
+        for dir in std::iter::once(&self.memory).chain(self.cpu.as_ref()) {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+
     /// The interface in use.
     pub(crate) fn version(&self) -> CgroupVersion {
         self.version
@@ -280,6 +328,19 @@ impl ContainerCgroup {
         }
         for pid in self.pids() {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+
+    /// Kills what is left and removes the directories, blocking up to
+    /// `patience` (for `Drop`, where nothing can be awaited).
+    pub(crate) fn remove_blocking(&self, patience: Duration) {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            self.kill_all();
+            if self.remove_now() || std::time::Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 

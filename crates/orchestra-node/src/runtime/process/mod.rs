@@ -269,8 +269,17 @@ impl ProcessRuntime {
             }
         };
 
+        // Containers' cgroups go under `<parent>/<scope>`, the scope named
+        // after the state directory: this runtime (holding the directory's
+        // lock) owns everything in it.
+        let scope = {
+            let canonical = fs::canonicalize(&config.state_dir).unwrap_or_else(|_| config.state_dir.clone());
+            let digest = ring::digest::digest(&ring::digest::SHA256, canonical.as_os_str().as_encoded_bytes());
+            let hex: String = digest.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect();
+            format!("runtime-{hex}")
+        };
         let cgroup_root = if config.cgroups {
-            match CgroupRoot::detect(&config.cgroup_parent) {
+            match CgroupRoot::detect(&config.cgroup_parent).and_then(|root| root.scoped(&scope).map_err(|e| format!("cannot create the runtime's cgroup: {e}"))) {
                 Ok(root) => Some(root),
                 Err(why) => {
                     notes.push(format!("no cgroups ({why}): limits are not enforced, OOM kills not detected"));
@@ -290,6 +299,13 @@ impl ProcessRuntime {
         let leftovers = state.clean_leftovers(Duration::from_secs(10)).await.map_err(|e| io_error("reading the state file", e))?;
         if leftovers != LeftoverReport::default() {
             tracing::info!(node = %config.node_name, ?leftovers, "process runtime: cleaned up after a predecessor");
+        }
+        if let Some(root) = &cgroup_root {
+            // Whatever a predecessor on this state directory left in its
+            // cgroups (its records may be gone; the cgroups are its own).
+            for cgroup in root.children() {
+                cgroup.remove(Duration::from_secs(5)).await;
+            }
         }
         let containers_dir = config.state_dir.join("containers");
         if containers_dir.exists() {
@@ -609,14 +625,24 @@ impl Drop for Inner {
         if !self.config.kill_on_drop {
             return;
         }
+        let mut cgroups = Vec::new();
         for c in self.containers.get_mut().values() {
             let run = c.run.lock();
             if let Some(pid) = run.pid {
                 let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
                 if let Some(cgroup) = &run.cgroup {
                     cgroup.kill_all();
+                    cgroups.push(cgroup.clone());
                 }
             }
+        }
+        // The monitors may not get to run again (the async runtime may be
+        // going down with us): remove the cgroups here.
+        for cgroup in cgroups {
+            cgroup.remove_blocking(Duration::from_secs(2));
+        }
+        if let Some(root) = &self.cgroup_root {
+            root.remove_if_empty();
         }
     }
 }
