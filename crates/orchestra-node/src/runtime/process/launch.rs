@@ -453,6 +453,29 @@ mod tests {
     }
 
     #[test]
+    fn only_a_missing_top_level_directory_needs_a_root_replica() {
+        assert!(!needs_root_shadow(&[mount("/tmp/not/there", "/")]));
+        assert!(!needs_root_shadow(&[]));
+        assert!(needs_root_shadow(&[mount("/tmp/x", "/"), mount("/orchestra-surely-absent/data", "/")]));
+    }
+
+    #[test]
+    fn the_exec_script_restores_the_environment() {
+        let env: BTreeMap<String, String> = [("PWD".to_owned(), "/kept".to_owned())].into();
+        let script = exec_script(&[], Path::new("/tmp"), &env);
+        let out = std::process::Command::new("sh")
+            .env_clear()
+            .env("PWD", "/kept")
+            .arg("-c")
+            .arg(&script)
+            .args(["sh", "env"])
+            .output()
+            .unwrap();
+        // `cd` changed neither PWD (given: kept) nor OLDPWD (not given: unset).
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "PWD=/kept\n");
+    }
+
+    #[test]
     fn mounts_are_checked() {
         assert!(check_mount(&mount("relative", "/")).is_err());
         assert!(check_mount(&mount("/a/../b", "/")).is_err());
