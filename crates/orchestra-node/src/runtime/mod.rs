@@ -17,12 +17,15 @@
 //! [`cri_log`]) at `sandbox.log_directory/container.log_path`; the agent
 //! reads those files to serve `kubectl logs`, as the kubelet does.
 //!
-//! Every backend runs the conformance suite in `orchestra_node::testing`
-//! (feature `testing`).
+//! Backends: [`process::ProcessRuntime`] runs containers as host processes,
+//! its images named by an [`images::ImageCatalog`]. Every backend runs the
+//! conformance suite in `orchestra_node::testing` (feature `testing`).
 
 pub mod cri_log;
 pub mod embedded;
 pub mod mux;
+pub mod images;
+pub mod process;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

@@ -1,0 +1,543 @@
+//! The process backend: the conformance suite, then what only a backend of
+//! host processes does (process groups, pod IPs, volumes, cgroups, crash
+//! recovery).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::{IpAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use orchestra_node::runtime::cri_log::parse_entry;
+use orchestra_node::runtime::images::{ImageCatalog, ImageEntry};
+use orchestra_node::runtime::process::{ENV_POD_IP, ENV_VOLUMES, ProcessRuntime, ProcessRuntimeConfig};
+use orchestra_node::runtime::{
+    ContainerConfig, ContainerResources, ContainerState, ContainerStatus, Mount, PodSandboxConfig, PodSandboxMetadata,
+    RuntimeBackend, RuntimeError, SandboxId,
+};
+use orchestra_node::testing::{ExecWorkload, ExitingWorkload, StubbornWorkload, Suite, Workloads};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn catalog() -> ImageCatalog {
+    ImageCatalog::builder()
+        .image("orchestra/sleep", ImageEntry::new(["sleep"]).args(["300"]).size_bytes(1000))
+        .image("orchestra/sh", ImageEntry::new(["sh", "-c"]).args(["true"]))
+        .image("orchestra/printf", ImageEntry::new(["printf", "%s|"]).args(["image-arg"]))
+        .image("orchestra/env", ImageEntry::new(["env"]).env("FROM_IMAGE", "1"))
+        .image("orchestra/perl", ImageEntry::new(["perl", "-e"]))
+        .image("orchestra/missing", ImageEntry::new(["/nonexistent/program"]))
+        .build()
+        .expect("test catalog")
+}
+
+fn sh(script: &str) -> ContainerConfig {
+    ContainerConfig { image: "orchestra/sh".into(), args: vec![script.into()], ..Default::default() }
+}
+
+fn config(dir: &Path) -> ProcessRuntimeConfig {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let mut config = ProcessRuntimeConfig::new(dir.join(format!("state{}", N.fetch_add(1, Ordering::Relaxed))), catalog());
+    config.node_name = "test-node".into();
+    config
+}
+
+fn workloads(dir: &Path) -> Workloads {
+    let mut workloads = Workloads::new(
+        ContainerConfig { image: "orchestra/sleep".into(), ..Default::default() },
+        ExitingWorkload { config: sh("echo bye from the exiting container; exit 3"), line: "bye from the exiting container".into(), exit_code: 3 },
+        "orchestra/does-not-exist:1.0",
+        dir.join("logs"),
+    );
+    workloads.ignores_sigterm = Some(StubbornWorkload { config: sh("trap '' TERM; echo stubborn; sleep 300"), ready_line: "stubborn".into() });
+    workloads.exec = Some(ExecWorkload { command: vec!["sh".into(), "-c".into(), "echo exec says $HOSTNAME".into()], stdout_contains: "exec says".into() });
+    workloads.host_ip = Some("127.0.0.1".parse().unwrap());
+    workloads.patience = PATIENCE;
+    workloads
+}
+
+macro_rules! conformance {
+    ($($check:ident),* $(,)?) => {
+        mod conformance {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let root = dir.path().to_path_buf();
+                    let suite = Suite::new(|| { let config = config(&root); async move { ProcessRuntime::new(config).await.expect("process runtime") } }, workloads(dir.path()));
+                    suite.$check().await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    version,
+    sandbox_addresses,
+    sandbox_needs_a_cidr,
+    images,
+    container_lifecycle,
+    logs,
+    stop_escalates,
+    idempotent_stop_and_remove,
+    sandbox_stop_and_removal,
+    list_filters,
+    exec,
+    concurrent_pods,
+);
+
+/// The whole suite, in one go, without any isolation: containers spawned
+/// directly, no `sh` prelude (what a host without root gets).
+#[tokio::test]
+async fn conformance_without_isolation() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let factory = || {
+        let mut config = config(&root);
+        config.cgroups = false;
+        config.mount_namespaces = false;
+        async move {
+            let runtime = ProcessRuntime::new(config).await.expect("process runtime");
+            assert_eq!((runtime.capabilities().cgroups, runtime.capabilities().mount_namespaces), (None, false));
+            runtime
+        }
+    };
+    orchestra_node::testing::run_all(factory, workloads(dir.path())).await;
+}
+
+/// A runtime with a pod CIDR, and helpers to run one-container pods.
+struct Node {
+    dir: tempfile::TempDir,
+    runtime: ProcessRuntime,
+}
+
+static PODS: AtomicU64 = AtomicU64::new(0);
+
+impl Node {
+    async fn new() -> Self {
+        Self::with(|_| {}).await
+    }
+
+    async fn with(tweak: impl FnOnce(&mut ProcessRuntimeConfig)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(dir.path());
+        tweak(&mut config);
+        let runtime = ProcessRuntime::new(config).await.expect("process runtime");
+        runtime.update_runtime_config("127.78.0.0/24").await.unwrap();
+        Self { dir, runtime }
+    }
+
+    fn pod(&self, name: &str) -> PodSandboxConfig {
+        let uid = format!("uid-{}", PODS.fetch_add(1, Ordering::Relaxed));
+        PodSandboxConfig {
+            metadata: PodSandboxMetadata { name: name.into(), namespace: "test".into(), uid: uid.clone(), attempt: 0 },
+            hostname: name.into(),
+            log_directory: self.dir.path().join("logs").join(format!("test_{name}_{uid}")),
+            ..Default::default()
+        }
+    }
+
+    /// Runs `container` in a new pod; returns the sandbox, container id and pod.
+    async fn run(&self, name: &str, mut container: ContainerConfig) -> (SandboxId, String, PodSandboxConfig) {
+        let pod = self.pod(name);
+        let sandbox = self.runtime.run_pod_sandbox(&pod).await.unwrap();
+        container.name = "main".into();
+        container.log_path = "main/0.log".into();
+        let id = self.runtime.create_container(&sandbox, &container, &pod).await.unwrap();
+        self.runtime.start_container(&id).await.unwrap_or_else(|e| panic!("{name}: start failed: {e}"));
+        (sandbox, id, pod)
+    }
+
+    async fn status(&self, id: &String) -> ContainerStatus {
+        self.runtime.container_status(id).await.unwrap()
+    }
+
+    async fn wait_exited(&self, id: &String) -> ContainerStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let status = self.status(id).await;
+            if status.state == ContainerState::Exited {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "container did not exit: {status:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The container's output so far, `P` entries joined to their line.
+    fn output(&self, status: &ContainerStatus) -> String {
+        let bytes = std::fs::read(&status.log_path).unwrap_or_default();
+        let mut out = Vec::new();
+        for line in bytes.split_inclusive(|&b| b == b'\n') {
+            let entry = parse_entry(line).expect("CRI log line");
+            out.extend_from_slice(&entry.content);
+            if entry.complete {
+                out.push(b'\n');
+            }
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Waits until the container's output contains `text`.
+    async fn wait_output(&self, id: &String, text: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let status = self.status(id).await;
+            let output = self.output(&status);
+            if output.contains(text) {
+                return output;
+            }
+            assert!(Instant::now() < deadline, "no {text:?} in the output {output:?} of {status:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()))
+        .is_some_and(|state| state != 'Z' && state != 'X')
+}
+
+async fn wait_dead(pid: i32) {
+    let deadline = Instant::now() + PATIENCE;
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "process {pid} still alive");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn command_and_args_follow_kubernetes() {
+    let node = Node::new().await;
+    let image = |command: &[&str], args: &[&str]| ContainerConfig {
+        image: "orchestra/printf".into(),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    for (name, config, expected) in [
+        ("defaults", image(&[], &[]), "image-arg|"),
+        ("args", image(&[], &["x", "y"]), "x|y|"),
+        ("command", image(&["echo", "from-command"], &[]), "from-command\n"),
+        ("both", image(&["printf", "<%s>"], &["a"]), "<a>"),
+    ] {
+        let (_, id, _) = node.run(name, config).await;
+        let status = node.wait_exited(&id).await;
+        assert_eq!((status.exit_code, status.reason.as_deref()), (Some(0), Some("Completed")), "{name}");
+        assert_eq!(node.output(&status), expected, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn environment_is_exactly_the_given_one() {
+    let node = Node::new().await;
+    let config = ContainerConfig {
+        image: "orchestra/env".into(),
+        envs: vec![("A".into(), "1".into()), ("A".into(), "2".into()), ("B".into(), "with space".into())],
+        ..Default::default()
+    };
+    let (sandbox, id, _) = node.run("envpod", config).await;
+    let status = node.wait_exited(&id).await;
+    let env: BTreeMap<String, String> =
+        node.output(&status).lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    let ip = node.runtime.pod_sandbox_status(&sandbox).await.unwrap().ip.unwrap().to_string();
+    let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["A", "B", "FROM_IMAGE", "HOSTNAME", ENV_POD_IP, "PATH"], "{env:?}");
+    assert_eq!((env["A"].as_str(), env["B"].as_str(), env["HOSTNAME"].as_str()), ("2", "with space", "envpod"));
+    assert_eq!(env[ENV_POD_IP], ip);
+}
+
+#[tokio::test]
+async fn pods_listen_on_their_own_address() {
+    let node = Node::new().await;
+    let server = "use IO::Socket::INET; \
+        my $s = IO::Socket::INET->new(LocalAddr => $ENV{ORCHESTRA_POD_IP}, LocalPort => 18080, Listen => 5, ReuseAddr => 1) or die \"bind: $!\"; \
+        $| = 1; print \"listening on $ENV{ORCHESTRA_POD_IP}\\n\"; \
+        while (my $c = $s->accept) { print $c \"hello from $ENV{HOSTNAME}\"; close $c; }";
+    let perl = || ContainerConfig { image: "orchestra/perl".into(), args: vec![server.into()], ..Default::default() };
+    let mut pods = Vec::new();
+    for name in ["web-a", "web-b"] {
+        let (sandbox, id, _) = node.run(name, perl()).await;
+        let ip: IpAddr = node.runtime.pod_sandbox_status(&sandbox).await.unwrap().ip.unwrap();
+        assert!(ip.to_string().starts_with("127.78.0."), "{ip}");
+        node.wait_output(&id, &format!("listening on {ip}")).await;
+        pods.push((name, ip));
+    }
+    // Both listen on the same port, each on its own address.
+    for (name, ip) in pods {
+        let answer = tokio::task::spawn_blocking(move || {
+            let mut stream = TcpStream::connect_timeout(&(ip, 18080).into(), PATIENCE).expect("connect to the pod");
+            stream.set_read_timeout(Some(PATIENCE)).unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).unwrap();
+            answer
+        })
+        .await
+        .unwrap();
+        assert_eq!(answer, format!("hello from {name}"));
+    }
+    node.runtime.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn the_whole_process_group_dies() {
+    let node = Node::new().await;
+    // The main process exits: its background child dies with it.
+    let (_, id, _) = node.run("leaver", sh("sleep 300 & echo child=$!; exit 0")).await;
+    let output = node.wait_output(&id, "child=").await;
+    let child: i32 = output.trim().strip_prefix("child=").unwrap().parse().unwrap();
+    node.wait_exited(&id).await;
+    wait_dead(child).await;
+
+    // Stopped: SIGTERM reaches every process of the group.
+    let (_, id, _) = node.run("stopped", sh("sleep 300 & echo child=$!; wait")).await;
+    let output = node.wait_output(&id, "child=").await;
+    let child: i32 = output.trim().strip_prefix("child=").unwrap().parse().unwrap();
+    let main = node.status(&id).await.pid.expect("a running container has a pid") as i32;
+    assert!(alive(child) && alive(main));
+    node.runtime.stop_container(&id, PATIENCE).await.unwrap();
+    assert!(!alive(main), "stop_container returned before the container exited");
+    wait_dead(child).await;
+    assert_eq!(node.status(&id).await.exit_code, Some(143), "sh killed by SIGTERM");
+}
+
+#[tokio::test]
+async fn start_failures_are_start_errors() {
+    let node = Node::new().await;
+    let pod = node.pod("broken");
+    let sandbox = node.runtime.run_pod_sandbox(&pod).await.unwrap();
+    let config = ContainerConfig { name: "main".into(), image: "orchestra/missing".into(), log_path: "main/0.log".into(), ..Default::default() };
+    let id = node.runtime.create_container(&sandbox, &config, &pod).await.unwrap();
+    match node.runtime.start_container(&id).await {
+        Err(RuntimeError::StartFailed(message)) => assert!(message.contains("/nonexistent/program"), "{message}"),
+        other => panic!("expected StartFailed, got {other:?}"),
+    }
+    let status = node.status(&id).await;
+    assert_eq!((status.state, status.exit_code, status.reason.as_deref()), (ContainerState::Exited, Some(128), Some("StartError")));
+    assert!(status.message.unwrap().contains("no such file"));
+
+    // A working directory that does not exist is not created on the host.
+    let nowhere = ContainerConfig { working_dir: Some("/nonexistent-orchestra-wd".into()), ..sh("true") };
+    let nowhere = ContainerConfig { name: "nowhere".into(), log_path: "nowhere/0.log".into(), ..nowhere };
+    let id = node.runtime.create_container(&sandbox, &nowhere, &pod).await.unwrap();
+    assert!(matches!(node.runtime.start_container(&id).await, Err(RuntimeError::StartFailed(_))));
+    assert_eq!(node.status(&id).await.reason.as_deref(), Some("StartError"));
+    assert!(!Path::new("/nonexistent-orchestra-wd").exists());
+
+    let unknown = ContainerConfig { image: "orchestra/nope".into(), ..config };
+    assert!(matches!(node.runtime.create_container(&sandbox, &unknown, &pod).await, Err(RuntimeError::ImageNotFound { .. })));
+}
+
+#[tokio::test]
+async fn exec_runs_in_the_container_and_times_out() {
+    let node = Node::new().await;
+    let config = ContainerConfig { envs: vec![("GREETING".into(), "hi".into())], ..sh("exec sleep 300") };
+    let (_, id, _) = node.run("exec", config).await;
+    let work = node.runtime.exec_sync(&id, &["sh".into(), "-c".into(), "echo $GREETING; pwd; echo oops >&2; exit 7".into()], PATIENCE).await.unwrap();
+    assert_eq!(work.exit_code, 7);
+    let stdout = String::from_utf8(work.stdout).unwrap();
+    assert!(stdout.starts_with("hi\n"), "{stdout}");
+    assert!(stdout.contains(node.runtime.state_dir().to_str().unwrap()), "default working dir under the state dir: {stdout}");
+    assert_eq!(work.stderr, b"oops\n");
+
+    let began = Instant::now();
+    match node.runtime.exec_sync(&id, &["sleep".into(), "30".into()], Duration::from_millis(300)).await {
+        Err(RuntimeError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::TimedOut),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(began.elapsed() < PATIENCE);
+    let missing = node.runtime.exec_sync(&id, &["no-such-command".into()], PATIENCE).await.unwrap();
+    assert_eq!(missing.exit_code, 127);
+    node.runtime.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A directory with one file, for volumes.
+fn volume(root: &Path, name: &str, content: &str) -> PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("hello.txt"), content).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn volumes_appear_at_their_mount_path_and_the_host_stays_clean() {
+    let node = Node::new().await;
+    if !node.runtime.capabilities().mount_namespaces {
+        eprintln!("skipped: no mount namespaces here ({:?})", node.runtime.capabilities().notes);
+        return;
+    }
+    let host = node.dir.path();
+    let unique = format!("orchestra-test-{}-{}", std::process::id(), PODS.fetch_add(1, Ordering::Relaxed));
+    let top = PathBuf::from("/").join(&unique); // absent on the host: / is replicated
+    let existing = volume(host, "existing-mount-point", "host content"); // present: mounted over
+    let nested_parent = host.join("parent"); // present, with a missing child path
+    std::fs::create_dir_all(&nested_parent).unwrap();
+    let (ro, rw, over, nested) =
+        (volume(host, "ro", "read-only data"), volume(host, "rw", "writable"), volume(host, "over", "volume content"), volume(host, "nested", "deep"));
+    let mounts = vec![
+        Mount { container_path: top.join("config"), host_path: ro.clone(), read_only: true },
+        Mount { container_path: top.join("data"), host_path: rw.clone(), read_only: false },
+        Mount { container_path: existing.clone(), host_path: over.clone(), read_only: false },
+        Mount { container_path: nested_parent.join("missing/deeper"), host_path: nested.clone(), read_only: false },
+    ];
+    let script = format!(
+        "cat {top}/config/hello.txt; echo; cat {existing}/hello.txt; echo; cat {parent}/missing/deeper/hello.txt; echo; \
+         touch {top}/config/new 2>/dev/null && echo ro-writable || echo ro-refused; \
+         echo written > {top}/data/out.txt; ls {parent}; echo ready; exec sleep 300",
+        top = top.display(),
+        existing = existing.display(),
+        parent = nested_parent.display()
+    );
+    let (_, id, _) = node.run("volumes", ContainerConfig { mounts, ..sh(&script) }).await;
+    let output = node.wait_output(&id, "ready").await;
+    let lines: Vec<&str> = output.lines().collect();
+    assert_eq!(lines, ["read-only data", "volume content", "deep", "ro-refused", "missing", "ready"], "{output}");
+    assert_eq!(std::fs::read_to_string(rw.join("out.txt")).unwrap(), "written\n");
+    // exec sees the container's mounts.
+    let exec = node.runtime.exec_sync(&id, &["cat".into(), top.join("data/out.txt").display().to_string()], PATIENCE).await.unwrap();
+    assert_eq!((exec.exit_code, exec.stdout.as_slice()), (0, &b"written\n"[..]), "{:?}", String::from_utf8_lossy(&exec.stderr));
+
+    // The host saw none of it.
+    assert!(!top.exists(), "{} was created on the host", top.display());
+    assert!(!nested_parent.join("missing").exists(), "a missing mount point was created on the host");
+    assert_eq!(std::fs::read_to_string(existing.join("hello.txt")).unwrap(), "host content");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(&unique) && !mountinfo.contains(existing.to_str().unwrap()), "mounts leaked to the host");
+    node.runtime.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_bad_mount_point_is_a_start_error() {
+    let node = Node::new().await;
+    if !node.runtime.capabilities().mount_namespaces {
+        return;
+    }
+    let file = node.dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let data = volume(node.dir.path(), "data", "x");
+    let pod = node.pod("badmount");
+    let sandbox = node.runtime.run_pod_sandbox(&pod).await.unwrap();
+    let config = ContainerConfig {
+        name: "main".into(),
+        log_path: "main/0.log".into(),
+        mounts: vec![Mount { container_path: file.join("below"), host_path: data, read_only: false }],
+        ..sh("echo never")
+    };
+    let id = node.runtime.create_container(&sandbox, &config, &pod).await.unwrap();
+    match node.runtime.start_container(&id).await {
+        Err(RuntimeError::StartFailed(message)) => assert!(message.contains("orchestra:"), "{message}"),
+        other => panic!("expected StartFailed, got {other:?}"),
+    }
+    let status = node.status(&id).await;
+    assert_eq!((status.exit_code, status.reason.as_deref()), (Some(128), Some("StartError")));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+}
+
+#[tokio::test]
+async fn without_namespaces_volumes_are_symlinks() {
+    let node = Node::with(|c| c.mount_namespaces = false).await;
+    assert!(!node.runtime.capabilities().mount_namespaces);
+    let data = volume(node.dir.path(), "data", "via a link");
+    let mounts = vec![Mount { container_path: "/srv/data".into(), host_path: data, read_only: true }];
+    let (_, id, _) = node.run("links", ContainerConfig { mounts, ..sh(&format!("cat ${ENV_VOLUMES}/srv/data/hello.txt")) }).await;
+    let status = node.wait_exited(&id).await;
+    assert_eq!((status.exit_code, node.output(&status).as_str()), (Some(0), "via a link"));
+}
+
+#[tokio::test]
+async fn memory_limits_oom_kill() {
+    let node = Node::new().await;
+    let Some(version) = node.runtime.capabilities().cgroups else {
+        eprintln!("skipped: no cgroups here ({:?})", node.runtime.capabilities().notes);
+        return;
+    };
+    let resources = ContainerResources { memory_limit_bytes: Some(24 << 20), cpu_limit_millis: Some(500), cpu_request_millis: Some(250) };
+    // `tail` keeps a line without newline whole: 256 MiB of it.
+    let (_, id, _) = node.run("oom", ContainerConfig { resources, ..sh("echo start; head -c 268435456 /dev/zero | tail -n 1 > /dev/null") }).await;
+    let status = node.wait_exited(&id).await;
+    assert_eq!((status.reason.as_deref(), status.exit_code), (Some("OOMKilled"), Some(137)), "{version:?}: {status:?}");
+
+    // The limits are written to the container's cgroup.
+    let (_, id, _) = node.run("limits", ContainerConfig { resources, ..sh("exec sleep 300") }).await;
+    let pid = node.status(&id).await.pid.unwrap();
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(cgroups.contains(&id), "the container runs in its own cgroup: {cgroups}");
+    let controller_dir = |controller: &str| {
+        let line = cgroups.lines().find(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == controller))).unwrap();
+        PathBuf::from(format!("/sys/fs/cgroup/{controller}")).join(line.splitn(3, ':').nth(2).unwrap().trim_start_matches('/'))
+    };
+    let read = |path: PathBuf| std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).trim().to_owned();
+    match version {
+        orchestra_node::runtime::process::CgroupVersion::V1 => {
+            assert_eq!(read(controller_dir("memory").join("memory.limit_in_bytes")), (24u64 << 20).to_string());
+            assert_eq!(read(controller_dir("cpu").join("cpu.cfs_quota_us")), "50000");
+            assert_eq!(read(controller_dir("cpu").join("cpu.shares")), "256");
+        }
+        orchestra_node::runtime::process::CgroupVersion::V2 => {
+            let dir = PathBuf::from("/sys/fs/cgroup").join(cgroups.lines().find_map(|l| l.strip_prefix("0::")).unwrap().trim_start_matches('/'));
+            assert_eq!(read(dir.join("memory.max")), (24u64 << 20).to_string());
+            assert_eq!(read(dir.join("cpu.max")), "50000 100000");
+        }
+    }
+    node.runtime.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_successor_kills_only_what_a_crashed_runtime_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = config(dir.path());
+    first.kill_on_drop = false;
+    let state_dir = first.state_dir.clone();
+    let crashed = ProcessRuntime::new(first).await.unwrap();
+    crashed.update_runtime_config("127.79.0.0/24").await.unwrap();
+    let pod = PodSandboxConfig {
+        metadata: PodSandboxMetadata { name: "left".into(), namespace: "test".into(), uid: "u".into(), attempt: 0 },
+        log_directory: dir.path().join("logs"),
+        ..Default::default()
+    };
+    let sandbox = crashed.run_pod_sandbox(&pod).await.unwrap();
+    let container = ContainerConfig { name: "main".into(), log_path: "main.log".into(), ..sh("sleep 300 & exec sleep 301") };
+    let id = crashed.create_container(&sandbox, &container, &pod).await.unwrap();
+    crashed.start_container(&id).await.unwrap();
+    let leftover = crashed.container_status(&id).await.unwrap().pid.unwrap() as i32;
+    // Not started by any runtime: must survive.
+    let mut unrelated = std::process::Command::new("sleep").arg("300").process_group(0).spawn().unwrap();
+    let unrelated_pid = unrelated.id() as i32;
+
+    drop(crashed); // a crash: no shutdown, the container keeps running
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(alive(leftover), "kill_on_drop = false leaves the container running");
+
+    // One runtime per state directory.
+    let busy = Node::new().await;
+    let taken = ProcessRuntime::new(ProcessRuntimeConfig::new(busy.runtime.state_dir(), catalog())).await;
+    assert!(matches!(taken, Err(RuntimeError::InvalidState(_))), "{taken:?}");
+
+    let mut second = ProcessRuntimeConfig::new(&state_dir, catalog());
+    second.node_name = "test-node".into();
+    let successor = ProcessRuntime::new(second).await.unwrap();
+    assert_eq!(successor.leftovers().killed_groups, [leftover]);
+    wait_dead(leftover).await;
+    assert!(alive(unrelated_pid), "an unrelated process was touched");
+    unrelated.kill().unwrap();
+    unrelated.wait().unwrap();
+    // Nothing left to clean for the next one.
+    drop(successor);
+    let third = ProcessRuntime::new(ProcessRuntimeConfig::new(&state_dir, catalog())).await.unwrap();
+    assert!(third.leftovers().killed_groups.is_empty());
+}
+
+#[tokio::test]
+async fn dropping_the_runtime_kills_its_containers() {
+    let node = Node::new().await;
+    let (_, id, _) = node.run("dropped", sh("exec sleep 300")).await;
+    let pid = node.status(&id).await.pid.unwrap() as i32;
+    drop(node.runtime);
+    wait_dead(pid).await;
+}
