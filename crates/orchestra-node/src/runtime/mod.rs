@@ -21,6 +21,7 @@
 //! (feature `testing`).
 
 pub mod cri_log;
+pub mod sim;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
