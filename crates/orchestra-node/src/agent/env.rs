@@ -239,7 +239,7 @@ pub fn container_env(
     let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let mut order: Vec<String> = Vec::new();
     let mut values: HashMap<String, String> = HashMap::new();
-    let mut set = |order: &mut Vec<String>, values: &mut HashMap<String, String>, k: String, v: String| {
+    let set = |order: &mut Vec<String>, values: &mut HashMap<String, String>, k: String, v: String| {
         if values.insert(k.clone(), v).is_none() {
             order.push(k);
         }

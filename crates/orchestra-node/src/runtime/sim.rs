@@ -273,7 +273,7 @@ struct Inner {
     ipam: Ipam,
     state: Mutex<State>,
     timers: Mutex<Timers>,
-    wake: Notify,
+    wake: Arc<Notify>,
     events: broadcast::Sender<ContainerEvent>,
     next_id: AtomicU64,
     prefix: String,
@@ -334,7 +334,7 @@ impl SimRuntime {
                 ipam: Ipam::new(),
                 state: Mutex::new(State { images, ..State::default() }),
                 timers: Mutex::default(),
-                wake: Notify::new(),
+                wake: Arc::new(Notify::new()),
                 events,
                 next_id: AtomicU64::new(1),
                 prefix: format!("sim{seq:x}"),
@@ -532,16 +532,14 @@ async fn drive_timers(inner: Weak<Inner>) {
                 let _ = strong.exit(&id, code, Some(generation));
             }
         }
-        let wake = strong.wake.notified();
+        let notify = strong.wake.clone();
         drop(strong);
-        match next {
-            Some(at) => {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(at) => {}
-                    _ = wake => {}
-                }
+        let wake = notify.notified();
+        if let Some(at) = next {
+            tokio::select! {
+                _ = tokio::time::sleep_until(at) => {}
+                _ = wake => {}
             }
-            None => {}
         }
     }
 }
