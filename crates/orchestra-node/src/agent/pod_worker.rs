@@ -782,8 +782,9 @@ impl PodWorker {
                 self.waiting.insert(spec.name.clone(), Waiting::new("ErrImagePull", message.clone()));
                 self.event(pod, Some(&spec.name), EventType::Warning, "Failed", message);
                 self.event(pod, Some(&spec.name), EventType::Warning, "Failed", "Error: ErrImagePull".into());
+                // Show ErrImagePull for half the back-off, ImagePullBackOff after.
                 let delay = self.image.delay(&key, now).unwrap_or_default();
-                self.wake_at(now + delay);
+                self.wake_at(now + delay / 2);
                 None
             }
         }
