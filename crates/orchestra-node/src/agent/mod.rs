@@ -494,10 +494,11 @@ impl Dispatcher {
         let terminal = matches!(phase, Some("Succeeded" | "Failed"));
         let requests = resources::pod_requests(&pod);
         let mut rejection = None;
-        if !terminal && pod.metadata.deletion_timestamp.is_none() {
-            if let Err(r) = resources::admit(&requests, &self.used_resources(), &self.shared.allocatable()) {
-                rejection = Some((r.reason, r.message));
-            }
+        if !terminal
+            && pod.metadata.deletion_timestamp.is_none()
+            && let Err(r) = resources::admit(&requests, &self.used_resources(), &self.shared.allocatable())
+        {
+            rejection = Some((r.reason, r.message));
         }
         let rejected = rejection.is_some();
         let input = WorkerInput::new(pod, rejection);
@@ -791,12 +792,11 @@ async fn node_loop(shared: Arc<Shared>) {
                         next_status = Instant::now() + config.api_retry;
                     }
                 }
-            } else if !network_ready {
-                if let Ok(node) = nodes.get(&config.node_name).await
-                    && adopt_pod_cidr(&shared, &node).await
-                {
-                    next_status = Instant::now();
-                }
+            } else if !network_ready
+                && let Ok(node) = nodes.get(&config.node_name).await
+                && adopt_pod_cidr(&shared, &node).await
+            {
+                next_status = Instant::now();
             }
         }
         if now >= next_lease {

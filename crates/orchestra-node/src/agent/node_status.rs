@@ -131,7 +131,7 @@ pub fn host_pressure(root_dir: &Path) -> Pressure {
 
 fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
     [
-        ("cpu", if r.cpu_millis % 1000 == 0 { (r.cpu_millis / 1000).to_string() } else { format!("{}m", r.cpu_millis) }),
+        ("cpu", if r.cpu_millis.is_multiple_of(1000) { (r.cpu_millis / 1000).to_string() } else { format!("{}m", r.cpu_millis) }),
         ("memory", format!("{}Ki", r.memory_bytes / 1024)),
         ("ephemeral-storage", format!("{}Ki", r.ephemeral_storage_bytes / 1024)),
         ("pods", r.pods.to_string()),

@@ -245,25 +245,25 @@ impl PodWorker {
             self.rejected = true;
         }
         if self.frozen {
-            self.cleanup_runtime(&pod).await;
+            self.cleanup_runtime().await;
             self.write_status(&pod, None).await;
             return Flow::Wait(self.wake);
         }
         if self.rejected {
             self.write_status(&pod, None).await;
-            self.freeze(&pod).await;
+            self.freeze().await;
             return Flow::Wait(self.wake);
         }
-        if self.forced.is_none() {
-            if let Err(e) = self.sync_running(&pod).await {
-                tracing::debug!(pod = %self.uid, error = %e, "sync failed");
-                self.wake_at(Instant::now() + self.shared.config.api_retry);
-            }
+        if self.forced.is_none()
+            && let Err(e) = self.sync_running(&pod).await
+        {
+            tracing::debug!(pod = %self.uid, error = %e, "sync failed");
+            self.wake_at(Instant::now() + self.shared.config.api_retry);
         }
         let observed = self.observe(&pod).await;
         let status = self.write_status(&pod, Some(observed)).await;
         if is_terminal_phase(status.phase.as_deref()) {
-            self.freeze(&pod).await;
+            self.freeze().await;
             return Flow::Wait(self.wake);
         }
         self.check_deadline(&pod, &status).await;
@@ -288,11 +288,11 @@ impl PodWorker {
     }
 
     /// The pod ended: keep its status, free its sandbox.
-    async fn freeze(&mut self, pod: &Pod) {
+    async fn freeze(&mut self) {
         self.frozen = true;
         self.input.terminal.store(true, Ordering::Relaxed);
         self.input.running.store(false, Ordering::Relaxed);
-        self.cleanup_runtime(pod).await;
+        self.cleanup_runtime().await;
     }
 
     async fn sandboxes(&self) -> Vec<PodSandboxStatus> {
@@ -386,7 +386,7 @@ impl PodWorker {
 
     /// Stops and removes the pod's sandboxes (and with them its containers)
     /// and volumes; the statuses stay in `desired`.
-    async fn cleanup_runtime(&mut self, pod: &Pod) {
+    async fn cleanup_runtime(&mut self) {
         let sandboxes = self.sandboxes().await;
         if sandboxes.is_empty() && self.volumes.is_none() {
             return;
@@ -396,9 +396,7 @@ impl PodWorker {
             let _ = self.shared.runtime.remove_pod_sandbox(&s.id).await;
             self.shared.forget_sandbox(&s.id);
         }
-        if !pod.spec.as_ref().is_some_and(|s| s.host_network == Some(true)) || self.volumes.is_some() {
-            let _ = volumes::cleanup(&self.shared.config.root_dir, &self.uid);
-        }
+        let _ = volumes::cleanup(&self.shared.config.root_dir, &self.uid);
         self.volumes = None;
         self.probes.clear();
     }
@@ -409,7 +407,7 @@ impl PodWorker {
             let observed = self.observe(pod).await;
             self.write_status(pod, Some(observed)).await;
         }
-        self.cleanup_runtime(pod).await;
+        self.cleanup_runtime().await;
         self.input.running.store(false, Ordering::Relaxed);
         self.input.terminal.store(true, Ordering::Relaxed);
         let (namespace, name) = pod_key(pod);

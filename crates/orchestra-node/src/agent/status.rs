@@ -458,7 +458,7 @@ mod tests {
         let init_ok = status("i", view(Some(rt("i", 0, ContainerState::Exited, Some(0))), None));
         let waiting_app = status("a", ContainerView { default_waiting: "PodInitializing", ..Default::default() });
         let with_init = |policy| pod(policy, &["i"], &["a"]);
-        assert_eq!(pod_phase(&with_init("Never"), &[init_bad.clone()], std::slice::from_ref(&waiting_app)), "Failed");
+        assert_eq!(pod_phase(&with_init("Never"), std::slice::from_ref(&init_bad), std::slice::from_ref(&waiting_app)), "Failed");
         assert_eq!(pod_phase(&with_init("Always"), &[init_bad], std::slice::from_ref(&waiting_app)), "Pending");
         assert_eq!(pod_phase(&with_init("Always"), &[init_running], std::slice::from_ref(&waiting_app)), "Pending");
         assert_eq!(pod_phase(&with_init("Always"), &[init_ok], std::slice::from_ref(&running)), "Running");

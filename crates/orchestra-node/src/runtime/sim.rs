@@ -562,13 +562,14 @@ impl RuntimeBackend for SimRuntime {
         } else {
             Some(self.inner.ipam.allocate().map_err(|e| RuntimeError::Network(e.to_string()))?)
         };
-        if self.inner.config.write_logs && !config.log_directory.as_os_str().is_empty() {
-            if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
-                if let Some(ip) = ip {
-                    self.inner.ipam.release(ip);
-                }
-                return Err(e.into());
+        if self.inner.config.write_logs
+            && !config.log_directory.as_os_str().is_empty()
+            && let Err(e) = std::fs::create_dir_all(&config.log_directory)
+        {
+            if let Some(ip) = ip {
+                self.inner.ipam.release(ip);
             }
+            return Err(e.into());
         }
         let id = self.new_id();
         let mut labels = config.labels.clone();
