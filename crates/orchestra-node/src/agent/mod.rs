@@ -612,7 +612,9 @@ impl Dispatcher {
 
     fn housekeeping(&self) {
         if self.static_seen && self.informer.has_synced() {
-            self.reconcile_mirrors();
+            if self.shared.config.static_pod_path.is_some() || !self.static_pods.is_empty() {
+                self.reconcile_mirrors();
+            }
             if !self.housekeeping_busy.swap(true, Ordering::AcqRel) {
                 let busy = self.housekeeping_busy.clone();
                 let shared = self.shared.clone();

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodStatus, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, LifecycleHandler, Pod, PodStatus, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -323,35 +323,55 @@ impl PodWorker {
         Duration::from_secs(secs as u64)
     }
 
-    async fn run_pre_stop(&self, pod: &Pod, spec: &Container, id: &String, pod_ip: Option<IpAddr>, budget: Duration) {
-        let Some(hook) = spec.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) else { return };
+    /// Runs a lifecycle hook (exec, httpGet, sleep) within `budget`.
+    async fn run_hook(
+        &self,
+        hook: &LifecycleHandler,
+        spec: &Container,
+        id: &String,
+        pod_ip: Option<IpAddr>,
+        budget: Duration,
+    ) -> Result<(), String> {
         let runtime = self.shared.runtime.clone();
-        let result = tokio::time::timeout(budget, async {
+        let run = async {
             if let Some(exec) = &hook.exec {
                 let command = exec.command.clone().unwrap_or_default();
-                runtime.exec_sync(id, &command, budget).await.map(|r| r.exit_code == 0).map_err(|e| e.to_string())
+                match runtime.exec_sync(id, &command, budget).await {
+                    Ok(r) if r.exit_code == 0 => Ok(()),
+                    Ok(r) => Err(format!(
+                        "Exec lifecycle hook ({command:?}) for Container {:?} failed - error: command exited with {}, message: {:?}",
+                        spec.name,
+                        r.exit_code,
+                        String::from_utf8_lossy(&r.stdout).to_string() + &String::from_utf8_lossy(&r.stderr)
+                    )),
+                    Err(e) => Err(e.to_string()),
+                }
             } else if let Some(http) = &hook.http_get {
                 let ip = http.host.as_deref().and_then(|h| h.parse().ok()).or(pod_ip);
                 match (ip, probes::resolve_port(&http.port, spec)) {
-                    (Some(ip), Some(port)) => {
-                        probes::http_get(ip, port, http, budget).await.map(|c| (200..400).contains(&c))
-                    }
+                    (Some(ip), Some(port)) => match probes::http_get(ip, port, http, budget).await {
+                        Ok(code) if (200..400).contains(&code) => Ok(()),
+                        Ok(code) => Err(format!("HTTP lifecycle hook ({:?}) for Container {:?} failed - status {code}", http.path, spec.name)),
+                        Err(e) => Err(e),
+                    },
                     _ => Err("no address for the hook".into()),
                 }
             } else if let Some(sleep) = &hook.sleep {
                 tokio::time::sleep(Duration::from_secs(sleep.seconds.max(0) as u64)).await;
-                Ok(true)
+                Ok(())
             } else {
-                Ok(true)
+                Ok(())
             }
-        })
-        .await;
-        if !matches!(result, Ok(Ok(true))) {
-            let cause = match result {
-                Ok(Err(e)) => e,
-                Err(_) => "timed out".into(),
-                _ => "failed".into(),
-            };
+        };
+        match tokio::time::timeout(budget, run).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("lifecycle hook for Container {:?} timed out", spec.name)),
+        }
+    }
+
+    async fn run_pre_stop(&self, pod: &Pod, spec: &Container, id: &String, pod_ip: Option<IpAddr>, budget: Duration) {
+        let Some(hook) = spec.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) else { return };
+        if let Err(cause) = self.run_hook(hook, spec, id, pod_ip, budget).await {
             self.event(pod, Some(&spec.name), EventType::Warning, "FailedPreStopHook", format!("PreStopHook failed: {cause}"));
         }
     }
@@ -412,19 +432,8 @@ impl PodWorker {
         self.input.terminal.store(true, Ordering::Relaxed);
         let (namespace, name) = pod_key(pod);
         let api: Api<Pod> = Api::namespaced(self.shared.client.clone(), &namespace);
-        if self.is_static {
-            if removed {
-                // The manifest is gone: so is the mirror pod.
-                let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
-                if let Err(e) = api.delete(&name, &params).await
-                    && !matches!(&e, kube::Error::Api(s) if s.code == 404)
-                {
-                    tracing::debug!(pod = %name, error = %e, "deleting a mirror pod failed");
-                }
-            }
-            return Flow::Done;
-        }
-        if removed {
+        // Static pods: the dispatcher deletes mirror pods whose manifest is gone.
+        if self.is_static || removed {
             return Flow::Done;
         }
         let params = DeleteParams {
@@ -861,6 +870,20 @@ impl PodWorker {
             Ok(()) => {
                 self.waiting.remove(&spec.name);
                 self.event(pod, Some(&spec.name), EventType::Normal, "Started", format!("Started container {}", spec.name));
+                if let Some(hook) = spec.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+                    let grace = Self::grace(pod);
+                    if let Err(cause) = self.run_hook(hook, spec, &id, pod_ip, grace).await {
+                        self.event(
+                            pod,
+                            Some(&spec.name),
+                            EventType::Warning,
+                            "FailedPostStartHook",
+                            format!("PostStartHook failed: {cause}"),
+                        );
+                        self.event(pod, Some(&spec.name), EventType::Normal, "Killing", format!("FailedPostStartHook: stopping container {}", spec.name));
+                        let _ = self.shared.runtime.stop_container(&id, grace).await;
+                    }
+                }
             }
             Err(e) => {
                 self.waiting.remove(&spec.name);

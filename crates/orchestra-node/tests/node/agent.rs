@@ -441,7 +441,9 @@ async fn missing_config_is_a_config_error_until_it_appears() {
 async fn graceful_and_forced_deletion() {
     let cluster = cluster().await;
     let node = start(&cluster, "del-1", "10.8.0.0/24", |_| {});
-    create_pod(&cluster.client, pod_json("graceful", "del-1", &[("a", &[]), ("b", &[("SIM_STOP_DELAY_MS", "100")])])).await;
+    let mut graceful = pod_json("graceful", "del-1", &[("a", &[]), ("b", &[("SIM_STOP_DELAY_MS", "100")])]);
+    graceful["spec"]["containers"][0]["lifecycle"] = json!({"preStop": {"exec": {"command": ["false"]}}});
+    create_pod(&cluster.client, graceful).await;
     create_pod(&cluster.client, pod_json("forced", "del-1", &[("a", &[])])).await;
     for name in ["graceful", "forced"] {
         wait_pod(&cluster.client, "default", name, "Running", |p| phase(p) == "Running").await;
@@ -471,7 +473,25 @@ async fn graceful_and_forced_deletion() {
     .await;
     eventually(LONG, "Killing events", || {
         let client = cluster.client.clone();
-        async move { events_for(&client, "graceful").await.iter().filter(|(r, _)| r == "Killing").count() == 2 }
+        async move {
+            let events = events_for(&client, "graceful").await;
+            events.iter().filter(|(r, _)| r == "Killing").count() == 2 && events.iter().any(|(r, _)| r == "FailedPreStopHook")
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_post_start_hooks_restart_the_container() {
+    let cluster = cluster().await;
+    let _node = start(&cluster, "hook-1", "10.16.0.0/24", |_| {});
+    let mut p = pod_json("hooked", "hook-1", &[("c", &[])]);
+    p["spec"]["containers"][0]["lifecycle"] = json!({"postStart": {"exec": {"command": ["sh", "-c", "exit 2"]}}});
+    create_pod(&cluster.client, p).await;
+    wait_pod(&cluster.client, "default", "hooked", "restarted", |p| container(p, "c").is_some_and(|c| c.restart_count >= 1)).await;
+    eventually(LONG, "FailedPostStartHook", || {
+        let client = cluster.client.clone();
+        async move { events_for(&client, "hooked").await.iter().any(|(r, _)| r == "FailedPostStartHook") }
     })
     .await;
 }
