@@ -34,6 +34,7 @@ pub mod config;
 pub mod env;
 pub mod lease;
 pub mod node_status;
+mod pod_source;
 mod pod_worker;
 pub mod probes;
 pub mod resources;
@@ -51,15 +52,17 @@ use k8s_openapi::api::core::v1::{Node, NodeStatus, ObjectReference, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::Client;
 use orchestra_ctrl::events::{EventType, Recorder};
-use orchestra_ctrl::informer::{Event, Informer, ObjectKey, Selectors};
+use orchestra_ctrl::informer::{Event, ObjectKey};
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 
 pub use backoff::BackoffConfig;
 pub use config::{CapacitySource, NodeConfig, NodeInfoOverrides, Resources};
+pub use pod_source::SharedPods;
 
 use crate::runtime::{ContainerEvent, LABEL_POD_UID, RuntimeBackend, RuntimeError, SandboxFilter, SandboxId};
+use pod_source::PodView;
 use pod_worker::{PodWorker, WorkerInput};
 use static_pods::StaticPod;
 
@@ -282,9 +285,17 @@ pub struct NodeAgentBuilder {
     runtime: Arc<dyn RuntimeBackend>,
     config: NodeConfig,
     recorder: Option<Recorder>,
+    shared_pods: Option<SharedPods>,
 }
 
 impl NodeAgentBuilder {
+    /// Learns about pods from `pods` (one watch shared by every agent of the
+    /// process) instead of a watch of its own.
+    pub fn shared_pods(mut self, pods: SharedPods) -> Self {
+        self.shared_pods = Some(pods);
+        self
+    }
+
     /// Publishes events through `recorder` (shared by many agents, say)
     /// instead of one of its own.
     pub fn recorder(mut self, recorder: Recorder) -> Self {
@@ -314,7 +325,7 @@ impl NodeAgentBuilder {
             done: done_tx,
             config: self.config,
         });
-        NodeAgent { shared, events_rx, done_rx, recorder }
+        NodeAgent { shared, events_rx, done_rx, recorder, shared_pods: self.shared_pods }
     }
 }
 
@@ -324,13 +335,14 @@ pub struct NodeAgent {
     events_rx: mpsc::Receiver<EventMsg>,
     done_rx: mpsc::UnboundedReceiver<String>,
     recorder: Recorder,
+    shared_pods: Option<SharedPods>,
 }
 
 impl NodeAgent {
     /// An agent for `config.node_name`, talking to the API through `client`
     /// and running pods on `runtime`.
     pub fn builder(client: Client, runtime: Arc<dyn RuntimeBackend>, config: NodeConfig) -> NodeAgentBuilder {
-        NodeAgentBuilder { client, runtime, config, recorder: None }
+        NodeAgentBuilder { client, runtime, config, recorder: None, shared_pods: None }
     }
 
     /// A handle for observing the agent while it runs.
@@ -341,7 +353,7 @@ impl NodeAgent {
     /// Runs until `shutdown` completes. Containers keep running when the
     /// agent stops; the next agent on this runtime adopts them.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), AgentError> {
-        let NodeAgent { shared, events_rx, done_rx, recorder } = self;
+        let NodeAgent { shared, events_rx, done_rx, recorder, shared_pods } = self;
         let config = &shared.config;
         let mut tasks: Vec<tokio::task::JoinHandle<()>> = Vec::new();
         tasks.push(tokio::spawn(publish_events(events_rx, recorder)));
@@ -352,10 +364,19 @@ impl NodeAgent {
             shared.network_ready.send_replace(true);
         }
         tasks.push(tokio::spawn(node_loop(shared.clone())));
-        let informer = Informer::<Pod>::new();
-        let pod_events = informer.subscribe();
-        let selectors = Selectors::fields(format!("spec.nodeName={}", config.node_name));
-        tasks.push(tokio::spawn(informer.clone().run_selected(Api::all(shared.client.clone()), selectors)));
+        let (pods, pod_events) = match &shared_pods {
+            Some(source) => {
+                let view = PodView::shared(source, &config.node_name);
+                let events = view.subscribe(Some(source));
+                (view, events)
+            }
+            None => {
+                let (view, informer) = PodView::own(&config.node_name);
+                let events = view.subscribe(None);
+                tasks.push(tokio::spawn(PodView::run_own(informer, shared.client.clone(), config.node_name.clone())));
+                (view, events)
+            }
+        };
         let (static_tx, static_rx) = mpsc::unbounded_channel();
         match &config.static_pod_path {
             Some(dir) => tasks.push(tokio::spawn(scan_static_pods(
@@ -370,7 +391,7 @@ impl NodeAgent {
         }
         let mut dispatcher = Dispatcher {
             shared: shared.clone(),
-            informer,
+            pods,
             static_pods: HashMap::new(),
             static_seen: false,
             mirror_busy: Arc::new(AtomicBool::new(false)),
@@ -422,7 +443,7 @@ async fn scan_static_pods(
 
 struct Dispatcher {
     shared: Arc<Shared>,
-    informer: Arc<Informer<Pod>>,
+    pods: PodView,
     static_pods: HashMap<String, StaticPod>,
     static_seen: bool,
     mirror_busy: Arc<AtomicBool>,
@@ -585,7 +606,7 @@ impl Dispatcher {
             if let Some(p) = self.static_pods.get(uid) {
                 self.start_worker(Arc::new(p.pod.clone()), true);
             }
-        } else if let Some(current) = self.informer.get(&ObjectKey::of(pod.as_ref()))
+        } else if let Some(current) = self.pods.get(&ObjectKey::of(pod.as_ref()))
             && current.metadata.uid.as_deref() == Some(uid)
             && !entry.input.is_removed()
             && current.metadata.deletion_timestamp.is_none()
@@ -601,7 +622,7 @@ impl Dispatcher {
         }
         let busy = self.mirror_busy.clone();
         let shared = self.shared.clone();
-        let informer = self.informer.clone();
+        let informer = self.pods.clone();
         let statics: Vec<Pod> = self.static_pods.values().map(|p| p.pod.clone()).collect();
         let static_seen = self.static_seen;
         tokio::spawn(async move {
@@ -611,7 +632,7 @@ impl Dispatcher {
     }
 
     fn housekeeping(&self) {
-        if self.static_seen && self.informer.has_synced() {
+        if self.static_seen && self.pods.has_synced() {
             if self.shared.config.static_pod_path.is_some() || !self.static_pods.is_empty() {
                 self.reconcile_mirrors();
             }
@@ -627,7 +648,7 @@ impl Dispatcher {
     }
 }
 
-async fn reconcile_mirrors(shared: &Shared, informer: &Informer<Pod>, statics: &[Pod], static_seen: bool) {
+async fn reconcile_mirrors(shared: &Shared, informer: &PodView, statics: &[Pod], static_seen: bool) {
     let node_uid = shared.node.lock().uid.clone();
     let Some(node_uid) = node_uid else { return };
     let node = &shared.config.node_name;

@@ -206,7 +206,7 @@ impl PodWorker {
             let resync_at = Instant::now() + jitter.spread(sync_every);
             let deadline = next.map_or(resync_at, |n| n.min(resync_at));
             tokio::select! {
-                _ = self.input.notify.notified() => {}
+                _ = self.input.notify.notified() => { self.resync = false; }
                 _ = tokio::time::sleep_until(deadline) => { self.resync = deadline == resync_at; }
             }
         }
@@ -503,10 +503,15 @@ impl PodWorker {
             let objects = self.fetch_objects(&namespace, &volumes::volume_references(pod)).await.map_err(|e| e.to_string())?;
             let ctx = self.env_context(ready.as_ref().and_then(|s| s.ip));
             let root = self.shared.config.root_dir.clone();
-            let pod_owned = pod.clone();
-            let result = tokio::task::spawn_blocking(move || volumes::setup_volumes(&root, &pod_owned, &objects, &ctx))
-                .await
-                .map_err(|e| e.to_string())?;
+            let has_volumes = pod.spec.as_ref().is_some_and(|s| s.volumes.as_ref().is_some_and(|v| !v.is_empty()));
+            let result = if has_volumes {
+                let pod_owned = pod.clone();
+                tokio::task::spawn_blocking(move || volumes::setup_volumes(&root, &pod_owned, &objects, &ctx))
+                    .await
+                    .map_err(|e| e.to_string())?
+            } else {
+                Ok(HashMap::new())
+            };
             match result {
                 Ok(dirs) => {
                     self.volumes = Some(dirs);

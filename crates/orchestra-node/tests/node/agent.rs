@@ -729,6 +729,7 @@ async fn many_agents_many_pods() {
     const NODES: usize = 50;
     const PODS: usize = 20;
     let cluster = cluster().await;
+    let shared = orchestra_node::agent::SharedPods::start(cluster.client.clone());
     let mut nodes = Vec::new();
     for i in 0..NODES {
         let root = std::sync::Arc::new(tempfile::tempdir().unwrap());
@@ -736,11 +737,12 @@ async fn many_agents_many_pods() {
         c.node_status_update_frequency = Duration::from_secs(1);
         c.lease_renew_interval = Duration::from_secs(2);
         let runtime = orchestra_node::SimRuntime::new(orchestra_node::SimConfig { write_logs: false, ..Default::default() });
-        nodes.push(start_with(&cluster.client, c, runtime, root));
+        nodes.push(start_shared(&cluster.client, c, runtime, root, Some(shared.clone())));
     }
     for n in &nodes {
         tokio::time::timeout(LONG, n.handle.registered()).await.expect("registered");
     }
+    assert_eq!(shared.subscribers(), NODES);
     let started = std::time::Instant::now();
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
     let mut creates = Vec::new();
@@ -752,6 +754,7 @@ async fn many_agents_many_pods() {
         }
     }
     futures::future::join_all(creates).await;
+    let created_at = started.elapsed();
     eventually(Duration::from_secs(40), "every pod running", || {
         let nodes = &nodes;
         async move { nodes.iter().all(|n| n.handle.running_pods() == PODS) }
@@ -767,8 +770,9 @@ async fn many_agents_many_pods() {
     })
     .await;
     eprintln!(
-        "{} pods on {NODES} agents: running after {:?}, reported after {:?}",
+        "{} pods on {NODES} agents: created after {:?}, running after {:?}, reported after {:?}",
         NODES * PODS,
+        created_at,
         running_at,
         started.elapsed()
     );
@@ -781,4 +785,44 @@ async fn many_agents_many_pods() {
         .map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap())
         .collect();
     assert_eq!(ips.len(), NODES * PODS, "every pod has its own IP");
+}
+
+/// Idle agents' CPU: `NODE_AGENTS=5000 cargo test -p orchestra-node --release
+/// --test node idle_agents -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn idle_agents_heartbeat_cpu() {
+    fn cpu_seconds() -> f64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        ticks / 100.0
+    }
+    let n: usize = std::env::var("NODE_AGENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+    let window: u64 = std::env::var("NODE_WINDOW_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+    let cluster = cluster().await;
+    let root = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let shared = (std::env::var("NODE_SHARED_PODS").as_deref() != Ok("0"))
+        .then(|| orchestra_node::agent::SharedPods::start(cluster.client.clone()));
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let mut c = orchestra_node::NodeConfig::new(format!("idle-{i}"))
+            .root_dir(root.path().join(i.to_string()))
+            .fixed_capacity(4000, 8 << 30)
+            .pod_cidr(format!("10.{}.{}.0/24", i / 250, i % 250));
+        c.housekeeping_interval = Duration::from_secs(10);
+        let runtime = orchestra_node::SimRuntime::new(orchestra_node::SimConfig { write_logs: false, ..Default::default() });
+        nodes.push(start_shared(&cluster.client, c, runtime, root.clone(), shared.clone()));
+    }
+    let started = std::time::Instant::now();
+    for node in &nodes {
+        node.handle.registered().await;
+    }
+    eprintln!("{n} agents registered in {:?}", started.elapsed());
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let (cpu0, t0) = (cpu_seconds(), std::time::Instant::now());
+    tokio::time::sleep(Duration::from_secs(window)).await;
+    let pct = 100.0 * (cpu_seconds() - cpu0) / t0.elapsed().as_secs_f64();
+    let renewals: u64 = nodes.iter().map(|n| n.handle.stats().lease_renewals).sum();
+    eprintln!("heartbeat_cpu_pct={pct:.1} agents={n} lease_renewals={renewals}");
 }

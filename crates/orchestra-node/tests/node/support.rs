@@ -76,7 +76,22 @@ pub fn config(name: &str, root: &std::path::Path, cidr: Option<&str>) -> NodeCon
 
 /// Starts an agent with `config` on `runtime`.
 pub fn start_with(client: &Client, config: NodeConfig, runtime: SimRuntime, root: Arc<tempfile::TempDir>) -> TestNode {
-    let agent = NodeAgent::builder(client.clone(), Arc::new(runtime.clone()), config).build();
+    start_shared(client, config, runtime, root, None)
+}
+
+/// Starts an agent with `config` on `runtime`, fed by `pods` if given.
+pub fn start_shared(
+    client: &Client,
+    config: NodeConfig,
+    runtime: SimRuntime,
+    root: Arc<tempfile::TempDir>,
+    pods: Option<orchestra_node::agent::SharedPods>,
+) -> TestNode {
+    let mut builder = NodeAgent::builder(client.clone(), Arc::new(runtime.clone()), config);
+    if let Some(pods) = pods {
+        builder = builder.shared_pods(pods);
+    }
+    let agent = builder.build();
     let handle = agent.handle();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
