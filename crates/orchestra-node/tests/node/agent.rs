@@ -826,3 +826,49 @@ async fn idle_agents_heartbeat_cpu() {
     let renewals: u64 = nodes.iter().map(|n| n.handle.stats().lease_renewals).sum();
     eprintln!("heartbeat_cpu_pct={pct:.1} agents={n} lease_renewals={renewals}");
 }
+
+/// Pod IPs from a `127.0.0.0/8` CIDR are bindable on Linux's loopback: the
+/// test plays the container's server and the agent probes it over TCP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_and_tcp_probes_reach_the_pod_ip() {
+    let cluster = cluster().await;
+    let _node = start(&cluster, "net-1", "127.42.7.0/24", |_| {});
+    create_pod(
+        &cluster.client,
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "served", "namespace": "default"},
+            "spec": {"nodeName": "net-1", "containers": [{
+                "name": "web", "image": "nginx",
+                "ports": [{"name": "http", "containerPort": 18080}],
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": "http", "httpHeaders": [{"name": "X-Check", "value": "1"}]}, "periodSeconds": 1},
+                "livenessProbe": {"tcpSocket": {"port": 18080}, "periodSeconds": 1, "initialDelaySeconds": 1, "failureThreshold": 30}
+            }]}
+        }),
+    )
+    .await;
+    let pod = wait_pod(&cluster.client, "default", "served", "Running", |p| phase(p) == "Running").await;
+    assert_eq!(condition(&pod, "Ready"), Some("False"), "nothing listens yet");
+    let ip = pod.status.unwrap().pod_ip.unwrap();
+    let listener = tokio::net::TcpListener::bind((ip.as_str(), 18080)).await.expect("pod IPs are bindable on loopback");
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut s, _)) = listener.accept().await {
+            let seen_tx = seen_tx.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 2048];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                if n > 0 {
+                    let _ = seen_tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+                }
+            });
+        }
+    });
+    let ready = wait_pod(&cluster.client, "default", "served", "Ready", |p| condition(p, "Ready") == Some("True")).await;
+    assert!(container(&ready, "web").unwrap().ready);
+    let request = tokio::time::timeout(LONG, seen_rx.recv()).await.unwrap().unwrap();
+    assert!(request.starts_with("GET /ready HTTP/1.1\r\n") && request.contains("X-Check: 1\r\n"), "{request}");
+    assert_eq!(container(&ready, "web").unwrap().restart_count, 0);
+}
