@@ -424,7 +424,8 @@ impl PodWorker {
     async fn terminate(&mut self, pod: &Pod, removed: bool) -> Flow {
         self.kill_all(pod, None).await;
         if !removed && !self.frozen {
-            let observed = self.observe(pod).await;
+            let mut observed = self.observe(pod).await;
+            observed.terminating = !self.is_static;
             self.write_status(pod, Some(observed)).await;
         }
         self.cleanup_runtime().await;
@@ -1040,6 +1041,7 @@ impl PodWorker {
             host_ip: self.shared.config.node_ip.to_string(),
             init,
             app,
+            terminating: false,
             forced: self.forced.clone(),
         }
     }

@@ -161,8 +161,10 @@ fn incomplete_init(pod: &Pod, init: &[K8sContainerStatus]) -> Vec<String> {
         .collect()
 }
 
-/// The pod phase, as the kubelet's `getPhase`.
-pub fn pod_phase(pod: &Pod, init: &[K8sContainerStatus], app: &[K8sContainerStatus]) -> &'static str {
+/// The pod phase, as the kubelet's `getPhase`. `terminating`: the pod is
+/// being stopped for good (deleted), so stopped containers will not restart
+/// and the phase is Succeeded or Failed whatever the restart policy.
+pub fn pod_phase(pod: &Pod, init: &[K8sContainerStatus], app: &[K8sContainerStatus], terminating: bool) -> &'static str {
     let Some(spec) = pod.spec.as_ref() else { return "Pending" };
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
     let mut pending_init = 0;
@@ -222,6 +224,9 @@ pub fn pod_phase(pod: &Pod, init: &[K8sContainerStatus], app: &[K8sContainerStat
         return "Running";
     }
     if running == 0 && stopped > 0 && unknown == 0 {
+        if terminating {
+            return if stopped == succeeded { "Succeeded" } else { "Failed" };
+        }
         if policy == "Always" {
             return "Running";
         }
@@ -249,6 +254,8 @@ pub struct PodObservation {
     pub init: Vec<K8sContainerStatus>,
     /// App container statuses, in spec order.
     pub app: Vec<K8sContainerStatus>,
+    /// The pod is being stopped for good (see [`pod_phase`]).
+    pub terminating: bool,
     /// A phase forced by the agent (`Failed` on admission rejection or an
     /// exceeded deadline) with reason and message.
     pub forced: Option<(String, String, String)>,
@@ -282,7 +289,7 @@ pub fn pod_status(pod: &Pod, obs: PodObservation, now: &Time) -> PodStatus {
     let spec = pod.spec.clone().unwrap_or_default();
     let phase = match &obs.forced {
         Some((phase, _, _)) => phase.clone(),
-        None => pod_phase(pod, &obs.init, &obs.app).to_owned(),
+        None => pod_phase(pod, &obs.init, &obs.app, obs.terminating).to_owned(),
     };
     let mut conditions: Vec<PodCondition> = Vec::new();
     let mut others: Vec<PodCondition> =
@@ -434,6 +441,10 @@ mod tests {
         assert_eq!(s.last_state.unwrap().terminated.unwrap().reason.as_deref(), Some("Completed"));
     }
 
+    fn pod_phase_of(pod: &Pod, init: &[K8sContainerStatus], app: &[K8sContainerStatus]) -> &'static str {
+        pod_phase(pod, init, app, false)
+    }
+
     #[test]
     fn phases_follow_the_kubelet() {
         let running = status("a", view(Some(rt("a", 0, ContainerState::Running, None)), None));
@@ -445,23 +456,25 @@ mod tests {
             view(Some(rt("a", 0, ContainerState::Exited, Some(1))), Some(Waiting::reason("CrashLoopBackOff"))),
         );
         let p = |policy| pod(policy, &[], &["a"]);
-        assert_eq!(pod_phase(&p("Always"), &[], std::slice::from_ref(&creating)), "Pending");
-        assert_eq!(pod_phase(&p("Always"), &[], std::slice::from_ref(&running)), "Running");
-        assert_eq!(pod_phase(&p("Never"), &[], std::slice::from_ref(&ok)), "Succeeded");
-        assert_eq!(pod_phase(&p("Never"), &[], std::slice::from_ref(&bad)), "Failed");
-        assert_eq!(pod_phase(&p("OnFailure"), &[], std::slice::from_ref(&ok)), "Succeeded");
-        assert_eq!(pod_phase(&p("OnFailure"), &[], std::slice::from_ref(&backoff)), "Running");
-        assert_eq!(pod_phase(&p("Always"), &[], std::slice::from_ref(&ok)), "Running");
+        assert_eq!(pod_phase_of(&p("Always"), &[], std::slice::from_ref(&creating)), "Pending");
+        assert_eq!(pod_phase_of(&p("Always"), &[], std::slice::from_ref(&running)), "Running");
+        assert_eq!(pod_phase_of(&p("Never"), &[], std::slice::from_ref(&ok)), "Succeeded");
+        assert_eq!(pod_phase_of(&p("Never"), &[], std::slice::from_ref(&bad)), "Failed");
+        assert_eq!(pod_phase_of(&p("OnFailure"), &[], std::slice::from_ref(&ok)), "Succeeded");
+        assert_eq!(pod_phase_of(&p("OnFailure"), &[], std::slice::from_ref(&backoff)), "Running");
+        assert_eq!(pod_phase_of(&p("Always"), &[], std::slice::from_ref(&ok)), "Running");
+        assert_eq!(pod_phase(&p("Always"), &[], std::slice::from_ref(&ok), true), "Succeeded");
+        assert_eq!(pod_phase(&p("Always"), &[], std::slice::from_ref(&bad), true), "Failed");
         // Init containers.
         let init_bad = status("i", view(Some(rt("i", 0, ContainerState::Exited, Some(1))), None));
         let init_running = status("i", view(Some(rt("i", 0, ContainerState::Running, None)), None));
         let init_ok = status("i", view(Some(rt("i", 0, ContainerState::Exited, Some(0))), None));
         let waiting_app = status("a", ContainerView { default_waiting: "PodInitializing", ..Default::default() });
         let with_init = |policy| pod(policy, &["i"], &["a"]);
-        assert_eq!(pod_phase(&with_init("Never"), std::slice::from_ref(&init_bad), std::slice::from_ref(&waiting_app)), "Failed");
-        assert_eq!(pod_phase(&with_init("Always"), &[init_bad], std::slice::from_ref(&waiting_app)), "Pending");
-        assert_eq!(pod_phase(&with_init("Always"), &[init_running], std::slice::from_ref(&waiting_app)), "Pending");
-        assert_eq!(pod_phase(&with_init("Always"), &[init_ok], std::slice::from_ref(&running)), "Running");
+        assert_eq!(pod_phase_of(&with_init("Never"), std::slice::from_ref(&init_bad), std::slice::from_ref(&waiting_app)), "Failed");
+        assert_eq!(pod_phase_of(&with_init("Always"), &[init_bad], std::slice::from_ref(&waiting_app)), "Pending");
+        assert_eq!(pod_phase_of(&with_init("Always"), &[init_running], std::slice::from_ref(&waiting_app)), "Pending");
+        assert_eq!(pod_phase_of(&with_init("Always"), &[init_ok], std::slice::from_ref(&running)), "Running");
     }
 
     #[test]
@@ -477,6 +490,7 @@ mod tests {
             host_ip: "192.168.1.1".into(),
             init: vec![init_running],
             app: vec![waiting("a"), waiting("b")],
+            terminating: false,
             forced: None,
         };
         let s1 = pod_status(&p, obs, &t1);
@@ -496,6 +510,7 @@ mod tests {
             host_ip: "192.168.1.1".into(),
             init: vec![init_ok],
             app: vec![run("a"), run("b")],
+            terminating: false,
             forced: None,
         };
         let s2 = pod_status(&p2, obs, &t2);
