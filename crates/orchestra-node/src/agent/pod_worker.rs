@@ -500,8 +500,17 @@ impl PodWorker {
             || (self.resync && self.volumes_refreshed.is_none_or(|t| t.elapsed() >= self.shared.config.sync_frequency));
         let sandboxes = self.sandboxes().await;
         let ready = sandboxes.iter().rev().find(|s| s.state == SandboxState::Ready).cloned();
-        if refresh {
-            let objects = self.fetch_objects(&namespace, &volumes::volume_references(pod)).await.map_err(|e| e.to_string())?;
+        let objects = if refresh {
+            match self.fetch_objects(&namespace, &volumes::volume_references(pod)).await {
+                Ok(objects) => Some(objects),
+                // The API is unreachable: keep the volumes as they are.
+                Err(_) if self.volumes.is_some() => None,
+                Err(e) => return Err(e.to_string()),
+            }
+        } else {
+            None
+        };
+        if let Some(objects) = objects {
             let ctx = self.env_context(ready.as_ref().and_then(|s| s.ip));
             let root = self.shared.config.root_dir.clone();
             let has_volumes = pod.spec.as_ref().is_some_and(|s| s.volumes.as_ref().is_some_and(|v| !v.is_empty()));
@@ -575,7 +584,7 @@ impl PodWorker {
     async fn sync_running(&mut self, pod: &Pod) -> Result<(), String> {
         let spec = pod.spec.clone().unwrap_or_default();
         let Some(sandbox) = self.ensure_sandbox(pod).await? else { return Ok(()) };
-        let pod_ip = sandbox.ip.or_else(|| (spec.host_network == Some(true)).then_some(self.shared.config.node_ip));
+        let pod_ip = if spec.host_network == Some(true) { Some(self.shared.config.node_ip) } else { sandbox.ip };
         let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
         let mut containers = self.containers().await;
         self.prune(&mut containers).await;
@@ -1032,9 +1041,11 @@ impl PodWorker {
             .collect();
         let running = app.iter().any(|s| s.state.as_ref().is_some_and(|st| st.running.is_some()));
         self.input.running.store(running, Ordering::Relaxed);
-        let pod_ip = sandbox
-            .and_then(|s| s.ip)
-            .or_else(|| (spec.host_network == Some(true) && sandbox.is_some()).then_some(self.shared.config.node_ip));
+        let pod_ip = match sandbox {
+            Some(_) if spec.host_network == Some(true) => Some(self.shared.config.node_ip),
+            Some(s) => s.ip,
+            None => None,
+        };
         PodObservation {
             sandbox_ready: sandbox.is_some(),
             pod_ip: pod_ip.map(|ip| ip.to_string()),

@@ -225,6 +225,8 @@ pub struct SimConfig {
     pub write_logs: bool,
     /// Capacity of the event channel (1024).
     pub event_capacity: usize,
+    /// The address of `host_network` sandboxes (the node's; 127.0.0.1).
+    pub host_ip: IpAddr,
 }
 
 impl Default for SimConfig {
@@ -238,6 +240,7 @@ impl Default for SimConfig {
             image_size_bytes: 10 << 20,
             write_logs: true,
             event_capacity: 1024,
+            host_ip: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         }
     }
 }
@@ -245,6 +248,7 @@ impl Default for SimConfig {
 struct Sandbox {
     status: PodSandboxStatus,
     log_directory: PathBuf,
+    host_network: bool,
 }
 
 struct Container {
@@ -557,16 +561,16 @@ impl RuntimeBackend for SimRuntime {
     }
 
     async fn run_pod_sandbox(&self, config: &PodSandboxConfig) -> Result<SandboxId> {
-        let ip: Option<IpAddr> = if config.host_network {
-            None
+        let ip: IpAddr = if config.host_network {
+            self.inner.config.host_ip
         } else {
-            Some(self.inner.ipam.allocate().map_err(|e| RuntimeError::Network(e.to_string()))?)
+            self.inner.ipam.allocate().map_err(|e| RuntimeError::Network(e.to_string()))?
         };
         if self.inner.config.write_logs
             && !config.log_directory.as_os_str().is_empty()
             && let Err(e) = std::fs::create_dir_all(&config.log_directory)
         {
-            if let Some(ip) = ip {
+            if !config.host_network {
                 self.inner.ipam.release(ip);
             }
             return Err(e.into());
@@ -581,25 +585,25 @@ impl RuntimeBackend for SimRuntime {
             metadata: config.metadata.clone(),
             state: SandboxState::Ready,
             created_at: SystemTime::now(),
-            ip,
+            ip: Some(ip),
             labels,
         };
         self.inner
             .state
             .lock()
             .sandboxes
-            .insert(id.clone(), Sandbox { status, log_directory: config.log_directory.clone() });
+            .insert(id.clone(), Sandbox { status, log_directory: config.log_directory.clone(), host_network: config.host_network });
         Ok(id)
     }
 
     async fn stop_pod_sandbox(&self, id: &SandboxId) -> Result<()> {
         let (ip, running) = {
             let mut state = self.inner.state.lock();
-            let Some(sandbox) = state.sandboxes.get_mut(id) else {
-                return Err(RuntimeError::NotFound { kind: "sandbox", id: id.clone() });
-            };
+            // Idempotent, as the CRI wants: a removed sandbox is stopped.
+            let Some(sandbox) = state.sandboxes.get_mut(id) else { return Ok(()) };
             sandbox.status.state = SandboxState::NotReady;
-            let ip = sandbox.status.ip.take();
+            let host_network = sandbox.host_network;
+            let ip = sandbox.status.ip.take().filter(|_| !host_network);
             let running: Vec<ContainerId> = state
                 .containers
                 .values()
@@ -786,7 +790,9 @@ impl RuntimeBackend for SimRuntime {
             }
             (c.behavior.clone(), c.generation)
         };
-        let (delay, code) = if behavior.ignore_sigterm {
+        let (delay, code) = if timeout.is_zero() {
+            (Duration::ZERO, 137)
+        } else if behavior.ignore_sigterm {
             (timeout, 137)
         } else {
             let delay = behavior.stop_delay.unwrap_or_default();
@@ -892,6 +898,43 @@ impl RuntimeBackend for SimRuntime {
     }
 }
 
+/// Container configs describing the conformance suite's workloads in the
+/// simulated runtime's terms (environment variables; any image exists).
+pub mod workloads {
+    use std::time::Duration;
+
+    use super::SimBehavior;
+    use crate::runtime::ContainerConfig;
+
+    fn config(behavior: SimBehavior) -> ContainerConfig {
+        ContainerConfig { image: "sim/workload:1".into(), envs: behavior.to_env(), ..Default::default() }
+    }
+
+    /// Runs until stopped; exits 0 on a graceful stop.
+    pub fn long_running() -> ContainerConfig {
+        config(SimBehavior::runs_forever())
+    }
+
+    /// Writes `line` to stdout and exits with `code` after 50 ms.
+    pub fn exiting(line: &str, code: i32) -> ContainerConfig {
+        config(SimBehavior::exits(code, Duration::from_millis(50)).with_stdout(&[line]))
+    }
+
+    /// Writes `ready_line` at start and ignores SIGTERM (a stop waits for
+    /// its whole timeout, then exit 137).
+    pub fn ignores_sigterm(ready_line: &str) -> ContainerConfig {
+        config(SimBehavior { ignore_sigterm: true, ..SimBehavior::runs_forever().with_stdout(&[ready_line]) })
+    }
+
+    /// An image the simulated runtime never has.
+    pub const UNKNOWN_IMAGE: &str = "sim/does-not-exist:1";
+
+    /// An `exec_sync` command and what its stdout contains.
+    pub fn exec() -> (Vec<String>, String) {
+        (vec!["echo".into(), "hello".into()], "hello".into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -974,6 +1017,11 @@ mod tests {
         assert_eq!(rt.container_status(&stubborn).await.unwrap().exit_code, Some(137));
         rt.stop_container(&polite, Duration::ZERO).await.unwrap();
         rt.remove_container(&polite).await.unwrap();
+        let quick = rt.create_container(&sb, &container("q", SimBehavior::default()), &sc).await.unwrap();
+        rt.start_container(&quick).await.unwrap();
+        rt.stop_container(&quick, Duration::ZERO).await.unwrap();
+        assert_eq!(rt.container_status(&quick).await.unwrap().exit_code, Some(137), "a zero timeout kills at once");
+        rt.remove_container(&quick).await.unwrap();
         assert_eq!(rt.list_containers(&ContainerFilter::default()).await.unwrap().len(), 1);
     }
 
@@ -982,6 +1030,11 @@ mod tests {
         let rt = SimRuntime::default();
         let sc = sandbox_config("u3", Path::new(""));
         assert!(matches!(rt.run_pod_sandbox(&sc).await, Err(RuntimeError::Network(_))));
+        let host = PodSandboxConfig { host_network: true, ..sandbox_config("h", Path::new("")) };
+        let h = rt.run_pod_sandbox(&host).await.unwrap();
+        assert_eq!(rt.pod_sandbox_status(&h).await.unwrap().ip, Some("127.0.0.1".parse().unwrap()));
+        rt.remove_pod_sandbox(&h).await.unwrap();
+        rt.stop_pod_sandbox(&h).await.unwrap();
         ready(&rt).await;
         assert!(matches!(rt.pull_image("x/does-not-exist:1").await, Err(RuntimeError::ImageNotFound { .. })));
         let sb = rt.run_pod_sandbox(&sc).await.unwrap();

@@ -872,3 +872,16 @@ async fn http_and_tcp_probes_reach_the_pod_ip() {
     assert!(request.starts_with("GET /ready HTTP/1.1\r\n") && request.contains("X-Check: 1\r\n"), "{request}");
     assert_eq!(container(&ready, "web").unwrap().restart_count, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_network_pods_take_the_node_address() {
+    let cluster = cluster().await;
+    let node = start(&cluster, "hostnet-1", "10.17.0.0/24", |_| {});
+    let mut p = pod_json("hostnet", "hostnet-1", &[("c", &[])]);
+    p["spec"]["hostNetwork"] = json!(true);
+    create_pod(&cluster.client, p).await;
+    let pod = wait_pod(&cluster.client, "default", "hostnet", "Running", |p| phase(p) == "Running").await;
+    let status = pod.status.unwrap();
+    assert_eq!(status.pod_ip, status.host_ip);
+    assert_eq!(node.runtime.ipam().in_use(), 0, "no pod network address used");
+}
