@@ -260,6 +260,16 @@ async fn restart_policies_and_crash_loop_back_off() {
     let recovers: &[(&str, &str)] = &[("SIM_EXIT_AFTER_MS", "20"), ("SIM_EXIT_CODE", "1"), ("SIM_EXIT_UNTIL_ATTEMPT", "2")];
     create_pod(&cluster.client, with_policy("onfailure-recovers", "OnFailure", recovers)).await;
 
+    let with_failing_init = |name: &str, policy: &str| {
+        let mut p = pod_json(name, "rp-1", &[("app", &[])]);
+        p["spec"]["restartPolicy"] = json!(policy);
+        p["spec"]["initContainers"] = json!([{"name": "init", "image": "busybox", "env": [
+            {"name": "SIM_EXIT_AFTER_MS", "value": "20"}, {"name": "SIM_EXIT_CODE", "value": "1"}]}]);
+        p
+    };
+    create_pod(&cluster.client, with_failing_init("init-never", "Never")).await;
+    create_pod(&cluster.client, with_failing_init("init-always", "Always")).await;
+
     let failed = wait_pod(&cluster.client, "default", "never-fails", "Failed", |p| phase(p) == "Failed").await;
     let t = container(&failed, "c").unwrap().state.clone().unwrap().terminated.unwrap();
     assert_eq!((t.exit_code, t.reason.as_deref()), (3, Some("Error")));
@@ -287,6 +297,14 @@ async fn restart_policies_and_crash_loop_back_off() {
     })
     .await;
     assert_eq!(phase(&recovered), "Running");
+    let init_never = wait_pod(&cluster.client, "default", "init-never", "Failed", |p| phase(p) == "Failed").await;
+    assert_eq!(waiting_reason(&init_never, "app"), Some("PodInitializing"));
+    let init_always = wait_pod(&cluster.client, "default", "init-always", "init retried", |p| {
+        container(p, "init").is_some_and(|c| c.restart_count >= 2)
+    })
+    .await;
+    assert_eq!(phase(&init_always), "Pending");
+    assert_eq!(condition(&init_always, "Initialized"), Some("False"));
     eventually(LONG, "BackOff event", || {
         let client = cluster.client.clone();
         async move { events_for(&client, "always-crashes").await.iter().any(|(r, _)| r == "BackOff") }
