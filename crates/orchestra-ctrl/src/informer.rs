@@ -403,9 +403,15 @@ impl<K: Kind> Informer<K> {
 
     /// Lists and watches `api` into this informer until the task is dropped.
     pub async fn run(self: Arc<Self>, api: Api<K>) {
+        self.run_selected(api, Selectors::default()).await
+    }
+
+    /// Like [`Informer::run`], but lists and watches only the objects
+    /// matching `selectors` (a node agent watching `spec.nodeName=<node>`).
+    pub async fn run_selected(self: Arc<Self>, api: Api<K>, selectors: Selectors) {
         let mut delay = Duration::from_millis(100);
         'relist: loop {
-            let (items, mut rv) = match list_all(&api).await {
+            let (items, mut rv) = match list_all(&api, &selectors).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(kind = %K::kind(&()), error = %e, "list failed");
@@ -417,7 +423,13 @@ impl<K: Kind> Informer<K> {
             self.replace(items, rv.clone());
             loop {
                 self.stats.lock().watches += 1;
-                let params = WatchParams::default().timeout(290);
+                let mut params = WatchParams::default().timeout(290);
+                if let Some(fields) = &selectors.fields {
+                    params = params.fields(fields);
+                }
+                if let Some(labels) = &selectors.labels {
+                    params = params.labels(labels);
+                }
                 let stream = match api.watch(&params, &rv).await {
                     Ok(s) => s,
                     Err(kube::Error::Api(s)) if s.code == 410 => {
@@ -471,15 +483,47 @@ impl<K: Kind> Informer<K> {
     }
 }
 
-async fn list_all<K: Kind>(api: &Api<K>) -> Result<(Vec<K>, String), kube::Error> {
+/// Field and label selectors restricting what an informer lists and watches.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selectors {
+    /// A field selector, e.g. `spec.nodeName=node-1`.
+    pub fields: Option<String>,
+    /// A label selector, e.g. `app=web`.
+    pub labels: Option<String>,
+}
+
+impl Selectors {
+    /// Only objects matching the field selector `fields`.
+    pub fn fields(fields: impl Into<String>) -> Self {
+        Self {
+            fields: Some(fields.into()),
+            labels: None,
+        }
+    }
+}
+
+async fn list_all<K: Kind>(
+    api: &Api<K>,
+    selectors: &Selectors,
+) -> Result<(Vec<K>, String), kube::Error> {
+    let base = || {
+        let mut params = ListParams::default().limit(500);
+        if let Some(fields) = &selectors.fields {
+            params = params.fields(fields);
+        }
+        if let Some(labels) = &selectors.labels {
+            params = params.labels(labels);
+        }
+        params
+    };
     let mut items = Vec::new();
-    let mut params = ListParams::default().limit(500);
+    let mut params = base();
     loop {
         let list = api.list(&params).await?;
         let rv = list.metadata.resource_version.clone().unwrap_or_default();
         items.extend(list.items);
         match list.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = ListParams::default().limit(500).continue_token(&token),
+            Some(token) => params = base().continue_token(&token),
             None => return Ok((items, rv)),
         }
     }
@@ -645,6 +689,63 @@ mod tests {
         }
         assert!(rx.try_recv().is_err());
         assert!(informer.has_synced());
+    }
+
+    #[tokio::test]
+    async fn selected_informer_sees_only_matching_objects() {
+        use kube::api::PostParams;
+        let server = orchestra_core::server::ApiServer::builder(Arc::new(
+            orchestra_store::MemStore::new(),
+        ))
+        .build()
+        .await
+        .unwrap();
+        let client = orchestra_core::client::in_process(&server, "default");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let bound = |name: &str, node: &str| {
+            let mut p = pod("default", name, &[], "");
+            p.metadata.resource_version = None;
+            p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+                node_name: Some(node.into()),
+                containers: vec![k8s_openapi::api::core::v1::Container {
+                    name: "c".into(),
+                    image: Some("busybox".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
+            p
+        };
+        pods.create(&PostParams::default(), &bound("a", "n1"))
+            .await
+            .unwrap();
+        pods.create(&PostParams::default(), &bound("b", "n2"))
+            .await
+            .unwrap();
+        let informer = Informer::<Pod>::new();
+        let task = tokio::spawn(
+            informer
+                .clone()
+                .run_selected(Api::all(client), Selectors::fields("spec.nodeName=n1")),
+        );
+        informer.wait_synced().await;
+        assert_eq!(informer.len(), 1);
+        pods.create(&PostParams::default(), &bound("c", "n1"))
+            .await
+            .unwrap();
+        pods.create(&PostParams::default(), &bound("d", "n2"))
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while informer.len() < 2 {
+            assert!(std::time::Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut names: Vec<_> = informer.list().iter().map(|p| name_of(p.as_ref())).collect();
+        names.sort();
+        assert_eq!(names, ["a", "c"]);
+        task.abort();
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod embedded;
 pub mod mux;
 pub mod images;
 pub mod process;
+pub mod sim;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
