@@ -828,7 +828,12 @@ async fn idle_agents_heartbeat_cpu() {
             .root_dir(root.path().join(i.to_string()))
             .fixed_capacity(4000, 8 << 30)
             .pod_cidr(format!("10.{}.{}.0/24", i / 250, i % 250));
-        c.housekeeping_interval = Duration::from_secs(10);
+        let secs = |name: &str, default: u64| {
+            Duration::from_secs(std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default))
+        };
+        c.housekeeping_interval = secs("NODE_HOUSEKEEPING_SECS", 10);
+        c.lease_renew_interval = secs("NODE_LEASE_SECS", 10);
+        c.node_status_update_frequency = secs("NODE_STATUS_SECS", 10);
         let runtime = orchestra_node::SimRuntime::new(orchestra_node::SimConfig { write_logs: false, ..Default::default() });
         nodes.push(start_shared(&cluster.client, c, runtime, root.clone(), shared.clone()));
     }
