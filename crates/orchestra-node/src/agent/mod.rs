@@ -28,6 +28,13 @@
 //! - the **event publisher**: events go through
 //!   [`orchestra_ctrl::events::Recorder`] from one task, so workers never
 //!   wait on them.
+//!
+//! Many agents in one process (a simulated cluster of thousands of nodes):
+//! give them one [`SharedPods`] ([`NodeAgentBuilder::shared_pods`]) so the
+//! API server keeps one pod watch instead of one per node, and a
+//! [`SimRuntime`](crate::runtime::sim::SimRuntime) with `write_logs: false`.
+//! An idle agent then costs one Lease patch per `lease_renew_interval` and a
+//! local status check per `node_status_update_frequency`, on jittered timers.
 
 pub mod backoff;
 pub mod config;
