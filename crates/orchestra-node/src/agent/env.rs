@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, ObjectFieldSelector, Pod, ResourceFieldSelector, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, ObjectFieldSelector, Pod, ResourceFieldSelector, Secret, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::config::Resources;
@@ -90,6 +90,8 @@ pub struct EnvContext {
     pub pod_ips: Vec<String>,
     /// The node's allocatable: the value of unset limits.
     pub allocatable: Resources,
+    /// Service link variables ([`service_env`]), when the pod enables them.
+    pub services: Vec<(String, String)>,
 }
 
 /// ConfigMaps and Secrets fetched for a pod, by name (`None`: not found).
@@ -244,6 +246,10 @@ pub fn container_env(
             order.push(k);
         }
     };
+    // Service variables come first: the pod's own variables override them.
+    for (k, v) in &ctx.services {
+        set(&mut order, &mut values, k.clone(), v.clone());
+    }
     for from in container.env_from.iter().flatten() {
         let prefix = from.prefix.clone().unwrap_or_default();
         let data = if let Some(r) = &from.config_map_ref {
@@ -326,6 +332,40 @@ pub fn container_env(
     }).collect())
 }
 
+/// The Docker-links-style variables of `services` as the kubelet injects
+/// them (`WEB_SERVICE_HOST`, `WEB_SERVICE_PORT`, `WEB_PORT_80_TCP_ADDR`...),
+/// headless services skipped, sorted by service name.
+pub fn service_env(services: &[Service]) -> Vec<(String, String)> {
+    let mut services: Vec<&Service> = services.iter().collect();
+    services.sort_by_key(|s| s.metadata.name.clone());
+    let mut out = Vec::new();
+    for svc in services {
+        let Some(spec) = svc.spec.as_ref() else { continue };
+        let Some(ip) = spec.cluster_ip.as_deref().filter(|ip| !ip.is_empty() && *ip != "None") else { continue };
+        let name = svc.metadata.name.clone().unwrap_or_default().to_uppercase().replace('-', "_");
+        let ports = spec.ports.as_deref().unwrap_or_default();
+        let Some(first) = ports.first() else { continue };
+        out.push((format!("{name}_SERVICE_HOST"), ip.to_owned()));
+        out.push((format!("{name}_SERVICE_PORT"), first.port.to_string()));
+        for p in ports {
+            if let Some(port_name) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                out.push((format!("{name}_SERVICE_PORT_{}", port_name.to_uppercase().replace('-', "_")), p.port.to_string()));
+            }
+        }
+        let proto = |p: &k8s_openapi::api::core::v1::ServicePort| p.protocol.clone().unwrap_or_else(|| "TCP".into());
+        out.push((format!("{name}_PORT"), format!("{}://{ip}:{}", proto(first).to_lowercase(), first.port)));
+        for p in ports {
+            let protocol = proto(p);
+            let prefix = format!("{name}_PORT_{}_{}", p.port, protocol.to_uppercase());
+            out.push((prefix.clone(), format!("{}://{ip}:{}", protocol.to_lowercase(), p.port)));
+            out.push((format!("{prefix}_PROTO"), protocol.to_lowercase()));
+            out.push((format!("{prefix}_PORT"), p.port.to_string()));
+            out.push((format!("{prefix}_ADDR"), ip.to_owned()));
+        }
+    }
+    out
+}
+
 /// `command` and `args` with `$(VAR)` expanded against `env`.
 pub fn expand_command(container: &Container, env: &[(String, String)]) -> (Vec<String>, Vec<String>) {
     let map: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -406,6 +446,7 @@ mod tests {
             host_ips: vec!["10.0.0.1".into()],
             pod_ips: vec!["10.244.0.5".into()],
             allocatable: Resources { cpu_millis: 4000, memory_bytes: 8 << 30, ..Default::default() },
+            ..Default::default()
         };
         let cm = ConfigMap {
             data: Some([("color".to_string(), "blue".to_string()), ("size".to_string(), "L".to_string())].into()),
@@ -520,6 +561,39 @@ mod tests {
         let (command, args) = expand_command(&container, &env);
         assert_eq!(command, ["echo", "hello web in prod, $(POD) $(NOPE)"]);
         assert_eq!(args, ["blue", "$(COLOR)"]);
+    }
+
+    #[test]
+    fn service_links_like_docker() {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "redis-primary"},
+            "spec": {"clusterIP": "10.0.0.11", "ports": [{"name": "redis", "port": 6379}, {"port": 53, "protocol": "UDP"}]}
+        }))
+        .unwrap();
+        let headless: Service =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None", "ports": [{"port": 1}]}}))
+                .unwrap();
+        let env = service_env(&[svc, headless]);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("REDIS_PRIMARY_SERVICE_HOST"), Some("10.0.0.11"));
+        assert_eq!(get("REDIS_PRIMARY_SERVICE_PORT"), Some("6379"));
+        assert_eq!(get("REDIS_PRIMARY_SERVICE_PORT_REDIS"), Some("6379"));
+        assert_eq!(get("REDIS_PRIMARY_PORT"), Some("tcp://10.0.0.11:6379"));
+        assert_eq!(get("REDIS_PRIMARY_PORT_53_UDP"), Some("udp://10.0.0.11:53"));
+        assert_eq!(get("REDIS_PRIMARY_PORT_53_UDP_PROTO"), Some("udp"));
+        assert_eq!(get("REDIS_PRIMARY_PORT_6379_TCP_ADDR"), Some("10.0.0.11"));
+        assert!(!env.iter().any(|(k, _)| k.starts_with("H_")));
+        // The pod's own variables win and may refer to them.
+        let ctx = EnvContext { services: env.clone(), ..Default::default() };
+        let container = Container {
+            name: "c".into(),
+            env: Some(vec![var("URL", "redis://$(REDIS_PRIMARY_SERVICE_HOST)"), var("REDIS_PRIMARY_SERVICE_PORT", "1")]),
+            ..Default::default()
+        };
+        let out = container_env(&pod(), &container, &ctx, &Objects::default()).unwrap();
+        let get = |k: &str| out.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("URL"), Some("redis://10.0.0.11"));
+        assert_eq!(get("REDIS_PRIMARY_SERVICE_PORT"), Some("1"));
     }
 
     #[test]

@@ -55,8 +55,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, NodeStatus, ObjectReference, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use k8s_openapi::api::core::v1::{Node, NodeStatus, ObjectReference, Pod, Service};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::Client;
 use orchestra_ctrl::events::{EventType, Recorder};
 use orchestra_ctrl::informer::{Event, ObjectKey};
@@ -186,9 +186,43 @@ pub(crate) struct Shared {
     registered: watch::Sender<bool>,
     network_ready: watch::Sender<bool>,
     done: mpsc::UnboundedSender<String>,
+    services: Mutex<HashMap<String, CachedServices>>,
 }
 
+/// The services of a namespace and when they were listed.
+type CachedServices = (Instant, Arc<Vec<Service>>);
+
+/// How long the services of a namespace are reused for service links.
+const SERVICE_CACHE_TTL: Duration = Duration::from_secs(10);
+
 impl Shared {
+    async fn services_of(&self, namespace: &str) -> Arc<Vec<Service>> {
+        if let Some((at, list)) = self.services.lock().get(namespace)
+            && at.elapsed() < SERVICE_CACHE_TTL
+        {
+            return list.clone();
+        }
+        let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
+        let list = Arc::new(api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default());
+        self.services.lock().insert(namespace.to_owned(), (Instant::now(), list.clone()));
+        list
+    }
+
+    /// Service link variables for a container in `namespace`: the API
+    /// server's (`KUBERNETES_SERVICE_HOST`...) always, the namespace's when
+    /// `all`.
+    pub(crate) async fn service_env(&self, namespace: &str, all: bool) -> Vec<(String, String)> {
+        let mut services: Vec<Service> = Vec::new();
+        if all {
+            services.extend(self.services_of(namespace).await.iter().cloned());
+        }
+        if !all || namespace != "default" {
+            let master = self.services_of("default").await;
+            services.extend(master.iter().filter(|s| s.metadata.name.as_deref() == Some("kubernetes")).cloned());
+        }
+        env::service_env(&services)
+    }
+
     pub(crate) fn allocatable(&self) -> Resources {
         self.node.lock().allocatable
     }
@@ -330,6 +364,7 @@ impl NodeAgentBuilder {
             registered: watch::channel(false).0,
             network_ready: watch::channel(false).0,
             done: done_tx,
+            services: Mutex::default(),
             config: self.config,
         });
         NodeAgent { shared, events_rx, done_rx, recorder, shared_pods: self.shared_pods }

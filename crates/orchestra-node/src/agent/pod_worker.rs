@@ -472,6 +472,7 @@ impl PodWorker {
             host_ips: vec![self.shared.config.node_ip.to_string()],
             pod_ips: pod_ip.map(|ip| vec![ip.to_string()]).unwrap_or_default(),
             allocatable: self.shared.allocatable(),
+            services: Vec::new(),
         }
     }
 
@@ -834,7 +835,11 @@ impl PodWorker {
                 return;
             }
         };
-        let ctx = self.env_context(pod_ip);
+        let mut ctx = self.env_context(pod_ip);
+        if self.shared.config.service_links {
+            let all = pod.spec.as_ref().and_then(|s| s.enable_service_links) != Some(false);
+            ctx.services = self.shared.service_env(&namespace, all).await;
+        }
         let envs = match env::container_env(pod, spec, &ctx, &objects) {
             Ok(e) => e,
             Err(e) => return self.config_error(pod, spec, "CreateContainerConfigError", e.to_string()),
