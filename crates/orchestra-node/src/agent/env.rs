@@ -195,10 +195,8 @@ pub fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
 /// node's allocatable).
 pub fn resource_value(container: &Container, selector: &ResourceFieldSelector, ctx: &EnvContext) -> Result<String, EnvError> {
     let resources = container.resources.as_ref();
-    let (kind, name) = selector
-        .resource
-        .split_once('.')
-        .ok_or_else(|| EnvError::Unsupported(format!("resource {:?}", selector.resource)))?;
+    let (kind, name) =
+        selector.resource.split_once('.').ok_or_else(|| EnvError::Unsupported(format!("resource {:?}", selector.resource)))?;
     let map = match kind {
         "limits" => resources.and_then(|r| r.limits.as_ref()),
         "requests" => resources.and_then(|r| r.requests.as_ref()),
@@ -232,12 +230,7 @@ pub fn resource_value(container: &Container, selector: &ResourceFieldSelector, c
 
 /// The environment of `container`, in order, later definitions replacing
 /// earlier ones in place.
-pub fn container_env(
-    pod: &Pod,
-    container: &Container,
-    ctx: &EnvContext,
-    objects: &Objects,
-) -> Result<Vec<(String, String)>, EnvError> {
+pub fn container_env(pod: &Pod, container: &Container, ctx: &EnvContext, objects: &Objects) -> Result<Vec<(String, String)>, EnvError> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let mut order: Vec<String> = Vec::new();
     let mut values: HashMap<String, String> = HashMap::new();
@@ -288,12 +281,7 @@ pub fn container_env(
                         Some(v) => v.clone(),
                         None if optional => continue,
                         None => {
-                            return Err(EnvError::KeyNotFound {
-                                kind: "ConfigMap",
-                                namespace,
-                                name: r.name.clone(),
-                                key: r.key.clone(),
-                            });
+                            return Err(EnvError::KeyNotFound { kind: "ConfigMap", namespace, name: r.name.clone(), key: r.key.clone() });
                         }
                     },
                     None if optional => continue,
@@ -306,12 +294,7 @@ pub fn container_env(
                         Some(v) => v.clone(),
                         None if optional => continue,
                         None => {
-                            return Err(EnvError::KeyNotFound {
-                                kind: "Secret",
-                                namespace,
-                                name: r.name.clone(),
-                                key: r.key.clone(),
-                            });
+                            return Err(EnvError::KeyNotFound { kind: "Secret", namespace, name: r.name.clone(), key: r.key.clone() });
                         }
                     },
                     None if optional => continue,
@@ -326,10 +309,13 @@ pub fn container_env(
         };
         set(&mut order, &mut values, var.name.clone(), value);
     }
-    Ok(order.into_iter().map(|k| {
-        let v = values.remove(&k).unwrap_or_default();
-        (k, v)
-    }).collect())
+    Ok(order
+        .into_iter()
+        .map(|k| {
+            let v = values.remove(&k).unwrap_or_default();
+            (k, v)
+        })
+        .collect())
 }
 
 /// The Docker-links-style variables of `services` as the kubelet injects
@@ -379,8 +365,7 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::{
-        ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource, PodSpec, ResourceRequirements,
-        SecretKeySelector,
+        ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource, PodSpec, ResourceRequirements, SecretKeySelector,
     };
     use kube::api::ObjectMeta;
 
@@ -425,10 +410,7 @@ mod tests {
     }
 
     fn field(path: &str) -> Option<EnvVarSource> {
-        Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector { field_path: path.into(), api_version: None }),
-            ..Default::default()
-        })
+        Some(EnvVarSource { field_ref: Some(ObjectFieldSelector { field_path: path.into(), api_version: None }), ..Default::default() })
     }
 
     fn var(name: &str, value: &str) -> EnvVar {
@@ -529,10 +511,7 @@ mod tests {
             args: Some(vec!["$(COLOR)".into(), "$$(COLOR)".into()]),
             ..Default::default()
         };
-        assert_eq!(
-            env_references(&container),
-            [(false, "cfg".to_string()), (true, "gone".to_string()), (true, "sec".to_string())]
-        );
+        assert_eq!(env_references(&container), [(false, "cfg".to_string()), (true, "gone".to_string()), (true, "sec".to_string())]);
         let env = container_env(&pod(), &container, &ctx, &objects).unwrap();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(env[0], ("CFG_color".to_string(), "blue".to_string()));
@@ -599,15 +578,8 @@ mod tests {
     #[test]
     fn missing_references_are_config_errors() {
         let ctx = EnvContext::default();
-        let objects = Objects {
-            config_maps: [("cfg".to_string(), Some(ConfigMap::default()))].into(),
-            ..Default::default()
-        };
-        let with = |source: EnvVarSource| Container {
-            name: "c".into(),
-            env: Some(vec![from("X", Some(source))]),
-            ..Default::default()
-        };
+        let objects = Objects { config_maps: [("cfg".to_string(), Some(ConfigMap::default()))].into(), ..Default::default() };
+        let with = |source: EnvVarSource| Container { name: "c".into(), env: Some(vec![from("X", Some(source))]), ..Default::default() };
         let missing_key = with(EnvVarSource {
             config_map_key_ref: Some(ConfigMapKeySelector { name: "cfg".into(), key: "k".into(), optional: None }),
             ..Default::default()

@@ -5,8 +5,8 @@
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 /// Namespace of node leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -22,12 +22,7 @@ pub struct LeaseKeeper {
 impl LeaseKeeper {
     /// A keeper of the Lease of `node_name`.
     pub fn new(client: Client, node_name: &str, duration_seconds: i32) -> Self {
-        Self {
-            api: Api::namespaced(client, NODE_LEASE_NAMESPACE),
-            node_name: node_name.into(),
-            duration_seconds,
-            cached: None,
-        }
+        Self { api: Api::namespaced(client, NODE_LEASE_NAMESPACE), node_name: node_name.into(), duration_seconds, cached: None }
     }
 
     fn fill(&self, lease: &mut Lease, node_uid: Option<&str>) {

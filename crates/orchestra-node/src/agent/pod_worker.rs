@@ -33,9 +33,8 @@ use super::resources::{int_value, milli_value};
 use super::status::{self, ContainerView, PodObservation, Waiting};
 use super::volumes;
 use crate::runtime::{
-    ContainerConfig, ContainerFilter, ContainerResources, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME,
-    LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus,
-    RuntimeError, SandboxFilter, SandboxState,
+    ContainerConfig, ContainerFilter, ContainerResources, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
+    LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus, RuntimeError, SandboxFilter, SandboxState,
 };
 use orchestra_ctrl::events::EventType;
 
@@ -351,7 +350,9 @@ impl PodWorker {
                 match (ip, probes::resolve_port(&http.port, spec)) {
                     (Some(ip), Some(port)) => match probes::http_get(ip, port, http, budget).await {
                         Ok(code) if (200..400).contains(&code) => Ok(()),
-                        Ok(code) => Err(format!("HTTP lifecycle hook ({:?}) for Container {:?} failed - status {code}", http.path, spec.name)),
+                        Ok(code) => {
+                            Err(format!("HTTP lifecycle hook ({:?}) for Container {:?} failed - status {code}", http.path, spec.name))
+                        }
                         Err(e) => Err(e),
                     },
                     _ => Err("no address for the hook".into()),
@@ -565,13 +566,7 @@ impl PodWorker {
                 Ok(Some(status))
             }
             Err(e) => {
-                self.event(
-                    pod,
-                    None,
-                    EventType::Warning,
-                    "FailedCreatePodSandBox",
-                    format!("Failed to create pod sandbox: {e}"),
-                );
+                self.event(pod, None, EventType::Warning, "FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}"));
                 let now = Instant::now();
                 self.retry.next("sandbox", now);
                 self.failed_at.insert("sandbox".into(), now);
@@ -691,26 +686,13 @@ impl PodWorker {
     }
 
     /// An exited container the policy restarts: now, or after its back-off.
-    async fn restart(
-        &mut self,
-        pod: &Pod,
-        spec: &Container,
-        last: &ContainerStatus,
-        sandbox: &PodSandboxStatus,
-        pod_ip: Option<IpAddr>,
-    ) {
+    async fn restart(&mut self, pod: &Pod, spec: &Container, last: &ContainerStatus, sandbox: &PodSandboxStatus, pod_ip: Option<IpAddr>) {
         let now = Instant::now();
         let finished = last.finished_at.map(system_to_instant).unwrap_or(now);
         if let Some((left, delay)) = self.crash.remaining(&spec.name, finished, now) {
             let (namespace, name) = pod_key(pod);
-            let message = format!(
-                "back-off {} restarting failed container={} pod={}_{}({})",
-                ms(delay),
-                spec.name,
-                name,
-                namespace,
-                self.uid
-            );
+            let message =
+                format!("back-off {} restarting failed container={} pod={}_{}({})", ms(delay), spec.name, name, namespace, self.uid);
             self.waiting.insert(spec.name.clone(), Waiting::new("CrashLoopBackOff", message));
             let reported = self.backoff_reported.get(&spec.name).is_some_and(|at| *at >= finished);
             if !reported {
@@ -758,13 +740,7 @@ impl PodWorker {
         if policy != "Always"
             && let Some(found) = present
         {
-            self.event(
-                pod,
-                Some(&spec.name),
-                EventType::Normal,
-                "Pulled",
-                format!("Container image {image:?} already present on machine"),
-            );
+            self.event(pod, Some(&spec.name), EventType::Normal, "Pulled", format!("Container image {image:?} already present on machine"));
             return Some(found.id);
         }
         if policy == "Never" {
@@ -900,7 +876,13 @@ impl PodWorker {
                             "FailedPostStartHook",
                             format!("PostStartHook failed: {cause}"),
                         );
-                        self.event(pod, Some(&spec.name), EventType::Normal, "Killing", format!("FailedPostStartHook: stopping container {}", spec.name));
+                        self.event(
+                            pod,
+                            Some(&spec.name),
+                            EventType::Normal,
+                            "Killing",
+                            format!("FailedPostStartHook: stopping container {}", spec.name),
+                        );
                         let _ = self.shared.runtime.stop_container(&id, grace).await;
                     }
                 }
@@ -1024,11 +1006,8 @@ impl PodWorker {
         let sandbox = sandboxes.iter().rev().find(|s| s.state == SandboxState::Ready);
         let containers = self.containers().await;
         // Probe state belongs to one instance: forget it once the instance stops running.
-        let running_names: Vec<&String> = containers
-            .iter()
-            .filter(|(_, l)| l.first().is_some_and(|c| c.state == ContainerState::Running))
-            .map(|(n, _)| n)
-            .collect();
+        let running_names: Vec<&String> =
+            containers.iter().filter(|(_, l)| l.first().is_some_and(|c| c.state == ContainerState::Running)).map(|(n, _)| n).collect();
         self.probes.retain(|name, _| running_names.contains(&name));
         let init: Vec<_> = spec
             .init_containers
@@ -1038,12 +1017,8 @@ impl PodWorker {
             .map(|(c, v)| status::container_status(c, &v))
             .collect();
         let default_app = if status::initialized(pod, &init) { "ContainerCreating" } else { "PodInitializing" };
-        let app: Vec<_> = spec
-            .containers
-            .iter()
-            .map(|c| self.view(c, &containers, default_app))
-            .map(|(c, v)| status::container_status(c, &v))
-            .collect();
+        let app: Vec<_> =
+            spec.containers.iter().map(|c| self.view(c, &containers, default_app)).map(|(c, v)| status::container_status(c, &v)).collect();
         let running = app.iter().any(|s| s.state.as_ref().is_some_and(|st| st.running.is_some()));
         self.input.running.store(running, Ordering::Relaxed);
         let pod_ip = match sandbox {
@@ -1062,13 +1037,19 @@ impl PodWorker {
         }
     }
 
-    fn view<'a>(&self, spec: &'a Container, containers: &BTreeMap<String, Instances>, default: &'static str) -> (&'a Container, ContainerView) {
+    fn view<'a>(
+        &self,
+        spec: &'a Container,
+        containers: &BTreeMap<String, Instances>,
+        default: &'static str,
+    ) -> (&'a Container, ContainerView) {
         let list = containers.get(&spec.name);
         let current = list.and_then(|l| l.first()).cloned();
         let previous = list.and_then(|l| l.get(1)).cloned();
         let probes = self.probes.get(&spec.name);
         let started = probes.and_then(|p| p.startup.as_ref()).is_none_or(|s| s.passing);
-        let ready = started && probes.and_then(|p| p.readiness.as_ref()).is_none_or(|s| s.passing)
+        let ready = started
+            && probes.and_then(|p| p.readiness.as_ref()).is_none_or(|s| s.passing)
             && (spec.readiness_probe.is_none() || probes.is_some());
         let started = started && (spec.startup_probe.is_none() || probes.is_some());
         let mut waiting = self.waiting.get(&spec.name).cloned();

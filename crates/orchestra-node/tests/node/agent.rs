@@ -114,16 +114,15 @@ async fn registration_and_lease() {
 async fn not_ready_until_the_node_has_a_pod_cidr() {
     let cluster = cluster().await;
     let root = std::sync::Arc::new(tempfile::tempdir().unwrap());
-    let node = start_with(
-        &cluster.client,
-        config("cidr-1", root.path(), None),
-        orchestra_node::SimRuntime::default(),
-        root.clone(),
-    );
+    let node = start_with(&cluster.client, config("cidr-1", root.path(), None), orchestra_node::SimRuntime::default(), root.clone());
     node.handle.registered().await;
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     let ready = |n: &Node| {
-        n.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "Ready")).map(|c| c.status.clone())
+        n.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone())
     };
     eventually(LONG, "NotReady", || {
         let nodes = nodes.clone();
@@ -131,10 +130,7 @@ async fn not_ready_until_the_node_has_a_pod_cidr() {
     })
     .await;
     create_pod(&cluster.client, pod_json("early", "cidr-1", &[("c", &[])])).await;
-    nodes
-        .patch("cidr-1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"podCIDR": "10.77.3.0/24"}})))
-        .await
-        .unwrap();
+    nodes.patch("cidr-1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"podCIDR": "10.77.3.0/24"}}))).await.unwrap();
     eventually(LONG, "Ready", || {
         let nodes = nodes.clone();
         async move { ready(&nodes.get("cidr-1").await.unwrap()).as_deref() == Some("True") }
@@ -299,10 +295,9 @@ async fn restart_policies_and_crash_loop_back_off() {
     assert_eq!(phase(&recovered), "Running");
     let init_never = wait_pod(&cluster.client, "default", "init-never", "Failed", |p| phase(p) == "Failed").await;
     assert_eq!(waiting_reason(&init_never, "app"), Some("PodInitializing"));
-    let init_always = wait_pod(&cluster.client, "default", "init-always", "init retried", |p| {
-        container(p, "init").is_some_and(|c| c.restart_count >= 2)
-    })
-    .await;
+    let init_always =
+        wait_pod(&cluster.client, "default", "init-always", "init retried", |p| container(p, "init").is_some_and(|c| c.restart_count >= 2))
+            .await;
     assert_eq!(phase(&init_always), "Pending");
     assert_eq!(condition(&init_always, "Initialized"), Some("False"));
     eventually(LONG, "BackOff event", || {
@@ -319,7 +314,8 @@ async fn unknown_images_back_off() {
     let mut p = pod_json("missing-image", "img-1", &[("c", &[])]);
     p["spec"]["containers"][0]["image"] = json!("registry.example/does-not-exist:1");
     create_pod(&cluster.client, p).await;
-    let pod = wait_pod(&cluster.client, "default", "missing-image", "ErrImagePull", |p| waiting_reason(p, "c") == Some("ErrImagePull")).await;
+    let pod =
+        wait_pod(&cluster.client, "default", "missing-image", "ErrImagePull", |p| waiting_reason(p, "c") == Some("ErrImagePull")).await;
     assert_eq!(phase(&pod), "Pending");
     let message = container(&pod, "c").unwrap().state.clone().unwrap().waiting.unwrap().message.unwrap();
     assert!(message.contains("does-not-exist"), "{message}");
@@ -428,11 +424,7 @@ async fn environment_and_volumes_reach_the_runtime() {
     let uid = pod.metadata.uid.clone().unwrap();
     assert!(scratch.host_path.starts_with(node.root.path().join("pods").join(&uid).join("volumes")));
     // Through the simulated exec: the container sees its files.
-    let out = node
-        .runtime
-        .exec_sync(&id, &["cat".to_string(), "/etc/cfg/colour".to_string()], Duration::from_secs(1))
-        .await
-        .unwrap();
+    let out = node.runtime.exec_sync(&id, &["cat".to_string(), "/etc/cfg/colour".to_string()], Duration::from_secs(1)).await.unwrap();
     assert_eq!(out.stdout, b"blue");
 
     // Deleting the pod removes its volumes.
@@ -490,9 +482,7 @@ async fn graceful_and_forced_deletion() {
     pods.delete("forced", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
     eventually(LONG, "containers stopped and sandboxes removed", || {
         let rt = node.runtime.clone();
-        async move {
-            rt.running_containers() == 0 && rt.list_pod_sandboxes(&SandboxFilter::default()).await.unwrap().is_empty()
-        }
+        async move { rt.running_containers() == 0 && rt.list_pod_sandboxes(&SandboxFilter::default()).await.unwrap().is_empty() }
     })
     .await;
     eventually(LONG, "workers gone", || {
@@ -575,7 +565,12 @@ async fn agent_restart_adopts_running_containers_and_removes_orphans() {
     // A sandbox of another node on the same runtime is never touched.
     runtime
         .run_pod_sandbox(&orchestra_node::runtime::PodSandboxConfig {
-            metadata: orchestra_node::runtime::PodSandboxMetadata { name: "x".into(), namespace: "y".into(), uid: "foreign".into(), attempt: 0 },
+            metadata: orchestra_node::runtime::PodSandboxMetadata {
+                name: "x".into(),
+                namespace: "y".into(),
+                uid: "foreign".into(),
+                attempt: 0,
+            },
             labels: [("io.kubernetes.pod.uid".to_string(), "foreign".to_string())].into(),
             ..Default::default()
         })
@@ -640,8 +635,7 @@ async fn probes_gate_readiness_and_restart_unhealthy_containers() {
     )
     .await;
     let pod = wait_pod(&cluster.client, "default", "probed", "liveness restarts and readiness", |p| {
-        container(p, "ready").is_some_and(|c| c.ready)
-            && container(p, "unhealthy").is_some_and(|c| c.restart_count >= 1)
+        container(p, "ready").is_some_and(|c| c.ready) && container(p, "unhealthy").is_some_and(|c| c.restart_count >= 1)
     })
     .await;
     assert!(!container(&pod, "never-ready").unwrap().ready);
@@ -805,14 +799,8 @@ async fn many_agents_many_pods() {
         running_at,
         started.elapsed()
     );
-    let ips: std::collections::HashSet<String> = pods
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap())
-        .collect();
+    let ips: std::collections::HashSet<String> =
+        pods.list(&ListParams::default()).await.unwrap().items.iter().map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap()).collect();
     assert_eq!(ips.len(), NODES * PODS, "every pod has its own IP");
 }
 
@@ -831,17 +819,15 @@ async fn idle_agents_heartbeat_cpu() {
     let window: u64 = std::env::var("NODE_WINDOW_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     let cluster = cluster().await;
     let root = std::sync::Arc::new(tempfile::tempdir().unwrap());
-    let shared = (std::env::var("NODE_SHARED_PODS").as_deref() != Ok("0"))
-        .then(|| orchestra_node::agent::SharedPods::start(cluster.client.clone()));
+    let shared =
+        (std::env::var("NODE_SHARED_PODS").as_deref() != Ok("0")).then(|| orchestra_node::agent::SharedPods::start(cluster.client.clone()));
     let mut nodes = Vec::new();
     for i in 0..n {
         let mut c = orchestra_node::NodeConfig::new(format!("idle-{i}"))
             .root_dir(root.path().join(i.to_string()))
             .fixed_capacity(4000, 8 << 30)
             .pod_cidr(format!("10.{}.{}.0/24", i / 250, i % 250));
-        let secs = |name: &str, default: u64| {
-            Duration::from_secs(std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default))
-        };
+        let secs = |name: &str, default: u64| Duration::from_secs(std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default));
         c.housekeeping_interval = secs("NODE_HOUSEKEEPING_SECS", 10);
         c.lease_renew_interval = secs("NODE_LEASE_SECS", 10);
         c.node_status_update_frequency = secs("NODE_STATUS_SECS", 10);
