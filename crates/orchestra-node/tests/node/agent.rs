@@ -852,7 +852,9 @@ async fn idle_agents_heartbeat_cpu() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_and_tcp_probes_reach_the_pod_ip() {
     let cluster = cluster().await;
-    let _node = start(&cluster, "net-1", "127.42.7.0/24", |_| {});
+    // A CIDR of its own per test process, so parallel runs do not collide.
+    let cidr = format!("127.{}.{}.0/24", 40 + std::process::id() % 200, (std::process::id() / 200) % 250);
+    let _node = start(&cluster, "net-1", &cidr, |_| {});
     create_pod(
         &cluster.client,
         json!({
