@@ -614,11 +614,10 @@ impl Dispatcher {
     fn on_static_pods(&mut self, pods: Vec<StaticPod>) {
         self.static_seen = true;
         let wanted: HashMap<String, StaticPod> = pods.into_iter().map(|p| (p.uid().to_owned(), p)).collect();
-        for (uid, old) in &self.static_pods {
+        for uid in self.static_pods.keys() {
             if !wanted.contains_key(uid)
                 && let Some(entry) = self.shared.workers.lock().get(uid)
             {
-                let _ = old;
                 entry.input.remove();
             }
         }
