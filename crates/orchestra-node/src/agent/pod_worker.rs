@@ -592,7 +592,7 @@ impl PodWorker {
             let latest = containers.get(&c.name).and_then(|l| l.first()).cloned();
             match latest {
                 None => {
-                    self.start(pod, c, 0, &sandbox, pod_ip).await;
+                    self.start(pod, c, self.first_attempt(&c.name), &sandbox, pod_ip).await;
                     initialized = false;
                     break;
                 }
@@ -633,7 +633,7 @@ impl PodWorker {
         for c in &spec.containers {
             let latest = containers.get(&c.name).and_then(|l| l.first()).cloned();
             match latest {
-                None => self.start(pod, c, 0, &sandbox, pod_ip).await,
+                None => self.start(pod, c, self.first_attempt(&c.name), &sandbox, pod_ip).await,
                 Some(l) if l.state == ContainerState::Created => self.start_created(pod, c, &l).await,
                 Some(l) if l.state == ContainerState::Running => {
                     self.waiting.remove(&c.name);
@@ -655,6 +655,18 @@ impl PodWorker {
             }
         }
         Ok(())
+    }
+
+    /// The attempt of a container the runtime has no instance of: 0, or
+    /// one past the restarts the API shows if it ran before (a runtime that
+    /// lost its containers keeps counting, as the kubelet does).
+    fn first_attempt(&self, name: &str) -> u32 {
+        let status = self.desired.as_ref();
+        let previous = status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten().chain(s.init_container_statuses.iter().flatten()))
+            .find(|c| c.name == name && c.container_id.is_some());
+        previous.map(|c| c.restart_count.max(0) as u32 + 1).unwrap_or(0)
     }
 
     /// Keeps the two newest instances of each container.

@@ -907,3 +907,22 @@ async fn host_network_pods_take_the_node_address() {
     assert_eq!(status.pod_ip, status.host_ip);
     assert_eq!(node.runtime.ipam().in_use(), 0, "no pod network address used");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_that_lost_its_containers_restarts_them_counting_on() {
+    let cluster = cluster().await;
+    let node = start(&cluster, "lost-1", "10.18.0.0/24", |_| {});
+    create_pod(&cluster.client, pod_json("survivor", "lost-1", &[("c", &[])])).await;
+    let before = wait_pod(&cluster.client, "default", "survivor", "Running", |p| phase(p) == "Running").await;
+    let (_old_runtime, root) = node.stop().await;
+    let fresh = orchestra_node::SimRuntime::default();
+    let _node = start_with(&cluster.client, config("lost-1", root.path(), Some("10.18.0.0/24")), fresh.clone(), root);
+    let after = wait_pod(&cluster.client, "default", "survivor", "running again", |p| {
+        container(p, "c").is_some_and(|c| c.restart_count == 1 && c.container_id != container(&before, "c").unwrap().container_id)
+    })
+    .await;
+    assert_eq!(phase(&after), "Running");
+    assert_eq!(fresh.running_containers(), 1);
+    let (status, config) = fresh.containers().pop().unwrap();
+    assert_eq!((status.attempt, config.log_path), (1, std::path::PathBuf::from("c/1.log")));
+}
