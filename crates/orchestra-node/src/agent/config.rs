@@ -127,6 +127,9 @@ pub struct NodeConfig {
     pub image_backoff: BackoffConfig,
     /// Retry delay after a failed status write or an API error (1 s).
     pub api_retry: Duration,
+    /// Inject service variables (`KUBERNETES_SERVICE_HOST`, and those of the
+    /// pod's namespace unless `enableServiceLinks: false`) into containers.
+    pub service_links: bool,
 }
 
 impl NodeConfig {
@@ -163,6 +166,7 @@ impl NodeConfig {
             crash_backoff: BackoffConfig::default(),
             image_backoff: BackoffConfig::default(),
             api_retry: Duration::from_secs(1),
+            service_links: true,
             node_name,
         }
     }
@@ -176,12 +180,8 @@ impl NodeConfig {
 
     /// A fixed capacity (simulated nodes).
     pub fn fixed_capacity(mut self, cpu_millis: u64, memory_bytes: u64) -> Self {
-        self.capacity = CapacitySource::Fixed(Resources {
-            cpu_millis,
-            memory_bytes,
-            ephemeral_storage_bytes: 100 << 30,
-            pods: self.max_pods,
-        });
+        self.capacity =
+            CapacitySource::Fixed(Resources { cpu_millis, memory_bytes, ephemeral_storage_bytes: 100 << 30, pods: self.max_pods });
         self
     }
 

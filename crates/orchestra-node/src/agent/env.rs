@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, ObjectFieldSelector, Pod, ResourceFieldSelector, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, ObjectFieldSelector, Pod, ResourceFieldSelector, Secret, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::config::Resources;
@@ -90,6 +90,8 @@ pub struct EnvContext {
     pub pod_ips: Vec<String>,
     /// The node's allocatable: the value of unset limits.
     pub allocatable: Resources,
+    /// Service link variables ([`service_env`]), when the pod enables them.
+    pub services: Vec<(String, String)>,
 }
 
 /// ConfigMaps and Secrets fetched for a pod, by name (`None`: not found).
@@ -193,10 +195,8 @@ pub fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
 /// node's allocatable).
 pub fn resource_value(container: &Container, selector: &ResourceFieldSelector, ctx: &EnvContext) -> Result<String, EnvError> {
     let resources = container.resources.as_ref();
-    let (kind, name) = selector
-        .resource
-        .split_once('.')
-        .ok_or_else(|| EnvError::Unsupported(format!("resource {:?}", selector.resource)))?;
+    let (kind, name) =
+        selector.resource.split_once('.').ok_or_else(|| EnvError::Unsupported(format!("resource {:?}", selector.resource)))?;
     let map = match kind {
         "limits" => resources.and_then(|r| r.limits.as_ref()),
         "requests" => resources.and_then(|r| r.requests.as_ref()),
@@ -230,12 +230,7 @@ pub fn resource_value(container: &Container, selector: &ResourceFieldSelector, c
 
 /// The environment of `container`, in order, later definitions replacing
 /// earlier ones in place.
-pub fn container_env(
-    pod: &Pod,
-    container: &Container,
-    ctx: &EnvContext,
-    objects: &Objects,
-) -> Result<Vec<(String, String)>, EnvError> {
+pub fn container_env(pod: &Pod, container: &Container, ctx: &EnvContext, objects: &Objects) -> Result<Vec<(String, String)>, EnvError> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let mut order: Vec<String> = Vec::new();
     let mut values: HashMap<String, String> = HashMap::new();
@@ -244,6 +239,10 @@ pub fn container_env(
             order.push(k);
         }
     };
+    // Service variables come first: the pod's own variables override them.
+    for (k, v) in &ctx.services {
+        set(&mut order, &mut values, k.clone(), v.clone());
+    }
     for from in container.env_from.iter().flatten() {
         let prefix = from.prefix.clone().unwrap_or_default();
         let data = if let Some(r) = &from.config_map_ref {
@@ -282,12 +281,7 @@ pub fn container_env(
                         Some(v) => v.clone(),
                         None if optional => continue,
                         None => {
-                            return Err(EnvError::KeyNotFound {
-                                kind: "ConfigMap",
-                                namespace,
-                                name: r.name.clone(),
-                                key: r.key.clone(),
-                            });
+                            return Err(EnvError::KeyNotFound { kind: "ConfigMap", namespace, name: r.name.clone(), key: r.key.clone() });
                         }
                     },
                     None if optional => continue,
@@ -300,12 +294,7 @@ pub fn container_env(
                         Some(v) => v.clone(),
                         None if optional => continue,
                         None => {
-                            return Err(EnvError::KeyNotFound {
-                                kind: "Secret",
-                                namespace,
-                                name: r.name.clone(),
-                                key: r.key.clone(),
-                            });
+                            return Err(EnvError::KeyNotFound { kind: "Secret", namespace, name: r.name.clone(), key: r.key.clone() });
                         }
                     },
                     None if optional => continue,
@@ -320,10 +309,47 @@ pub fn container_env(
         };
         set(&mut order, &mut values, var.name.clone(), value);
     }
-    Ok(order.into_iter().map(|k| {
-        let v = values.remove(&k).unwrap_or_default();
-        (k, v)
-    }).collect())
+    Ok(order
+        .into_iter()
+        .map(|k| {
+            let v = values.remove(&k).unwrap_or_default();
+            (k, v)
+        })
+        .collect())
+}
+
+/// The Docker-links-style variables of `services` as the kubelet injects
+/// them (`WEB_SERVICE_HOST`, `WEB_SERVICE_PORT`, `WEB_PORT_80_TCP_ADDR`...),
+/// headless services skipped, sorted by service name.
+pub fn service_env(services: &[Service]) -> Vec<(String, String)> {
+    let mut services: Vec<&Service> = services.iter().collect();
+    services.sort_by_key(|s| s.metadata.name.clone());
+    let mut out = Vec::new();
+    for svc in services {
+        let Some(spec) = svc.spec.as_ref() else { continue };
+        let Some(ip) = spec.cluster_ip.as_deref().filter(|ip| !ip.is_empty() && *ip != "None") else { continue };
+        let name = svc.metadata.name.clone().unwrap_or_default().to_uppercase().replace('-', "_");
+        let ports = spec.ports.as_deref().unwrap_or_default();
+        let Some(first) = ports.first() else { continue };
+        out.push((format!("{name}_SERVICE_HOST"), ip.to_owned()));
+        out.push((format!("{name}_SERVICE_PORT"), first.port.to_string()));
+        for p in ports {
+            if let Some(port_name) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                out.push((format!("{name}_SERVICE_PORT_{}", port_name.to_uppercase().replace('-', "_")), p.port.to_string()));
+            }
+        }
+        let proto = |p: &k8s_openapi::api::core::v1::ServicePort| p.protocol.clone().unwrap_or_else(|| "TCP".into());
+        out.push((format!("{name}_PORT"), format!("{}://{ip}:{}", proto(first).to_lowercase(), first.port)));
+        for p in ports {
+            let protocol = proto(p);
+            let prefix = format!("{name}_PORT_{}_{}", p.port, protocol.to_uppercase());
+            out.push((prefix.clone(), format!("{}://{ip}:{}", protocol.to_lowercase(), p.port)));
+            out.push((format!("{prefix}_PROTO"), protocol.to_lowercase()));
+            out.push((format!("{prefix}_PORT"), p.port.to_string()));
+            out.push((format!("{prefix}_ADDR"), ip.to_owned()));
+        }
+    }
+    out
 }
 
 /// `command` and `args` with `$(VAR)` expanded against `env`.
@@ -339,8 +365,7 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::{
-        ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource, PodSpec, ResourceRequirements,
-        SecretKeySelector,
+        ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource, PodSpec, ResourceRequirements, SecretKeySelector,
     };
     use kube::api::ObjectMeta;
 
@@ -385,10 +410,7 @@ mod tests {
     }
 
     fn field(path: &str) -> Option<EnvVarSource> {
-        Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector { field_path: path.into(), api_version: None }),
-            ..Default::default()
-        })
+        Some(EnvVarSource { field_ref: Some(ObjectFieldSelector { field_path: path.into(), api_version: None }), ..Default::default() })
     }
 
     fn var(name: &str, value: &str) -> EnvVar {
@@ -406,6 +428,7 @@ mod tests {
             host_ips: vec!["10.0.0.1".into()],
             pod_ips: vec!["10.244.0.5".into()],
             allocatable: Resources { cpu_millis: 4000, memory_bytes: 8 << 30, ..Default::default() },
+            ..Default::default()
         };
         let cm = ConfigMap {
             data: Some([("color".to_string(), "blue".to_string()), ("size".to_string(), "L".to_string())].into()),
@@ -488,10 +511,7 @@ mod tests {
             args: Some(vec!["$(COLOR)".into(), "$$(COLOR)".into()]),
             ..Default::default()
         };
-        assert_eq!(
-            env_references(&container),
-            [(false, "cfg".to_string()), (true, "gone".to_string()), (true, "sec".to_string())]
-        );
+        assert_eq!(env_references(&container), [(false, "cfg".to_string()), (true, "gone".to_string()), (true, "sec".to_string())]);
         let env = container_env(&pod(), &container, &ctx, &objects).unwrap();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(env[0], ("CFG_color".to_string(), "blue".to_string()));
@@ -523,17 +543,43 @@ mod tests {
     }
 
     #[test]
+    fn service_links_like_docker() {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "redis-primary"},
+            "spec": {"clusterIP": "10.0.0.11", "ports": [{"name": "redis", "port": 6379}, {"port": 53, "protocol": "UDP"}]}
+        }))
+        .unwrap();
+        let headless: Service =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None", "ports": [{"port": 1}]}}))
+                .unwrap();
+        let env = service_env(&[svc, headless]);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("REDIS_PRIMARY_SERVICE_HOST"), Some("10.0.0.11"));
+        assert_eq!(get("REDIS_PRIMARY_SERVICE_PORT"), Some("6379"));
+        assert_eq!(get("REDIS_PRIMARY_SERVICE_PORT_REDIS"), Some("6379"));
+        assert_eq!(get("REDIS_PRIMARY_PORT"), Some("tcp://10.0.0.11:6379"));
+        assert_eq!(get("REDIS_PRIMARY_PORT_53_UDP"), Some("udp://10.0.0.11:53"));
+        assert_eq!(get("REDIS_PRIMARY_PORT_53_UDP_PROTO"), Some("udp"));
+        assert_eq!(get("REDIS_PRIMARY_PORT_6379_TCP_ADDR"), Some("10.0.0.11"));
+        assert!(!env.iter().any(|(k, _)| k.starts_with("H_")));
+        // The pod's own variables win and may refer to them.
+        let ctx = EnvContext { services: env.clone(), ..Default::default() };
+        let container = Container {
+            name: "c".into(),
+            env: Some(vec![var("URL", "redis://$(REDIS_PRIMARY_SERVICE_HOST)"), var("REDIS_PRIMARY_SERVICE_PORT", "1")]),
+            ..Default::default()
+        };
+        let out = container_env(&pod(), &container, &ctx, &Objects::default()).unwrap();
+        let get = |k: &str| out.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("URL"), Some("redis://10.0.0.11"));
+        assert_eq!(get("REDIS_PRIMARY_SERVICE_PORT"), Some("1"));
+    }
+
+    #[test]
     fn missing_references_are_config_errors() {
         let ctx = EnvContext::default();
-        let objects = Objects {
-            config_maps: [("cfg".to_string(), Some(ConfigMap::default()))].into(),
-            ..Default::default()
-        };
-        let with = |source: EnvVarSource| Container {
-            name: "c".into(),
-            env: Some(vec![from("X", Some(source))]),
-            ..Default::default()
-        };
+        let objects = Objects { config_maps: [("cfg".to_string(), Some(ConfigMap::default()))].into(), ..Default::default() };
+        let with = |source: EnvVarSource| Container { name: "c".into(), env: Some(vec![from("X", Some(source))]), ..Default::default() };
         let missing_key = with(EnvVarSource {
             config_map_key_ref: Some(ConfigMapKeySelector { name: "cfg".into(), key: "k".into(), optional: None }),
             ..Default::default()

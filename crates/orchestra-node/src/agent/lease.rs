@@ -5,8 +5,8 @@
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ObjectMeta, PostParams};
 use kube::Client;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 /// Namespace of node leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -22,12 +22,7 @@ pub struct LeaseKeeper {
 impl LeaseKeeper {
     /// A keeper of the Lease of `node_name`.
     pub fn new(client: Client, node_name: &str, duration_seconds: i32) -> Self {
-        Self {
-            api: Api::namespaced(client, NODE_LEASE_NAMESPACE),
-            node_name: node_name.into(),
-            duration_seconds,
-            cached: None,
-        }
+        Self { api: Api::namespaced(client, NODE_LEASE_NAMESPACE), node_name: node_name.into(), duration_seconds, cached: None }
     }
 
     fn fill(&self, lease: &mut Lease, node_uid: Option<&str>) {
@@ -54,8 +49,20 @@ impl LeaseKeeper {
     /// Renews (or creates) the Lease; `node_uid` adds the owner reference.
     pub async fn renew(&mut self, node_uid: Option<&str>) -> Result<(), kube::Error> {
         if let Some(mut lease) = self.cached.take() {
+            let owned = node_uid.is_none_or(|uid| lease.metadata.owner_references.iter().flatten().any(|o| o.uid == uid));
             self.fill(&mut lease, node_uid);
-            match self.api.replace(&self.node_name, &PostParams::default(), &lease).await {
+            let result = if owned {
+                // The usual renewal: only renewTime moves, a small merge patch.
+                let patch = serde_json::json!({ "spec": {
+                    "renewTime": lease.spec.as_ref().and_then(|s| s.renew_time.clone()),
+                    "holderIdentity": self.node_name,
+                    "leaseDurationSeconds": self.duration_seconds,
+                }});
+                self.api.patch(&self.node_name, &PatchParams::default(), &Patch::Merge(&patch)).await
+            } else {
+                self.api.replace(&self.node_name, &PostParams::default(), &lease).await
+            };
+            match result {
                 Ok(updated) => {
                     self.cached = Some(updated);
                     return Ok(());

@@ -28,6 +28,13 @@
 //! - the **event publisher**: events go through
 //!   [`orchestra_ctrl::events::Recorder`] from one task, so workers never
 //!   wait on them.
+//!
+//! Many agents in one process (a simulated cluster of thousands of nodes):
+//! give them one [`SharedPods`] ([`NodeAgentBuilder::shared_pods`]) so the
+//! API server keeps one pod watch instead of one per node, and a
+//! [`SimRuntime`](crate::runtime::sim::SimRuntime) with `write_logs: false`.
+//! An idle agent then costs one Lease patch per `lease_renew_interval` and a
+//! local status check per `node_status_update_frequency`, on jittered timers.
 
 pub mod backoff;
 pub mod config;
@@ -48,9 +55,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, NodeStatus, ObjectReference, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use k8s_openapi::api::core::v1::{Node, NodeStatus, ObjectReference, Pod, Service};
 use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use orchestra_ctrl::events::{EventType, Recorder};
 use orchestra_ctrl::informer::{Event, ObjectKey};
 use parking_lot::Mutex;
@@ -179,9 +186,43 @@ pub(crate) struct Shared {
     registered: watch::Sender<bool>,
     network_ready: watch::Sender<bool>,
     done: mpsc::UnboundedSender<String>,
+    services: Mutex<HashMap<String, CachedServices>>,
 }
 
+/// The services of a namespace and when they were listed.
+type CachedServices = (Instant, Arc<Vec<Service>>);
+
+/// How long the services of a namespace are reused for service links.
+const SERVICE_CACHE_TTL: Duration = Duration::from_secs(10);
+
 impl Shared {
+    async fn services_of(&self, namespace: &str) -> Arc<Vec<Service>> {
+        if let Some((at, list)) = self.services.lock().get(namespace)
+            && at.elapsed() < SERVICE_CACHE_TTL
+        {
+            return list.clone();
+        }
+        let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
+        let list = Arc::new(api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default());
+        self.services.lock().insert(namespace.to_owned(), (Instant::now(), list.clone()));
+        list
+    }
+
+    /// Service link variables for a container in `namespace`: the API
+    /// server's (`KUBERNETES_SERVICE_HOST`...) always, the namespace's when
+    /// `all`.
+    pub(crate) async fn service_env(&self, namespace: &str, all: bool) -> Vec<(String, String)> {
+        let mut services: Vec<Service> = Vec::new();
+        if all {
+            services.extend(self.services_of(namespace).await.iter().cloned());
+        }
+        if !all || namespace != "default" {
+            let master = self.services_of("default").await;
+            services.extend(master.iter().filter(|s| s.metadata.name.as_deref() == Some("kubernetes")).cloned());
+        }
+        env::service_env(&services)
+    }
+
     pub(crate) fn allocatable(&self) -> Resources {
         self.node.lock().allocatable
     }
@@ -308,9 +349,7 @@ impl NodeAgentBuilder {
         let stats = Arc::new(Stats::default());
         let (events_tx, events_rx) = mpsc::channel(1024);
         let (done_tx, done_rx) = mpsc::unbounded_channel();
-        let recorder = self
-            .recorder
-            .unwrap_or_else(|| Recorder::new(self.client.clone(), "kubelet", &self.config.node_name));
+        let recorder = self.recorder.unwrap_or_else(|| Recorder::new(self.client.clone(), "kubelet", &self.config.node_name));
         let allocatable = node_status::capacity(&self.config).saturating_sub(&self.config.reserved);
         let shared = Arc::new(Shared {
             client: self.client,
@@ -323,6 +362,7 @@ impl NodeAgentBuilder {
             registered: watch::channel(false).0,
             network_ready: watch::channel(false).0,
             done: done_tx,
+            services: Mutex::default(),
             config: self.config,
         });
         NodeAgent { shared, events_rx, done_rx, recorder, shared_pods: self.shared_pods }
@@ -416,12 +456,7 @@ async fn publish_events(mut rx: mpsc::Receiver<EventMsg>, recorder: Recorder) {
     }
 }
 
-async fn scan_static_pods(
-    dir: std::path::PathBuf,
-    node_name: String,
-    every: Duration,
-    tx: mpsc::UnboundedSender<Vec<StaticPod>>,
-) {
+async fn scan_static_pods(dir: std::path::PathBuf, node_name: String, every: Duration, tx: mpsc::UnboundedSender<Vec<StaticPod>>) {
     let mut last: Option<Vec<StaticPod>> = None;
     loop {
         let (dir2, node2) = (dir.clone(), node_name.clone());
@@ -579,11 +614,10 @@ impl Dispatcher {
     fn on_static_pods(&mut self, pods: Vec<StaticPod>) {
         self.static_seen = true;
         let wanted: HashMap<String, StaticPod> = pods.into_iter().map(|p| (p.uid().to_owned(), p)).collect();
-        for (uid, old) in &self.static_pods {
+        for uid in self.static_pods.keys() {
             if !wanted.contains_key(uid)
                 && let Some(entry) = self.shared.workers.lock().get(uid)
             {
-                let _ = old;
                 entry.input.remove();
             }
         }
@@ -652,10 +686,8 @@ async fn reconcile_mirrors(shared: &Shared, informer: &PodView, statics: &[Pod],
     let node_uid = shared.node.lock().uid.clone();
     let Some(node_uid) = node_uid else { return };
     let node = &shared.config.node_name;
-    let wanted: HashSet<(String, String)> = statics
-        .iter()
-        .map(|p| (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default()))
-        .collect();
+    let wanted: HashSet<(String, String)> =
+        statics.iter().map(|p| (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default())).collect();
     for p in statics {
         let namespace = p.metadata.namespace.clone().unwrap_or_default();
         let name = p.metadata.name.clone().unwrap_or_default();
@@ -669,11 +701,7 @@ async fn reconcile_mirrors(shared: &Shared, informer: &PodView, statics: &[Pod],
             }
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
-                preconditions: existing
-                    .metadata
-                    .uid
-                    .clone()
-                    .map(|u| Preconditions { uid: Some(u), resource_version: None }),
+                preconditions: existing.metadata.uid.clone().map(|u| Preconditions { uid: Some(u), resource_version: None }),
                 ..Default::default()
             };
             if let Err(e) = api.delete(&name, &params).await
@@ -710,10 +738,7 @@ async fn reconcile_mirrors(shared: &Shared, informer: &PodView, statics: &[Pod],
 
 /// Stops and removes this node's sandboxes that belong to no known pod.
 async fn remove_orphans(shared: &Shared) {
-    let filter = SandboxFilter {
-        labels: [(LABEL_NODE_NAME.to_string(), shared.config.node_name.clone())].into(),
-        ..Default::default()
-    };
+    let filter = SandboxFilter { labels: [(LABEL_NODE_NAME.to_string(), shared.config.node_name.clone())].into(), ..Default::default() };
     let Ok(sandboxes) = shared.runtime.list_pod_sandboxes(&filter).await else { return };
     let known: HashSet<String> = shared.workers.lock().keys().cloned().collect();
     for s in sandboxes {
@@ -769,8 +794,7 @@ async fn node_loop(shared: Arc<Shared>) {
             let capacity = node_status::capacity(config);
             let allocatable = capacity.saturating_sub(&config.reserved);
             shared.node.lock().allocatable = allocatable;
-            let pressure =
-                if config.read_host_pressure { node_status::host_pressure(&config.root_dir) } else { Default::default() };
+            let pressure = if config.read_host_pressure { node_status::host_pressure(&config.root_dir) } else { Default::default() };
             let network_ready = shared.node.lock().pod_cidr.is_some();
             let observation = node_status::NodeObservation {
                 capacity,
@@ -790,12 +814,9 @@ async fn node_loop(shared: Arc<Shared>) {
                         shared.stats.node_status_posts.fetch_add(1, Ordering::Relaxed);
                         let was_ready = last_posted.as_ref().is_some_and(is_ready);
                         if is_ready(&status) != was_ready {
-                            let (reason, word) = if is_ready(&status) { ("NodeReady", "NodeReady") } else { ("NodeNotReady", "NodeNotReady") };
-                            shared.node_event(
-                                EventType::Normal,
-                                reason,
-                                format!("Node {} status is now: {word}", config.node_name),
-                            );
+                            let (reason, word) =
+                                if is_ready(&status) { ("NodeReady", "NodeReady") } else { ("NodeNotReady", "NodeNotReady") };
+                            shared.node_event(EventType::Normal, reason, format!("Node {} status is now: {word}", config.node_name));
                         }
                         last_posted = Some(status);
                         last_post_at = now;

@@ -7,8 +7,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use k8s_openapi::api::core::v1::{
-    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -57,10 +56,7 @@ pub fn host_info() -> &'static HostInfo {
         let machine_id = read_trimmed("/etc/machine-id").unwrap_or_default();
         let os_image = std::fs::read_to_string("/etc/os-release")
             .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("PRETTY_NAME=").map(|v| v.trim_matches('"').to_owned()))
-            })
+            .and_then(|t| t.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=").map(|v| v.trim_matches('"').to_owned())))
             .unwrap_or_else(|| "Linux".into());
         HostInfo {
             system_uuid: read_trimmed("/sys/class/dmi/id/product_uuid").unwrap_or_else(|| machine_id.clone()),
@@ -184,9 +180,7 @@ pub fn initial_node(config: &NodeConfig) -> Node {
         metadata: ObjectMeta {
             name: Some(config.node_name.clone()),
             labels: Some(node_labels(config)),
-            annotations: Some(
-                [("volumes.kubernetes.io/controller-managed-attach-detach".to_owned(), "true".to_owned())].into(),
-            ),
+            annotations: Some([("volumes.kubernetes.io/controller-managed-attach-detach".to_owned(), "true".to_owned())].into()),
             ..Default::default()
         },
         spec: Some(NodeSpec {
@@ -215,14 +209,7 @@ pub struct NodeObservation {
     pub images: Vec<Image>,
 }
 
-fn condition(
-    old: Option<&NodeStatus>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: &str,
-    now: &Time,
-) -> NodeCondition {
+fn condition(old: Option<&NodeStatus>, type_: &str, status: bool, reason: &str, message: &str, now: &Time) -> NodeCondition {
     let status = if status { "True" } else { "False" };
     let since = old
         .and_then(|s| s.conditions.iter().flatten().find(|c| c.type_ == type_))

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
 use kube::Client;
+use kube::api::Api;
 use orchestra_ctrl::informer::{BY_NODE_NAME, Event, Informer, ObjectKey, Selectors, pod_node_name};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;

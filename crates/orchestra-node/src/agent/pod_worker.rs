@@ -33,9 +33,8 @@ use super::resources::{int_value, milli_value};
 use super::status::{self, ContainerView, PodObservation, Waiting};
 use super::volumes;
 use crate::runtime::{
-    ContainerConfig, ContainerFilter, ContainerResources, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME,
-    LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus,
-    RuntimeError, SandboxFilter, SandboxState,
+    ContainerConfig, ContainerFilter, ContainerResources, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
+    LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus, RuntimeError, SandboxFilter, SandboxState,
 };
 use orchestra_ctrl::events::EventType;
 
@@ -351,7 +350,9 @@ impl PodWorker {
                 match (ip, probes::resolve_port(&http.port, spec)) {
                     (Some(ip), Some(port)) => match probes::http_get(ip, port, http, budget).await {
                         Ok(code) if (200..400).contains(&code) => Ok(()),
-                        Ok(code) => Err(format!("HTTP lifecycle hook ({:?}) for Container {:?} failed - status {code}", http.path, spec.name)),
+                        Ok(code) => {
+                            Err(format!("HTTP lifecycle hook ({:?}) for Container {:?} failed - status {code}", http.path, spec.name))
+                        }
                         Err(e) => Err(e),
                     },
                     _ => Err("no address for the hook".into()),
@@ -472,6 +473,7 @@ impl PodWorker {
             host_ips: vec![self.shared.config.node_ip.to_string()],
             pod_ips: pod_ip.map(|ip| vec![ip.to_string()]).unwrap_or_default(),
             allocatable: self.shared.allocatable(),
+            services: Vec::new(),
         }
     }
 
@@ -566,13 +568,7 @@ impl PodWorker {
                 Ok(Some(status))
             }
             Err(e) => {
-                self.event(
-                    pod,
-                    None,
-                    EventType::Warning,
-                    "FailedCreatePodSandBox",
-                    format!("Failed to create pod sandbox: {e}"),
-                );
+                self.event(pod, None, EventType::Warning, "FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}"));
                 let now = Instant::now();
                 self.retry.next("sandbox", now);
                 self.failed_at.insert("sandbox".into(), now);
@@ -598,7 +594,7 @@ impl PodWorker {
             let latest = containers.get(&c.name).and_then(|l| l.first()).cloned();
             match latest {
                 None => {
-                    self.start(pod, c, 0, &sandbox, pod_ip).await;
+                    self.start(pod, c, self.first_attempt(&c.name), &sandbox, pod_ip).await;
                     initialized = false;
                     break;
                 }
@@ -639,7 +635,7 @@ impl PodWorker {
         for c in &spec.containers {
             let latest = containers.get(&c.name).and_then(|l| l.first()).cloned();
             match latest {
-                None => self.start(pod, c, 0, &sandbox, pod_ip).await,
+                None => self.start(pod, c, self.first_attempt(&c.name), &sandbox, pod_ip).await,
                 Some(l) if l.state == ContainerState::Created => self.start_created(pod, c, &l).await,
                 Some(l) if l.state == ContainerState::Running => {
                     self.waiting.remove(&c.name);
@@ -661,6 +657,18 @@ impl PodWorker {
             }
         }
         Ok(())
+    }
+
+    /// The attempt of a container the runtime has no instance of: 0, or
+    /// one past the restarts the API shows if it ran before (a runtime that
+    /// lost its containers keeps counting, as the kubelet does).
+    fn first_attempt(&self, name: &str) -> u32 {
+        let status = self.desired.as_ref();
+        let previous = status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten().chain(s.init_container_statuses.iter().flatten()))
+            .find(|c| c.name == name && c.container_id.is_some());
+        previous.map(|c| c.restart_count.max(0) as u32 + 1).unwrap_or(0)
     }
 
     /// Keeps the two newest instances of each container.
@@ -692,26 +700,13 @@ impl PodWorker {
     }
 
     /// An exited container the policy restarts: now, or after its back-off.
-    async fn restart(
-        &mut self,
-        pod: &Pod,
-        spec: &Container,
-        last: &ContainerStatus,
-        sandbox: &PodSandboxStatus,
-        pod_ip: Option<IpAddr>,
-    ) {
+    async fn restart(&mut self, pod: &Pod, spec: &Container, last: &ContainerStatus, sandbox: &PodSandboxStatus, pod_ip: Option<IpAddr>) {
         let now = Instant::now();
         let finished = last.finished_at.map(system_to_instant).unwrap_or(now);
         if let Some((left, delay)) = self.crash.remaining(&spec.name, finished, now) {
             let (namespace, name) = pod_key(pod);
-            let message = format!(
-                "back-off {} restarting failed container={} pod={}_{}({})",
-                ms(delay),
-                spec.name,
-                name,
-                namespace,
-                self.uid
-            );
+            let message =
+                format!("back-off {} restarting failed container={} pod={}_{}({})", ms(delay), spec.name, name, namespace, self.uid);
             self.waiting.insert(spec.name.clone(), Waiting::new("CrashLoopBackOff", message));
             let reported = self.backoff_reported.get(&spec.name).is_some_and(|at| *at >= finished);
             if !reported {
@@ -759,13 +754,7 @@ impl PodWorker {
         if policy != "Always"
             && let Some(found) = present
         {
-            self.event(
-                pod,
-                Some(&spec.name),
-                EventType::Normal,
-                "Pulled",
-                format!("Container image {image:?} already present on machine"),
-            );
+            self.event(pod, Some(&spec.name), EventType::Normal, "Pulled", format!("Container image {image:?} already present on machine"));
             return Some(found.id);
         }
         if policy == "Never" {
@@ -836,7 +825,11 @@ impl PodWorker {
                 return;
             }
         };
-        let ctx = self.env_context(pod_ip);
+        let mut ctx = self.env_context(pod_ip);
+        if self.shared.config.service_links {
+            let all = pod.spec.as_ref().and_then(|s| s.enable_service_links) != Some(false);
+            ctx.services = self.shared.service_env(&namespace, all).await;
+        }
         let envs = match env::container_env(pod, spec, &ctx, &objects) {
             Ok(e) => e,
             Err(e) => return self.config_error(pod, spec, "CreateContainerConfigError", e.to_string()),
@@ -897,7 +890,13 @@ impl PodWorker {
                             "FailedPostStartHook",
                             format!("PostStartHook failed: {cause}"),
                         );
-                        self.event(pod, Some(&spec.name), EventType::Normal, "Killing", format!("FailedPostStartHook: stopping container {}", spec.name));
+                        self.event(
+                            pod,
+                            Some(&spec.name),
+                            EventType::Normal,
+                            "Killing",
+                            format!("FailedPostStartHook: stopping container {}", spec.name),
+                        );
                         let _ = self.shared.runtime.stop_container(&id, grace).await;
                     }
                 }
@@ -1021,11 +1020,8 @@ impl PodWorker {
         let sandbox = sandboxes.iter().rev().find(|s| s.state == SandboxState::Ready);
         let containers = self.containers().await;
         // Probe state belongs to one instance: forget it once the instance stops running.
-        let running_names: Vec<&String> = containers
-            .iter()
-            .filter(|(_, l)| l.first().is_some_and(|c| c.state == ContainerState::Running))
-            .map(|(n, _)| n)
-            .collect();
+        let running_names: Vec<&String> =
+            containers.iter().filter(|(_, l)| l.first().is_some_and(|c| c.state == ContainerState::Running)).map(|(n, _)| n).collect();
         self.probes.retain(|name, _| running_names.contains(&name));
         let init: Vec<_> = spec
             .init_containers
@@ -1035,12 +1031,8 @@ impl PodWorker {
             .map(|(c, v)| status::container_status(c, &v))
             .collect();
         let default_app = if status::initialized(pod, &init) { "ContainerCreating" } else { "PodInitializing" };
-        let app: Vec<_> = spec
-            .containers
-            .iter()
-            .map(|c| self.view(c, &containers, default_app))
-            .map(|(c, v)| status::container_status(c, &v))
-            .collect();
+        let app: Vec<_> =
+            spec.containers.iter().map(|c| self.view(c, &containers, default_app)).map(|(c, v)| status::container_status(c, &v)).collect();
         let running = app.iter().any(|s| s.state.as_ref().is_some_and(|st| st.running.is_some()));
         self.input.running.store(running, Ordering::Relaxed);
         let pod_ip = match sandbox {
@@ -1059,13 +1051,19 @@ impl PodWorker {
         }
     }
 
-    fn view<'a>(&self, spec: &'a Container, containers: &BTreeMap<String, Instances>, default: &'static str) -> (&'a Container, ContainerView) {
+    fn view<'a>(
+        &self,
+        spec: &'a Container,
+        containers: &BTreeMap<String, Instances>,
+        default: &'static str,
+    ) -> (&'a Container, ContainerView) {
         let list = containers.get(&spec.name);
         let current = list.and_then(|l| l.first()).cloned();
         let previous = list.and_then(|l| l.get(1)).cloned();
         let probes = self.probes.get(&spec.name);
         let started = probes.and_then(|p| p.startup.as_ref()).is_none_or(|s| s.passing);
-        let ready = started && probes.and_then(|p| p.readiness.as_ref()).is_none_or(|s| s.passing)
+        let ready = started
+            && probes.and_then(|p| p.readiness.as_ref()).is_none_or(|s| s.passing)
             && (spec.readiness_probe.is_none() || probes.is_some());
         let started = started && (spec.startup_probe.is_none() || probes.is_some());
         let mut waiting = self.waiting.get(&spec.name).cloned();

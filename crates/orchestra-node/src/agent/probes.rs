@@ -109,7 +109,10 @@ pub async fn http_get(ip: IpAddr, port: u16, action: &HTTPGetAction, timeout: Du
     };
     match tokio::time::timeout(timeout, run).await {
         Ok(r) => r,
-        Err(_) => Err(format!("Get \"http://{ip}:{port}{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)", action.path.clone().unwrap_or_default())),
+        Err(_) => Err(format!(
+            "Get \"http://{ip}:{port}{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+            action.path.clone().unwrap_or_default()
+        )),
     }
 }
 

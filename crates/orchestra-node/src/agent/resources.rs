@@ -212,10 +212,7 @@ mod tests {
     }
 
     fn pod(containers: Vec<Container>, init: Vec<Container>) -> Pod {
-        Pod {
-            spec: Some(PodSpec { containers, init_containers: Some(init), ..Default::default() }),
-            ..Default::default()
-        }
+        Pod { spec: Some(PodSpec { containers, init_containers: Some(init), ..Default::default() }), ..Default::default() }
     }
 
     #[test]

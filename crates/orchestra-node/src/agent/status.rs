@@ -300,7 +300,8 @@ pub fn pod_status(pod: &Pod, obs: PodObservation, now: &Time) -> PodStatus {
     let terminal = phase == "Succeeded" || phase == "Failed";
     conditions.push(condition(old, "PodReadyToStartContainers", obs.sandbox_ready && !terminal, None, None, now));
     let incomplete = incomplete_init(pod, &obs.init);
-    let any_app_started = obs.app.iter().any(|s| s.state.as_ref().is_some_and(|st| st.waiting.is_none()) || last_terminated_code(s).is_some());
+    let any_app_started =
+        obs.app.iter().any(|s| s.state.as_ref().is_some_and(|st| st.waiting.is_none()) || last_terminated_code(s).is_some());
     let init_done = incomplete.is_empty() || any_app_started || phase == "Succeeded";
     conditions.push(if init_done {
         condition(old, "Initialized", true, None, None, now)
@@ -314,12 +315,8 @@ pub fn pod_status(pod: &Pod, obs: PodObservation, now: &Time) -> PodStatus {
             now,
         )
     });
-    let unready: Vec<String> = spec
-        .containers
-        .iter()
-        .filter(|c| !obs.app.iter().any(|s| s.name == c.name && s.ready))
-        .map(|c| c.name.clone())
-        .collect();
+    let unready: Vec<String> =
+        spec.containers.iter().filter(|c| !obs.app.iter().any(|s| s.name == c.name && s.ready)).map(|c| c.name.clone()).collect();
     let (containers_ready, reason, message) = if phase == "Succeeded" {
         (false, Some("PodCompleted"), None)
     } else if unready.is_empty() {
@@ -328,9 +325,8 @@ pub fn pod_status(pod: &Pod, obs: PodObservation, now: &Time) -> PodStatus {
         (false, Some("ContainersNotReady"), Some(format!("containers with unready status: [{}]", unready.join(" "))))
     };
     conditions.push(condition(old, "ContainersReady", containers_ready, reason, message.clone(), now));
-    let missing_gate = spec.readiness_gates.iter().flatten().find(|g| {
-        !others.iter().any(|c| c.type_ == g.condition_type && c.status == "True")
-    });
+    let missing_gate =
+        spec.readiness_gates.iter().flatten().find(|g| !others.iter().any(|c| c.type_ == g.condition_type && c.status == "True"));
     conditions.push(match missing_gate {
         Some(gate) if containers_ready => condition(
             old,
@@ -451,10 +447,7 @@ mod tests {
         let ok = status("a", view(Some(rt("a", 0, ContainerState::Exited, Some(0))), None));
         let bad = status("a", view(Some(rt("a", 0, ContainerState::Exited, Some(1))), None));
         let creating = status("a", view(None, None));
-        let backoff = status(
-            "a",
-            view(Some(rt("a", 0, ContainerState::Exited, Some(1))), Some(Waiting::reason("CrashLoopBackOff"))),
-        );
+        let backoff = status("a", view(Some(rt("a", 0, ContainerState::Exited, Some(1))), Some(Waiting::reason("CrashLoopBackOff"))));
         let p = |policy| pod(policy, &[], &["a"]);
         assert_eq!(pod_phase_of(&p("Always"), &[], std::slice::from_ref(&creating)), "Pending");
         assert_eq!(pod_phase_of(&p("Always"), &[], std::slice::from_ref(&running)), "Running");

@@ -10,9 +10,7 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume};
 
 use super::env::{EnvContext, ObjectRef, Objects, field_value, format_map, resource_value};
 use crate::runtime::Mount;
@@ -155,8 +153,7 @@ fn key_files(
 }
 
 fn config_map_bytes(cm: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
-    let mut data: BTreeMap<String, Vec<u8>> =
-        cm.data.iter().flatten().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect();
+    let mut data: BTreeMap<String, Vec<u8>> = cm.data.iter().flatten().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect();
     for (k, v) in cm.binary_data.iter().flatten() {
         data.insert(k.clone(), v.0.clone());
     }
@@ -232,9 +229,7 @@ fn volume_files(pod: &Pod, v: &Volume, objects: &Objects, ctx: &EnvContext) -> R
         for source in p.sources.iter().flatten() {
             if let Some(cm) = &source.config_map {
                 match objects.config_maps.get(&cm.name).cloned().flatten() {
-                    Some(found) => {
-                        key_files(volume, &cm.name, config_map_bytes(&found), cm.items.as_ref(), default_mode, &mut files)?
-                    }
+                    Some(found) => key_files(volume, &cm.name, config_map_bytes(&found), cm.items.as_ref(), default_mode, &mut files)?,
                     None if cm.optional == Some(true) => {}
                     None => return Err(VolumeError::ConfigMapNotFound { volume: volume.into(), name: cm.name.clone() }),
                 }
@@ -286,10 +281,7 @@ fn sync_files(dir: &Path, files: &Files) -> std::io::Result<()> {
         if same {
             continue;
         }
-        let tmp = path.with_file_name(format!(
-            ".{}.tmp",
-            path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-        ));
+        let tmp = path.with_file_name(format!(".{}.tmp", path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()));
         {
             let mut file = std::fs::File::create(&tmp)?;
             file.write_all(content)?;
@@ -302,12 +294,7 @@ fn sync_files(dir: &Path, files: &Files) -> std::io::Result<()> {
 
 /// Creates (or refreshes) every volume of `pod` under `root_dir`; returns the
 /// host directory of each volume by name.
-pub fn setup_volumes(
-    root_dir: &Path,
-    pod: &Pod,
-    objects: &Objects,
-    ctx: &EnvContext,
-) -> Result<HashMap<String, PathBuf>, VolumeError> {
+pub fn setup_volumes(root_dir: &Path, pod: &Pod, objects: &Objects, ctx: &EnvContext) -> Result<HashMap<String, PathBuf>, VolumeError> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let base = pod_dir(root_dir, &uid).join("volumes");
     let mut out = HashMap::new();
@@ -347,11 +334,7 @@ fn read_only_volume(pod: &Pod, name: &str) -> bool {
 
 /// The mounts of `container` given the volumes' host directories.
 /// `subPath`s are created inside writable volumes when missing.
-pub fn container_mounts(
-    pod: &Pod,
-    container: &Container,
-    volumes: &HashMap<String, PathBuf>,
-) -> Result<Vec<Mount>, VolumeError> {
+pub fn container_mounts(pod: &Pod, container: &Container, volumes: &HashMap<String, PathBuf>) -> Result<Vec<Mount>, VolumeError> {
     let mut mounts = Vec::new();
     for m in container.volume_mounts.iter().flatten() {
         let dir = volumes.get(&m.name).ok_or_else(|| VolumeError::NoSuchVolume(m.name.clone()))?;
@@ -385,8 +368,8 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::{
-        ConfigMapVolumeSource, DownwardAPIVolumeSource, EmptyDirVolumeSource, ObjectFieldSelector, PodSpec,
-        ProjectedVolumeSource, SecretProjection, SecretVolumeSource, VolumeMount, VolumeProjection,
+        ConfigMapVolumeSource, DownwardAPIVolumeSource, EmptyDirVolumeSource, ObjectFieldSelector, PodSpec, ProjectedVolumeSource,
+        SecretProjection, SecretVolumeSource, VolumeMount, VolumeProjection,
     };
     use kube::api::ObjectMeta;
 
@@ -453,19 +436,12 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(
-            volume_references(&pod),
-            [(false, "app".to_string()), (true, "creds".to_string()), (true, "missing".to_string())]
-        );
+        assert_eq!(volume_references(&pod), [(false, "app".to_string()), (true, "creds".to_string()), (true, "missing".to_string())]);
         let mut objects = Objects::default();
-        assert!(matches!(
-            setup_volumes(root.path(), &pod, &objects, &EnvContext::default()),
-            Err(VolumeError::ConfigMapNotFound { .. })
-        ));
-        objects.config_maps.insert(
-            "app".into(),
-            Some(ConfigMap { data: Some([("a".to_string(), "one".to_string())].into()), ..Default::default() }),
-        );
+        assert!(matches!(setup_volumes(root.path(), &pod, &objects, &EnvContext::default()), Err(VolumeError::ConfigMapNotFound { .. })));
+        objects
+            .config_maps
+            .insert("app".into(), Some(ConfigMap { data: Some([("a".to_string(), "one".to_string())].into()), ..Default::default() }));
         objects.secrets.insert(
             "creds".into(),
             Some(Secret { data: Some([("pw".to_string(), ByteString(b"hunter2".to_vec()))].into()), ..Default::default() }),
@@ -487,10 +463,9 @@ mod tests {
         assert!(mounts[1].host_path.ends_with("scratch/sub") && mounts[1].host_path.is_dir());
 
         // A changed ConfigMap is rewritten, stale keys disappear.
-        objects.config_maps.insert(
-            "app".into(),
-            Some(ConfigMap { data: Some([("b".to_string(), "two".to_string())].into()), ..Default::default() }),
-        );
+        objects
+            .config_maps
+            .insert("app".into(), Some(ConfigMap { data: Some([("b".to_string(), "two".to_string())].into()), ..Default::default() }));
         let mut pod2 = pod.clone();
         pod2.spec.as_mut().unwrap().volumes.as_mut().unwrap()[0].config_map.as_mut().unwrap().items = None;
         let dirs = setup_volumes(root.path(), &pod2, &objects, &EnvContext::default()).unwrap();

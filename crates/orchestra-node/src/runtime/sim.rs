@@ -50,9 +50,8 @@ use tokio::time::Instant;
 
 use super::cri_log::{self, Stream};
 use super::{
-    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecResult, Image,
-    PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError, RuntimeVersion, SandboxFilter,
-    SandboxId, SandboxState,
+    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecResult, Image, PodSandboxConfig,
+    PodSandboxStatus, Result, RuntimeBackend, RuntimeError, RuntimeVersion, SandboxFilter, SandboxId, SandboxState,
 };
 use crate::network::{Ipam, Ipv4Cidr};
 
@@ -293,10 +292,7 @@ pub struct SimRuntime {
 impl std::fmt::Debug for SimRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self.inner.state.lock();
-        f.debug_struct("SimRuntime")
-            .field("sandboxes", &state.sandboxes.len())
-            .field("containers", &state.containers.len())
-            .finish()
+        f.debug_struct("SimRuntime").field("sandboxes", &state.sandboxes.len()).field("containers", &state.containers.len()).finish()
     }
 }
 
@@ -310,9 +306,7 @@ static RUNTIME_SEQ: AtomicU64 = AtomicU64::new(1);
 
 fn image_id(reference: &str) -> String {
     // FNV-1a, twice with different seeds: a stable fake digest.
-    let hash = |seed: u64| {
-        reference.bytes().fold(seed, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
-    };
+    let hash = |seed: u64| reference.bytes().fold(seed, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
     format!("sha256:{:016x}{:016x}{:016x}{:016x}", hash(0xcbf2_9ce4_8422_2325), hash(1), hash(2), hash(3))
 }
 
@@ -491,10 +485,7 @@ impl Inner {
     fn exit(&self, id: &ContainerId, code: i32, generation: Option<u64>) -> Result<bool> {
         let sandbox_id = {
             let mut state = self.state.lock();
-            let c = state
-                .containers
-                .get_mut(id)
-                .ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })?;
+            let c = state.containers.get_mut(id).ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })?;
             if generation.is_some_and(|g| g != c.generation) || c.status.state == ContainerState::Exited {
                 return Ok(false);
             }
@@ -680,10 +671,8 @@ impl RuntimeBackend for SimRuntime {
         let id = self.new_id();
         {
             let mut state = self.inner.state.lock();
-            let sandbox = state
-                .sandboxes
-                .get(sandbox_id)
-                .ok_or_else(|| RuntimeError::NotFound { kind: "sandbox", id: sandbox_id.clone() })?;
+            let sandbox =
+                state.sandboxes.get(sandbox_id).ok_or_else(|| RuntimeError::NotFound { kind: "sandbox", id: sandbox_id.clone() })?;
             if sandbox.status.state != SandboxState::Ready {
                 return Err(RuntimeError::InvalidState(format!("sandbox {sandbox_id} is not ready")));
             }

@@ -114,16 +114,15 @@ async fn registration_and_lease() {
 async fn not_ready_until_the_node_has_a_pod_cidr() {
     let cluster = cluster().await;
     let root = std::sync::Arc::new(tempfile::tempdir().unwrap());
-    let node = start_with(
-        &cluster.client,
-        config("cidr-1", root.path(), None),
-        orchestra_node::SimRuntime::default(),
-        root.clone(),
-    );
+    let node = start_with(&cluster.client, config("cidr-1", root.path(), None), orchestra_node::SimRuntime::default(), root.clone());
     node.handle.registered().await;
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     let ready = |n: &Node| {
-        n.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "Ready")).map(|c| c.status.clone())
+        n.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone())
     };
     eventually(LONG, "NotReady", || {
         let nodes = nodes.clone();
@@ -131,10 +130,7 @@ async fn not_ready_until_the_node_has_a_pod_cidr() {
     })
     .await;
     create_pod(&cluster.client, pod_json("early", "cidr-1", &[("c", &[])])).await;
-    nodes
-        .patch("cidr-1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"podCIDR": "10.77.3.0/24"}})))
-        .await
-        .unwrap();
+    nodes.patch("cidr-1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"podCIDR": "10.77.3.0/24"}}))).await.unwrap();
     eventually(LONG, "Ready", || {
         let nodes = nodes.clone();
         async move { ready(&nodes.get("cidr-1").await.unwrap()).as_deref() == Some("True") }
@@ -299,10 +295,9 @@ async fn restart_policies_and_crash_loop_back_off() {
     assert_eq!(phase(&recovered), "Running");
     let init_never = wait_pod(&cluster.client, "default", "init-never", "Failed", |p| phase(p) == "Failed").await;
     assert_eq!(waiting_reason(&init_never, "app"), Some("PodInitializing"));
-    let init_always = wait_pod(&cluster.client, "default", "init-always", "init retried", |p| {
-        container(p, "init").is_some_and(|c| c.restart_count >= 2)
-    })
-    .await;
+    let init_always =
+        wait_pod(&cluster.client, "default", "init-always", "init retried", |p| container(p, "init").is_some_and(|c| c.restart_count >= 2))
+            .await;
     assert_eq!(phase(&init_always), "Pending");
     assert_eq!(condition(&init_always, "Initialized"), Some("False"));
     eventually(LONG, "BackOff event", || {
@@ -319,7 +314,8 @@ async fn unknown_images_back_off() {
     let mut p = pod_json("missing-image", "img-1", &[("c", &[])]);
     p["spec"]["containers"][0]["image"] = json!("registry.example/does-not-exist:1");
     create_pod(&cluster.client, p).await;
-    let pod = wait_pod(&cluster.client, "default", "missing-image", "ErrImagePull", |p| waiting_reason(p, "c") == Some("ErrImagePull")).await;
+    let pod =
+        wait_pod(&cluster.client, "default", "missing-image", "ErrImagePull", |p| waiting_reason(p, "c") == Some("ErrImagePull")).await;
     assert_eq!(phase(&pod), "Pending");
     let message = container(&pod, "c").unwrap().state.clone().unwrap().waiting.unwrap().message.unwrap();
     assert!(message.contains("does-not-exist"), "{message}");
@@ -346,6 +342,15 @@ async fn environment_and_volumes_reach_the_runtime() {
     )
     .await
     .unwrap();
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(cluster.client.clone(), "default");
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "backend"}, "spec": {"clusterIP": "10.96.0.20", "ports": [{"port": 80}]}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
     let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), "default");
     secrets
         .create(
@@ -405,6 +410,8 @@ async fn environment_and_volumes_reach_the_runtime() {
     assert_eq!(env("COLOR").as_deref(), Some("blue"));
     assert_eq!(env("PASSWORD").as_deref(), Some("hunter2"));
     assert_eq!(env("GREETING").as_deref(), Some("hello envy on env-1"));
+    assert_eq!(env("BACKEND_SERVICE_HOST").as_deref(), Some("10.96.0.20"));
+    assert_eq!(env("BACKEND_PORT").as_deref(), Some("tcp://10.96.0.20:80"));
     assert_eq!(cfg.command, ["/bin/echo", "hello envy on env-1"]);
     assert_eq!(cfg.args, [ip.as_str(), "$(POD_IP)"]);
     let mount = |p: &str| cfg.mounts.iter().find(|m| m.container_path == std::path::Path::new(p)).unwrap().clone();
@@ -417,11 +424,7 @@ async fn environment_and_volumes_reach_the_runtime() {
     let uid = pod.metadata.uid.clone().unwrap();
     assert!(scratch.host_path.starts_with(node.root.path().join("pods").join(&uid).join("volumes")));
     // Through the simulated exec: the container sees its files.
-    let out = node
-        .runtime
-        .exec_sync(&id, &["cat".to_string(), "/etc/cfg/colour".to_string()], Duration::from_secs(1))
-        .await
-        .unwrap();
+    let out = node.runtime.exec_sync(&id, &["cat".to_string(), "/etc/cfg/colour".to_string()], Duration::from_secs(1)).await.unwrap();
     assert_eq!(out.stdout, b"blue");
 
     // Deleting the pod removes its volumes.
@@ -479,9 +482,7 @@ async fn graceful_and_forced_deletion() {
     pods.delete("forced", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
     eventually(LONG, "containers stopped and sandboxes removed", || {
         let rt = node.runtime.clone();
-        async move {
-            rt.running_containers() == 0 && rt.list_pod_sandboxes(&SandboxFilter::default()).await.unwrap().is_empty()
-        }
+        async move { rt.running_containers() == 0 && rt.list_pod_sandboxes(&SandboxFilter::default()).await.unwrap().is_empty() }
     })
     .await;
     eventually(LONG, "workers gone", || {
@@ -564,7 +565,12 @@ async fn agent_restart_adopts_running_containers_and_removes_orphans() {
     // A sandbox of another node on the same runtime is never touched.
     runtime
         .run_pod_sandbox(&orchestra_node::runtime::PodSandboxConfig {
-            metadata: orchestra_node::runtime::PodSandboxMetadata { name: "x".into(), namespace: "y".into(), uid: "foreign".into(), attempt: 0 },
+            metadata: orchestra_node::runtime::PodSandboxMetadata {
+                name: "x".into(),
+                namespace: "y".into(),
+                uid: "foreign".into(),
+                attempt: 0,
+            },
             labels: [("io.kubernetes.pod.uid".to_string(), "foreign".to_string())].into(),
             ..Default::default()
         })
@@ -629,8 +635,7 @@ async fn probes_gate_readiness_and_restart_unhealthy_containers() {
     )
     .await;
     let pod = wait_pod(&cluster.client, "default", "probed", "liveness restarts and readiness", |p| {
-        container(p, "ready").is_some_and(|c| c.ready)
-            && container(p, "unhealthy").is_some_and(|c| c.restart_count >= 1)
+        container(p, "ready").is_some_and(|c| c.ready) && container(p, "unhealthy").is_some_and(|c| c.restart_count >= 1)
     })
     .await;
     assert!(!container(&pod, "never-ready").unwrap().ready);
@@ -794,14 +799,8 @@ async fn many_agents_many_pods() {
         running_at,
         started.elapsed()
     );
-    let ips: std::collections::HashSet<String> = pods
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap())
-        .collect();
+    let ips: std::collections::HashSet<String> =
+        pods.list(&ListParams::default()).await.unwrap().items.iter().map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap()).collect();
     assert_eq!(ips.len(), NODES * PODS, "every pod has its own IP");
 }
 
@@ -820,15 +819,18 @@ async fn idle_agents_heartbeat_cpu() {
     let window: u64 = std::env::var("NODE_WINDOW_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     let cluster = cluster().await;
     let root = std::sync::Arc::new(tempfile::tempdir().unwrap());
-    let shared = (std::env::var("NODE_SHARED_PODS").as_deref() != Ok("0"))
-        .then(|| orchestra_node::agent::SharedPods::start(cluster.client.clone()));
+    let shared =
+        (std::env::var("NODE_SHARED_PODS").as_deref() != Ok("0")).then(|| orchestra_node::agent::SharedPods::start(cluster.client.clone()));
     let mut nodes = Vec::new();
     for i in 0..n {
         let mut c = orchestra_node::NodeConfig::new(format!("idle-{i}"))
             .root_dir(root.path().join(i.to_string()))
             .fixed_capacity(4000, 8 << 30)
             .pod_cidr(format!("10.{}.{}.0/24", i / 250, i % 250));
-        c.housekeeping_interval = Duration::from_secs(10);
+        let secs = |name: &str, default: u64| Duration::from_secs(std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default));
+        c.housekeeping_interval = secs("NODE_HOUSEKEEPING_SECS", 10);
+        c.lease_renew_interval = secs("NODE_LEASE_SECS", 10);
+        c.node_status_update_frequency = secs("NODE_STATUS_SECS", 10);
         let runtime = orchestra_node::SimRuntime::new(orchestra_node::SimConfig { write_logs: false, ..Default::default() });
         nodes.push(start_shared(&cluster.client, c, runtime, root.clone(), shared.clone()));
     }
@@ -850,7 +852,9 @@ async fn idle_agents_heartbeat_cpu() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_and_tcp_probes_reach_the_pod_ip() {
     let cluster = cluster().await;
-    let _node = start(&cluster, "net-1", "127.42.7.0/24", |_| {});
+    // A CIDR of its own per test process, so parallel runs do not collide.
+    let cidr = format!("127.{}.{}.0/24", 40 + std::process::id() % 200, (std::process::id() / 200) % 250);
+    let _node = start(&cluster, "net-1", &cidr, |_| {});
     create_pod(
         &cluster.client,
         json!({
@@ -902,4 +906,23 @@ async fn host_network_pods_take_the_node_address() {
     let status = pod.status.unwrap();
     assert_eq!(status.pod_ip, status.host_ip);
     assert_eq!(node.runtime.ipam().in_use(), 0, "no pod network address used");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_that_lost_its_containers_restarts_them_counting_on() {
+    let cluster = cluster().await;
+    let node = start(&cluster, "lost-1", "10.18.0.0/24", |_| {});
+    create_pod(&cluster.client, pod_json("survivor", "lost-1", &[("c", &[])])).await;
+    let before = wait_pod(&cluster.client, "default", "survivor", "Running", |p| phase(p) == "Running").await;
+    let (_old_runtime, root) = node.stop().await;
+    let fresh = orchestra_node::SimRuntime::default();
+    let _node = start_with(&cluster.client, config("lost-1", root.path(), Some("10.18.0.0/24")), fresh.clone(), root);
+    let after = wait_pod(&cluster.client, "default", "survivor", "running again", |p| {
+        container(p, "c").is_some_and(|c| c.restart_count == 1 && c.container_id != container(&before, "c").unwrap().container_id)
+    })
+    .await;
+    assert_eq!(phase(&after), "Running");
+    assert_eq!(fresh.running_containers(), 1);
+    let (status, config) = fresh.containers().pop().unwrap();
+    assert_eq!((status.attempt, config.log_path), (1, std::path::PathBuf::from("c/1.log")));
 }
