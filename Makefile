@@ -20,12 +20,12 @@ deps:
 build: deps
 	$(CARGO) build --workspace
 
-## Runs the reference assembly. Today: the API server over HTTPS on the
-## embedded store (scheduler, controllers and node agents join it as their
-## issues land). Use it with `kubectl --kubeconfig $(DATA_DIR)/admin.kubeconfig`.
+## Runs the reference assembly: a whole cluster in one process (store, API
+## server over HTTPS on 127.0.0.1:6443, scheduler, controller manager and 3
+## node agents running containers as host processes). It prints the
+## `export KUBECONFIG=...` line to use with kubectl once it is ready.
 run: deps
-	@echo "kubectl: export KUBECONFIG=$(DATA_DIR)/admin.kubeconfig"
-	$(CARGO) run -p orchestra-examples --bin orchestra -- apiserver --data-dir $(DATA_DIR)
+	$(CARGO) run -p orchestra-examples --bin orchestra -- up --data-dir $(DATA_DIR)
 
 ## The durable store alone: writes, watches, paginates, expires a TTL key, restarts.
 store-demo: deps

@@ -9,3 +9,5 @@ mod support;
 mod agent;
 #[path = "node/process.rs"]
 mod process;
+#[path = "node/sim.rs"]
+mod sim;

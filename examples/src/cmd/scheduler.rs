@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use orchestra_sched::{Scheduler, SchedulerConfiguration};
+use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
 
 /// Options of `orchestra scheduler`.
 #[derive(clap::Args)]
@@ -23,7 +23,7 @@ pub struct Args {
 /// Runs the scheduler until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let client = orchestra_core::client::from_kubeconfig(&args.kubeconfig).await?;
-    let mut builder = Scheduler::new(client);
+    let mut builder = SchedulerBuilder::new(client);
     if let Some(path) = &args.config {
         builder = builder.config(SchedulerConfiguration::from_file(path)?);
     }

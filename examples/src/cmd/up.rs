@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use orchestra_core::auth::{
-    AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, PublicInfoViewer, UserInfo,
+    AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, ExtensionAuthenticator,
+    PublicInfoViewer, UserInfo,
 };
 use orchestra_core::server::pki::Pki;
 use orchestra_core::server::{ApiServer, KubeletClient, ListenOptions};
@@ -120,7 +121,12 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // API server.
     let kubelet_identity = pki.issue_client("kube-apiserver-kubelet-client", Some("system:masters"))?;
     let server = ApiServer::builder(Arc::new(store))
-        .authenticator(AuthenticatorChain::new().with(ClientCertAuthenticator).allow_anonymous(true))
+        // In-process components carry their identity as a request extension
+        // (never settable from the network); remote clients present the
+        // certificates of the cluster CA.
+        .authenticator(
+            AuthenticatorChain::new().with(ExtensionAuthenticator).with(ClientCertAuthenticator).allow_anonymous(true),
+        )
         .authorizer(AuthorizerChain::new().with(PublicInfoViewer).with(AllowAuthenticated))
         .kubelet_client(KubeletClient::new(&kubelet_identity, pki.ca_pem())?)
         .build()
@@ -299,7 +305,7 @@ fn control_plane_runtime(server: &ApiServer, ip: IpAddr, server_done: watch::Rec
                 "default",
             );
             async move {
-                let scheduler = match orchestra_sched::Scheduler::new(client).identity(&super::default_identity()).build() {
+                let scheduler = match orchestra_sched::SchedulerBuilder::new(client).identity(&super::default_identity()).build() {
                     Ok(scheduler) => scheduler,
                     Err(error) => {
                         ctx.log.line(format!("cannot build the scheduler: {error}"));
@@ -316,7 +322,7 @@ fn control_plane_runtime(server: &ApiServer, ip: IpAddr, server_done: watch::Rec
                 }
             }
         })
-        .component("orchestra/kube-controller-manager", move |mut ctx: ComponentContext| {
+        .component("orchestra/kube-controller-manager", move |ctx: ComponentContext| {
             let client = orchestra_core::client::in_process_as(
                 &manager_server,
                 user("system:kube-controller-manager", &[]),

@@ -75,7 +75,9 @@ impl NodeAuthorizer for DelegatingAuthorizer {
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: Some(user.common_name.clone()),
-                groups: Some(user.organizations.clone()),
+                // As upstream's x509 authenticator does, a verified
+                // certificate makes its holder `system:authenticated`.
+                groups: Some(user.organizations.iter().cloned().chain(["system:authenticated".to_owned()]).collect()),
                 resource_attributes: Some(ResourceAttributes {
                     verb: Some(verb.to_owned()),
                     resource: Some("nodes".into()),
