@@ -13,8 +13,33 @@ use serde_json::Value;
 
 use super::support::{eventually, kubectl, kubectl_with_input, terminate_within};
 
+/// A running `orchestra up`; stopped with SIGTERM (so that it stops its
+/// containers) when dropped, also when a test panics.
+struct Cluster(Option<Child>);
+
+impl Cluster {
+    fn stop(mut self) {
+        terminate_within(self.0.take().expect("running"), Duration::from_secs(60));
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+            for _ in 0..300 {
+                if child.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+        }
+    }
+}
+
 /// Starts `orchestra up` with 3 nodes on free ports and waits for `ready`.
-fn start(data_dir: &Path) -> Child {
+fn start(data_dir: &Path) -> Cluster {
     let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
         .args(["up", "--runtime", "process", "--nodes", "3", "--listen", "127.0.0.1:0", "--kubelet-port", "0", "--data-dir"])
         .arg(data_dir)
@@ -35,7 +60,7 @@ fn start(data_dir: &Path) -> Child {
     let next = lines.next().expect("the export line").unwrap();
     assert!(next.starts_with("export KUBECONFIG="), "{next}");
     std::thread::spawn(move || for _ in lines {});
-    child
+    Cluster(Some(child))
 }
 
 fn json(dir: &Path, args: &[&str]) -> Result<Value, String> {
@@ -117,13 +142,12 @@ spec:
     spec:
       terminationGracePeriodSeconds: 5
       topologySpreadConstraints:
-      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: echo}}}
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: echo}}}
       containers:
       - name: echo
         image: orchestra/echo
         env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
         ports: [{containerPort: 8080}]
-        readinessProbe: {httpGet: {path: /ready, port: 8080}, periodSeconds: 1}
         resources: {requests: {cpu: 10m, memory: 16Mi}}
 "#;
 
@@ -270,7 +294,7 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
         let pods = echo_pods(d, "demo")?;
         if pods.len() == 3 { Ok(()) } else { Err(format!("{pods:?}")) }
     });
-    terminate_within(cluster, Duration::from_secs(60));
+    cluster.stop();
     let cluster = start(d);
     let pods = eventually("3 echo pods Ready after the restart", Duration::from_secs(120), || {
         let pods = echo_pods(d, "demo")?;
@@ -278,5 +302,5 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
     });
     let answer = eventually("the echo server answers after the restart", Duration::from_secs(30), || http_get(&pods[0].2));
     assert!(answer.contains("pod: "), "{answer}");
-    terminate_within(cluster, Duration::from_secs(60));
+    cluster.stop();
 }
