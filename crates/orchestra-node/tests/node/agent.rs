@@ -82,6 +82,11 @@ async fn registration_and_lease() {
 
     // The lease: holder, duration, owner, renewals.
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "kube-node-lease");
+    eventually(LONG, "the node's lease", || {
+        let leases = leases.clone();
+        async move { leases.get_opt("reg-1").await.unwrap().is_some() }
+    })
+    .await;
     let first = leases.get("reg-1").await.unwrap();
     let spec = first.spec.clone().unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("reg-1"));
@@ -93,7 +98,7 @@ async fn registration_and_lease() {
         async move {
             let l = leases.get("reg-1").await.unwrap();
             let owned = l.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node" && o.name == "reg-1");
-            owned && l.spec.unwrap().renew_time.unwrap().0 > renewed.0
+            owned && l.spec.and_then(|s| s.renew_time).is_some_and(|t| t.0 > renewed.0)
         }
     })
     .await;
