@@ -607,12 +607,14 @@ async fn process_measure(cp: &ControlPlane, agents: &Agents, o: &Options) -> Res
     let timeout = Duration::from_secs(o.timeout.min(600));
     let complete = wait_running(&tracker, o.pods, timeout, Duration::from_secs(5), started).await;
     let total_s = tracker.last_running().map_or(0.0, |at| at.saturating_duration_since(started).as_secs_f64());
+    // Every Running pod is a live `sleep` process of this benchmark.
+    let processes = marked_processes();
     let (scheduled, running) = tracker.latencies();
     let calls = Latencies::from_nanos(tracker.create_calls.lock().clone());
     let ratio = ms(running.percentile(99.0)) / ms(SLO_P99);
     println!(
         "node_process pods={} nodes={} start_p50_ms={} start_p90_ms={} start_p99_ms={} start_max_ms={} slo_p99_ms={} ratio_to_slo={ratio:.3} \
-         sched_p50_ms={} sched_p99_ms={} create_call_p99_ms={} created_s={created_s:.2} total_s={total_s:.2} running={} complete={complete}",
+         sched_p50_ms={} sched_p99_ms={} create_call_p99_ms={} created_s={created_s:.2} total_s={total_s:.2} running={} processes={processes} complete={complete}",
         o.pods,
         o.process_nodes,
         p(&running, 50.0),
