@@ -77,7 +77,10 @@ usage: cargo bench -p orchestra-benches --bench node [-- OPTIONS]
   --creators N          concurrent creating clients (default 64; process scenario 8)
   --window SECONDS      heartbeat CPU window (default 30; quick 10)
   --settle SECONDS      wait after every node is Ready before the window (default 15; quick 3)
-  --timeout SECONDS     give up waiting for pods to run (default 3600; quick 60)";
+  --timeout SECONDS     give up waiting for pods to run (default 3600; quick 60)
+  --gc-interval SECONDS the garbage collector's rescan period (default 5, the controller manager's;
+                        a large value leaves only its first, empty scan: see the findings in the docs)
+  --sim-event-capacity N  SimConfig::event_capacity of each simulated runtime (default 1024)";
 
 /// The pod CIDR the NodeIPAM controller splits (as `orchestra up`).
 const CLUSTER_CIDR: &str = "127.64.0.0/10";
@@ -101,6 +104,8 @@ struct Options {
     window: u64,
     settle: u64,
     timeout: u64,
+    gc_interval: u64,
+    sim_event_capacity: usize,
 }
 
 impl Options {
@@ -120,6 +125,8 @@ impl Options {
             window: args.get("window", q(30, 10) as u64)?,
             settle: args.get("settle", q(15, 3) as u64)?,
             timeout: args.get("timeout", q(3600, 60) as u64)?,
+            gc_interval: args.get("gc-interval", ControllerManagerConfig::default().gc_interval.as_secs())?,
+            sim_event_capacity: args.get("sim-event-capacity", SimConfig::default().event_capacity)?,
         };
         args.finish()?;
         if let Some(s) = options.scenarios.iter().find(|s| !["process", "sim"].contains(&s.as_str())) {
@@ -146,7 +153,7 @@ struct ControlPlane {
 }
 
 impl ControlPlane {
-    async fn start(store: Arc<dyn Store>) -> Result<ControlPlane, String> {
+    async fn start(store: Arc<dyn Store>, gc_interval: Duration) -> Result<ControlPlane, String> {
         let server = ApiServer::new(store).await.map_err(|e| format!("API server: {e}"))?;
         let (stop, _) = watch::channel(false);
         let scheduler = SchedulerBuilder::new(client(&server))
@@ -157,7 +164,8 @@ impl ControlPlane {
                 eprintln!("scheduler stopped: {e}");
             }
         });
-        let config = ControllerManagerConfig { cluster_cidr: Some(CLUSTER_CIDR.into()), ..Default::default() };
+        let config =
+            ControllerManagerConfig { cluster_cidr: Some(CLUSTER_CIDR.into()), gc_interval, ..Default::default() };
         let manager = controllers::builtin(SharedInformerFactory::new(client(&server)), config);
         let manager = tokio::spawn(manager.run(stopped(&stop)));
         Ok(ControlPlane { server, stop, scheduler, manager })
@@ -514,7 +522,7 @@ fn p(l: &Latencies, q: f64) -> String {
 async fn process_scenario(dir: &Path, o: &Options) -> Result<(), String> {
     let dir = dir.join("process");
     let store = RocksStore::open(dir.join("store")).await.map_err(|e| format!("store: {e}"))?;
-    let cp = ControlPlane::start(Arc::new(store)).await?;
+    let cp = ControlPlane::start(Arc::new(store), Duration::from_secs(o.gc_interval)).await?;
     let catalog = ImageCatalog::builder()
         .image("bench/sleep", ImageEntry::new(["sleep", "infinity"]).env(MARKER, std::process::id().to_string()))
         .build()
@@ -656,7 +664,7 @@ async fn sim_scenario(dir: &Path, o: &Options) -> Result<(), String> {
         "mem" => Arc::new(MemStore::new()),
         _ => Arc::new(RocksStore::open(dir.join("store")).await.map_err(|e| format!("store: {e}"))?),
     };
-    let cp = ControlPlane::start(store).await?;
+    let cp = ControlPlane::start(store, Duration::from_secs(o.gc_interval)).await?;
     let shared = SharedPods::start(cp.client());
     let agent_client = cp.client();
     let recorder = Recorder::new(agent_client.clone(), "kubelet", "sim-nodes");
@@ -666,7 +674,12 @@ async fn sim_scenario(dir: &Path, o: &Options) -> Result<(), String> {
     for n in 1..=o.nodes {
         let name = format!("sim-node-{n}");
         let ip = node_ip(n);
-        let runtime = SimRuntime::new(SimConfig { write_logs: false, host_ip: ip, ..SimConfig::default() });
+        let runtime = SimRuntime::new(SimConfig {
+            write_logs: false,
+            host_ip: ip,
+            event_capacity: o.sim_event_capacity,
+            ..SimConfig::default()
+        });
         let mut config = NodeConfig::new(&name).root_dir(dir.join("nodes").join(&name));
         config.max_pods = o.max_pods;
         config = config.fixed_capacity(8_000, 32 << 30);
@@ -755,7 +768,7 @@ async fn sim_measure(
     println!(
         "node sim_nodes={} pods={} rss_mb={rss:.0} heartbeat_cpu_pct={:.1} pod_start_p99_ms={} pod_start_p50_ms={} sched_p99_ms={} \
          create_call_p99_ms={} running={} total_s={total_s:.1} pods_per_s={:.0} rss_idle_mb={rss_idle:.0} peak_rss_mb={:.0} \
-         heartbeat_others_cpu_pct={:.1} store={} complete={complete}",
+         heartbeat_others_cpu_pct={:.1} store={} gc_interval_s={} complete={complete}",
         o.nodes,
         o.sim_pods,
         heartbeat.process_pct,
@@ -768,6 +781,7 @@ async fn sim_measure(
         sys::peak_rss_mb(),
         heartbeat.others_pct,
         o.sim_store,
+        o.gc_interval,
     );
     println!(
         "# {} pods on {} simulated nodes: all running after {total_s:.1}s ({:.0} pods/s; created in {created_s:.1}s), start p50 {} ms p99 {} ms max {} ms, \
