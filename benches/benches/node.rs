@@ -80,7 +80,9 @@ usage: cargo bench -p orchestra-benches --bench node [-- OPTIONS]
   --timeout SECONDS     give up waiting for pods to run (default 3600; quick 60)
   --gc-interval SECONDS the garbage collector's rescan period (default 5, the controller manager's;
                         a large value leaves only its first, empty scan: see the findings in the docs)
-  --sim-event-capacity N  SimConfig::event_capacity of each simulated runtime (default 1024)";
+  --sim-event-capacity N  SimConfig::event_capacity of each simulated runtime (default 1024)
+  --max-rss-mb N        stop the sim scenario when the process RSS passes N MB (default 18000;
+                        the machines are shared)";
 
 /// The pod CIDR the NodeIPAM controller splits (as `orchestra up`).
 const CLUSTER_CIDR: &str = "127.64.0.0/10";
@@ -106,6 +108,7 @@ struct Options {
     timeout: u64,
     gc_interval: u64,
     sim_event_capacity: usize,
+    max_rss_mb: f64,
 }
 
 impl Options {
@@ -127,6 +130,7 @@ impl Options {
             timeout: args.get("timeout", q(3600, 60) as u64)?,
             gc_interval: args.get("gc-interval", ControllerManagerConfig::default().gc_interval.as_secs())?,
             sim_event_capacity: args.get("sim-event-capacity", SimConfig::default().event_capacity)?,
+            max_rss_mb: args.get("max-rss-mb", 18_000.0)?,
         };
         args.finish()?;
         if let Some(s) = options.scenarios.iter().find(|s| !["process", "sim"].contains(&s.as_str())) {
@@ -317,6 +321,8 @@ struct Tracker {
     /// Latencies of the create calls (ns).
     create_calls: Mutex<Vec<u64>>,
     create_errors: AtomicUsize,
+    /// Set when the run is given up: the creators stop.
+    abort: std::sync::atomic::AtomicBool,
 }
 
 fn is_running_ready(pod: &Pod) -> bool {
@@ -408,7 +414,7 @@ async fn create_pods(api: &Api<Pod>, tracker: &Arc<Tracker>, n: usize, creators:
             let mut calls = Vec::new();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
+                if i >= n || tracker.abort.load(Ordering::Relaxed) {
                     break;
                 }
                 let pod = make(i);
@@ -441,7 +447,14 @@ async fn create_pods(api: &Api<Pod>, tracker: &Arc<Tracker>, n: usize, creators:
 }
 
 /// Waits until `n` pods run (or `timeout`), printing progress every `every`.
-async fn wait_running(tracker: &Tracker, n: usize, timeout: Duration, every: Duration, started: Instant) -> bool {
+async fn wait_running(
+    tracker: &Tracker,
+    n: usize,
+    timeout: Duration,
+    every: Duration,
+    started: Instant,
+    max_rss_mb: f64,
+) -> bool {
     let deadline = started + timeout;
     let mut next_report = Instant::now() + every;
     let mut meter = CpuMeter::start();
@@ -451,6 +464,13 @@ async fn wait_running(tracker: &Tracker, n: usize, timeout: Duration, every: Dur
             return true;
         }
         if Instant::now() > deadline {
+            tracker.abort.store(true, Ordering::Relaxed);
+            return false;
+        }
+        let rss = sys::rss_mb();
+        if rss > max_rss_mb {
+            println!("#   stopping: rss {rss:.0} MB passed --max-rss-mb {max_rss_mb:.0}");
+            tracker.abort.store(true, Ordering::Relaxed);
             return false;
         }
         if Instant::now() >= next_report {
@@ -613,7 +633,7 @@ async fn process_measure(cp: &ControlPlane, agents: &Agents, o: &Options) -> Res
     create_pods(&api, &tracker, o.pods, o.creators.unwrap_or(8), process_pod).await;
     let created_s = started.elapsed().as_secs_f64();
     let timeout = Duration::from_secs(o.timeout.min(600));
-    let complete = wait_running(&tracker, o.pods, timeout, Duration::from_secs(5), started).await;
+    let complete = wait_running(&tracker, o.pods, timeout, Duration::from_secs(5), started, f64::INFINITY).await;
     let total_s = tracker.last_running().map_or(0.0, |at| at.saturating_duration_since(started).as_secs_f64());
     // Every Running pod is a live `sleep` process of this benchmark.
     let processes = marked_processes();
@@ -751,9 +771,9 @@ async fn sim_measure(
     let meter = CpuMeter::start();
     let waiting = {
         let tracker = tracker.clone();
-        let (n, timeout) = (o.sim_pods, Duration::from_secs(o.timeout));
+        let (n, timeout, max_rss) = (o.sim_pods, Duration::from_secs(o.timeout), o.max_rss_mb);
         let every = Duration::from_secs(if o.quick { 5 } else { 15 });
-        tokio::spawn(async move { wait_running(&tracker, n, timeout, every, started).await })
+        tokio::spawn(async move { wait_running(&tracker, n, timeout, every, started, max_rss).await })
     };
     create_pods(&api, &tracker, o.sim_pods, creators, sim_pod).await;
     let created_s = started.elapsed().as_secs_f64();
