@@ -37,12 +37,13 @@ test: deps
 	$(CARGO) test --workspace --all-features
 
 ## The benchmarks against their baselines (etcd for the store, the bare
-## store for the API server).
+## store for the API server, the Kubernetes limits and SLOs for the nodes).
 bench: deps
 	$(CARGO) bench -p orchestra-benches --bench store
 	$(CARGO) bench -p orchestra-benches --bench apiserver
 	$(CARGO) bench -p orchestra-benches --bench scheduler
 	$(CARGO) bench -p orchestra-benches --bench controllers
+	$(CARGO) bench -p orchestra-benches --bench node
 
 ## The same, each in under a minute and a half.
 bench-quick: deps
@@ -50,6 +51,7 @@ bench-quick: deps
 	$(CARGO) bench -p orchestra-benches --bench apiserver -- --quick
 	$(CARGO) bench -p orchestra-benches --bench scheduler -- --quick
 	$(CARGO) bench -p orchestra-benches --bench controllers -- --quick
+	$(CARGO) bench -p orchestra-benches --bench node -- --quick
 
 ## The API server against the bare store only.
 bench-apiserver: deps

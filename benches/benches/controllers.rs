@@ -18,6 +18,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use orchestra_benches::args::Args;
+use orchestra_benches::sys::rss_mb;
 use orchestra_core::server::ApiServer;
 use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::workqueue::{RateLimit, WorkQueue};
@@ -34,17 +35,6 @@ usage: cargo bench -p orchestra-benches --bench controllers [-- OPTIONS]
   --workers N          workers per controller (default 16)
   --creators N         concurrent creating clients (default 32)
   --timeout SECONDS    give up after (default 600)";
-
-fn rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0)
-}
 
 fn deployment(i: usize, replicas: i32) -> Deployment {
     let name = format!("d{i}");

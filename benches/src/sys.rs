@@ -47,6 +47,96 @@ pub fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// A `kB` field of `/proc/self/status` (`VmRSS`, `VmHWM`...) in MiB; zero if absent.
+fn status_mib(field: &str) -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// This process's resident set size in MiB (`VmRSS`).
+pub fn rss_mb() -> f64 {
+    status_mib("VmRSS")
+}
+
+/// This process's peak resident set size in MiB (`VmHWM`).
+pub fn peak_rss_mb() -> f64 {
+    status_mib("VmHWM")
+}
+
+/// Clock ticks per second of `/proc` CPU times (`USER_HZ`, 100 on Linux).
+const USER_HZ: f64 = 100.0;
+
+/// CPU time (user + system, all threads) this process has used, in seconds,
+/// from `/proc/self/stat`.
+pub fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name may hold spaces: the fields of interest follow its ')'.
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / USER_HZ
+}
+
+/// Busy and total CPU time of the whole machine (all CPUs), in seconds, from
+/// the `cpu` line of `/proc/stat` (busy = everything but idle and iowait).
+pub fn machine_cpu_seconds() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else { return (0.0, 0.0) };
+    let v: Vec<f64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let total: f64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
+    ((total - idle) / USER_HZ, total / USER_HZ)
+}
+
+/// Measures CPU use over a window: this process's CPU time per wall-clock
+/// second (100 % = one CPU busy) and the whole machine's, to tell this
+/// process's load from other users' on a shared machine.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuMeter {
+    process: f64,
+    machine: (f64, f64),
+    wall: std::time::Instant,
+}
+
+/// What a [`CpuMeter`] saw.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuUse {
+    /// This process: CPU seconds per second, in percent of one CPU.
+    pub process_pct: f64,
+    /// The whole machine's busy time, in percent of one CPU (at most
+    /// `nproc() * 100`).
+    pub machine_pct: f64,
+    /// Everything else on the machine (`machine_pct - process_pct`, at least 0).
+    pub others_pct: f64,
+    /// Wall-clock seconds measured.
+    pub seconds: f64,
+}
+
+impl CpuMeter {
+    /// Starts measuring now.
+    pub fn start() -> CpuMeter {
+        CpuMeter { process: cpu_seconds(), machine: machine_cpu_seconds(), wall: std::time::Instant::now() }
+    }
+
+    /// CPU use since [`CpuMeter::start`].
+    pub fn read(&self) -> CpuUse {
+        let seconds = self.wall.elapsed().as_secs_f64().max(1e-9);
+        let process_pct = 100.0 * (cpu_seconds() - self.process) / seconds;
+        let (busy, total) = machine_cpu_seconds();
+        // The machine's busy share of all CPUs, scaled to "percent of one CPU".
+        let machine_pct = if total > self.machine.1 {
+            100.0 * nproc() as f64 * (busy - self.machine.0) / (total - self.machine.1)
+        } else {
+            0.0
+        };
+        CpuUse { process_pct, machine_pct, others_pct: (machine_pct - process_pct).max(0.0), seconds }
+    }
+}
+
 /// The mount a path lives on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
@@ -127,5 +217,12 @@ mod tests {
         let m = mount_of(Path::new("/")).expect("/ is mounted");
         assert_eq!(m.mount_point, PathBuf::from("/"));
         assert!(nproc() >= 1);
+        assert!(rss_mb() > 0.0 && peak_rss_mb() >= rss_mb());
+        let meter = CpuMeter::start();
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        assert!(x != 1 && meter.read().process_pct >= 0.0 && cpu_seconds() > 0.0);
     }
 }
