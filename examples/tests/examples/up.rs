@@ -148,6 +148,7 @@ spec:
         image: orchestra/echo
         env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
         ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /ready, port: 8080}, periodSeconds: 1}
         resources: {requests: {cpu: 10m, memory: 16Mi}}
 "#;
 

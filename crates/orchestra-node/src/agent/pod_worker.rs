@@ -900,6 +900,10 @@ impl PodWorker {
                         let _ = self.shared.runtime.stop_container(&id, grace).await;
                     }
                 }
+                // Sync again at once: the container is now Running, its
+                // probes are due from its start (a runtime's Started event
+                // may have been published before this pod knew the id).
+                self.input.kick();
             }
             Err(e) => {
                 self.waiting.remove(&spec.name);
@@ -949,6 +953,7 @@ impl PodWorker {
             async move { probes::run_probe(probe, spec, &c.id, pod_ip, runtime.as_ref()).await }
         }))
         .await;
+        tracing::debug!(pod = %self.uid, container = %spec.name, ?due, ?results, "probes ran");
         let mut kill: Option<(ProbeType, String)> = None;
         let mut events = Vec::new();
         let now = Instant::now();
