@@ -10,7 +10,7 @@ use orchestra_core::auth::{
     AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, PublicInfoViewer, TokenFile,
 };
 use orchestra_core::server::pki::Pki;
-use orchestra_core::server::{ApiServer, ListenOptions};
+use orchestra_core::server::{ApiServer, KubeletClient, ListenOptions};
 use orchestra_store::RocksStore;
 
 /// Options of `orchestra apiserver`.
@@ -52,7 +52,17 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // RBAC exists.
     let authenticator = authenticator.allow_anonymous(true);
     let authorizer = AuthorizerChain::new().with(PublicInfoViewer).with(AllowAuthenticated);
-    let server = ApiServer::builder(Arc::new(store)).authenticator(authenticator).authorizer(authorizer).build().await?;
+    // `pods/log` and `pods/exec` reach node agents with a client certificate
+    // of the cluster CA; nodes started on their own (`orchestra node`) sign
+    // their serving certificate themselves, which is not verified — as
+    // upstream without `--kubelet-certificate-authority`.
+    let kubelet_identity = pki.issue_client("kube-apiserver-kubelet-client", Some("system:masters"))?;
+    let server = ApiServer::builder(Arc::new(store))
+        .authenticator(authenticator)
+        .authorizer(authorizer)
+        .kubelet_client(KubeletClient::without_server_verification(&kubelet_identity)?)
+        .build()
+        .await?;
 
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let address = listener.local_addr()?;
