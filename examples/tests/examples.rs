@@ -2,6 +2,8 @@
 
 #[path = "examples/apiserver.rs"]
 mod apiserver;
+#[path = "examples/roles.rs"]
+mod roles;
 #[path = "examples/support.rs"]
 mod support;
 #[path = "examples/up.rs"]
