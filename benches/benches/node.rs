@@ -323,6 +323,12 @@ struct Tracker {
     create_errors: AtomicUsize,
     /// Set when the run is given up: the creators stop.
     abort: std::sync::atomic::AtomicBool,
+    /// Events the watch delivered, errors it reported, and when it last
+    /// delivered one (ms since `Tracker::start`).
+    events: AtomicUsize,
+    errors: AtomicUsize,
+    last_event_ms: std::sync::atomic::AtomicU64,
+    epoch: Option<Instant>,
 }
 
 fn is_running_ready(pod: &Pod) -> bool {
@@ -334,7 +340,7 @@ fn is_running_ready(pod: &Pod) -> bool {
 impl Tracker {
     /// Starts the watch; returns once its initial list is done.
     async fn start(client: Client) -> Arc<Tracker> {
-        let tracker = Arc::new(Tracker::default());
+        let tracker = Arc::new(Tracker { epoch: Some(Instant::now()), ..Tracker::default() });
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel::<()>();
         let t = tracker.clone();
         tokio::spawn(async move {
@@ -342,6 +348,12 @@ impl Tracker {
             let mut synced = Some(synced_tx);
             let mut stream = watcher(api, watcher::Config::default()).boxed();
             while let Some(event) = stream.next().await {
+                if event.is_ok() {
+                    t.events.fetch_add(1, Ordering::Relaxed);
+                    t.last_event_ms.store(t.since_epoch_ms(), Ordering::Relaxed);
+                } else {
+                    t.errors.fetch_add(1, Ordering::Relaxed);
+                }
                 match event {
                     Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => t.observe(&pod),
                     Ok(watcher::Event::Delete(pod)) => t.observe_delete(&pod),
@@ -357,6 +369,15 @@ impl Tracker {
         });
         let _ = synced_rx.await;
         tracker
+    }
+
+    fn since_epoch_ms(&self) -> u64 {
+        self.epoch.map_or(0, |e| e.elapsed().as_millis() as u64)
+    }
+
+    /// Seconds since the watch last delivered an event.
+    fn watch_idle_s(&self) -> f64 {
+        (self.since_epoch_ms().saturating_sub(self.last_event_ms.load(Ordering::Relaxed))) as f64 / 1e3
     }
 
     fn observe(&self, pod: &Pod) {
@@ -446,41 +467,89 @@ async fn create_pods(api: &Api<Pod>, tracker: &Arc<Tracker>, n: usize, creators:
     }
 }
 
+/// How a wait for running pods ended.
+#[derive(Debug, Clone, Copy)]
+struct Outcome {
+    /// Every pod runs.
+    complete: bool,
+    /// The watch stopped delivering while the agents ran every pod: the
+    /// latencies are those of the pods the watch saw.
+    watch_stalled: bool,
+    /// When the last pod was seen running (by the watch, or the agents).
+    done_at: Option<Instant>,
+}
+
+/// Pods the agents run (at least one container running).
+fn agent_running(agents: &[AgentHandle]) -> usize {
+    agents.iter().map(AgentHandle::running_pods).sum()
+}
+
 /// Waits until `n` pods run (or `timeout`), printing progress every `every`.
+/// The watch decides; if it falls silent while `agents` run every pod, the
+/// wait ends after 30 s more with `watch_stalled`.
 async fn wait_running(
     tracker: &Tracker,
+    agents: &[AgentHandle],
     n: usize,
     timeout: Duration,
     every: Duration,
     started: Instant,
     max_rss_mb: f64,
-) -> bool {
+) -> Outcome {
     let deadline = started + timeout;
     let mut next_report = Instant::now() + every;
+    let mut next_agent_check = Instant::now();
+    let mut agents_done_at: Option<Instant> = None;
     let mut meter = CpuMeter::start();
+    let give_up = |complete: bool, watch_stalled: bool, done_at: Option<Instant>| {
+        if !complete {
+            tracker.abort.store(true, Ordering::Relaxed);
+        }
+        Outcome { complete, watch_stalled, done_at }
+    };
     loop {
         let running = tracker.running.load(Ordering::Relaxed);
         if running >= n {
-            return true;
+            return give_up(true, false, tracker.last_running());
         }
         if Instant::now() > deadline {
-            tracker.abort.store(true, Ordering::Relaxed);
-            return false;
+            return give_up(false, false, None);
         }
         let rss = sys::rss_mb();
         if rss > max_rss_mb {
             println!("#   stopping: rss {rss:.0} MB passed --max-rss-mb {max_rss_mb:.0}");
-            tracker.abort.store(true, Ordering::Relaxed);
-            return false;
+            return give_up(false, false, None);
+        }
+        if Instant::now() >= next_agent_check && agents_done_at.is_none() {
+            next_agent_check = Instant::now() + Duration::from_secs(1);
+            if !agents.is_empty() && agent_running(agents) >= n {
+                agents_done_at = Some(Instant::now());
+            }
+        }
+        if let Some(at) = agents_done_at
+            && at.elapsed() > Duration::from_secs(30)
+            && tracker.watch_idle_s() > 20.0
+        {
+            println!(
+                "#   the agents run all {n} pods since {:.0}s but the pod watch is silent for {:.0}s with {running} seen running",
+                at.saturating_duration_since(started).as_secs_f64(),
+                tracker.watch_idle_s()
+            );
+            return give_up(true, true, Some(at));
         }
         if Instant::now() >= next_report {
             let cpu = meter.read();
             println!(
-                "#   t={:.0}s created={} scheduled={} running={} rss_mb={:.0} cpu_pct={:.0} others_cpu_pct={:.0} load={}",
+                "#   t={:.0}s created={} scheduled={} running={} agent_running={} watch_events={} watch_idle_s={:.0} watch_errors={} \
+                 rss_mb={:.0} cpu_pct={:.0} others_cpu_pct={:.0} load={}",
                 started.elapsed().as_secs_f64(),
                 tracker.pods.lock().values().filter(|t| t.created.is_some()).count(),
                 tracker.scheduled.load(Ordering::Relaxed),
                 running,
+                agent_running(agents),
+                tracker.events.load(Ordering::Relaxed),
+                tracker.watch_idle_s(),
+                tracker.errors.load(Ordering::Relaxed),
                 sys::rss_mb(),
                 cpu.process_pct,
                 cpu.others_pct,
@@ -633,8 +702,10 @@ async fn process_measure(cp: &ControlPlane, agents: &Agents, o: &Options) -> Res
     create_pods(&api, &tracker, o.pods, o.creators.unwrap_or(8), process_pod).await;
     let created_s = started.elapsed().as_secs_f64();
     let timeout = Duration::from_secs(o.timeout.min(600));
-    let complete = wait_running(&tracker, o.pods, timeout, Duration::from_secs(5), started, f64::INFINITY).await;
-    let total_s = tracker.last_running().map_or(0.0, |at| at.saturating_duration_since(started).as_secs_f64());
+    let outcome =
+        wait_running(&tracker, &agents.handles, o.pods, timeout, Duration::from_secs(5), started, f64::INFINITY).await;
+    let complete = outcome.complete;
+    let total_s = outcome.done_at.map_or(0.0, |at| at.saturating_duration_since(started).as_secs_f64());
     // Every Running pod is a live `sleep` process of this benchmark.
     let processes = marked_processes();
     let (scheduled, running) = tracker.latencies();
@@ -772,23 +843,27 @@ async fn sim_measure(
     let waiting = {
         let tracker = tracker.clone();
         let (n, timeout, max_rss) = (o.sim_pods, Duration::from_secs(o.timeout), o.max_rss_mb);
+        let handles = agents.handles.clone();
         let every = Duration::from_secs(if o.quick { 5 } else { 15 });
-        tokio::spawn(async move { wait_running(&tracker, n, timeout, every, started, max_rss).await })
+        tokio::spawn(async move { wait_running(&tracker, &handles, n, timeout, every, started, max_rss).await })
     };
     create_pods(&api, &tracker, o.sim_pods, creators, sim_pod).await;
     let created_s = started.elapsed().as_secs_f64();
     println!("# {} pods created by {creators} clients in {created_s:.1}s ({:.0}/s)", o.sim_pods, o.sim_pods as f64 / created_s);
-    let complete = waiting.await.unwrap_or(false);
+    let outcome = waiting.await.unwrap_or(Outcome { complete: false, watch_stalled: false, done_at: None });
+    let complete = outcome.complete;
     let load = meter.read();
-    let total_s = tracker.last_running().map_or(0.0, |at| at.saturating_duration_since(started).as_secs_f64());
+    let total_s = outcome.done_at.map_or(0.0, |at| at.saturating_duration_since(started).as_secs_f64());
     let (scheduled, running) = tracker.latencies();
     let calls = Latencies::from_nanos(tracker.create_calls.lock().clone());
+    // Pods running at the end (the agents' count when the watch fell silent).
+    let finished = if outcome.watch_stalled { agent_running(&agents.handles) } else { running.len() };
     let rss = sys::rss_mb();
     let s = agents.stats();
     println!(
         "node sim_nodes={} pods={} rss_mb={rss:.0} heartbeat_cpu_pct={:.1} pod_start_p99_ms={} pod_start_p50_ms={} sched_p99_ms={} \
          create_call_p99_ms={} running={} total_s={total_s:.1} pods_per_s={:.0} rss_idle_mb={rss_idle:.0} peak_rss_mb={:.0} \
-         heartbeat_others_cpu_pct={:.1} store={} gc_interval_s={} complete={complete}",
+         heartbeat_others_cpu_pct={:.1} store={} gc_interval_s={} watch_stalled={} complete={complete}",
         o.nodes,
         o.sim_pods,
         heartbeat.process_pct,
@@ -797,11 +872,12 @@ async fn sim_measure(
         p(&scheduled, 99.0),
         p(&calls, 99.0),
         running.len(),
-        running.len() as f64 / total_s.max(1e-9),
+        finished as f64 / total_s.max(1e-9),
         sys::peak_rss_mb(),
         heartbeat.others_pct,
         o.sim_store,
         o.gc_interval,
+        outcome.watch_stalled,
     );
     println!(
         "# {} pods on {} simulated nodes: all running after {total_s:.1}s ({:.0} pods/s; created in {created_s:.1}s), start p50 {} ms p99 {} ms max {} ms, \
@@ -809,7 +885,7 @@ async fn sim_measure(
          pod status writes {}, events dropped {}, lease failures {}",
         running.len(),
         o.nodes,
-        running.len() as f64 / total_s.max(1e-9),
+        finished as f64 / total_s.max(1e-9),
         p(&running, 50.0),
         p(&running, 99.0),
         fmt_ms(running.max()),
