@@ -419,6 +419,16 @@ impl Tracker {
         (Latencies::from_nanos(scheduled), Latencies::from_nanos(running))
     }
 
+    /// Up to `max` pods created but never seen running.
+    fn missing(&self, max: usize) -> Vec<String> {
+        let pods = self.pods.lock();
+        let mut names: Vec<String> =
+            pods.iter().filter(|(_, t)| t.created.is_some() && t.running.is_none()).map(|(n, _)| n.clone()).collect();
+        names.sort();
+        names.truncate(max);
+        names
+    }
+
     /// The last pod's running time (the end of the run).
     fn last_running(&self) -> Option<Instant> {
         self.pods.lock().values().filter_map(|t| t.running).max()
@@ -479,6 +489,41 @@ struct Outcome {
     done_at: Option<Instant>,
 }
 
+/// A run in which no pod starts for this long is given up (and reported).
+const STALL: Duration = Duration::from_secs(120);
+
+/// Prints what the API says of up to five pods that never ran.
+async fn explain_missing(tracker: &Tracker, api: &Api<Pod>) {
+    for name in tracker.missing(5) {
+        match api.get_opt(&name).await {
+            Ok(Some(pod)) => {
+                let status = pod.status.unwrap_or_default();
+                let waiting: Vec<String> = status
+                    .container_statuses
+                    .iter()
+                    .flatten()
+                    .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
+                    .collect();
+                let conditions: Vec<String> = status
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .map(|c| format!("{}={}{}", c.type_, c.status, c.reason.as_deref().map(|r| format!("({r})")).unwrap_or_default()))
+                    .collect();
+                println!(
+                    "#   never seen running: {name} node={} phase={} reason={} waiting={waiting:?} conditions={conditions:?} deleting={}",
+                    pod.spec.and_then(|s| s.node_name).unwrap_or_default(),
+                    status.phase.unwrap_or_default(),
+                    status.reason.unwrap_or_default(),
+                    pod.metadata.deletion_timestamp.is_some()
+                );
+            }
+            Ok(None) => println!("#   never seen running: {name} is gone (deleted or evicted)"),
+            Err(e) => println!("#   never seen running: {name}: {e}"),
+        }
+    }
+}
+
 /// Pods the agents run (at least one container running).
 fn agent_running(agents: &[AgentHandle]) -> usize {
     agents.iter().map(AgentHandle::running_pods).sum()
@@ -500,6 +545,8 @@ async fn wait_running(
     let mut next_report = Instant::now() + every;
     let mut next_agent_check = Instant::now();
     let mut agents_done_at: Option<Instant> = None;
+    // (watch-seen running, agents' running) and since when they stay put.
+    let mut last_progress = (0usize, 0usize, Instant::now());
     let mut meter = CpuMeter::start();
     let give_up = |complete: bool, watch_stalled: bool, done_at: Option<Instant>| {
         if !complete {
@@ -513,17 +560,27 @@ async fn wait_running(
             return give_up(true, false, tracker.last_running());
         }
         if Instant::now() > deadline {
-            return give_up(false, false, None);
+            return give_up(false, false, tracker.last_running());
         }
         let rss = sys::rss_mb();
         if rss > max_rss_mb {
             println!("#   stopping: rss {rss:.0} MB passed --max-rss-mb {max_rss_mb:.0}");
-            return give_up(false, false, None);
+            return give_up(false, false, tracker.last_running());
         }
-        if Instant::now() >= next_agent_check && agents_done_at.is_none() {
+        if Instant::now() >= next_agent_check {
             next_agent_check = Instant::now() + Duration::from_secs(1);
-            if !agents.is_empty() && agent_running(agents) >= n {
+            let on_agents = agent_running(agents);
+            if !agents.is_empty() && on_agents >= n && agents_done_at.is_none() {
                 agents_done_at = Some(Instant::now());
+            }
+            if (running, on_agents) != (last_progress.0, last_progress.1) {
+                last_progress = (running, on_agents, Instant::now());
+            } else if last_progress.2.elapsed() > STALL && running > 0 {
+                println!(
+                    "#   stopping: no pod started for {:.0}s ({running} seen running by the watch, {on_agents} by the agents, of {n})",
+                    last_progress.2.elapsed().as_secs_f64()
+                );
+                return give_up(false, false, tracker.last_running());
             }
         }
         if let Some(at) = agents_done_at
@@ -705,6 +762,9 @@ async fn process_measure(cp: &ControlPlane, agents: &Agents, o: &Options) -> Res
     let outcome =
         wait_running(&tracker, &agents.handles, o.pods, timeout, Duration::from_secs(5), started, f64::INFINITY).await;
     let complete = outcome.complete;
+    if !complete {
+        explain_missing(&tracker, &api).await;
+    }
     let total_s = outcome.done_at.map_or(0.0, |at| at.saturating_duration_since(started).as_secs_f64());
     // Every Running pod is a live `sleep` process of this benchmark.
     let processes = marked_processes();
@@ -852,6 +912,9 @@ async fn sim_measure(
     println!("# {} pods created by {creators} clients in {created_s:.1}s ({:.0}/s)", o.sim_pods, o.sim_pods as f64 / created_s);
     let outcome = waiting.await.unwrap_or(Outcome { complete: false, watch_stalled: false, done_at: None });
     let complete = outcome.complete;
+    if !complete {
+        explain_missing(&tracker, &api).await;
+    }
     let load = meter.read();
     let total_s = outcome.done_at.map_or(0.0, |at| at.saturating_duration_since(started).as_secs_f64());
     let (scheduled, running) = tracker.latencies();
