@@ -3,6 +3,7 @@
 //! the schema view. No I/O.
 
 pub mod apply;
+pub mod conversion;
 pub mod crd;
 mod error;
 pub mod fields;
@@ -20,7 +21,7 @@ pub mod validation;
 
 pub use error::{ApiError, ErrorTarget, FieldError};
 pub use openapi::OpenApi;
-pub use registry::Registry;
+pub use registry::{EVENT_TTL, Registry};
 pub use resource::{KindSchema, RESOURCE_VERBS, ResourceInfo, Scope, SubresourceInfo};
 pub use schema::{Ordered, SchemaView};
 pub use selector::{FieldSelector, LabelSelector};

@@ -14,6 +14,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext
 use super::resource::ResourceInfo;
 use super::validation;
 
+/// How long an Event is kept after its last write (upstream's `--event-ttl` default).
+pub const EVENT_TTL: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+
 /// Kinds by group, version and plural, in registration order per group.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
@@ -64,7 +67,11 @@ impl Registry {
         r.register(ResourceInfo::of::<core::ConfigMap>().short_names(&["cm"]));
         r.register(ResourceInfo::of::<core::Secret>());
         r.register(ResourceInfo::of::<core::ServiceAccount>().short_names(&["sa"]));
-        r.register(ResourceInfo::of::<core::Event>().short_names(&["ev"]));
+        r.register(
+            ResourceInfo::of::<core::Event>()
+                .short_names(&["ev"])
+                .expiring_after(EVENT_TTL),
+        );
         r.register(
             ResourceInfo::of::<core::PersistentVolume>()
                 .short_names(&["pv"])
@@ -148,7 +155,12 @@ impl Registry {
                 .short_names(&["pdb"])
                 .with_status(),
         );
-        r.register(ResourceInfo::of::<events::Event>().short_names(&["ev"]));
+        r.register(
+            ResourceInfo::of::<events::Event>()
+                .short_names(&["ev"])
+                .stored_as(super::conversion::EVENTS)
+                .expiring_after(EVENT_TTL),
+        );
         r.register(ResourceInfo::of::<admission::MutatingWebhookConfiguration>());
         r.register(ResourceInfo::of::<admission::ValidatingWebhookConfiguration>());
         r.register(

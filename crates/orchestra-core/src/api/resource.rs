@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use k8s_openapi::schemars::{JsonSchema, Schema, SchemaGenerator};
 use k8s_openapi::{ListableResource, Resource};
+use serde_json::Value;
 
 /// Where a kind's OpenAPI v3 schema comes from: the one source for OpenAPI
 /// documents, `kubectl explain`, strict field validation, strategic merge
@@ -72,6 +73,12 @@ pub struct ResourceInfo {
     /// Set for custom resources: what the CRD says beyond names (schema
     /// handling, scale paths, the storage version).
     pub custom: Option<Arc<super::crd::CustomResource>>,
+    /// Set for kinds kept in another kind's storage (`events.k8s.io/v1`
+    /// Events live with `core/v1` Events).
+    pub storage: Option<super::conversion::StorageConversion>,
+    /// How long an object lives after its last write (Events: one hour, as
+    /// upstream's `--event-ttl`); `None`: until deleted.
+    pub ttl: Option<std::time::Duration>,
 }
 
 
@@ -127,6 +134,8 @@ impl ResourceInfo {
             })),
             printer: super::table::builtin(K::GROUP, K::KIND),
             custom: None,
+            storage: None,
+            ttl: None,
         }
     }
 
@@ -155,6 +164,8 @@ impl ResourceInfo {
             schema: None,
             printer: None,
             custom: None,
+            storage: None,
+            ttl: None,
         }
     }
 
@@ -196,6 +207,34 @@ impl ResourceInfo {
     pub fn with_printer(mut self, printer: super::table::Printer) -> ResourceInfo {
         self.printer = Some(printer);
         self
+    }
+
+    /// Keeps the kind's objects in another kind's storage, converted on
+    /// every write and read.
+    pub fn stored_as(mut self, conversion: super::conversion::StorageConversion) -> ResourceInfo {
+        self.storage = Some(conversion);
+        self
+    }
+
+    /// Lets the store expire each object `ttl` after its last write.
+    pub fn expiring_after(mut self, ttl: std::time::Duration) -> ResourceInfo {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The form an object of this kind is stored in.
+    pub fn to_storage(&self, object: Value) -> Value {
+        match &self.storage {
+            Some(conversion) => conversion.stored(object),
+            None => object,
+        }
+    }
+
+    /// Turns a stored object into this kind's served form.
+    pub fn from_storage(&self, object: &mut Value) {
+        if let Some(conversion) = &self.storage {
+            conversion.served(object, &self.api_version(), &self.kind);
+        }
     }
 
     /// Adds a `status` subresource.
@@ -256,11 +295,16 @@ impl ResourceInfo {
 
     /// The store prefix of every object of the resource:
     /// `/registry/<group>/<plural>/` (`/registry/<plural>/` for the core group).
+    /// Kinds [stored as](ResourceInfo::stored_as) another use its prefix.
     pub fn storage_prefix(&self) -> String {
-        if self.group.is_empty() {
-            format!("/registry/{}/", self.plural)
+        let (group, plural) = match &self.storage {
+            Some(conversion) => (conversion.group, conversion.plural),
+            None => (self.group.as_str(), self.plural.as_str()),
+        };
+        if group.is_empty() {
+            format!("/registry/{plural}/")
         } else {
-            format!("/registry/{}/{}/", self.group, self.plural)
+            format!("/registry/{group}/{plural}/")
         }
     }
 

@@ -71,10 +71,19 @@ pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value, ApiError> {
     Ok(object)
 }
 
-/// Encodes an object for storage: without its resource version, which the
-/// store's revision provides.
-fn encode(object: &Value) -> Bytes {
-    let mut object = object.clone();
+/// Decodes a stored object as the resource serves it: converted from the
+/// storing kind, custom resource defaults applied, resource version stamped.
+pub(crate) fn decode_served(resource: &ResourceInfo, kv: &KeyValue) -> Result<Value, ApiError> {
+    let mut object = decode_stored(kv)?;
+    resource.from_storage(&mut object);
+    super::crd::served(resource, &mut object);
+    Ok(object)
+}
+
+/// Encodes an object for storage: in its stored form, without its resource
+/// version, which the store's revision provides.
+pub(crate) fn encode(resource: &ResourceInfo, object: &Value) -> Bytes {
+    let mut object = resource.to_storage(object.clone());
     metadata_mut(&mut object).remove("resourceVersion");
     Bytes::from(serde_json::to_vec(&object).expect("JSON values serialize"))
 }
@@ -104,8 +113,7 @@ pub(crate) async fn load(
         .await
         .map_err(|e| store_error(e, &error_target))?;
     let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
-    let mut object = decode_stored(&kv)?;
-    super::crd::served(&target.resource, &mut object);
+    let object = decode_served(&target.resource, &kv)?;
     Ok((object, kv.mod_revision))
 }
 
@@ -224,8 +232,7 @@ pub(crate) async fn list_items(
         })?;
         listed.revision = response.revision;
         for (i, kv) in response.kvs.iter().enumerate() {
-            let mut object = decode_stored(kv)?;
-            super::crd::served(&target.resource, &mut object);
+            let object = decode_served(&target.resource, kv)?;
             if labels.matches_object(&object) && fields.matches_object(&object) {
                 listed.items.push(object);
             }
@@ -498,7 +505,7 @@ async fn create_object(
     }
     let kv = state
         .store
-        .create(&target.key(&name), encode(&object), None)
+        .create(&target.key(&name), encode(&target.resource, &object), target.resource.ttl)
         .await
         .map_err(|e| store_error(e, &target.error_target(&name)))?;
     metadata_mut(&mut object).insert("resourceVersion".into(), kv.mod_revision.to_string().into());
@@ -622,10 +629,10 @@ async fn store_update(
     }
     let kv = state
         .store
-        .update(&key, encode(&new), old_revision, None)
+        .update(&key, encode(&target.resource, &new), old_revision, target.resource.ttl)
         .await
         .map_err(|e| store_error(e, &error_target))?;
-    decode_stored(&kv)
+    decode_served(&target.resource, &kv)
 }
 
 /// PUT of an object or its status.
@@ -782,7 +789,7 @@ pub(crate) async fn delete(
         .await
         .map_err(|e| store_error(e, &error_target))?;
     let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
-    let mut object = decode_stored(&kv)?;
+    let mut object = decode_served(&target.resource, &kv)?;
     if let Some(pre) = &options.preconditions {
         if let Some(uid) = &pre.uid
             && meta_str(&object, "uid") != Some(uid.as_str())
@@ -894,10 +901,10 @@ pub(crate) async fn delete(
     }
     let kv = state
         .store
-        .update(&key, encode(&object), kv.mod_revision, None)
+        .update(&key, encode(&target.resource, &object), kv.mod_revision, target.resource.ttl)
         .await
         .map_err(|e| store_error(e, &error_target))?;
-    decode_stored(&kv)
+    decode_served(&target.resource, &kv)
 }
 
 /// DELETE of a collection: every object matching the selectors.

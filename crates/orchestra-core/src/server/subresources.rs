@@ -4,7 +4,7 @@ use axum::http::{HeaderMap, Method};
 use serde_json::{Value, json};
 
 use super::body;
-use super::objects::{Target, decode_stored, load, store_error};
+use super::objects::{Target, decode_served, encode, load, store_error};
 use super::route::Query;
 use super::state::State;
 use crate::api::meta::{meta_str, metadata_mut};
@@ -21,15 +21,12 @@ async fn save(
     let key = target
         .resource
         .storage_key(target.namespace.as_deref(), name);
-    let mut object = object.clone();
-    metadata_mut(&mut object).remove("resourceVersion");
-    let bytes = serde_json::to_vec(&object).expect("JSON values serialize");
     let kv = state
         .store
-        .update(&key, bytes.into(), revision, None)
+        .update(&key, encode(&target.resource, object), revision, target.resource.ttl)
         .await
         .map_err(|e| store_error(e, &target.error_target(name)))?;
-    decode_stored(&kv)
+    decode_served(&target.resource, &kv)
 }
 
 /// `POST pods/<name>/binding`: assigns the pod to a node, once.

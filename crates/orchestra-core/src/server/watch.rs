@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::body;
-use super::objects::{Target, decode_stored, list_items, store_error};
+use super::objects::{Target, decode_served, list_items, store_error};
 use super::route::Query;
 use super::state::State;
 use crate::api::{ApiError, FieldSelector, LabelSelector, meta::metadata_mut};
@@ -209,11 +209,7 @@ async fn start(
 /// The watch event (type, object) of a store event, or `None` if the
 /// filter hides it.
 fn to_event(filter: &Filter, event: &orchestra_store::Event) -> Option<(&'static str, Value)> {
-    let decode = |kv| {
-        let mut object = decode_stored(kv).ok()?;
-        super::crd::served(&filter.resource, &mut object);
-        Some(object)
-    };
+    let decode = |kv| decode_served(&filter.resource, kv).ok();
     match event.kind {
         EventKind::Put => {
             let new = decode(&event.kv)?;

@@ -109,3 +109,67 @@ async fn kubectl_drives_the_server() {
     .await
     .unwrap();
 }
+
+/// An Event recorded through `events.k8s.io/v1` (as the controllers, the
+/// scheduler and the node agent record them) is the same object as a
+/// `core/v1` Event: `kubectl describe` and `kubectl get events` read it
+/// through `core/v1`, and a `core/v1` Event reads back as `events.k8s.io/v1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_k8s_io_events_show_in_describe() {
+    let server = support::server().await;
+    let address = support::listen(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    support::write_kubeconfig(dir.path(), address);
+    let dir = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let (ok, out, err) = kubectl(&dir, &["create", "--validate=false", "-f", "-"], Some(POD));
+        assert!(ok, "{err}");
+        assert!(out.contains("pod/web created"), "{out}");
+        let (ok, uid, err) = kubectl(&dir, &["get", "pod", "web", "-o", "jsonpath={.metadata.uid}"], None);
+        assert!(ok, "{err}");
+        let event = format!(
+            r#"{{"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {{"name": "web.pulled", "namespace": "default"}},
+                "eventTime": "2026-11-30T08:00:00.000000Z",
+                "reportingController": "orchestra.io/node", "reportingInstance": "node-a",
+                "action": "Pulling", "reason": "Pulled", "type": "Normal",
+                "regarding": {{"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "default", "uid": "{uid}"}},
+                "note": "Container image \"nginx:1.27\" already present on machine"}}"#
+        );
+        let (ok, _, err) = kubectl(&dir, &["create", "-f", "-"], Some(&event));
+        assert!(ok, "{err}");
+        let core_event = format!(
+            r#"{{"apiVersion": "v1", "kind": "Event",
+                "metadata": {{"name": "web.scheduled", "namespace": "default"}},
+                "involvedObject": {{"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "default", "uid": "{uid}"}},
+                "reason": "Scheduled", "type": "Normal", "source": {{"component": "default-scheduler"}},
+                "message": "Successfully assigned default/web to node-a",
+                "firstTimestamp": "2026-11-30T08:00:00Z", "lastTimestamp": "2026-11-30T08:00:00Z", "count": 1}}"#
+        );
+        let (ok, _, err) = kubectl(&dir, &["create", "-f", "-"], Some(&core_event));
+        assert!(ok, "{err}");
+
+        let (ok, out, err) = kubectl(&dir, &["describe", "pod", "web"], None);
+        assert!(ok, "{err}");
+        let events = out.split("Events:").nth(1).unwrap_or_default();
+        assert!(
+            events.contains("Pulled") && events.contains("orchestra.io/node")
+                && events.contains("Container image \"nginx:1.27\" already present on machine"),
+            "{out}"
+        );
+        assert!(events.contains("Scheduled") && events.contains("default-scheduler"), "{out}");
+
+        let (ok, out, err) = kubectl(&dir, &["get", "events", "--field-selector", "involvedObject.name=web", "-o", "name"], None);
+        assert!(ok, "{err}");
+        assert_eq!(out.lines().count(), 2, "{out}");
+        let (ok, out, err) = kubectl(
+            &dir,
+            &["get", "events.v1.events.k8s.io", "web.scheduled", "-o", "jsonpath={.regarding.name} {.note} {.deprecatedSource.component}"],
+            None,
+        );
+        assert!(ok, "{err}");
+        assert_eq!(out, "web Successfully assigned default/web to node-a default-scheduler");
+    })
+    .await
+    .unwrap();
+}
