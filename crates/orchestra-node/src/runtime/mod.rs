@@ -334,6 +334,58 @@ pub struct ExecResult {
     pub stderr: Vec<u8>,
 }
 
+/// What [`RuntimeBackend::exec`] runs (CRI `ExecRequest`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecRequest {
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// Run it on a terminal: stdout and stderr are then one stream and
+    /// [`ExecSession::resize`] changes the terminal's size.
+    pub tty: bool,
+    /// Give it a stdin ([`ExecSession::stdin`]); otherwise it reads
+    /// `/dev/null`.
+    pub stdin: bool,
+}
+
+/// A terminal's size in characters (the `resize` channel of `kubectl exec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+pub struct TerminalSize {
+    /// Columns.
+    #[serde(rename = "Width")]
+    pub width: u16,
+    /// Rows.
+    #[serde(rename = "Height")]
+    pub height: u16,
+}
+
+/// A boxed byte stream an [`ExecSession`] reads from.
+pub type ExecOutput = std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>;
+
+/// A command started by [`RuntimeBackend::exec`], its streams attached.
+/// Dropping [`ExecSession::exit`] before it completes kills the command.
+pub struct ExecSession {
+    /// The command's stdin, if asked for; dropping it closes the stream.
+    pub stdin: Option<std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>>,
+    /// Its stdout (with a terminal: the terminal's output).
+    pub stdout: ExecOutput,
+    /// Its stderr; `None` with a terminal.
+    pub stderr: Option<ExecOutput>,
+    /// Resizes the terminal; `None` without one.
+    pub resize: Option<Box<dyn Fn(TerminalSize) -> std::io::Result<()> + Send + Sync>>,
+    /// Completes with the exit code once the command has exited.
+    pub exit: futures::future::BoxFuture<'static, Result<i32>>,
+}
+
+impl std::fmt::Debug for ExecSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecSession")
+            .field("stdin", &self.stdin.is_some())
+            .field("stderr", &self.stderr.is_some())
+            .field("tty", &self.resize.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 /// A change a backend reports as it happens (CRI `GetContainerEvents`), so
 /// the agent reacts to an exit at once instead of waiting for its next poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -430,6 +482,15 @@ pub trait RuntimeBackend: Send + Sync + 'static {
     /// Runs a command inside a running container and waits for it, at most
     /// `timeout` (exec probes; `kubectl exec` without a terminal).
     async fn exec_sync(&self, id: &ContainerId, command: &[String], timeout: Duration) -> Result<ExecResult>;
+
+    /// Starts a command inside a running container with its streams
+    /// attached (CRI `Exec`: `kubectl exec`, interactive or not, with or
+    /// without a terminal). Backends without processes answer
+    /// [`RuntimeError::Unsupported`], the default.
+    async fn exec(&self, id: &ContainerId, request: ExecRequest) -> Result<ExecSession> {
+        let _ = (id, request);
+        Err(RuntimeError::Unsupported("this runtime cannot attach to a command's streams".into()))
+    }
 
     /// Makes an image available; returns its image id.
     /// [`RuntimeError::ImageNotFound`] when it does not exist.

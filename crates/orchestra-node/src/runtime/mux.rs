@@ -12,7 +12,7 @@ use parking_lot::RwLock;
 use tokio::sync::broadcast;
 
 use super::{
-    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerStatus, ExecResult, Image,
+    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerStatus, ExecRequest, ExecResult, ExecSession, Image,
     PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError, RuntimeVersion, SandboxFilter,
     SandboxId,
 };
@@ -183,6 +183,10 @@ impl RuntimeBackend for RuntimeMux {
 
     async fn exec_sync(&self, id: &ContainerId, command: &[String], timeout: Duration) -> Result<ExecResult> {
         self.owner(id, "container").await?.exec_sync(id, command, timeout).await
+    }
+
+    async fn exec(&self, id: &ContainerId, request: ExecRequest) -> Result<ExecSession> {
+        self.owner(id, "container").await?.exec(id, request).await
     }
 
     async fn pull_image(&self, image: &str) -> Result<String> {

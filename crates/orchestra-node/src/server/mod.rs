@@ -11,10 +11,13 @@
 //! Routes (upstream's paths):
 //! - `GET /healthz`
 //! - `GET /containerLogs/{namespace}/{pod}/{container}` with [`LogOptions`]
-//! - `POST /exec/{namespace}/{pod}/{container}?command=...` — runs a
-//!   command to completion in the container (no terminal, no stdin) and
-//!   answers `{"exitCode", "stdout", "stderr"}`.
+//! - `/exec/{namespace}/{pod}/{container}?command=...` ([`ExecOptions`]):
+//!   a WebSocket upgrade (`kubectl exec`, through the API server) attaches
+//!   the command's streams with the [`PROTOCOLS`]; a plain `POST` runs the
+//!   command to completion (no terminal, no stdin) and answers
+//!   `{"exitCode", "stdout", "stderr"}`.
 
+mod exec;
 pub mod logs;
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,11 +29,12 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use orchestra_core::tls::{CertificateSubject, PeerCertificates, certificate_subject};
 use parking_lot::Mutex;
 
+pub use exec::{ExecOptions, PROTOCOLS};
 pub use logs::LogOptions;
 
 use crate::runtime::{
@@ -135,7 +139,7 @@ impl NodeServer {
         axum::Router::new()
             .route("/healthz", get(|| async { "ok" }))
             .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
-            .route("/exec/{namespace}/{pod}/{container}", post(exec))
+            .route("/exec/{namespace}/{pod}/{container}", get(exec::exec).post(exec::exec))
             .layer(axum::middleware::from_fn_with_state(self.inner.clone(), authorize))
             .with_state(self.inner.clone())
     }
@@ -164,7 +168,13 @@ async fn authorize(State(inner): State<Arc<Inner>>, request: Request, next: Next
     }
     // Upstream's kubelet maps every path it has no finer subresource for
     // (logs of containers and exec among them) to nodes/proxy.
-    let verb = if request.method() == axum::http::Method::GET { "get" } else { "create" };
+    // exec runs something whatever the method (a WebSocket upgrade is a
+    // GET): it needs `create`, as upstream's API server asks for pods/exec.
+    let verb = if request.method() == axum::http::Method::GET && !request.uri().path().starts_with("/exec/") {
+        "get"
+    } else {
+        "create"
+    };
     match inner.authorizer.allowed(&user, verb, "proxy").await {
         Ok(true) => next.run(request).await,
         Ok(false) => status(
@@ -252,11 +262,6 @@ async fn container_logs(
     ([(axum::http::header::CONTENT_TYPE, "text/plain")], body).into_response()
 }
 
-/// The query of `POST /exec/...`: the command, one `command` per argument.
-fn commands(query: Option<&str>) -> Vec<String> {
-    url_pairs(query.unwrap_or_default()).filter(|(k, _)| k == "command").map(|(_, v)| v).collect()
-}
-
 fn url_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
     query.split('&').filter(|p| !p.is_empty()).map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -287,49 +292,3 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// How long an exec through this endpoint may run.
-const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exec_commands_come_from_repeated_query_parameters() {
-        assert_eq!(commands(Some("command=sh&command=-c&command=echo%20hi+there&stdout=true")), ["sh", "-c", "echo hi there"]);
-        assert_eq!(commands(Some("command=100%")), ["100%"]);
-        assert!(commands(None).is_empty());
-    }
-}
-
-async fn exec(
-    State(inner): State<Arc<Inner>>,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
-    request: Request,
-) -> Response {
-    let command = commands(request.uri().query());
-    if command.is_empty() {
-        return status(StatusCode::BAD_REQUEST, "BadRequest", "you must specify at least one command for the container");
-    }
-    let found = match attempts(&inner, &namespace, &pod, &container).await {
-        Ok(found) => found,
-        Err(response) => return response,
-    };
-    let Some(running) = found.iter().find(|c| c.state == ContainerState::Running) else {
-        return status(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            format!("container {container:?} in pod {pod:?} is not running"),
-        );
-    };
-    match inner.runtime.exec_sync(&running.id, &command, EXEC_TIMEOUT).await {
-        Ok(result) => axum::Json(serde_json::json!({
-            "exitCode": result.exit_code,
-            "stdout": String::from_utf8_lossy(&result.stdout),
-            "stderr": String::from_utf8_lossy(&result.stderr),
-        }))
-        .into_response(),
-        Err(crate::runtime::RuntimeError::Unsupported(why)) => status(StatusCode::NOT_IMPLEMENTED, "NotImplemented", why),
-        Err(e) => status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", e.to_string()),
-    }
-}

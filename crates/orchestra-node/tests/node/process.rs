@@ -15,7 +15,7 @@ use orchestra_node::runtime::images::{ImageCatalog, ImageEntry};
 use orchestra_node::runtime::process::{ENV_POD_IP, ENV_VOLUMES, ProcessRuntime, ProcessRuntimeConfig};
 use orchestra_node::runtime::{
     ContainerConfig, ContainerResources, ContainerState, ContainerStatus, Mount, PodSandboxConfig, PodSandboxMetadata,
-    RuntimeBackend, RuntimeError, SandboxId,
+    ExecRequest, RuntimeBackend, RuntimeError, SandboxId, TerminalSize,
 };
 use orchestra_node::testing::{ExecWorkload, ExitingWorkload, StubbornWorkload, Suite, Workloads};
 
@@ -354,6 +354,75 @@ async fn exec_runs_in_the_container_and_times_out() {
     assert!(began.elapsed() < PATIENCE);
     let missing = node.runtime.exec_sync(&id, &["no-such-command".into()], PATIENCE).await.unwrap();
     assert_eq!(missing.exit_code, 127);
+    node.runtime.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Reads a session's stream to its end.
+async fn read_all(mut stream: orchestra_node::runtime::ExecOutput) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut out)).await.expect("the stream ends").unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn exec_streams_stdin_stdout_and_stderr() {
+    use tokio::io::AsyncWriteExt;
+    let node = Node::new().await;
+    let config = ContainerConfig { envs: vec![("GREETING".into(), "hi".into())], ..sh("exec sleep 300") };
+    let (_, id, _) = node.run("exec-stream", config).await;
+    let command = ["sh", "-c", "read line; echo \"$GREETING $line\"; cat; echo oops >&2; exit 3"].map(String::from).to_vec();
+    let session = node.runtime.exec(&id, ExecRequest { command, tty: false, stdin: true }).await.unwrap();
+    assert!(session.resize.is_none());
+    let mut stdin = session.stdin.expect("stdin asked for");
+    let stdout = tokio::spawn(read_all(session.stdout));
+    let stderr = tokio::spawn(read_all(session.stderr.expect("no terminal: stderr apart")));
+    stdin.write_all(b"there\nrest of the input\n").await.unwrap();
+    drop(stdin);
+    assert_eq!(tokio::time::timeout(PATIENCE, session.exit).await.unwrap().unwrap(), 3);
+    assert_eq!(stdout.await.unwrap(), "hi there\nrest of the input\n");
+    assert_eq!(stderr.await.unwrap(), "oops\n");
+
+    // An unknown command exits 127 with the shell's message.
+    let missing = ExecRequest { command: vec!["no-such-command".into()], tty: false, stdin: false };
+    let session = node.runtime.exec(&id, missing).await.unwrap();
+    assert_eq!(session.exit.await.unwrap(), 127);
+    assert!(read_all(session.stderr.unwrap()).await.contains("no-such-command"));
+
+    // Dropping the session kills what it runs.
+    let marker = node.runtime.state_dir().join("killed-marker");
+    let command = ["sh", "-c", &format!("sleep 2; touch {}", marker.display())].map(String::from).to_vec();
+    let session = node.runtime.exec(&id, ExecRequest { command, tty: false, stdin: false }).await.unwrap();
+    drop(session);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!marker.exists(), "the command of a dropped session still ran");
+    node.runtime.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn exec_on_a_terminal_has_a_controlling_tty_and_resizes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = Node::new().await;
+    let (_, id, _) = node.run("exec-tty", sh("exec sleep 300")).await;
+    let command = ["sh", "-c", "tty; read go; stty size; echo bye >&2; exit 5"].map(String::from).to_vec();
+    let session = node.runtime.exec(&id, ExecRequest { command, tty: true, stdin: true }).await.unwrap();
+    assert!(session.stderr.is_none(), "a terminal has one output stream");
+    let resize = session.resize.expect("a terminal can be resized");
+    let mut stdin = session.stdin.unwrap();
+    let mut stdout = session.stdout;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&seen).contains("/dev/pts/") {
+        let n = tokio::time::timeout(PATIENCE, stdout.read(&mut buf)).await.expect("tty output").unwrap();
+        assert!(n > 0, "output ended early: {:?}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    resize(TerminalSize { width: 132, height: 43 }).unwrap();
+    stdin.write_all(b"\n").await.unwrap();
+    let rest = read_all(stdout).await;
+    assert_eq!(tokio::time::timeout(PATIENCE, session.exit).await.unwrap().unwrap(), 5);
+    // The terminal echoes the input and turns \n into \r\n; stderr is on it too.
+    assert!(rest.contains("43 132\r\n") && rest.contains("bye\r\n"), "{rest:?}");
     node.runtime.shutdown(Duration::from_secs(5)).await;
 }
 

@@ -48,6 +48,8 @@ pub(crate) struct Tools {
     pub readlink: Option<PathBuf>,
     pub chroot: Option<PathBuf>,
     pub chmod: Option<PathBuf>,
+    /// Gives `exec` with a terminal its own session (util-linux).
+    pub setsid: Option<PathBuf>,
 }
 
 fn which(program: &str) -> Option<PathBuf> {
@@ -70,6 +72,7 @@ impl Tools {
             readlink: which("readlink"),
             chroot: which("chroot"),
             chmod: which("chmod"),
+            setsid: which("setsid"),
         })
     }
 

@@ -46,6 +46,7 @@
 //!   survive a restart: the agent creates them again.
 
 mod cgroup;
+mod exec;
 mod launch;
 mod logs;
 mod state;
@@ -76,7 +77,7 @@ use self::state::{Record, StateFile};
 use super::cri_log::Stream;
 use super::images::{ImageCatalog, resolve_command};
 use super::{
-    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecResult, Image,
+    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecRequest, ExecResult, ExecSession, Image,
     PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError, RuntimeVersion, SandboxFilter, SandboxId,
     SandboxState,
 };
@@ -214,6 +215,12 @@ struct Run {
     pid: Option<i32>,
     cgroup: Option<ContainerCgroup>,
     namespaced: bool,
+}
+
+/// A process's exit code as a shell reports it: 128 + the signal that
+/// killed it.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 fn io_error(context: impl std::fmt::Display, error: std::io::Error) -> RuntimeError {
@@ -581,7 +588,7 @@ async fn monitor(
     let (exit_code, reason, message) = match (&start_error, status) {
         (Some(error), _) => (128, "StartError", Some(error.clone())),
         (None, Ok(status)) => {
-            let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            let code = exit_code(status);
             (code, if oom { "OOMKilled" } else if code == 0 { "Completed" } else { "Error" }, None)
         }
         (None, Err(e)) => (128, "Error", Some(format!("cannot wait for the container's process: {e}"))),
@@ -902,46 +909,13 @@ impl RuntimeBackend for ProcessRuntime {
     }
 
     async fn exec_sync(&self, id: &ContainerId, command: &[String], timeout: Duration) -> Result<ExecResult> {
-        let c = self.container(id)?;
-        if command.is_empty() || command[0].is_empty() {
-            return Err(RuntimeError::InvalidArgument("exec: empty command".to_owned()));
-        }
-        let (pid, cgroup_procs, namespaced) = {
-            let run = c.run.lock();
-            match (run.state, run.pid) {
-                (ContainerState::Running, Some(pid)) => (pid, run.cgroup.as_ref().map(ContainerCgroup::procs_files).unwrap_or_default(), run.namespaced),
-                (state, _) => return Err(RuntimeError::InvalidState(format!("container {id} is {state:?}, not Running"))),
+        let mut cmd = match self.prepare_exec(id, command)? {
+            exec::Prepared::Command(cmd) => Command::from(cmd.std(None)),
+            exec::Prepared::Failed { exit_code, message } => {
+                return Ok(ExecResult { exit_code, stdout: Vec::new(), stderr: message.into_bytes() });
             }
         };
-        let tools = &self.inner.tools;
-        let mounts = &c.config.mounts;
-        let mut cmd = if namespaced || !cgroup_procs.is_empty() {
-            let script = launch::exec_script(&cgroup_procs, &c.working_dir, &c.env);
-            let mut cmd = if namespaced {
-                let mut cmd = Command::new(tools.nsenter.as_ref().expect("namespaces need nsenter"));
-                cmd.arg(format!("--target={pid}")).args(["--mount", "--root", "--"]).arg(&tools.sh);
-                cmd
-            } else {
-                Command::new(&tools.sh)
-            };
-            cmd.arg("-c").arg(script).arg("sh").args(command).current_dir("/");
-            cmd
-        } else {
-            let path_env = c.env.get("PATH").map(String::as_str).unwrap_or(launch::DEFAULT_PATH);
-            let exe = match launch::resolve_executable(&command[0], path_env, &c.working_dir, mounts) {
-                Ok(exe) => exe,
-                Err(message) => {
-                    let exit_code = if message.contains("permission denied") { 126 } else { 127 };
-                    return Ok(ExecResult { exit_code, stdout: Vec::new(), stderr: message.into_bytes() });
-                }
-            };
-            let mut cmd = Command::new(&exe.host_path);
-            cmd.arg0(&command[0]).args(&command[1..]).current_dir(launch::host_view(&c.working_dir, mounts));
-            cmd
-        };
-        cmd.env_clear()
-            .envs(&c.env)
-            .stdin(Stdio::null())
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
@@ -972,8 +946,15 @@ impl RuntimeBackend for ProcessRuntime {
             tokio::time::timeout(Duration::from_secs(1), handle).await.ok().and_then(|r| r.ok()).unwrap_or_default()
         };
         let (stdout, stderr) = tokio::join!(collect(stdout), collect(stderr));
-        let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-        Ok(ExecResult { exit_code, stdout, stderr })
+        Ok(ExecResult { exit_code: exit_code(status), stdout, stderr })
+    }
+
+    async fn exec(&self, id: &ContainerId, request: ExecRequest) -> Result<ExecSession> {
+        match self.prepare_exec(id, &request.command)? {
+            exec::Prepared::Command(cmd) => exec::start(cmd, &request, &self.inner.tools)
+                .map_err(|e| io_error(format!("exec in container {id}"), e)),
+            exec::Prepared::Failed { exit_code, message } => Ok(exec::failed(exit_code, message)),
+        }
     }
 
     async fn pull_image(&self, image: &str) -> Result<String> {
