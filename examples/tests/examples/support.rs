@@ -13,6 +13,12 @@ pub fn kubectl(dir: &Path, args: &[&str]) -> (bool, String, String) {
 
 /// [`kubectl`] with `input` on its stdin (`apply -f -`).
 pub fn kubectl_with_input(dir: &Path, args: &[&str], input: Option<&str>) -> (bool, String, String) {
+    let (code, out, err) = kubectl_exit(dir, args, input);
+    (code == 0, out, err)
+}
+
+/// [`kubectl_with_input`], answering kubectl's exit code.
+pub fn kubectl_exit(dir: &Path, args: &[&str], input: Option<&str>) -> (i32, String, String) {
     use std::io::Write as _;
     let mut child = Command::new("kubectl")
         .arg(format!("--kubeconfig={}", dir.join("admin.kubeconfig").display()))
@@ -27,7 +33,8 @@ pub fn kubectl_with_input(dir: &Path, args: &[&str], input: Option<&str>) -> (bo
         child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     }
     let output = child.wait_with_output().unwrap();
-    (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+    let code = output.status.code().unwrap_or(-1);
+    (code, String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
 /// Sends SIGTERM and waits (at most `within`) for a clean exit.

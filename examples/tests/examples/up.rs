@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::support::{eventually, kubectl, kubectl_with_input, terminate_within};
+use super::support::{eventually, kubectl, kubectl_exit, kubectl_with_input, terminate_within};
 
 /// A running `orchestra up`; stopped with SIGTERM (so that it stops its
 /// containers) when dropped, also when a test panics.
@@ -217,6 +217,23 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
         if ok && out.contains("GET /hello") { Ok(out) } else { Err(format!("{out}{err}")) }
     });
     assert!(logs.contains(&format!("echo: pod {name} listening on http://{ip}:8080")), "{logs}");
+
+    // exec (WebSocket, through the API server): both streams and the exit
+    // code, stdin to its end, and a terminal of the client's size.
+    let script = ["-n", "demo", "exec", &name, "--", "sh", "-c", "echo out; echo err >&2; exit 3"];
+    let (code, out, err) = kubectl_exit(d, &script, None);
+    assert_eq!((code, out.as_str()), (3, "out\n"), "{err}");
+    assert!(err.starts_with("err\n") && err.contains("command terminated with exit code 3"), "{err}");
+    let (code, out, err) = kubectl_exit(d, &["-n", "demo", "exec", "-i", &name, "--", "cat"], Some("to stdin\nand on\n"));
+    assert_eq!((code, out.as_str()), (0, "to stdin\nand on\n"), "{err}");
+    let line = format!(
+        "stty cols 91 rows 27; kubectl --kubeconfig={} --cache-dir={} -n demo exec -it {name} -- sh -c 'tty; stty size'",
+        d.join("admin.kubeconfig").display(),
+        d.join("kubectl-cache").display()
+    );
+    let terminal = Command::new("script").args(["-qec", &line, "/dev/null"]).stdin(Stdio::null()).output().unwrap();
+    let shown = String::from_utf8_lossy(&terminal.stdout);
+    assert!(terminal.status.success() && shown.contains("/dev/pts/") && shown.contains("27 91"), "{shown}");
 
     // Kill the container's process: the agent restarts it.
     let victims = processes_of(&ip);

@@ -458,8 +458,8 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     node_proxy::pod_log(&state, &target, &name, parts.uri.query()).await
                 }
                 (Some("exec"), &Method::GET | &Method::POST) => {
-                    let upgrade = headers.contains_key(http::header::UPGRADE);
-                    node_proxy::pod_exec(&state, &target, &name, parts.uri.query(), upgrade).await
+                    let upgrade = parts.extensions.get::<hyper::upgrade::OnUpgrade>().cloned();
+                    node_proxy::pod_exec(&state, &target, &name, parts.uri.query(), headers, upgrade).await
                 }
                 (Some("scale"), &Method::GET) => {
                     match table::negotiate(headers, parts.uri.query(), false) {
@@ -580,6 +580,15 @@ fn attributes(
     attributes.verb = match (method.as_str(), collection) {
         ("GET", true) if query.watch => "watch",
         ("GET", true) => "list",
+        // Streams into a pod run something: `create`, even for the GET of
+        // a WebSocket upgrade (upstream's AuthorizePodWebsocketUpgradeCreatePermission).
+        ("GET", false)
+            if resource.group.is_empty()
+                && resource.plural == "pods"
+                && subresource.is_some_and(|s| ["exec", "attach", "portforward"].contains(&s.as_str())) =>
+        {
+            "create"
+        }
         ("GET", false) => "get",
         ("POST", _) => "create",
         ("PUT", _) => "update",

@@ -1,6 +1,7 @@
 //! Requests the API server forwards to a node agent's endpoint:
-//! `GET pods/<name>/log` (`kubectl logs`) and `POST pods/<name>/exec` with
-//! a plain HTTP client (non-interactive exec). The node is found from the
+//! `GET pods/<name>/log` (`kubectl logs`) and `pods/<name>/exec` — a
+//! WebSocket upgrade (`kubectl exec`, spliced through to the node) or a
+//! plain `POST` (the command run to completion). The node is found from the
 //! pod's `spec.nodeName`, reached at its InternalIP and
 //! `status.daemonEndpoints.kubeletEndpoint.Port` over HTTPS, with the API
 //! server's own client certificate, as upstream's `--kubelet-client-*`
@@ -62,8 +63,14 @@ impl KubeletClient {
     }
 
     /// Sends `request` to `host:port` and returns the node's answer, its
-    /// body streamed.
-    async fn send(&self, host: &str, port: u16, request: http::Request<Body>) -> Result<Response, ApiError> {
+    /// body streamed. The connection allows upgrades: the answer to an
+    /// upgrade request can be taken over with `hyper::upgrade::on`.
+    async fn send(
+        &self,
+        host: &str,
+        port: u16,
+        request: http::Request<Body>,
+    ) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
         let unavailable = |what: &str, e: &dyn std::fmt::Display| {
             ApiError::unavailable(format!("error trying to reach node {host}:{port}: {what}: {e}"))
         };
@@ -82,14 +89,17 @@ impl KubeletClient {
             .await
             .map_err(|e| unavailable("HTTP handshake", &e))?;
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            if let Err(error) = connection.with_upgrades().await {
                 tracing::debug!(%error, "node connection ended");
             }
         });
-        let response = sender.send_request(request).await.map_err(|e| unavailable("request", &e))?;
-        let (parts, incoming) = response.into_parts();
-        let body = Body::new(incoming.map_err(axum::Error::new));
-        Ok(Response::from_parts(parts, body))
+        sender.send_request(request).await.map_err(|e| unavailable("request", &e))
+    }
+
+    /// [`KubeletClient::send`], the answer's body streamed to the client.
+    async fn forward(&self, host: &str, port: u16, request: http::Request<Body>) -> Result<Response, ApiError> {
+        let (parts, incoming) = self.send(host, port, request).await?.into_parts();
+        Ok(Response::from_parts(parts, Body::new(incoming.map_err(axum::Error::new))))
     }
 }
 
@@ -261,15 +271,38 @@ async fn pod_log_inner(state: &State, target: &Target, name: &str, raw_query: Op
         .header(http::header::HOST, format!("{host}:{port}"))
         .body(Body::empty())
         .expect("a valid request");
-    client.send(&host, port, request).await
+    client.forward(&host, port, request).await
 }
 
-/// `POST /api/v1/namespaces/<ns>/pods/<name>/exec` from a plain HTTP
-/// client: runs the command to completion on the node and answers its exit
-/// code and output as JSON. (Interactive clients upgrade to a streaming
-/// protocol, which is not served.)
-pub(crate) async fn pod_exec(state: &State, target: &Target, name: &str, raw_query: Option<&str>, upgrade: bool) -> Response {
-    match pod_exec_inner(state, target, name, raw_query, upgrade).await {
+/// The headers of a WebSocket handshake passed between the client and the
+/// node, both ways.
+const HANDSHAKE_HEADERS: [http::HeaderName; 6] = [
+    http::header::CONNECTION,
+    http::header::UPGRADE,
+    http::header::SEC_WEBSOCKET_KEY,
+    http::header::SEC_WEBSOCKET_VERSION,
+    http::header::SEC_WEBSOCKET_PROTOCOL,
+    http::header::SEC_WEBSOCKET_ACCEPT,
+];
+
+/// The query parameters of `pods/<name>/exec` the node is given.
+const EXEC_PARAMETERS: [&str; 5] = ["command", "stdin", "stdout", "stderr", "tty"];
+
+/// `pods/<name>/exec`. A WebSocket upgrade (`kubectl exec`) is passed to
+/// the node and, once the node has switched protocols, the two connections
+/// are spliced, as upstream's upgrade-aware proxy does; `upgrade` is the
+/// client connection's pending upgrade (HTTP/1.1 only). A plain `POST`
+/// runs the command to completion on the node and answers its exit code
+/// and output as JSON.
+pub(crate) async fn pod_exec(
+    state: &State,
+    target: &Target,
+    name: &str,
+    raw_query: Option<&str>,
+    headers: &http::HeaderMap,
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
+) -> Response {
+    match pod_exec_inner(state, target, name, raw_query, headers, upgrade).await {
         Ok(response) => response,
         Err(e) => body::error(&e),
     }
@@ -280,21 +313,30 @@ async fn pod_exec_inner(
     target: &Target,
     name: &str,
     raw_query: Option<&str>,
-    upgrade: bool,
+    headers: &http::HeaderMap,
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Result<Response, ApiError> {
-    if upgrade {
-        return Err(ApiError::bad_request(
-            "streaming exec (SPDY or WebSocket upgrade) is not supported; POST without an upgrade runs the command to completion",
-        ));
-    }
     let Some(client) = state.kubelet_client.clone() else {
         return Err(ApiError::unavailable("this API server has no client for node agents configured"));
     };
+    let upgrading = headers.contains_key(http::header::UPGRADE);
+    let websocket = headers
+        .get(http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if upgrading && !websocket {
+        return Err(ApiError::bad_request(
+            "exec streams over WebSocket (v5.channel.k8s.io, v4.channel.k8s.io); SPDY is not served",
+        ));
+    }
     let pod = get_object(state, target, name).await?;
     let asked = raw_pairs(raw_query).find(|(k, _)| *k == "container").map(|(_, v)| super::route::percent_decode(v));
     let container = container_of(&pod, name, asked)?;
     let (host, port) = node_endpoint(state, &pod, name).await?;
-    let query: Vec<String> = raw_pairs(raw_query).filter(|(k, _)| *k == "command").map(|(k, v)| format!("{k}={v}")).collect();
+    let query: Vec<String> = raw_pairs(raw_query)
+        .filter(|(k, _)| EXEC_PARAMETERS.contains(k))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     let namespace = target.namespace.as_deref().unwrap_or_default();
     let uri = format!(
         "/exec/{}/{}/{}?{}",
@@ -303,11 +345,47 @@ async fn pod_exec_inner(
         path_segment(&container),
         query.join("&")
     );
-    let request = http::Request::post(uri)
-        .header(http::header::HOST, format!("{host}:{port}"))
-        .body(Body::empty())
-        .expect("a valid request");
-    client.send(&host, port, request).await
+    let mut request = http::Request::builder()
+        .method(if websocket { http::Method::GET } else { http::Method::POST })
+        .uri(uri)
+        .header(http::header::HOST, format!("{host}:{port}"));
+    if !websocket {
+        let request = request.body(Body::empty()).expect("a valid request");
+        return client.forward(&host, port, request).await;
+    }
+    let Some(upgrade) = upgrade else {
+        return Err(ApiError::bad_request("a WebSocket upgrade needs an HTTP/1.1 connection"));
+    };
+    for header in &HANDSHAKE_HEADERS {
+        for value in headers.get_all(header) {
+            request = request.header(header, value);
+        }
+    }
+    let mut answer = client.send(&host, port, request.body(Body::empty()).expect("a valid request")).await?;
+    if answer.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        let (parts, incoming) = answer.into_parts();
+        return Ok(Response::from_parts(parts, Body::new(incoming.map_err(axum::Error::new))));
+    }
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;
+    for header in &HANDSHAKE_HEADERS {
+        for value in answer.headers().get_all(header) {
+            response.headers_mut().append(header, value.clone());
+        }
+    }
+    let node_side = hyper::upgrade::on(&mut answer);
+    tokio::spawn(async move {
+        match tokio::try_join!(upgrade, node_side) {
+            Ok((client, node)) => {
+                let (mut client, mut node) = (TokioIo::new(client), TokioIo::new(node));
+                if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut node).await {
+                    tracing::debug!(%error, "exec stream ended");
+                }
+            }
+            Err(error) => tracing::debug!(%error, "exec upgrade failed"),
+        }
+    });
+    Ok(response)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::extract::{FromRequestParts as _, Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -193,7 +193,10 @@ async fn attach(socket: WebSocket, runtime: Arc<dyn RuntimeBackend>, id: Contain
                 return;
             }
         }
-        let _ = sink.send(Message::Close(None)).await;
+        // A normal closure (1000): clients read it as the end of every
+        // stream, any other code as an error.
+        let normal = CloseFrame { code: close_code::NORMAL, reason: "".into() };
+        let _ = sink.send(Message::Close(Some(normal))).await;
     });
     // An empty message on the lowest writable channel tells the client the
     // streams are up, as the kubelet does.

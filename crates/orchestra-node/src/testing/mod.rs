@@ -27,7 +27,7 @@ use tokio::sync::broadcast;
 use crate::network::Ipv4Cidr;
 use crate::runtime::cri_log::{Stream, parse_entry};
 use crate::runtime::{
-    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME,
+    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecRequest, LABEL_CONTAINER_NAME,
     LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, PodSandboxMetadata, RuntimeBackend, RuntimeError,
     SandboxFilter, SandboxId, SandboxState,
 };
@@ -630,6 +630,26 @@ where
                 assert_eq!(result.exit_code, 0, "{check}: exit code of {:?} (stderr {:?})", workload.command, String::from_utf8_lossy(&result.stderr));
                 let stdout = String::from_utf8_lossy(&result.stdout);
                 assert!(stdout.contains(&workload.stdout_contains), "{check}: stdout {stdout:?} lacks {:?}", workload.stdout_contains);
+                // The same command with its streams attached, where the
+                // backend can attach them.
+                let request = ExecRequest { command: workload.command.clone(), tty: false, stdin: false };
+                match backend.exec(&id, request).await {
+                    Err(RuntimeError::Unsupported(_)) => {}
+                    Err(e) => panic!("{check}: exec({:?}) failed: {e}", workload.command),
+                    Ok(session) => {
+                        use tokio::io::AsyncReadExt as _;
+                        let mut stdout = session.stdout;
+                        let mut out = Vec::new();
+                        let read = stdout.read_to_end(&mut out);
+                        let (read, code) = tokio::time::timeout(self.workloads.patience, async { tokio::join!(read, session.exit) })
+                            .await
+                            .unwrap_or_else(|_| panic!("{check}: the attached exec did not end"));
+                        read.expect("exec: reading stdout");
+                        assert_eq!(code.expect("exec: exit"), 0, "{check}: exit code of the attached exec");
+                        let out = String::from_utf8_lossy(&out);
+                        assert!(out.contains(&workload.stdout_contains), "{check}: attached stdout {out:?} lacks {:?}", workload.stdout_contains);
+                    }
+                }
                 backend.stop_container(&id, Duration::ZERO).await.expect("exec: stop");
                 assert!(
                     backend.exec_sync(&id, &workload.command, self.workloads.patience).await.is_err(),
