@@ -3,6 +3,10 @@
 //! `maxSurge`/`maxUnavailable`, Recreate, `deployment.kubernetes.io/revision`
 //! annotations, revision history limit, pause, progress deadline and the
 //! `Available`/`Progressing` conditions `kubectl rollout status` reads.
+//! ReplicaSets are claimed as upstream does (matching orphans adopted,
+//! owned ones that stop matching released), and a Deployment scaled in the
+//! middle of a rollout (or while paused) scales its active ReplicaSets in
+//! proportion ([`proportional_sizes`]).
 //! Rollback (`kubectl rollout undo`) copies an old ReplicaSet's template into
 //! the Deployment on the client side; the matching ReplicaSet then becomes
 //! the new one and gets the next revision.
@@ -21,7 +25,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-use super::util::{owner_reference, template_hash};
+use super::util::{controller_of, ignore_not_found, owner_reference, selector_matches, template_hash};
 use crate::informer::{Informer, ObjectKey, SharedInformerFactory};
 use crate::workqueue::{RateLimit, WorkQueue};
 use crate::{Action, Controller, Error};
@@ -98,6 +102,72 @@ fn available(rs: &ReplicaSet) -> i32 {
         .min(spec_replicas(rs))
 }
 
+fn annotation(rs: &ReplicaSet, key: &str) -> Option<i32> {
+    rs.metadata.annotations.as_ref().and_then(|a| a.get(key)).and_then(|v| v.parse().ok())
+}
+
+/// Older first: creation time, then name (upstream's `ReplicaSetsByCreationTimestamp`).
+fn age_key(rs: &ReplicaSet) -> (Option<Timestamp>, String) {
+    (rs.metadata.creation_timestamp.as_ref().map(|t| t.0), rs.metadata.name.clone().unwrap_or_default())
+}
+
+/// One active ReplicaSet as [`proportional_sizes`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScaledSet<K> {
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// The `deployment.kubernetes.io/max-replicas` annotation: the
+    /// Deployment's replicas + maxSurge when this set was last scaled.
+    pub max_replicas: Option<i32>,
+    /// Orders by age, older first.
+    pub age: K,
+}
+
+/// Proportional scaling (upstream's `DeploymentController.scale` for a
+/// rolling Deployment scaled in the middle of a rollout): `replicas +
+/// surge` (0 when scaling to 0) is spread over the active ReplicaSets in
+/// proportion to their share when the Deployment was last scaled. Sets of
+/// equal size grow newest first and shrink oldest first; what rounding
+/// leaves over goes to the largest. Returns the new sizes, in input order.
+pub fn proportional_sizes<K: Ord>(replicas: i32, surge: i32, status_replicas: i32, sets: &[ScaledSet<K>]) -> Vec<i32> {
+    let mut sizes: Vec<i32> = sets.iter().map(|s| s.replicas).collect();
+    let allowed = if replicas > 0 { replicas + surge } else { 0 };
+    let to_add = allowed - sizes.iter().sum::<i32>();
+    if to_add == 0 || sets.is_empty() {
+        return sizes;
+    }
+    let mut order: Vec<usize> = (0..sets.len()).collect();
+    order.sort_by(|&a, &b| {
+        let by_size = sets[b].replicas.cmp(&sets[a].replicas);
+        let by_age = if to_add > 0 { sets[b].age.cmp(&sets[a].age) } else { sets[a].age.cmp(&sets[b].age) };
+        by_size.then(by_age)
+    });
+    let mut added = 0;
+    for &i in &order {
+        let set = &sets[i];
+        if set.replicas == 0 || added == to_add {
+            continue;
+        }
+        let fraction = if replicas == 0 {
+            -set.replicas
+        } else {
+            let annotated = set.max_replicas.unwrap_or(status_replicas);
+            if annotated <= 0 {
+                0
+            } else {
+                (f64::from(set.replicas) * f64::from(replicas + surge) / f64::from(annotated)).round() as i32 - set.replicas
+            }
+        };
+        let room = to_add - added;
+        let proportion = if to_add > 0 { fraction.min(room) } else { fraction.max(room) };
+        sizes[i] += proportion;
+        added += proportion;
+    }
+    let largest = order[0];
+    sizes[largest] = (sizes[largest] + to_add - added).max(0);
+    sizes
+}
+
 /// The template without the `pod-template-hash` label, for comparisons.
 fn without_hash(template: &PodTemplateSpec) -> serde_json::Value {
     let mut t = template.clone();
@@ -160,6 +230,12 @@ fn condition(type_: &str, status: &str, reason: &str, message: String, old: Opti
 }
 
 async fn scale(api: &Api<ReplicaSet>, rs: &ReplicaSet, replicas: i32, d_replicas: i32, surge: i32) -> Result<(), Error> {
+    if spec_replicas(rs) == replicas
+        && annotation(rs, DESIRED_REPLICAS) == Some(d_replicas)
+        && annotation(rs, MAX_REPLICAS) == Some(d_replicas + surge)
+    {
+        return Ok(());
+    }
     let annotations = serde_json::json!({
         DESIRED_REPLICAS: d_replicas.to_string(),
         MAX_REPLICAS: (d_replicas + surge).to_string(),
@@ -177,6 +253,96 @@ async fn scale(api: &Api<ReplicaSet>, rs: &ReplicaSet, replicas: i32, d_replicas
     Ok(())
 }
 
+/// Whether the Deployment was scaled since its active ReplicaSets were
+/// (their `desired-replicas` annotation differs from `replicas`).
+fn is_scaling_event(all: &[Arc<ReplicaSet>], replicas: i32) -> bool {
+    all.iter()
+        .filter(|rs| spec_replicas(rs) > 0)
+        .any(|rs| annotation(rs, DESIRED_REPLICAS).is_some_and(|desired| desired != replicas))
+}
+
+/// Scales without rolling (upstream's `sync`: paused, or scaled): a lone
+/// active ReplicaSet (or the newest) takes every replica; a saturated new
+/// one lets the old ones go; otherwise a rolling Deployment scales every
+/// active ReplicaSet in proportion.
+#[allow(clippy::too_many_arguments)]
+async fn sync_scale(
+    api: &Api<ReplicaSet>,
+    status_replicas: i32,
+    new: Option<&Arc<ReplicaSet>>,
+    old: &[Arc<ReplicaSet>],
+    replicas: i32,
+    surge: i32,
+    rolling: bool,
+) -> Result<(), Error> {
+    let active: Vec<&Arc<ReplicaSet>> = new.into_iter().chain(old).filter(|rs| spec_replicas(rs) > 0).collect();
+    let lone = match active.len() {
+        0 => new.or_else(|| old.iter().max_by_key(|rs| age_key(rs))),
+        1 => Some(active[0]),
+        _ => None,
+    };
+    if let Some(rs) = lone {
+        return scale(api, rs, replicas, replicas, surge).await;
+    }
+    if let Some(new) = new
+        && spec_replicas(new) == replicas
+        && annotation(new, DESIRED_REPLICAS) == Some(replicas)
+        && available(new) == replicas
+    {
+        for rs in old.iter().filter(|rs| spec_replicas(rs) > 0) {
+            scale(api, rs, 0, replicas, surge).await?;
+        }
+        return Ok(());
+    }
+    if rolling {
+        let sets: Vec<ScaledSet<_>> = active
+            .iter()
+            .map(|rs| ScaledSet { replicas: spec_replicas(rs), max_replicas: annotation(rs, MAX_REPLICAS), age: age_key(rs) })
+            .collect();
+        for (rs, size) in active.iter().zip(proportional_sizes(replicas, surge, status_replicas, &sets)) {
+            scale(api, rs, size, replicas, surge).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The Deployment's ReplicaSets, claimed as upstream's ControllerRefManager
+/// does: owned ones that match the selector are kept, owned ones that no
+/// longer match are released, matching orphans are adopted.
+async fn claim_replica_sets(d: &Deployment, ctx: &Context, api: &Api<ReplicaSet>) -> Result<Vec<Arc<ReplicaSet>>, Error> {
+    let uid = d.metadata.uid.clone().unwrap_or_default();
+    let namespace = d.metadata.namespace.clone().unwrap_or_default();
+    let Some(selector) = d.spec.as_ref().map(|s| &s.selector) else {
+        return Ok(Vec::new());
+    };
+    let selects_nothing = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
+        && selector.match_expressions.as_ref().is_none_or(|e| e.is_empty());
+    let mut owned = Vec::new();
+    for rs in ctx.replica_sets.by_namespace(&namespace) {
+        let matches = !selects_nothing && selector_matches(selector, rs.metadata.labels.as_ref());
+        let name = rs.metadata.name.clone().unwrap_or_default();
+        match controller_of(rs.as_ref()) {
+            Some(r) if r.uid == uid && matches => owned.push(rs),
+            Some(r) if r.uid == uid => {
+                let refs: Vec<_> = rs.metadata.owner_references.iter().flatten().filter(|r| r.uid != uid).cloned().collect();
+                let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
+                ignore_not_found(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+            }
+            None if matches && rs.metadata.deletion_timestamp.is_none() => {
+                let mut refs = rs.metadata.owner_references.clone().unwrap_or_default();
+                refs.push(owner_reference(d));
+                // The uid guards against adopting a namesake created since.
+                let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
+                if let Some(adopted) = ignore_not_found(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)? {
+                    owned.push(Arc::new(adopted));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(owned)
+}
+
 /// One reconcile of a Deployment.
 pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Error> {
     if d.metadata.deletion_timestamp.is_some() {
@@ -190,8 +356,7 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
     let paused = spec.paused.unwrap_or(false);
     let rs_api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
 
-    let mut all: Vec<Arc<ReplicaSet>> = ctx.replica_sets.by_owner(&uid);
-    all.retain(|rs| super::util::controller_of(rs.as_ref()).is_some_and(|r| r.uid == uid));
+    let mut all = claim_replica_sets(&d, &ctx, &rs_api).await?;
     all.sort_by_key(|rs| revision(rs));
     let template = spec.template.clone();
     let wanted = without_hash(&template);
@@ -293,14 +458,17 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
         }
     }
 
-    let total_spec: i32 = all.iter().map(|rs| spec_replicas(rs)).sum();
+    // The new ReplicaSet as just created or patched: the cache may not show it yet.
     if let Some(new_rs) = &new {
-        if paused {
-            // Paused: only keep the new ReplicaSet at scale if nothing else runs.
-            if old.iter().all(|rs| spec_replicas(rs) == 0) && spec_replicas(new_rs) != replicas {
-                scale(&rs_api, new_rs, replicas, replicas, surge).await?;
-            }
-        } else if recreate {
+        all.retain(|rs| rs.metadata.uid != new_rs.metadata.uid);
+        all.push(new_rs.clone());
+    }
+    let total_spec: i32 = all.iter().map(|rs| spec_replicas(rs)).sum();
+    if paused || is_scaling_event(&all, replicas) {
+        let status_replicas = d.status.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+        sync_scale(&rs_api, status_replicas, new.as_ref(), &old, replicas, surge, !recreate).await?;
+    } else if let Some(new_rs) = &new {
+        if recreate {
             let old_running: i32 = old
                 .iter()
                 .map(|rs| spec_replicas(rs).max(rs.status.as_ref().map(|s| s.replicas).unwrap_or(0)))
@@ -504,9 +672,23 @@ pub async fn run_with_queue(
         client: factory.client().clone(),
         replica_sets: factory.informer::<ReplicaSet>(),
     });
+    let deployments = factory.informer::<Deployment>();
     Controller::<Deployment>::for_(&factory)
         .with_queue(queue)
         .owns::<ReplicaSet>()
+        // An orphan wakes the Deployments that could adopt it.
+        .watches::<ReplicaSet>(move |rs| {
+            if controller_of(rs).is_some() {
+                return Vec::new();
+            }
+            let namespace = rs.metadata.namespace.clone().unwrap_or_default();
+            deployments
+                .by_namespace(&namespace)
+                .iter()
+                .filter(|d| d.spec.as_ref().is_some_and(|s| selector_matches(&s.selector, rs.metadata.labels.as_ref())))
+                .map(|d| ObjectKey::of(d.as_ref()))
+                .collect()
+        })
         .name(NAME)
         .concurrency(workers)
         .run(reconcile, ctx, shutdown)
@@ -516,6 +698,30 @@ pub async fn run_with_queue(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sets(sizes: &[(i32, Option<i32>)]) -> Vec<ScaledSet<usize>> {
+        sizes.iter().enumerate().map(|(age, &(replicas, max_replicas))| ScaledSet { replicas, max_replicas, age }).collect()
+    }
+
+    #[test]
+    fn proportional_scaling_follows_upstream() {
+        // 10 → 20 replicas in the middle of a rollout (maxSurge 3): old 8,
+        // new 5, both last scaled when replicas + surge was 13.
+        assert_eq!(proportional_sizes(20, 3, 10, &sets(&[(8, Some(13)), (5, Some(13))])), vec![14, 9]);
+        // Scaling down, 10 → 5: the larger goes first, older first on ties.
+        assert_eq!(proportional_sizes(5, 3, 10, &sets(&[(8, Some(13)), (5, Some(13))])), vec![5, 3]);
+        assert_eq!(proportional_sizes(5, 0, 10, &sets(&[(5, Some(10)), (5, Some(10))])), vec![2, 3]);
+        // Up on a tie: the newer gets the leftover.
+        assert_eq!(proportional_sizes(11, 0, 10, &sets(&[(5, Some(10)), (5, Some(10))])), vec![5, 6]);
+        // To zero: everything goes.
+        assert_eq!(proportional_sizes(0, 3, 10, &sets(&[(8, Some(13)), (5, Some(13))])), vec![0, 0]);
+        // Without the annotation, the Deployment's status replicas stand in;
+        // the sum always lands on replicas + surge.
+        let sizes = proportional_sizes(100, 25, 30, &sets(&[(20, None), (10, None), (7, Some(37))]));
+        assert_eq!(sizes.iter().sum::<i32>(), 125, "{sizes:?}");
+        // Nothing to do.
+        assert_eq!(proportional_sizes(10, 3, 10, &sets(&[(8, Some(13)), (5, Some(13))])), vec![8, 5]);
+    }
 
     #[test]
     fn resolve_percentages() {

@@ -16,7 +16,7 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 
-use super::util::{controller_of, is_active, is_available, is_ready, owner_reference, selector_matches};
+use super::util::{controller_of, ignore_not_found, is_active, is_available, is_ready, owner_reference, selector_matches};
 use crate::informer::{Event, Informer, Kind, ObjectKey, SharedInformerFactory};
 use crate::workqueue::{RateLimit, WorkQueue};
 use crate::{Action, Controller, Error};
@@ -364,14 +364,6 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<V
     }
 
     Ok(active)
-}
-
-fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<Option<T>, Error> {
-    match r {
-        Ok(v) => Ok(Some(v)),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Runs the ReplicaSet controller on `factory`'s informers until `shutdown`.

@@ -38,6 +38,15 @@ pub fn selector_matches(selector: &LabelSelector, labels: Option<&BTreeMap<Strin
     true
 }
 
+/// A write's result, with "the object is gone" as `None`.
+pub(crate) fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<Option<T>, crate::Error> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The controller owner reference of `object`, if any.
 pub fn controller_of(object: &impl Resource) -> Option<&OwnerReference> {
     object

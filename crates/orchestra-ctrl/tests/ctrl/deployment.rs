@@ -89,6 +89,85 @@ async fn deployment_creates_pods_and_scales() {
     assert_eq!(active_pods(&pods, "web").await.len(), 3);
 }
 
+/// `spec.replicas` of the ReplicaSets of Deployment `app`, by image.
+async fn sizes_by_image(api: &Api<ReplicaSet>, app: &str) -> Vec<(String, i32)> {
+    let mut sizes: Vec<(String, i32)> = api
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|rs| {
+            let spec = rs.spec.unwrap_or_default();
+            let image = spec.template.and_then(|t| t.spec).and_then(|s| s.containers[0].image.clone()).unwrap_or_default();
+            (image, spec.replicas.unwrap_or(0))
+        })
+        .collect();
+    sizes.sort();
+    sizes
+}
+
+/// Scaled in the middle of a stuck rollout, a Deployment spreads the new
+/// replicas over its old and new ReplicaSets in proportion (upstream's
+/// documented example: 10 → 20 replicas with maxSurge 3 and
+/// maxUnavailable 2, old at 8 and new at 5 → 14 and 9).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scaling_during_a_rollout_is_proportional() {
+    let cluster = support::cluster(Duration::from_millis(10)).await;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "default");
+    let sets: Api<ReplicaSet> = Api::namespaced(cluster.client.clone(), "default");
+    let mut d = deployment("prop", 10, "nginx:1");
+    d.spec.as_mut().unwrap().strategy = serde_json::from_value(
+        serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 3, "maxUnavailable": 2}}),
+    )
+    .unwrap();
+    deployments.create(&PostParams::default(), &d).await.unwrap();
+    eventually(Duration::from_secs(15), "10 available", || async { rolled_out(&deployments, "prop", 10).await }).await;
+    let image = serde_json::json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "stuck:2"}]}}}});
+    deployments.patch("prop", &PatchParams::default(), &Patch::Strategic(image)).await.unwrap();
+    let stalled = vec![("nginx:1".to_owned(), 8), ("stuck:2".to_owned(), 5)];
+    eventually(Duration::from_secs(15), "the rollout stalls at 8 + 5", || async {
+        sizes_by_image(&sets, "prop").await == stalled
+    })
+    .await;
+    let scale = serde_json::json!({"spec": {"replicas": 20}});
+    deployments.patch("prop", &PatchParams::default(), &Patch::Merge(scale)).await.unwrap();
+    let proportional = vec![("nginx:1".to_owned(), 14), ("stuck:2".to_owned(), 9)];
+    eventually(Duration::from_secs(15), "14 + 9", || async { sizes_by_image(&sets, "prop").await == proportional }).await;
+    // And it stays there: the rollout cannot go on without available pods.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(sizes_by_image(&sets, "prop").await, proportional);
+}
+
+/// A ReplicaSet without a controller that the selector matches is adopted
+/// (and, with another template, scaled down as an old one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deployment_adopts_orphan_replica_sets() {
+    let cluster = support::cluster(Duration::from_millis(10)).await;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "default");
+    let sets: Api<ReplicaSet> = Api::namespaced(cluster.client.clone(), "default");
+    let legacy: ReplicaSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "legacy", "namespace": "default", "labels": {"app": "adopt"}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "adopt"}},
+            "template": {"metadata": {"labels": {"app": "adopt"}}, "spec": {"containers": [{"name": "c", "image": "nginx:0"}]}}
+        }
+    }))
+    .unwrap();
+    sets.create(&PostParams::default(), &legacy).await.unwrap();
+    let created = deployments.create(&PostParams::default(), &deployment("adopt", 3, "nginx:1")).await.unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    eventually(Duration::from_secs(15), "legacy adopted and scaled down", || async {
+        let rs = sets.get("legacy").await.unwrap();
+        let adopted = rs.metadata.owner_references.iter().flatten().any(|r| r.uid == uid && r.controller == Some(true));
+        adopted && rs.spec.and_then(|s| s.replicas) == Some(0) && rolled_out(&deployments, "adopt", 3).await
+    })
+    .await;
+    assert_eq!(sizes_by_image(&sets, "adopt").await, vec![("nginx:0".to_owned(), 0), ("nginx:1".to_owned(), 3)]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rolling_update_keeps_availability_and_rolls_back() {
     let cluster = support::cluster(Duration::from_millis(50)).await;

@@ -60,7 +60,8 @@ fn stopped(rx: &watch::Receiver<bool>) -> impl std::future::Future<Output = ()> 
 }
 
 /// A cluster with the ReplicaSet and Deployment controllers and a fake node
-/// agent that marks every new pod Running and Ready after `ready_after`.
+/// agent that marks every new pod Running and Ready after `ready_after`
+/// (but for pods of an image starting with `stuck`: they stay Pending).
 pub async fn cluster(ready_after: Duration) -> Cluster {
     let server = server().await;
     let client = orchestra_core::client::in_process(&server, "default");
@@ -112,7 +113,13 @@ pub async fn fake_node_agent(client: Client, ready_after: Duration) {
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             == Some("Running");
-        if running || new.metadata.deletion_timestamp.is_some() {
+        let stuck = new
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.image.as_deref())
+            .is_some_and(|i| i.starts_with("stuck"));
+        if running || stuck || new.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let client = client.clone();
