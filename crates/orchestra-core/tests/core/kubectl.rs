@@ -19,10 +19,7 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_drives_the_server() {
     let server = support::server().await;
-    let address = support::listen(&server).await;
-    let dir = tempfile::tempdir().unwrap();
-    support::write_kubeconfig(dir.path(), address);
-    let dir = dir.path().to_owned();
+    let (_tmp, dir) = support::kubectl_dir(&server).await;
     tokio::task::spawn_blocking(move || {
         let run = |args: &[&str]| kubectl(&dir, args, None);
 
@@ -117,10 +114,7 @@ async fn kubectl_drives_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_k8s_io_events_show_in_describe() {
     let server = support::server().await;
-    let address = support::listen(&server).await;
-    let dir = tempfile::tempdir().unwrap();
-    support::write_kubeconfig(dir.path(), address);
-    let dir = dir.path().to_owned();
+    let (_tmp, dir) = support::kubectl_dir(&server).await;
     tokio::task::spawn_blocking(move || {
         let (ok, out, err) = kubectl(&dir, &["create", "--validate=false", "-f", "-"], Some(POD));
         assert!(ok, "{err}");

@@ -32,10 +32,7 @@ fn json_of(out: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_create_generators_send_protobuf() {
     let server = support::server().await;
-    let address = support::listen(&server).await;
-    let dir = tempfile::tempdir().unwrap();
-    support::write_kubeconfig(dir.path(), address);
-    let dir = dir.path().to_owned();
+    let (_tmp, dir) = support::kubectl_dir(&server).await;
     tokio::task::spawn_blocking(move || {
         let run = |args: &[&str]| {
             let (ok, out, err) = kubectl(&dir, args);
@@ -203,10 +200,7 @@ async fn kubectl_create_generators_send_protobuf() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_auth_can_i_and_whoami() {
     let server = support::server().await;
-    let address = support::listen(&server).await;
-    let dir = tempfile::tempdir().unwrap();
-    support::write_kubeconfig(dir.path(), address);
-    let dir = dir.path().to_owned();
+    let (_tmp, dir) = support::kubectl_dir(&server).await;
     tokio::task::spawn_blocking(move || {
         let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "create", "pods"]);
         assert!(ok, "{err}");

@@ -39,6 +39,16 @@ pub fn write_kubeconfig(dir: &std::path::Path, address: SocketAddr) {
     .unwrap();
 }
 
+/// Serves `server` on loopback and writes a kubeconfig for it into a new
+/// temporary directory: (the directory's guard, its path for kubectl).
+pub async fn kubectl_dir(server: &ApiServer) -> (tempfile::TempDir, std::path::PathBuf) {
+    let address = listen(server).await;
+    let tmp = tempfile::tempdir().unwrap();
+    write_kubeconfig(tmp.path(), address);
+    let dir = tmp.path().to_owned();
+    (tmp, dir)
+}
+
 /// A kubectl command with `dir/kubeconfig` and a throwaway cache in
 /// `dir/cache`; stdin closed, output captured.
 pub fn kubectl_command(dir: &std::path::Path, args: &[&str]) -> std::process::Command {

@@ -187,10 +187,7 @@ fn row<'a>(rows: &'a [Vec<String>], start: &[&str]) -> &'a [String] {
 async fn kubectl_get_prints_upstream_columns() {
     let server = support::server().await;
     populate(&server).await;
-    let address = support::listen(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
-    support::write_kubeconfig(tmp.path(), address);
-    let dir = tmp.path().to_owned();
+    let (_tmp, dir) = support::kubectl_dir(&server).await;
     tokio::task::spawn_blocking(move || {
         let out = words(&kubectl(&dir, &["get", "pods"]));
         assert_eq!(out[0], ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
@@ -310,10 +307,7 @@ async fn kubectl_get_prints_upstream_columns() {
 async fn kubectl_describe_and_watch() {
     let server = support::server().await;
     populate(&server).await;
-    let address = support::listen(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
-    support::write_kubeconfig(tmp.path(), address);
-    let dir = tmp.path().to_owned();
+    let (_tmp, dir) = support::kubectl_dir(&server).await;
 
     let describe = {
         let dir = dir.clone();
@@ -730,10 +724,7 @@ async fn custom_kinds_print_their_columns() {
     );
     assert_eq!(table["columnDefinitions"][3]["priority"], 1);
 
-    let address = support::listen(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
-    support::write_kubeconfig(tmp.path(), address);
-    let dir = tmp.path().to_owned();
+    let (_tmp, dir) = support::kubectl_dir(&server).await;
     tokio::task::spawn_blocking(move || {
         let out = words(&kubectl(&dir, &["get", "widgets"]));
         assert_eq!(out[0], ["NAME", "SIZE", "READY", "AGE"]);
