@@ -564,6 +564,13 @@ impl SharedInformerFactory {
         &self.client
     }
 
+    /// The same informers, with `client` for what the controllers write
+    /// (e.g. a [`Fence::client`](crate::leader::Fence::client)). Informers
+    /// started later list and watch through it too.
+    pub fn with_client(&self, client: Client) -> Self {
+        Self { client, informers: self.informers.clone(), tasks: self.tasks.clone() }
+    }
+
     /// The informer of `K` across all namespaces, started on first request.
     pub fn informer<K: Kind>(&self) -> Arc<Informer<K>>
     where

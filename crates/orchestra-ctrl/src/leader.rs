@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
+use orchestra_core::api::fence::{HEADER, LeaseFence};
 use tokio::sync::watch;
 
 /// Timing of an election (client-go defaults: 15 s, 10 s, 2 s).
@@ -49,6 +50,8 @@ pub struct Fence {
     token: i32,
     leading: Arc<AtomicBool>,
     current: Arc<AtomicI32>,
+    /// The Lease and term, `None` for [`Fence::always`].
+    lease: Option<LeaseFence>,
 }
 
 impl Fence {
@@ -69,13 +72,39 @@ impl Fence {
             token: 0,
             leading: Arc::new(AtomicBool::new(true)),
             current: Arc::new(AtomicI32::new(0)),
+            lease: None,
         }
+    }
+
+    /// The Lease and term this fence names (`None` without election).
+    pub fn lease(&self) -> Option<&LeaseFence> {
+        self.lease.as_ref()
+    }
+
+    /// `client` with this term attached to every request (the
+    /// `Orchestra-Lease-Fence` header): the API server lets its writes land
+    /// only while the Lease names this term, so a deposed leader's late
+    /// writes fail with 409 Conflict instead of overwriting its successor's.
+    /// Without election, `client` itself.
+    pub fn client(&self, client: &Client) -> Client {
+        let Some(lease) = &self.lease else {
+            return client.clone();
+        };
+        let value = http::HeaderValue::from_str(&lease.header_value()).expect("the fence header is visible ASCII");
+        let inner = client.clone();
+        let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
+            request.headers_mut().insert(HEADER, value.clone());
+            let inner = inner.clone();
+            async move { inner.send(request).await }
+        });
+        Client::new(service, client.default_namespace())
     }
 }
 
 /// A candidate in one election.
 pub struct LeaderElector {
     api: Api<Lease>,
+    namespace: String,
     name: String,
     identity: String,
     config: ElectionConfig,
@@ -90,6 +119,7 @@ impl LeaderElector {
     pub fn new(client: Client, namespace: &str, name: &str, identity: &str) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
+            namespace: namespace.into(),
             name: name.into(),
             identity: identity.into(),
             config: ElectionConfig::default(),
@@ -218,6 +248,12 @@ impl LeaderElector {
             token,
             leading: leading.clone(),
             current: current.clone(),
+            lease: Some(LeaseFence {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                holder: self.identity.clone(),
+                transitions: token,
+            }),
         };
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut task = tokio::spawn(lead(fence, stop_rx));

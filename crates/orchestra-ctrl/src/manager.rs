@@ -69,7 +69,8 @@ impl ControllerManager {
         for (name, start) in self.controllers {
             tracing::info!(controller = %name, "starting");
             tasks.push(tokio::spawn(start(ManagerContext {
-                factory: self.factory.clone(),
+                // Every write of the term carries its fence.
+                factory: self.factory.with_client(fence.client(self.factory.client())),
                 fence: fence.clone(),
                 stop: stop.clone(),
             })));

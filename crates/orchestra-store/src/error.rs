@@ -99,6 +99,15 @@ pub enum Error {
     /// The backend failed (I/O error, corruption). Not retryable in general.
     #[error("storage failure: {0}")]
     Storage(String),
+    /// A [`FencedStore`](crate::FencedStore) refused a write: its guard key
+    /// no longer allows the writer to write.
+    #[error("write fenced by {guard:?}: {reason}")]
+    Fenced {
+        /// The guard key.
+        guard: String,
+        /// Why the guard refuses the write.
+        reason: String,
+    },
 }
 
 impl Error {

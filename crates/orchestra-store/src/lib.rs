@@ -31,6 +31,7 @@
 
 mod background;
 mod error;
+mod fence;
 mod kv;
 pub mod limits;
 mod mem;
@@ -45,6 +46,7 @@ pub mod testing;
 
 pub use background::{CompactionPolicy, StoreOptions};
 pub use error::{Error, Result};
+pub use fence::{FenceCheck, FencedStore};
 pub use kv::{Event, EventKind, KeyRange, KeyValue, Revision};
 pub use mem::MemStore;
 #[cfg(feature = "rocksdb")]

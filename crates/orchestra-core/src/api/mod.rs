@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod conversion;
 pub mod crd;
+pub mod fence;
 mod error;
 pub mod fields;
 pub mod meta;

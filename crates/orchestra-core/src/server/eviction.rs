@@ -197,8 +197,8 @@ async fn mark_disruption_target(
         .resource
         .storage_key(target.namespace.as_deref(), name);
     let bytes = serde_json::to_vec(&pod).expect("JSON values serialize");
-    let kv = state
-        .store
+    let kv = target
+        .store(state)
         .update(&key, bytes.into(), revision, None)
         .await
         .map_err(|e| store_error(e, &error_target))?;
@@ -221,6 +221,7 @@ async fn guard(
         resource: budgets,
         namespace: pods_target.namespace.clone(),
         user: pods_target.user.clone(),
+        fenced: pods_target.fenced.clone(),
     };
     let all = Query::default();
     let matching: Vec<Value> = list_items(state, &budgets_target, &all)
@@ -258,8 +259,8 @@ async fn guard(
                     .resource
                     .storage_key(budgets_target.namespace.as_deref(), &budget_name);
                 let bytes = serde_json::to_vec(&updated).expect("JSON values serialize");
-                state
-                    .store
+                budgets_target
+                    .store(state)
                     .update(&key, bytes.into(), revision, None)
                     .await
                     .map_err(|e| match e {

@@ -19,6 +19,7 @@ mod field_validation;
 mod health;
 pub mod metrics;
 mod eviction;
+pub mod fence;
 mod node_proxy;
 mod objects;
 mod openapi;
@@ -270,6 +271,14 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
     }
     let user = attributes.user;
     let headers = &parts.headers;
+    let fenced = match headers.get(fence::HEADER).map(|v| v.to_str().map_err(|e| e.to_string()).and_then(fence::LeaseFence::parse)) {
+        None => None,
+        Some(Ok(term)) => match fence::fenced_store(term, state.store.clone(), &registry) {
+            Ok(store) => Some(store),
+            Err(e) => return body::error(&e),
+        },
+        Some(Err(message)) => return body::error(&ApiError::bad_request(message)),
+    };
     let read = |body_stream| async move { body::read_body(body_stream, headers).await };
     if let Route::Collection { resource, .. } | Route::Object { resource, .. } = &route
         && let Some(review) = crate::api::review::ReviewKind::of_resource(resource)
@@ -308,6 +317,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                 resource,
                 namespace,
                 user,
+                fenced,
             };
             let output = match method {
                 Method::GET | Method::POST => match table::negotiate(
@@ -373,6 +383,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                 resource,
                 namespace,
                 user,
+                fenced,
             };
             let sub = subresource.as_deref();
             if let Some(sub) = sub

@@ -202,7 +202,7 @@ async fn node_endpoint(state: &State, pod: &Value, name: &str) -> Result<(String
         .ok_or_else(|| ApiError::bad_request(format!("pod {name} does not have a host assigned")))?;
     let registry = state.registry();
     let nodes = registry.get("", "v1", "nodes").expect("nodes are built in");
-    let target = Target { resource: nodes, namespace: None, user: Default::default() };
+    let target = Target { resource: nodes, namespace: None, user: Default::default(), fenced: None };
     let node = get_object(state, &target, node_name).await?;
     let addresses = node.pointer("/status/addresses").and_then(Value::as_array).cloned().unwrap_or_default();
     let address = addresses

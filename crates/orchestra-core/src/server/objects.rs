@@ -23,9 +23,17 @@ pub(crate) struct Target {
     pub namespace: Option<String>,
     /// Who is asking (for admission).
     pub user: crate::auth::UserInfo,
+    /// The store fenced by the writer's leadership term, when its request
+    /// named one ([`super::fence`]).
+    pub fenced: Option<Arc<dyn orchestra_store::Store>>,
 }
 
 impl Target {
+    /// The store this request reads and writes: fenced, or the server's.
+    pub(crate) fn store<'a>(&'a self, state: &'a State) -> &'a dyn orchestra_store::Store {
+        self.fenced.as_deref().unwrap_or(state.store.as_ref())
+    }
+
     pub(crate) fn error_target(&self, name: &str) -> ErrorTarget {
         ErrorTarget {
             group: self.resource.group.clone(),
@@ -55,6 +63,7 @@ pub(crate) fn store_error(error: StoreError, target: &ErrorTarget) -> ApiError {
         StoreError::ValueTooLarge { .. } => {
             ApiError::too_large(orchestra_store::limits::MAX_VALUE_BYTES)
         }
+        StoreError::Fenced { reason, .. } => ApiError::conflict_because(target, reason),
         StoreError::InvalidKey { reason, .. } => {
             ApiError::bad_request(format!("invalid object key: {reason}"))
         }
@@ -107,8 +116,8 @@ pub(crate) async fn load(
     name: &str,
 ) -> Result<(Value, Revision), ApiError> {
     let error_target = target.error_target(name);
-    let kv = state
-        .store
+    let kv = target
+        .store(state)
         .get(&target.key(name))
         .await
         .map_err(|e| store_error(e, &error_target))?;
@@ -224,7 +233,7 @@ pub(crate) async fn list_items(
         remaining: None,
     };
     loop {
-        let response = state.store.range(request.clone()).await.map_err(|e| match e {
+        let response = target.store(state).range(request.clone()).await.map_err(|e| match e {
             StoreError::Compacted { .. } if query.continue_token.is_some() => ApiError::expired(
                 "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
             ),
@@ -381,8 +390,8 @@ async fn check_namespace(state: &State, target: &Target) -> Result<(), ApiError>
         name: namespace.into(),
         ..Default::default()
     };
-    let Some(kv) = state
-        .store
+    let Some(kv) = target
+        .store(state)
         .get(&key)
         .await
         .map_err(|e| store_error(e, &ns_target))?
@@ -503,8 +512,8 @@ async fn create_object(
     if query.dry_run {
         return Ok(object);
     }
-    let kv = state
-        .store
+    let kv = target
+        .store(state)
         .create(&target.key(&name), encode(&target.resource, &object), target.resource.ttl)
         .await
         .map_err(|e| store_error(e, &target.error_target(&name)))?;
@@ -620,15 +629,15 @@ async fn store_update(
     }
     let key = target.key(name);
     if finalized {
-        state
-            .store
+        target
+            .store(state)
             .delete(&key, Some(old_revision))
             .await
             .map_err(|e| store_error(e, &error_target))?;
         return Ok(new);
     }
-    let kv = state
-        .store
+    let kv = target
+        .store(state)
         .update(&key, encode(&target.resource, &new), old_revision, target.resource.ttl)
         .await
         .map_err(|e| store_error(e, &error_target))?;
@@ -783,8 +792,8 @@ pub(crate) async fn delete(
     let dry_run = query.dry_run || options.dry_run.iter().any(|d| d == "All");
     let error_target = target.error_target(name);
     let key = target.key(name);
-    let kv = state
-        .store
+    let kv = target
+        .store(state)
         .get(&key)
         .await
         .map_err(|e| store_error(e, &error_target))?;
@@ -864,8 +873,8 @@ pub(crate) async fn delete(
             .is_some_and(|f| !f.is_empty());
     if finalizers.is_empty() && !graceful_pod && !namespace_pending {
         if !dry_run {
-            state
-                .store
+            target
+                .store(state)
                 .delete(&key, Some(kv.mod_revision))
                 .await
                 .map_err(|e| store_error(e, &error_target))?;
@@ -899,8 +908,8 @@ pub(crate) async fn delete(
     if dry_run {
         return Ok(object);
     }
-    let kv = state
-        .store
+    let kv = target
+        .store(state)
         .update(&key, encode(&target.resource, &object), kv.mod_revision, target.resource.ttl)
         .await
         .map_err(|e| store_error(e, &error_target))?;
@@ -925,6 +934,7 @@ pub(crate) async fn delete_collection(
             resource: target.resource.clone(),
             namespace: meta_str(&item, "namespace").map(str::to_owned),
             user: target.user.clone(),
+            fenced: target.fenced.clone(),
         };
         match delete(state, &namespaced, &name, query, bytes).await {
             Ok(object) => deleted.push(object),

@@ -21,8 +21,8 @@ async fn save(
     let key = target
         .resource
         .storage_key(target.namespace.as_deref(), name);
-    let kv = state
-        .store
+    let kv = target
+        .store(state)
         .update(&key, encode(&target.resource, object), revision, target.resource.ttl)
         .await
         .map_err(|e| store_error(e, &target.error_target(name)))?;
@@ -264,8 +264,8 @@ pub(crate) async fn finalize(
             .is_none_or(Vec::is_empty);
     if done {
         let key = target.resource.storage_key(None, name);
-        state
-            .store
+        target
+            .store(state)
             .delete(&key, Some(revision))
             .await
             .map_err(|e| store_error(e, &target.error_target(name)))?;

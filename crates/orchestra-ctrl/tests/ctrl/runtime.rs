@@ -83,7 +83,7 @@ async fn leader_hand_off_on_release() {
             first
                 .run(
                     move |fence, mut stop| async move {
-                        let _ = lead_a_tx.send(Some(fence.token()));
+                        let _ = lead_a_tx.send(Some(fence));
                         let _ = stop.wait_for(|s| *s).await;
                     },
                     async move {
@@ -95,6 +95,10 @@ async fn leader_hand_off_on_release() {
         }
     });
     lead_a.wait_for(|t| t.is_some()).await.unwrap();
+    let fence_a = lead_a.borrow().clone().unwrap();
+    // The leader's writes carry its term, and land while it leads.
+    let writes_a: Api<ConfigMap> = Api::namespaced(fence_a.client(&client), "default");
+    writes_a.create(&PostParams::default(), &config_map("early")).await.unwrap();
     let (lead_b_tx, mut lead_b) = watch::channel(None);
     let b = tokio::spawn({
         let second = second.clone();
@@ -102,7 +106,7 @@ async fn leader_hand_off_on_release() {
             second
                 .run(
                     move |fence, mut stop| async move {
-                        let _ = lead_b_tx.send(Some((fence.token(), Instant::now())));
+                        let _ = lead_b_tx.send(Some((fence, Instant::now())));
                         let _ = stop.wait_for(|s| *s).await;
                     },
                     std::future::pending(),
@@ -116,10 +120,25 @@ async fn leader_hand_off_on_release() {
     let _ = stop_a.send(true);
     a.await.unwrap().unwrap();
     lead_b.wait_for(|t| t.is_some()).await.unwrap();
-    let (token_b, at) = lead_b.borrow().unwrap();
+    let (fence_b, at) = lead_b.borrow().clone().unwrap();
     let hand_off = at.duration_since(released);
     println!("leader hand-off after release: {hand_off:?}");
-    assert!(token_b > lead_a.borrow().unwrap(), "fencing token grows");
+    assert!(fence_b.token() > fence_a.token(), "fencing token grows");
     assert!(hand_off < Duration::from_secs(1), "{hand_off:?}");
+    // The deposed leader's late writes are refused by the API server; the
+    // new leader's land.
+    match writes_a.create(&PostParams::default(), &config_map("late")).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 409, "{status:?}");
+            assert!(status.message.contains("term") && status.message.contains("has ended"), "{status:?}");
+        }
+        other => panic!("a deposed leader's write landed: {other:?}"),
+    }
+    assert!(writes_a.delete("early", &Default::default()).await.is_err(), "a deposed leader deleted");
+    let writes_b: Api<ConfigMap> = Api::namespaced(fence_b.client(&client), "default");
+    writes_b.create(&PostParams::default(), &config_map("current")).await.unwrap();
+    let plain: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    assert!(plain.get_opt("late").await.unwrap().is_none());
+    assert!(plain.get_opt("early").await.unwrap().is_some());
     b.abort();
 }
