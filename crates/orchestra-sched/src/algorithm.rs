@@ -54,12 +54,17 @@ impl FitError {
     /// Upstream's message: `0/5 nodes are available: 3 Insufficient cpu, 2
     /// node(s) had untolerated taint {k: v}.` (reasons counted and sorted).
     pub fn message(&self) -> String {
-        let mut histogram: BTreeMap<String, usize> = BTreeMap::new();
+        // A PreFilter rejection applies to every node: its reasons are given
+        // once, uncounted, as upstream does.
         if let Some(s) = &self.pre_filter {
-            for r in &s.reasons {
-                *histogram.entry(r.clone()).or_default() += self.num_all_nodes;
+            let mut msg = format!("0/{} nodes are available: {}.", self.num_all_nodes, s.message());
+            if let Some(p) = &self.post_filter_message {
+                msg.push(' ');
+                msg.push_str(p);
             }
+            return msg;
         }
+        let mut histogram: BTreeMap<String, usize> = BTreeMap::new();
         for s in self.statuses.values() {
             for r in &s.reasons {
                 *histogram.entry(r.clone()).or_default() += 1;

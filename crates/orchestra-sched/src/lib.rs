@@ -8,7 +8,8 @@
 //! [`cache`] of node infos with assumed pods and per-cycle [`snapshot`]s, the
 //! decision [`algorithm`] (percentageOfNodesToScore, parallel filter and
 //! score), the built-in [`plugins`] (filters, scores, DefaultPreemption,
-//! DefaultBinder; the volume plugins are not written yet), and the [`Scheduler`](scheduler::Scheduler) that watches
+//! DefaultBinder), the [`listers`] of volumes, claims, classes and
+//! disruption budgets, and the [`Scheduler`](scheduler::Scheduler) that watches
 //! nodes and pods through the API and binds through `pods/binding`.
 //!
 //! ```no_run
@@ -24,6 +25,7 @@ pub mod config;
 pub mod events;
 pub mod framework;
 pub mod leader;
+pub mod listers;
 pub mod metrics;
 pub mod node_info;
 pub mod plugins;

@@ -249,6 +249,9 @@ mod tests {
                 "NodeAffinity",
                 "NodePorts",
                 "NodeResourcesFit",
+                "VolumeRestrictions",
+                "VolumeBinding",
+                "VolumeZone",
                 "PodTopologySpread",
                 "InterPodAffinity"
             ]
@@ -267,6 +270,8 @@ mod tests {
             ]
         );
         assert_eq!(p.post_filter.len(), 1);
+        assert_eq!(p.reserve.iter().map(|r| r.name()).collect::<Vec<_>>(), ["VolumeBinding"]);
+        assert_eq!(p.pre_bind.iter().map(|r| r.name()).collect::<Vec<_>>(), ["VolumeBinding"]);
     }
 
     #[test]

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use tokio::sync::watch as tokio_watch;
@@ -18,6 +19,7 @@ use crate::config::SchedulerConfiguration;
 use crate::events::{EventRecorder, Record, pod_ref};
 use crate::framework::*;
 use crate::leader::LeaderElector;
+use crate::listers::object_key;
 use crate::metrics::Metrics;
 use crate::node_info::{PodInfo, pod_uid};
 use crate::profile::{Profile, ProfileError};
@@ -77,7 +79,7 @@ impl SchedulerBuilder {
         if self.config.profiles.is_empty() {
             return Err(Error::Config("at least one profile is needed".into()));
         }
-        let handle = Handle { client: Some(self.client.clone()), waiting_pods: Arc::new(WaitingPods::default()), namespaces: Default::default() };
+        let handle = Handle { client: Some(self.client.clone()), waiting_pods: Arc::new(WaitingPods::default()), namespaces: Default::default(), listers: Default::default() };
         let mut profiles = Vec::new();
         let mut by_name = HashMap::new();
         for cfg in &self.config.profiles {
@@ -267,7 +269,8 @@ impl Scheduler {
         result
     }
 
-    /// Starts node and pod watches; the future resolves once both listed.
+    /// Starts the watches (nodes, pods, claims, volumes, classes); the
+    /// future resolves once they listed.
     fn start_watches(&self) -> impl std::future::Future<Output = ()> + use<> {
         let (node_tx, mut node_rx) = tokio_watch::channel(false);
         let (pod_tx, mut pod_rx) = tokio_watch::channel(false);
@@ -344,10 +347,103 @@ impl Scheduler {
                 }
             }
         });
+        let mut others = vec![
+            self.spawn_watch::<PersistentVolumeClaim>(
+                |s, pvc| {
+                    let old = s.shared.handle.listers.pvcs.insert(pvc);
+                    s.object_event(EventResource::PersistentVolumeClaim, old.is_some());
+                },
+                |s, key| {
+                    s.shared.handle.listers.pvcs.remove(key);
+                },
+            ),
+            self.spawn_watch::<PersistentVolume>(
+                |s, pv| {
+                    let old = s.shared.handle.listers.pvs.insert(pv);
+                    s.object_event(EventResource::PersistentVolume, old.is_some());
+                },
+                |s, key| {
+                    s.shared.handle.listers.pvs.remove(key);
+                },
+            ),
+            self.spawn_watch::<StorageClass>(
+                |s, sc| {
+                    let old = s.shared.handle.listers.storage_classes.insert(sc);
+                    s.object_event(EventResource::StorageClass, old.is_some());
+                },
+                |s, key| {
+                    s.shared.handle.listers.storage_classes.remove(key);
+                },
+            ),
+        ];
         async move {
             let _ = node_rx.wait_for(|v| *v).await;
             let _ = pod_rx.wait_for(|v| *v).await;
+            // The other kinds are waited for a while only: a scheduler not
+            // allowed to list them still schedules pods that do not need them.
+            let others = futures::future::join_all(others.iter_mut().map(|rx| async move {
+                let _ = rx.wait_for(|v| *v).await.map(|_| ());
+            }));
+            if tokio::time::timeout(Duration::from_secs(10), others).await.is_err() {
+                tracing::warn!("scheduler: volume watches not synced after 10 s; scheduling anyway");
+            }
         }
+    }
+
+    /// Queues a cluster event for an added or updated object.
+    fn object_event(&self, resource: EventResource, existed: bool) {
+        let a = if existed { action::UPDATE_OTHER } else { action::ADD };
+        self.shared.queue.on_event(ClusterEvent::new(resource, a));
+    }
+
+    /// Watches every `K`: `apply` on each added or changed object, `delete`
+    /// with its key (`namespace/name` or `name`) on each removed one
+    /// (relists included). The receiver turns true once the first list is in.
+    fn spawn_watch<K>(&self, apply: fn(&Scheduler, K), delete: fn(&Scheduler, &str)) -> tokio_watch::Receiver<bool>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    {
+        let (tx, rx) = tokio_watch::channel(false);
+        let s = self.clone();
+        tokio::spawn(async move {
+            let api: Api<K> = Api::all(s.shared.client.clone());
+            let mut known: HashSet<String> = HashSet::new();
+            let mut seen: HashSet<String> = HashSet::new();
+            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(watcher::Event::Init) => seen.clear(),
+                    Ok(watcher::Event::InitApply(o)) => {
+                        let key = object_key(&o);
+                        seen.insert(key.clone());
+                        known.insert(key);
+                        apply(&s, o);
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        let gone: Vec<String> = known.iter().filter(|k| !seen.contains(*k)).cloned().collect();
+                        for key in gone {
+                            known.remove(&key);
+                            delete(&s, &key);
+                        }
+                        let _ = tx.send(true);
+                    }
+                    Ok(watcher::Event::Apply(o)) => {
+                        known.insert(object_key(&o));
+                        apply(&s, o);
+                    }
+                    Ok(watcher::Event::Delete(o)) => {
+                        let key = object_key(&o);
+                        known.remove(&key);
+                        delete(&s, &key);
+                    }
+                    Err(e) => {
+                        tracing::debug!("{} watch: {e}", K::kind(&()));
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+        });
+        rx
     }
 
     fn on_node(&self, known: &mut HashMap<String, Node>, node: Node) {

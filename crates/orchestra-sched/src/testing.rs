@@ -253,6 +253,18 @@ impl PodBuilder {
         });
         self
     }
+    /// Mounts the PersistentVolumeClaim `claim` as a volume named after it.
+    pub fn pvc(mut self, claim: &str) -> Self {
+        self.spec().volumes.get_or_insert_with(Vec::new).push(k8s_openapi::api::core::v1::Volume {
+            name: claim.into(),
+            persistent_volume_claim: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource {
+                claim_name: claim.into(),
+                read_only: None,
+            }),
+            ..Default::default()
+        });
+        self
+    }
     /// Modifies the pod freely.
     pub fn with(mut self, f: impl FnOnce(&mut Pod)) -> Self {
         f(&mut self.pod);
@@ -351,4 +363,172 @@ pub fn node_info(node: Node, pods: Vec<Pod>) -> crate::node_info::NodeInfo {
 /// A pod info for `pod`.
 pub fn pod_info(pod: Pod) -> crate::node_info::PodInfo {
     crate::node_info::PodInfo::new(std::sync::Arc::new(pod))
+}
+
+/// Builds PersistentVolumeClaims for tests (ReadWriteOnce, 1Gi, namespace `default`).
+#[derive(Debug, Clone)]
+pub struct PvcBuilder {
+    pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim,
+}
+
+impl PvcBuilder {
+    /// An unbound claim `name` in `default` asking for 1Gi ReadWriteOnce.
+    pub fn new(name: &str) -> PvcBuilder {
+        PvcBuilder {
+            pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    namespace: Some("default".into()),
+                    uid: Some(format!("uid-pvc-{name}")),
+                    ..Default::default()
+                },
+                spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+                    access_modes: Some(vec!["ReadWriteOnce".into()]),
+                    resources: Some(k8s_openapi::api::core::v1::VolumeResourceRequirements {
+                        requests: Some([("storage".to_owned(), q("1Gi"))].into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                status: None,
+            },
+        }
+    }
+    fn spec(&mut self) -> &mut k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+        self.pvc.spec.as_mut().expect("spec")
+    }
+    /// Sets the storage class.
+    pub fn class(mut self, class: &str) -> Self {
+        self.spec().storage_class_name = Some(class.into());
+        self
+    }
+    /// Binds it to volume `pv` (`spec.volumeName`).
+    pub fn volume(mut self, pv: &str) -> Self {
+        self.spec().volume_name = Some(pv.into());
+        self
+    }
+    /// Sets the access modes.
+    pub fn access_modes(mut self, modes: &[&str]) -> Self {
+        self.spec().access_modes = Some(modes.iter().map(|m| m.to_string()).collect());
+        self
+    }
+    /// Requests `storage`.
+    pub fn storage(mut self, storage: &str) -> Self {
+        self.spec().resources = Some(k8s_openapi::api::core::v1::VolumeResourceRequirements {
+            requests: Some([("storage".to_owned(), q(storage))].into()),
+            ..Default::default()
+        });
+        self
+    }
+    /// Selects volumes with these labels.
+    pub fn selector(mut self, labels: &[(&str, &str)]) -> Self {
+        self.spec().selector = Some(LabelSelector {
+            match_labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        });
+        self
+    }
+    /// Adds an annotation.
+    pub fn annotation(mut self, k: &str, v: &str) -> Self {
+        self.pvc.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
+        self
+    }
+    /// The claim.
+    pub fn build(self) -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+        self.pvc
+    }
+}
+
+/// Builds PersistentVolumes for tests (ReadWriteOnce, 1Gi, Available).
+#[derive(Debug, Clone)]
+pub struct PvBuilder {
+    pv: k8s_openapi::api::core::v1::PersistentVolume,
+}
+
+impl PvBuilder {
+    /// An available 1Gi ReadWriteOnce volume `name` with no class.
+    pub fn new(name: &str) -> PvBuilder {
+        PvBuilder {
+            pv: k8s_openapi::api::core::v1::PersistentVolume {
+                metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+                spec: Some(k8s_openapi::api::core::v1::PersistentVolumeSpec {
+                    access_modes: Some(vec!["ReadWriteOnce".into()]),
+                    capacity: Some([("storage".to_owned(), q("1Gi"))].into()),
+                    host_path: Some(k8s_openapi::api::core::v1::HostPathVolumeSource { path: format!("/tmp/{name}"), type_: None }),
+                    ..Default::default()
+                }),
+                status: Some(k8s_openapi::api::core::v1::PersistentVolumeStatus { phase: Some("Available".into()), ..Default::default() }),
+            },
+        }
+    }
+    fn spec(&mut self) -> &mut k8s_openapi::api::core::v1::PersistentVolumeSpec {
+        self.pv.spec.as_mut().expect("spec")
+    }
+    /// Sets the storage class.
+    pub fn class(mut self, class: &str) -> Self {
+        self.spec().storage_class_name = Some(class.into());
+        self
+    }
+    /// Sets the capacity.
+    pub fn capacity(mut self, storage: &str) -> Self {
+        self.spec().capacity = Some([("storage".to_owned(), q(storage))].into());
+        self
+    }
+    /// Sets the access modes.
+    pub fn access_modes(mut self, modes: &[&str]) -> Self {
+        self.spec().access_modes = Some(modes.iter().map(|m| m.to_string()).collect());
+        self
+    }
+    /// Adds a label.
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.pv.metadata.labels.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
+        self
+    }
+    /// Requires nodes whose label `key` is one of `values`.
+    pub fn node_affinity(mut self, key: &str, values: &[&str]) -> Self {
+        self.spec().node_affinity = Some(k8s_openapi::api::core::v1::VolumeNodeAffinity {
+            required: Some(k8s_openapi::api::core::v1::NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_expressions: Some(vec![NodeSelectorRequirement {
+                        key: key.into(),
+                        operator: "In".into(),
+                        values: Some(values.iter().map(|v| v.to_string()).collect()),
+                    }]),
+                    ..Default::default()
+                }],
+            }),
+        });
+        self
+    }
+    /// Binds it to claim `default/<claim>` (`spec.claimRef`).
+    pub fn claim(mut self, claim: &str) -> Self {
+        self.spec().claim_ref = Some(k8s_openapi::api::core::v1::ObjectReference {
+            kind: Some("PersistentVolumeClaim".into()),
+            namespace: Some("default".into()),
+            name: Some(claim.into()),
+            ..Default::default()
+        });
+        self
+    }
+    /// Sets `status.phase`.
+    pub fn phase(mut self, phase: &str) -> Self {
+        self.pv.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus { phase: Some(phase.into()), ..Default::default() });
+        self
+    }
+    /// The volume.
+    pub fn build(self) -> k8s_openapi::api::core::v1::PersistentVolume {
+        self.pv
+    }
+}
+
+/// A StorageClass `name` with `binding_mode` (`Immediate` or
+/// `WaitForFirstConsumer`) and `provisioner` (`kubernetes.io/no-provisioner`
+/// for none).
+pub fn storage_class(name: &str, binding_mode: &str, provisioner: &str) -> k8s_openapi::api::storage::v1::StorageClass {
+    k8s_openapi::api::storage::v1::StorageClass {
+        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+        provisioner: provisioner.into(),
+        volume_binding_mode: Some(binding_mode.into()),
+        ..Default::default()
+    }
 }

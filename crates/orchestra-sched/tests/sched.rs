@@ -6,4 +6,5 @@ mod sched {
     pub mod leader;
     pub mod support;
     pub mod throughput;
+    pub mod volumes;
 }

@@ -173,7 +173,7 @@ impl WaitingPods {
 }
 
 /// What plugin factories get: the API client (absent when running the
-/// algorithm alone) and the waiting pods.
+/// algorithm alone), the waiting pods, and the listers the scheduler keeps.
 #[derive(Clone, Default)]
 pub struct Handle {
     /// The client to the API server.
@@ -182,4 +182,6 @@ pub struct Handle {
     pub waiting_pods: Arc<WaitingPods>,
     /// Namespace labels (for namespace selectors), kept by the scheduler.
     pub namespaces: crate::plugins::inter_pod_affinity::NamespaceLabels,
+    /// PVCs, PVs, StorageClasses and PodDisruptionBudgets, kept by the scheduler.
+    pub listers: Arc<crate::listers::Listers>,
 }

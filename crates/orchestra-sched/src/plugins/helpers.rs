@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Pod};
+use k8s_openapi::api::core::v1::{
+    Node, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod, TopologySelectorTerm,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// Whether a node selector requirement matches `labels` (In, NotIn, Exists,
@@ -74,6 +76,62 @@ pub fn pod_labels(pod: &Pod) -> Option<&BTreeMap<String, String>> {
 /// The pod's priority (0 when unset).
 pub fn pod_priority(pod: &Pod) -> i32 {
     pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+/// The beta annotation that overrides `storageClassName` on claims and volumes.
+pub const ANN_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+
+/// The PVCs a pod uses, in volume order: `(volume name, claim name, ephemeral)`;
+/// an ephemeral volume's claim is `<pod>-<volume>`.
+pub fn pod_claims(pod: &Pod) -> Vec<(String, String, bool)> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or("");
+    let mut out = Vec::new();
+    for v in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
+        if let Some(c) = &v.persistent_volume_claim {
+            out.push((v.name.clone(), c.claim_name.clone(), false));
+        } else if v.ephemeral.is_some() {
+            out.push((v.name.clone(), format!("{pod_name}-{}", v.name), true));
+        }
+    }
+    out
+}
+
+/// The claim's storage class (beta annotation first, then `spec.storageClassName`; "" when none).
+pub fn claim_class(pvc: &PersistentVolumeClaim) -> &str {
+    if let Some(c) = pvc.metadata.annotations.as_ref().and_then(|a| a.get(ANN_STORAGE_CLASS)) {
+        return c;
+    }
+    pvc.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()).unwrap_or("")
+}
+
+/// The volume's storage class (beta annotation first, then `spec.storageClassName`; "" when none).
+pub fn volume_class(pv: &PersistentVolume) -> &str {
+    if let Some(c) = pv.metadata.annotations.as_ref().and_then(|a| a.get(ANN_STORAGE_CLASS)) {
+        return c;
+    }
+    pv.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()).unwrap_or("")
+}
+
+/// The claim's access modes.
+pub fn claim_access_modes(pvc: &PersistentVolumeClaim) -> &[String] {
+    pvc.spec.as_ref().and_then(|s| s.access_modes.as_deref()).unwrap_or_default()
+}
+
+/// Whether the volume's required node affinity admits `node` (no affinity admits every node).
+pub fn volume_node_affinity_matches(pv: &PersistentVolume, node: &Node) -> bool {
+    match pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()).and_then(|a| a.required.as_ref()) {
+        None => true,
+        Some(sel) => sel.node_selector_terms.iter().any(|t| term_matches(t, node)),
+    }
+}
+
+/// Whether topology selector terms (a StorageClass's `allowedTopologies`)
+/// admit `labels`; no terms admit everything.
+pub fn topology_terms_match(terms: &[TopologySelectorTerm], labels: Option<&BTreeMap<String, String>>) -> bool {
+    terms.is_empty()
+        || terms.iter().any(|t| {
+            t.match_label_expressions.iter().flatten().all(|e| labels.and_then(|l| l.get(&e.key)).is_some_and(|v| e.values.contains(v)))
+        })
 }
 
 #[cfg(test)]

@@ -15,6 +15,9 @@ pub mod node_unschedulable;
 pub mod pod_topology_spread;
 pub mod queue_sort;
 pub mod taint_toleration;
+pub mod volume_binding;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 use crate::registry::Registry;
 
@@ -31,6 +34,9 @@ pub fn register_all(r: &mut Registry) {
     r.register(image_locality::NAME, |_, _| Ok(image_locality::factory()));
     r.register(inter_pod_affinity::NAME, |a, h| inter_pod_affinity::factory(a, h.namespaces.clone()));
     r.register(pod_topology_spread::NAME, |_, _| Ok(pod_topology_spread::factory()));
+    r.register(volume_restrictions::NAME, |_, h| Ok(volume_restrictions::factory(h)));
+    r.register(volume_binding::NAME, volume_binding::factory);
+    r.register(volume_zone::NAME, |_, h| Ok(volume_zone::factory(h)));
     r.register(default_preemption::NAME, |_, h| Ok(default_preemption::factory(h)));
     r.register(default_binder::NAME, |_, h| Ok(default_binder::factory(h)));
 }
