@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
@@ -269,8 +270,8 @@ impl Scheduler {
         result
     }
 
-    /// Starts the watches (nodes, pods, claims, volumes, classes); the
-    /// future resolves once they listed.
+    /// Starts the watches (nodes, pods, claims, volumes, classes, budgets);
+    /// the future resolves once they listed.
     fn start_watches(&self) -> impl std::future::Future<Output = ()> + use<> {
         let (node_tx, mut node_rx) = tokio_watch::channel(false);
         let (pod_tx, mut pod_rx) = tokio_watch::channel(false);
@@ -375,6 +376,14 @@ impl Scheduler {
                     s.shared.handle.listers.storage_classes.remove(key);
                 },
             ),
+            self.spawn_watch::<PodDisruptionBudget>(
+                |s, pdb| {
+                    s.shared.handle.listers.pdbs.insert(pdb);
+                },
+                |s, key| {
+                    s.shared.handle.listers.pdbs.remove(key);
+                },
+            ),
         ];
         async move {
             let _ = node_rx.wait_for(|v| *v).await;
@@ -385,7 +394,7 @@ impl Scheduler {
                 let _ = rx.wait_for(|v| *v).await.map(|_| ());
             }));
             if tokio::time::timeout(Duration::from_secs(10), others).await.is_err() {
-                tracing::warn!("scheduler: volume watches not synced after 10 s; scheduling anyway");
+                tracing::warn!("scheduler: volume or budget watches not synced after 10 s; scheduling anyway");
             }
         }
     }

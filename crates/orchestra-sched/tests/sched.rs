@@ -4,6 +4,7 @@ mod sched {
     pub mod basic;
     pub mod kubectl;
     pub mod leader;
+    pub mod preemption;
     pub mod support;
     pub mod throughput;
     pub mod volumes;
