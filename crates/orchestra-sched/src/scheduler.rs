@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, Patch, PatchParams};
@@ -270,8 +270,8 @@ impl Scheduler {
         result
     }
 
-    /// Starts the watches (nodes, pods, claims, volumes, classes, budgets);
-    /// the future resolves once they listed.
+    /// Starts the watches (nodes, pods, claims, volumes, classes, budgets,
+    /// namespaces); the future resolves once they listed.
     fn start_watches(&self) -> impl std::future::Future<Output = ()> + use<> {
         let (node_tx, mut node_rx) = tokio_watch::channel(false);
         let (pod_tx, mut pod_rx) = tokio_watch::channel(false);
@@ -384,6 +384,23 @@ impl Scheduler {
                     s.shared.handle.listers.pdbs.remove(key);
                 },
             ),
+            self.spawn_watch::<Namespace>(
+                |s, ns| {
+                    let name = ns.metadata.name.clone().unwrap_or_default();
+                    let labels = ns.metadata.labels.clone().unwrap_or_default();
+                    let old = s.shared.handle.namespaces.write().insert(name, labels.clone());
+                    match old {
+                        None => s.shared.queue.on_event(ClusterEvent::new(EventResource::Namespace, action::ADD)),
+                        Some(old) if old != labels => {
+                            s.shared.queue.on_event(ClusterEvent::new(EventResource::Namespace, action::UPDATE_NAMESPACE_LABEL))
+                        }
+                        Some(_) => {}
+                    }
+                },
+                |s, key| {
+                    s.shared.handle.namespaces.write().remove(key);
+                },
+            ),
         ];
         async move {
             let _ = node_rx.wait_for(|v| *v).await;
@@ -394,7 +411,7 @@ impl Scheduler {
                 let _ = rx.wait_for(|v| *v).await.map(|_| ());
             }));
             if tokio::time::timeout(Duration::from_secs(10), others).await.is_err() {
-                tracing::warn!("scheduler: volume or budget watches not synced after 10 s; scheduling anyway");
+                tracing::warn!("scheduler: volume, budget or namespace watches not synced after 10 s; scheduling anyway");
             }
         }
     }

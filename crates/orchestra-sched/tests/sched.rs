@@ -1,6 +1,7 @@
 //! Integration tests: the scheduler against an in-process API server.
 
 mod sched {
+    pub mod affinity;
     pub mod basic;
     pub mod kubectl;
     pub mod leader;

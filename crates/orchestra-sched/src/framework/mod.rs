@@ -61,6 +61,8 @@ pub enum EventResource {
     UnscheduledPod,
     /// A PersistentVolume.
     PersistentVolume,
+    /// A Namespace (its labels, for namespace selectors).
+    Namespace,
     /// A PersistentVolumeClaim.
     PersistentVolumeClaim,
     /// A StorageClass.
@@ -89,6 +91,8 @@ pub mod action {
     pub const UPDATE_POD_SCALE_DOWN: u32 = 1 << 7;
     /// Any other update.
     pub const UPDATE_OTHER: u32 = 1 << 8;
+    /// A namespace's labels changed.
+    pub const UPDATE_NAMESPACE_LABEL: u32 = 1 << 9;
     /// Every update.
     pub const UPDATE: u32 = UPDATE_NODE_ALLOCATABLE
         | UPDATE_NODE_LABEL
@@ -96,7 +100,8 @@ pub mod action {
         | UPDATE_NODE_CONDITION
         | UPDATE_POD_LABEL
         | UPDATE_POD_SCALE_DOWN
-        | UPDATE_OTHER;
+        | UPDATE_OTHER
+        | UPDATE_NAMESPACE_LABEL;
     /// Everything.
     pub const ALL: u32 = ADD | DELETE | UPDATE;
 }

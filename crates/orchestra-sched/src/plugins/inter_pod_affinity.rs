@@ -42,6 +42,8 @@ impl Plugin for InterPodAffinity {
         vec![
             ClusterEvent::new(EventResource::AssignedPod, action::ADD | action::DELETE | action::UPDATE_POD_LABEL),
             ClusterEvent::new(EventResource::Node, action::ADD | action::UPDATE_NODE_LABEL),
+            // A namespace gaining labels can bring pods into a term's namespaceSelector.
+            ClusterEvent::new(EventResource::Namespace, action::ADD | action::UPDATE_NAMESPACE_LABEL),
         ]
     }
 }
@@ -393,6 +395,52 @@ mod tests {
         assert_eq!(s[0].reasons, [ERR_EXISTING_ANTI_AFFINITY]);
         let s = run(PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone"), zone_nodes(vec![web()]));
         assert_eq!(s[2].reasons, [ERR_AFFINITY]);
+    }
+
+    /// Sets a namespaceSelector `team=<team>` on every required term.
+    fn ns_selector(team: &'static str) -> impl FnOnce(&mut Pod) {
+        move |p: &mut Pod| {
+            let a = p.spec.as_mut().unwrap().affinity.as_mut().unwrap();
+            let terms = a
+                .pod_affinity
+                .iter_mut()
+                .flat_map(|x| x.required_during_scheduling_ignored_during_execution.iter_mut().flatten())
+                .chain(a.pod_anti_affinity.iter_mut().flat_map(|x| x.required_during_scheduling_ignored_during_execution.iter_mut().flatten()));
+            for t in terms {
+                t.namespace_selector = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                    match_labels: Some([("team".to_owned(), team.to_owned())].into()),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+
+    #[test]
+    fn namespace_selector_table() {
+        let namespaces: NamespaceLabels = Default::default();
+        namespaces.write().insert("shop".into(), [("team".to_owned(), "blue".to_owned())].into());
+        namespaces.write().insert("lab".into(), [("team".to_owned(), "red".to_owned())].into());
+        let set = factory(None, namespaces).unwrap();
+        let web_in = |ns: &str| PodBuilder::new("web").namespace(ns).label("app", "web").build();
+        let cases: Vec<(&str, PodBuilder, Pod, Vec<bool>)> = vec![
+            ("affinity, selected namespace", PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone").with(ns_selector("blue")), web_in("shop"), vec![true, true, false]),
+            ("affinity, unselected namespace", PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone").with(ns_selector("blue")), web_in("lab"), vec![false, false, false]),
+            ("affinity, own namespace not implied", PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone").with(ns_selector("blue")), web_in("default"), vec![false, false, false]),
+            ("anti-affinity, selected namespace", PodBuilder::new("p").pod_anti_affinity(&[("app", "web")], "zone").with(ns_selector("red")), web_in("lab"), vec![false, false, true]),
+            ("anti-affinity, unknown namespace", PodBuilder::new("p").pod_anti_affinity(&[("app", "web")], "zone").with(ns_selector("red")), web_in("gone"), vec![true, true, true]),
+        ];
+        for (name, pod, web, want) in cases {
+            let snapshot = Snapshot::from_nodes(zone_nodes(vec![web]));
+            let pod = pod_info(pod.build());
+            let mut state = CycleState::new();
+            let (_, s) = set.pre_filter.as_ref().unwrap().pre_filter(&mut state, &pod, &snapshot);
+            let got: Vec<bool> = snapshot
+                .nodes
+                .iter()
+                .map(|n| s.is_skip() || set.filter.as_ref().unwrap().filter(&state, &pod, n).is_success())
+                .collect();
+            assert_eq!(got, want, "{name}");
+        }
     }
 
     #[test]
