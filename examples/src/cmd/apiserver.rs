@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use orchestra_core::auth::service_account::{DEFAULT_ISSUER, TokenSigner};
 use orchestra_core::auth::{
     AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, PublicInfoViewer, TokenFile,
 };
@@ -61,6 +62,9 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .authenticator(authenticator)
         .authorizer(authorizer)
         .kubelet_client(KubeletClient::without_server_verification(&kubelet_identity)?)
+        // Service account tokens (`kubectl create token`), signed by a key
+        // kept with the certificates.
+        .service_account_tokens(TokenSigner::load_or_create(&pki.dir().join("sa.key"), DEFAULT_ISSUER)?)
         .build()
         .await?;
 

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use orchestra_core::auth::service_account::{DEFAULT_ISSUER, TokenSigner};
 use orchestra_core::auth::{
     AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, ExtensionAuthenticator,
     PublicInfoViewer, UserInfo,
@@ -129,6 +130,9 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )
         .authorizer(AuthorizerChain::new().with(PublicInfoViewer).with(AllowAuthenticated))
         .kubelet_client(KubeletClient::new(&kubelet_identity, pki.ca_pem())?)
+        // Service account tokens (`kubectl create token`), signed by a key
+        // kept with the certificates.
+        .service_account_tokens(TokenSigner::load_or_create(&pki.dir().join("sa.key"), DEFAULT_ISSUER)?)
         .build()
         .await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;

@@ -39,6 +39,14 @@ fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     assert!(ok, "{out}{err}");
     let (ok, out, err) = kubectl(dir.path(), &["get", "namespaces"]);
     assert!(ok && out.contains("team") && out.contains("Active"), "{out}{err}");
+    // A service account token (`kubectl create token`) authenticates as
+    // its service account.
+    let (ok, out, err) = kubectl(dir.path(), &["-n", "team", "create", "serviceaccount", "robot"]);
+    assert!(ok, "{out}{err}");
+    let (ok, token, err) = kubectl(dir.path(), &["-n", "team", "create", "token", "robot", "--duration=20m"]);
+    assert!(ok && token.trim().split('.').count() == 3, "{token}{err}");
+    let token = token.trim().to_owned();
+    assert_eq!(whoami(dir.path(), &token), Ok("system:serviceaccount:team:robot".to_owned()));
     terminate(server);
 
     // Same data directory: same CA (the kubeconfig still works, on a new
@@ -48,5 +56,33 @@ fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     assert_eq!(std::fs::read_to_string(dir.path().join("pki/ca.crt")).unwrap(), ca_before);
     let (ok, out, err) = kubectl(dir.path(), &["-n", "team", "get", "configmap", "settings", "-o", "jsonpath={.data.mode}"]);
     assert!(ok && out == "fast", "{out}{err}");
+    // The signing key is kept too: the token still works, until its
+    // service account is deleted.
+    assert_eq!(whoami(dir.path(), &token), Ok("system:serviceaccount:team:robot".to_owned()));
+    let (ok, out, err) = kubectl(dir.path(), &["-n", "team", "delete", "serviceaccount", "robot"]);
+    assert!(ok, "{out}{err}");
+    let refused = whoami(dir.path(), &token).unwrap_err();
+    assert!(refused.contains("Unauthorized"), "{refused}");
     terminate(server);
+}
+
+/// `kubectl auth whoami` with nothing but `token` (no client certificate):
+/// the user name, or kubectl's error.
+fn whoami(dir: &Path, token: &str) -> Result<String, String> {
+    let (ok, server, err) = kubectl(dir, &["config", "view", "-o", "jsonpath={.clusters[0].cluster.server}"]);
+    assert!(ok, "{err}");
+    let output = std::process::Command::new("kubectl")
+        .arg("--kubeconfig=/dev/null")
+        .arg(format!("--cache-dir={}", dir.join("kubectl-cache").display()))
+        .arg(format!("--server={server}"))
+        .arg(format!("--certificate-authority={}", dir.join("pki/ca.crt").display()))
+        .arg(format!("--token={token}"))
+        .args(["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])
+        .output()
+        .unwrap();
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
 }

@@ -66,7 +66,11 @@ impl Registry {
         );
         r.register(ResourceInfo::of::<core::ConfigMap>().short_names(&["cm"]));
         r.register(ResourceInfo::of::<core::Secret>());
-        r.register(ResourceInfo::of::<core::ServiceAccount>().short_names(&["sa"]));
+        r.register(
+            ResourceInfo::of::<core::ServiceAccount>()
+                .short_names(&["sa"])
+                .with_subresource("token", "authentication.k8s.io", "v1", "TokenRequest", &["create"]),
+        );
         r.register(
             ResourceInfo::of::<core::Event>()
                 .short_names(&["ev"])

@@ -70,6 +70,12 @@ impl AuthenticatorChain {
         self
     }
 
+    /// Adds an authenticator at the front (it sees requests first).
+    pub fn first(mut self, authenticator: impl Authenticator + 'static) -> AuthenticatorChain {
+        self.authenticators.insert(0, Arc::new(authenticator));
+        self
+    }
+
     /// Lets requests without any credential in as `system:anonymous`.
     pub fn allow_anonymous(mut self, allow: bool) -> AuthenticatorChain {
         self.anonymous = allow;

@@ -11,6 +11,7 @@ mod authn;
 mod authz;
 mod client_cert;
 mod public;
+pub mod service_account;
 
 pub use admission::{AdmissionChain, AdmissionPlugin, AdmissionRequest, Operation};
 pub use authn::{

@@ -30,6 +30,7 @@ mod route;
 mod state;
 mod subresources;
 mod table;
+mod token;
 mod watch;
 
 use std::sync::Arc;
@@ -94,9 +95,19 @@ pub struct ApiServerBuilder {
     authorizer: AuthorizerChain,
     admission: AdmissionChain,
     kubelet_client: Option<KubeletClient>,
+    token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
 }
 
 impl ApiServerBuilder {
+    /// Issues service account tokens with `signer` (the TokenRequest
+    /// subresource, `kubectl create token`) and accepts them as bearer
+    /// tokens, ahead of the other authenticators (upstream's
+    /// `--service-account-signing-key-file`).
+    pub fn service_account_tokens(mut self, signer: crate::auth::service_account::TokenSigner) -> ApiServerBuilder {
+        self.token_signer = Some(Arc::new(signer));
+        self
+    }
+
     /// How `pods/log` and `pods/exec` reach node agents (upstream's
     /// `--kubelet-client-certificate` and `--kubelet-certificate-authority`).
     /// Without it those subresources answer 503.
@@ -137,9 +148,16 @@ impl ApiServerBuilder {
 
     /// Builds the server and makes sure the system namespaces exist.
     pub async fn build(self) -> Result<ApiServer, ApiError> {
-        let pipeline = (self.authenticator, self.authorizer, self.admission);
+        let mut authenticator = self.authenticator;
+        if let Some(signer) = &self.token_signer {
+            let audiences = vec![signer.issuer().to_owned()];
+            let tokens = crate::auth::service_account::ServiceAccountAuthenticator::new(signer.clone(), self.store.clone(), audiences);
+            authenticator = authenticator.first(tokens);
+        }
+        let pipeline = (authenticator, self.authorizer, self.admission);
         let mut state = State::new(self.store, self.registry, self.options, pipeline);
         state.kubelet_client = self.kubelet_client;
+        state.token_signer = self.token_signer;
         let server = ApiServer { state: Arc::new(state) };
         server.bootstrap().await?;
         Ok(server)
@@ -164,6 +182,7 @@ impl ApiServer {
             authorizer: AuthorizerChain::new().with(AllowAll),
             admission: AdmissionChain::new(),
             kubelet_client: None,
+            token_signer: None,
         }
     }
 
@@ -456,6 +475,10 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                 (Some("finalize"), &Method::PUT) => respond(
                     subresources::finalize(&state, &target, &name, headers, &bytes).await,
                     false,
+                ),
+                (Some("token"), &Method::POST) => respond(
+                    token::create(&state, &target, &name, headers, &bytes).await,
+                    true,
                 ),
                 (Some("binding"), &Method::POST) => respond(
                     subresources::bind(&state, &target, &name, headers, &bytes).await,

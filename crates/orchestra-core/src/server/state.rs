@@ -21,6 +21,8 @@ pub(crate) struct State {
     pub openapi: super::openapi::OpenApiCache,
     /// How `pods/log` and `pods/exec` reach node agents.
     pub kubelet_client: Option<super::node_proxy::KubeletClient>,
+    /// Signs service account tokens (`serviceaccounts/<name>/token`).
+    pub token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
 }
 
 impl State {
@@ -44,6 +46,7 @@ impl State {
             metrics: super::metrics::Metrics::new(),
             openapi: Default::default(),
             kubelet_client: None,
+            token_signer: None,
         }
     }
 
