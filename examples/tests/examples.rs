@@ -2,6 +2,8 @@
 
 #[path = "examples/apiserver.rs"]
 mod apiserver;
+#[path = "examples/custom_scheduler.rs"]
+mod custom_scheduler;
 #[path = "examples/roles.rs"]
 mod roles;
 #[path = "examples/support.rs"]

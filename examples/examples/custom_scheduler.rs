@@ -1,0 +1,188 @@
+//! A scheduler of your own, built from the orchestra-sched SDK: two plugins
+//! written here — a Filter that keeps GPU pods on GPU nodes and a Score that
+//! prefers nodes with a configurable label — registered next to the built-in
+//! plugins and enabled in a profile named `gpu-aware-scheduler`. Pods whose
+//! `spec.schedulerName` is that name are placed by it.
+//!
+//! The program starts an API server in process (on the in-memory store),
+//! creates four nodes and a few pods through the API, runs the scheduler and
+//! prints where each pod was bound:
+//!
+//! ```text
+//! cargo run -p orchestra-examples --example custom_scheduler
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+use orchestra_core::server::ApiServer;
+use orchestra_sched::framework::{
+    ClusterEvent, CycleState, EventResource, Filter, MAX_NODE_SCORE, Plugin, Score, Status, action,
+};
+use orchestra_sched::node_info::{NodeInfo, PodInfo};
+use orchestra_sched::{PluginSet, ProfileConfig, Registry, SchedulerBuilder, SchedulerConfiguration};
+use orchestra_store::MemStore;
+
+/// The `schedulerName` the custom profile serves.
+pub const SCHEDULER_NAME: &str = "gpu-aware-scheduler";
+/// The pod label asking for a GPU node, and the node label offering one.
+pub const GPU_LABEL: &str = "example.com/gpu";
+
+/// Filter: a pod labelled `example.com/gpu=true` fits only nodes labelled
+/// `example.com/gpu=true`; other pods fit anywhere.
+pub struct GpuFilter;
+
+impl GpuFilter {
+    /// The plugin's registry name.
+    pub const NAME: &'static str = "GpuFilter";
+    /// Why a node was rejected (summed up in the pod's FailedScheduling event).
+    pub const REASON: &'static str = "node(s) had no GPU";
+}
+
+impl Plugin for GpuFilter {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+    // A pod this plugin rejected may fit once a node is added or relabelled.
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![ClusterEvent::new(EventResource::Node, action::ADD | action::UPDATE_NODE_LABEL)]
+    }
+}
+
+impl Filter for GpuFilter {
+    fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let wants_gpu = pod.pod.metadata.labels.as_ref().and_then(|l| l.get(GPU_LABEL)).is_some_and(|v| v == "true");
+        if wants_gpu && node.label(GPU_LABEL) != Some("true") {
+            return Status::unresolvable(Self::REASON);
+        }
+        Status::success()
+    }
+}
+
+/// Score: MAX_NODE_SCORE for nodes carrying the label `key=value`, 0 for
+/// the others. Its arguments come from the profile's `pluginConfig`:
+/// `{"label": "example.com/tier=fast"}`.
+pub struct PreferLabel {
+    key: String,
+    value: String,
+}
+
+impl PreferLabel {
+    /// The plugin's registry name.
+    pub const NAME: &'static str = "PreferLabel";
+
+    /// Reads `{"label": "key=value"}`.
+    pub fn from_args(args: Option<&serde_json::Value>) -> Result<PreferLabel, String> {
+        let label = args.and_then(|a| a.get("label")).and_then(|l| l.as_str()).ok_or("PreferLabel needs args {\"label\": \"key=value\"}")?;
+        let (key, value) = label.split_once('=').ok_or("label must be key=value")?;
+        Ok(PreferLabel { key: key.into(), value: value.into() })
+    }
+}
+
+impl Plugin for PreferLabel {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+}
+
+impl Score for PreferLabel {
+    fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        Ok(if node.label(&self.key) == Some(self.value.as_str()) { MAX_NODE_SCORE } else { 0 })
+    }
+}
+
+/// The built-in plugins plus the two above, each registered by name with a
+/// factory that builds it from its arguments.
+pub fn registry() -> Registry {
+    Registry::default()
+        .with(GpuFilter::NAME, |_, _| {
+            let p = Arc::new(GpuFilter);
+            Ok(PluginSet::new(&p).filter(&p))
+        })
+        .with(PreferLabel::NAME, |args, _| {
+            let p = Arc::new(PreferLabel::from_args(args)?);
+            Ok(PluginSet::new(&p).score(&p))
+        })
+}
+
+/// One profile, `gpu-aware-scheduler`: the default plugins plus GpuFilter,
+/// and PreferLabel(`example.com/tier=fast`) weighing 10 (outweighing the
+/// default scores, which prefer the least loaded node).
+pub fn config() -> SchedulerConfiguration {
+    let profile = ProfileConfig::named(SCHEDULER_NAME)
+        .enable(GpuFilter::NAME, None)
+        .enable(PreferLabel::NAME, Some(10))
+        .args(PreferLabel::NAME, serde_json::json!({"label": "example.com/tier=fast"}));
+    SchedulerConfiguration::default().with_profiles(vec![profile])
+}
+
+fn node(name: &str, labels: serde_json::Value) -> Node {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": labels},
+        "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}},
+    }))
+    .expect("a valid node")
+}
+
+fn pod(name: &str, labels: serde_json::Value) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}],
+        },
+    }))
+    .expect("a valid pod")
+}
+
+/// Runs the demo: an API server, the nodes, the pods, the custom scheduler;
+/// returns `(pod, node)` once every pod is bound.
+pub async fn run() -> Result<Vec<(String, String)>, Box<dyn std::error::Error>> {
+    let server = ApiServer::new(Arc::new(MemStore::new())).await?;
+    let client = orchestra_core::client::in_process(&server, "default");
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in [
+        node("cpu-slow", serde_json::json!({})),
+        node("cpu-fast", serde_json::json!({"example.com/tier": "fast"})),
+        node("gpu-slow", serde_json::json!({GPU_LABEL: "true"})),
+        node("gpu-fast", serde_json::json!({GPU_LABEL: "true", "example.com/tier": "fast"})),
+    ] {
+        nodes.create(&PostParams::default(), &n).await?;
+    }
+
+    let scheduler = SchedulerBuilder::new(client.clone()).registry(registry()).config(config()).build()?;
+    let running = tokio::spawn(scheduler.run());
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let names = ["train-0", "train-1", "web-0", "web-1"];
+    for name in names {
+        let labels = if name.starts_with("train") { serde_json::json!({GPU_LABEL: "true"}) } else { serde_json::json!({}) };
+        pods.create(&PostParams::default(), &pod(name, labels)).await?;
+    }
+
+    let mut placed = Vec::new();
+    for name in names {
+        let mut node = None;
+        for _ in 0..200 {
+            node = pods.get(name).await?.spec.and_then(|s| s.node_name);
+            if node.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        placed.push((name.to_owned(), node.ok_or(format!("{name} was not scheduled"))?));
+    }
+    running.abort();
+    Ok(placed)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    for (pod, node) in run().await? {
+        println!("{pod} -> {node}");
+    }
+    Ok(())
+}
