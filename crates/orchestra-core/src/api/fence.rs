@@ -41,7 +41,7 @@ impl LeaseFence {
         let (mut holder, mut transitions) = (None, None);
         for part in parts {
             match part.split_once('=') {
-                Some(("holder", v)) => holder = Some(percent_decode(v)),
+                Some(("holder", v)) => holder = Some(super::escape::percent_decode(v)),
                 Some(("transitions", v)) => {
                     transitions = Some(v.parse::<i32>().map_err(|e| format!("{HEADER}: transitions {v:?}: {e}"))?)
                 }
@@ -85,27 +85,6 @@ impl LeaseFence {
             )
         })
     }
-}
-
-/// `%XX` escapes decoded (what [`LeaseFence::header_value`] encodes).
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod conversion;
 pub mod crd;
+pub mod escape;
 pub mod fence;
 mod error;
 pub mod fields;
