@@ -489,7 +489,8 @@ struct Outcome {
     done_at: Option<Instant>,
 }
 
-/// A run in which no pod starts for this long is given up (and reported).
+/// A run in which no pod starts for this long once every pod is created is
+/// given up (and reported).
 const STALL: Duration = Duration::from_secs(120);
 
 /// Prints what the API says of up to five pods that never ran.
@@ -573,7 +574,10 @@ async fn wait_running(
             if !agents.is_empty() && on_agents >= n && agents_done_at.is_none() {
                 agents_done_at = Some(Instant::now());
             }
-            if (running, on_agents) != (last_progress.0, last_progress.1) {
+            // Progress is judged once every pod exists: while clients still
+            // create, the agents may be starved without being stuck.
+            let creating = tracker.pods.lock().values().filter(|t| t.created.is_some()).count() < n;
+            if creating || (running, on_agents) != (last_progress.0, last_progress.1) {
                 last_progress = (running, on_agents, Instant::now());
             } else if last_progress.2.elapsed() > STALL && running > 0 {
                 println!(
