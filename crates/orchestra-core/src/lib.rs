@@ -13,12 +13,16 @@
 //!   `tower::Service` over an `orchestra_store::Store`: discovery, OpenAPI,
 //!   CRUD, patch and apply, watch, Table output, protobuf request bodies,
 //!   access reviews, custom resources served from their CRDs, the `binding`,
-//!   `eviction`, `scale` and `finalize` subresources, health checks and
-//!   `/metrics`.
+//!   `eviction`, `scale`, `finalize` and `serviceaccounts/token`
+//!   subresources, `pods/log` and `pods/exec` (WebSocket) proxied to node
+//!   agents, writes fenced by a leader's Lease ([`server::fence`]), health
+//!   checks and `/metrics`. `events.k8s.io/v1` Events share the storage of
+//!   `core/v1` Events ([`api::conversion`]).
 //! * [`tls`] (feature `tls`, part of `server`) — the HTTPS listener
 //!   ([`tls::serve`]) and the cluster's certificates ([`tls::pki`]).
 //! * [`auth`] (feature `server`) — the `Authenticator`, `Authorizer` and
-//!   `AdmissionPlugin` traits, their chains and simple built-ins.
+//!   `AdmissionPlugin` traits, their chains and simple built-ins, and
+//!   service account tokens ([`auth::service_account`]).
 //! * [`client`] (feature `client`) — `kube::Client` constructors, in process
 //!   or from a kubeconfig.
 //!

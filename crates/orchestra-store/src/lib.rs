@@ -11,6 +11,8 @@
 //! * [`MemStore`] — the full semantics in memory.
 //! * `RocksStore` (feature `rocksdb`, on by default) — the durable embedded
 //!   backend: WAL-synced group commit, MVCC history in RocksDB.
+//! * [`FencedStore`] — a wrapper whose writes land only while a guard key
+//!   allows them (fencing tokens).
 //! * `testing::Suite` (feature `testing`) — the conformance suite every
 //!   backend runs.
 //!

@@ -489,11 +489,13 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     true,
                 ),
                 (Some("log"), &Method::GET) => {
-                    node_proxy::pod_log(&state, &target, &name, parts.uri.query()).await
+                    node_proxy::pod_log(&state, &target, &name, parts.uri.query()).await.unwrap_or_else(|e| body::error(&e))
                 }
                 (Some("exec"), &Method::GET | &Method::POST) => {
                     let upgrade = parts.extensions.get::<hyper::upgrade::OnUpgrade>().cloned();
-                    node_proxy::pod_exec(&state, &target, &name, parts.uri.query(), headers, upgrade).await
+                    node_proxy::pod_exec(&state, &target, &name, parts.uri.query(), headers, upgrade)
+                        .await
+                        .unwrap_or_else(|e| body::error(&e))
                 }
                 (Some("scale"), &Method::GET) => {
                     match table::negotiate(headers, parts.uri.query(), false) {

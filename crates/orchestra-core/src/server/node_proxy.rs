@@ -18,7 +18,6 @@ use serde_json::Value;
 
 use super::objects::{Target, get as get_object};
 use super::state::State;
-use super::body;
 use crate::api::ApiError;
 use crate::tls::pki::{Credential, PkiError};
 
@@ -229,14 +228,7 @@ fn path_segment(text: &str) -> String {
 }
 
 /// `GET /api/v1/namespaces/<ns>/pods/<name>/log`.
-pub(crate) async fn pod_log(state: &State, target: &Target, name: &str, raw_query: Option<&str>) -> Response {
-    match pod_log_inner(state, target, name, raw_query).await {
-        Ok(response) => response,
-        Err(e) => body::error(&e),
-    }
-}
-
-async fn pod_log_inner(state: &State, target: &Target, name: &str, raw_query: Option<&str>) -> Result<Response, ApiError> {
+pub(crate) async fn pod_log(state: &State, target: &Target, name: &str, raw_query: Option<&str>) -> Result<Response, ApiError> {
     let Some(client) = state.kubelet_client.clone() else {
         return Err(ApiError::unavailable("this API server has no client for node agents configured"));
     };
@@ -295,20 +287,6 @@ const EXEC_PARAMETERS: [&str; 5] = ["command", "stdin", "stdout", "stderr", "tty
 /// runs the command to completion on the node and answers its exit code
 /// and output as JSON.
 pub(crate) async fn pod_exec(
-    state: &State,
-    target: &Target,
-    name: &str,
-    raw_query: Option<&str>,
-    headers: &http::HeaderMap,
-    upgrade: Option<hyper::upgrade::OnUpgrade>,
-) -> Response {
-    match pod_exec_inner(state, target, name, raw_query, headers, upgrade).await {
-        Ok(response) => response,
-        Err(e) => body::error(&e),
-    }
-}
-
-async fn pod_exec_inner(
     state: &State,
     target: &Target,
     name: &str,
