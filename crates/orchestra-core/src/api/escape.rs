@@ -27,3 +27,15 @@ pub fn percent_decode(value: &str) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Percent-encodes every byte but the unreserved ones (RFC 3986: letters,
+/// digits, `-._~`) and those in `keep`.
+pub fn percent_encode(text: &str, keep: &[u8]) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            b if keep.contains(&b) => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -58,14 +58,7 @@ impl LeaseFence {
 
     /// The header's value for this term (the holder percent-encoded).
     pub fn header_value(&self) -> String {
-        let holder: String = self
-            .holder
-            .bytes()
-            .map(|b| match b {
-                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b':' | b'/' => (b as char).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
+        let holder = super::escape::percent_encode(&self.holder, b":/");
         format!("{}/{}; holder={holder}; transitions={}", self.namespace, self.name, self.transitions)
     }
 

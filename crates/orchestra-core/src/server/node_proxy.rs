@@ -219,12 +219,7 @@ async fn node_endpoint(state: &State, pod: &Value, name: &str) -> Result<(String
 }
 
 fn path_segment(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    crate::api::escape::percent_encode(text, b"")
 }
 
 /// `GET /api/v1/namespaces/<ns>/pods/<name>/log`.

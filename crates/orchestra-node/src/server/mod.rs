@@ -32,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use orchestra_core::tls::{CertificateSubject, PeerCertificates, certificate_subject};
+use orchestra_core::api::escape::percent_decode;
 use parking_lot::Mutex;
 
 pub use exec::{ExecOptions, PROTOCOLS};
@@ -269,26 +270,4 @@ fn url_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
     })
 }
 
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                match std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|hex| u8::from_str_radix(hex, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
 
