@@ -144,6 +144,22 @@ impl KeyRange {
         }
     }
 
+    /// The smallest byte string above every key of the range (an exclusive
+    /// upper bound a storage iterator can stop at), or `None` when the range
+    /// is unbounded.
+    pub fn upper_bound(&self) -> Option<Vec<u8>> {
+        match &self.end {
+            RangeEnd::Single => {
+                let mut bound = self.start.as_bytes().to_vec();
+                bound.push(0);
+                Some(bound)
+            }
+            RangeEnd::Prefix(p) => prefix_end(p.as_bytes()),
+            RangeEnd::Before(end) => Some(end.as_bytes().to_vec()),
+            RangeEnd::Unbounded => None,
+        }
+    }
+
     /// The same range, restricted to keys strictly after `key`: the
     /// continuation of a paginated read whose last returned key was `key`.
     pub fn after(&self, key: &str) -> KeyRange {
@@ -166,6 +182,19 @@ impl KeyRange {
             RangeEnd::Single | RangeEnd::Unbounded => false,
         }
     }
+}
+
+/// The first byte string after every string that begins with `prefix`, or
+/// `None` if there is none (an empty prefix, or one made only of `0xff`).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -215,4 +244,21 @@ mod tests {
         assert!(r.is_past_end("/a/b"));
         assert!(!r.is_past_end("/"));
     }
+
+    #[test]
+    fn upper_bounds_are_exclusive_and_tight() {
+        assert_eq!(KeyRange::key("/a").upper_bound(), Some(b"/a\0".to_vec()));
+        assert_eq!(KeyRange::prefix("/p/").upper_bound(), Some(b"/p0".to_vec()));
+        assert_eq!(KeyRange::between("/b", "/d").upper_bound(), Some(b"/d".to_vec()));
+        assert_eq!(KeyRange::from("/x").upper_bound(), None);
+        assert_eq!(KeyRange::prefix("").upper_bound(), None);
+        assert_eq!(prefix_end(&[b'a', 0xff, 0xff]), Some(vec![b'b']));
+        // Every key of the range sorts below its bound.
+        let r = KeyRange::prefix("/p/");
+        let bound = r.upper_bound().unwrap();
+        for key in ["/p/", "/p/a", "/p/\u{7f}\u{7f}"] {
+            assert!(r.contains(key) && key.as_bytes() < bound.as_slice(), "{key}");
+        }
+    }
 }
+

@@ -240,6 +240,11 @@ impl Registry {
         versions
     }
 
+    /// True if at least one kind is served at `group`/`version`.
+    pub fn serves(&self, group: &str, version: &str) -> bool {
+        self.resources.keys().any(|(g, v, _)| g == group && v == version)
+    }
+
     /// The kinds of one group version, sorted by plural.
     pub fn resources(&self, group: &str, version: &str) -> Vec<Arc<ResourceInfo>> {
         self.resources

@@ -176,40 +176,59 @@ fn check_object(
     bytes: &[u8],
 ) -> Result<Checked, ApiError> {
     let yaml = is_yaml(&body::content_type(headers));
+    // The ordered parse finds every problem; the body is parsed as a value
+    // (to prune it) only when a field is unknown, which is rare.
+    let problems = parse_ordered(bytes, yaml).map(|document| schema.strict_problems(&document));
+    if problems
+        .as_ref()
+        .is_some_and(|p| p.iter().all(|p| !p.starts_with("unknown field")))
+    {
+        let problems = problems.expect("checked");
+        if problems.is_empty() {
+            return Ok(Checked::default());
+        }
+        let refuse = |error: String| match parse_value(bytes, yaml) {
+            Some(object) => refuse_object(&object, expected, error),
+            None => ApiError::bad_request(error),
+        };
+        return decide(directive, problems, refuse, None);
+    }
     // Bodies that do not parse are the handler's to refuse.
     let Some(mut object) = parse_value(bytes, yaml) else {
         return Ok(Checked::default());
     };
     let unknown = schema.prune_unknown_fields(&mut object);
     let pruned = !unknown.is_empty();
-    let problems = match parse_ordered(bytes, yaml) {
-        Some(document) => schema.strict_problems(&document),
+    let problems = problems.unwrap_or_else(|| {
         // Not parsed in order (a YAML quirk): unknown fields still count.
-        None => unknown
+        unknown
             .into_iter()
             .map(|p| format!("unknown field {p:?}"))
-            .collect(),
-    };
-    let refuse = |error: String| {
-        // Upstream names the kind and version the data claims to be.
-        let kind = object
-            .get("kind")
-            .and_then(Value::as_str)
-            .filter(|k| !k.is_empty())
-            .unwrap_or(expected.0);
-        let version = object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .map(|v| v.rsplit('/').next().unwrap_or(v))
-            .filter(|v| !v.is_empty())
-            .unwrap_or(expected.1);
-        ApiError::bad_request(format!(
-            "{kind} in version {version:?} cannot be handled as a {}: {error}",
-            expected.0
-        ))
-    };
+            .collect()
+    });
     let body = if pruned { encode(&object) } else { None };
-    decide(directive, problems, refuse, body)
+    decide(directive, problems, |error| refuse_object(&object, expected, error), body)
+}
+
+/// The error refusing `object`, a body expected to be of kind `expected.0`
+/// at version `expected.1`.
+fn refuse_object(object: &Value, expected: (&str, &str), error: String) -> ApiError {
+    // Upstream names the kind and version the data claims to be.
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .filter(|k| !k.is_empty())
+        .unwrap_or(expected.0);
+    let version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .map(|v| v.rsplit('/').next().unwrap_or(v))
+        .filter(|v| !v.is_empty())
+        .unwrap_or(expected.1);
+    ApiError::bad_request(format!(
+        "{kind} in version {version:?} cannot be handled as a {}: {error}",
+        expected.0
+    ))
 }
 
 /// Checks a patch body: duplicate fields in the patch itself, then the

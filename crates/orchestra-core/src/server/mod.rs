@@ -20,6 +20,7 @@ mod health;
 pub mod metrics;
 mod eviction;
 pub mod fence;
+mod namespaces;
 mod node_proxy;
 mod objects;
 mod openapi;
@@ -236,6 +237,7 @@ impl ApiServer {
         }
         let loaded = crd::load_all(&self.state).await?;
         crd::spawn(&self.state, loaded);
+        namespaces::spawn(&self.state);
         Ok(())
     }
 }

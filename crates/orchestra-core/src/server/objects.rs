@@ -10,6 +10,7 @@ use orchestra_store::{Error as StoreError, KeyRange, KeyValue, RangeRequest, Rev
 use serde_json::{Map, Value, json};
 
 use super::body;
+use super::namespaces::{Phase, phase_of};
 use super::patching;
 use super::route::Query;
 use super::state::State;
@@ -383,6 +384,14 @@ async fn check_namespace(state: &State, target: &Target) -> Result<(), ApiError>
     else {
         return Ok(());
     };
+    let terminating = || {
+        ApiError::forbidden(format!(
+            "unable to create new content in namespace {namespace} because it is being terminated"
+        ))
+    };
+    if state.namespaces.phase(namespace) == Some(Phase::Active) {
+        return Ok(());
+    }
     let key = format!("/registry/namespaces/{namespace}");
     let ns_target = ErrorTarget {
         resource: "namespaces".into(),
@@ -398,13 +407,11 @@ async fn check_namespace(state: &State, target: &Target) -> Result<(), ApiError>
     else {
         return Err(ApiError::not_found(&ns_target));
     };
-    let ns = decode_stored(&kv)?;
-    if ns.pointer("/metadata/deletionTimestamp").is_some() {
-        return Err(ApiError::forbidden(format!(
-            "unable to create new content in namespace {namespace} because it is being terminated"
-        )));
+    match phase_of(&kv) {
+        Some(Phase::Active) => Ok(()),
+        Some(Phase::Terminating) => Err(terminating()),
+        None => Err(ApiError::internal("stored namespace is corrupt")),
     }
-    Ok(())
 }
 
 /// Fills server-set fields of a new object.
@@ -873,11 +880,14 @@ pub(crate) async fn delete(
             .is_some_and(|f| !f.is_empty());
     if finalizers.is_empty() && !graceful_pod && !namespace_pending {
         if !dry_run {
-            target
+            let prev = target
                 .store(state)
                 .delete(&key, Some(kv.mod_revision))
                 .await
                 .map_err(|e| store_error(e, &error_target))?;
+            if is_namespace {
+                state.namespaces.observe_delete(&prev);
+            }
         }
         return Ok(object);
     }
@@ -913,6 +923,10 @@ pub(crate) async fn delete(
         .update(&key, encode(&target.resource, &object), kv.mod_revision, target.resource.ttl)
         .await
         .map_err(|e| store_error(e, &error_target))?;
+    if is_namespace {
+        // Creates in it are refused from now on, not once the watch tells.
+        state.namespaces.observe(&kv);
+    }
     decode_served(&target.resource, &kv)
 }
 

@@ -56,7 +56,7 @@ impl Route {
             ["apis", group, version, rest @ ..] => (*group, *version, rest),
             _ => return Err(not_found()),
         };
-        if registry.resources(group, version).is_empty() {
+        if !registry.serves(group, version) {
             return Err(not_found());
         }
         let resource = |plural: &str| registry.get(group, version, plural).ok_or_else(not_found);

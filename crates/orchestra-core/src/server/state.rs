@@ -23,6 +23,8 @@ pub(crate) struct State {
     pub kubelet_client: Option<super::node_proxy::KubeletClient>,
     /// Signs service account tokens (`serviceaccounts/<name>/token`).
     pub token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
+    /// The namespaces writes check, kept from a watch.
+    pub namespaces: super::namespaces::NamespaceCache,
 }
 
 impl State {
@@ -47,6 +49,7 @@ impl State {
             openapi: Default::default(),
             kubelet_client: None,
             token_signer: None,
+            namespaces: Default::default(),
         }
     }
 

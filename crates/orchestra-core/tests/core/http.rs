@@ -181,3 +181,46 @@ async fn bad_input_gets_status_errors_and_writes_nothing() {
     assert_eq!(event["object"]["code"], 410);
     assert_eq!(event["object"]["reason"], "Expired");
 }
+
+/// A namespace's lifecycle as writes see it, with no pause between steps
+/// (the server's namespace cache must never let a write through that a
+/// store read would refuse): content in a new namespace is accepted at
+/// once, refused with 403 while the namespace terminates, and refused with
+/// 404 once it is gone — and a namespace made again under the same name
+/// takes content again.
+#[tokio::test]
+async fn namespace_lifecycle_gates_creates() {
+    let server = support::server().await;
+    let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}).to_string();
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "life"}}).to_string();
+    let create_cm = |name: &str| post("/api/v1/namespaces/life/configmaps", "application/json", cm(name));
+    let delete = |uri: &str| Request::delete(uri).body(Body::empty()).unwrap();
+    for round in 0..3 {
+        let (status, _, _) = call(&server, post("/api/v1/namespaces", "application/json", ns.clone())).await;
+        assert_eq!(status, StatusCode::CREATED, "round {round}");
+        let (status, _, body) = call(&server, create_cm(&format!("a{round}"))).await;
+        assert_eq!(status, StatusCode::CREATED, "round {round}: {body}");
+        // The `kubernetes` finalizer keeps the namespace terminating.
+        let (status, _, body) = call(&server, delete("/api/v1/namespaces/life")).await;
+        assert_eq!(status, StatusCode::OK, "round {round}: {body}");
+        let (status, _, body) = call(&server, create_cm(&format!("b{round}"))).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "round {round}: {body}");
+        assert!(body["message"].as_str().unwrap().contains("because it is being terminated"), "{body}");
+        // Empty it and drop the finalizer (the namespace controller's job).
+        let (status, _, body) = call(&server, delete(&format!("/api/v1/namespaces/life/configmaps/a{round}"))).await;
+        assert_eq!(status, StatusCode::OK, "round {round}: {body}");
+        let finalize = Request::put("/api/v1/namespaces/life/finalize")
+            .header("content-type", "application/json")
+            .body(Body::from(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "life"}, "spec": {"finalizers": []}})
+                    .to_string(),
+            ))
+            .unwrap();
+        let (status, _, body) = call(&server, finalize).await;
+        assert_eq!(status, StatusCode::OK, "round {round}: {body}");
+        let (status, _, _) = call(&server, get("/api/v1/namespaces/life", "application/json")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "round {round}");
+        let (status, _, body) = call(&server, create_cm(&format!("c{round}"))).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "round {round}: {body}");
+    }
+}

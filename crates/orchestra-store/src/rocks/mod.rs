@@ -29,7 +29,7 @@ use std::thread::JoinHandle;
 use async_trait::async_trait;
 use rocksdb::{
     BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType, Direction, IteratorMode, Options,
-    WriteBatch, WriteOptions,
+    ReadOptions, WriteBatch, WriteOptions,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -263,9 +263,16 @@ impl Core {
             Ok(())
         };
         let start = request.range.start().as_bytes();
-        if revision == current {
+        if revision == current && request.range.is_single_key() {
+            // A point read: RocksDB's own lookup (memtable seek, bloom
+            // filters) instead of an iterator over every table.
+            let key = request.range.start();
+            if let Some(value) = snapshot.get_pinned_cf(self.cf(CF_KV), key.as_bytes()).map_err(storage)? {
+                found(key, &value, false)?;
+            }
+        } else if revision == current {
             let cf = self.cf(CF_KV);
-            for item in snapshot.iterator_cf(cf, IteratorMode::From(start, Direction::Forward)) {
+            for item in snapshot.iterator_cf_opt(cf, bounded(&request.range, false), IteratorMode::From(start, Direction::Forward)) {
                 let (key, value) = item.map_err(storage)?;
                 let key = std::str::from_utf8(&key).map_err(|_| Error::Storage("corrupt key".into()))?;
                 if request.range.is_past_end(key) {
@@ -280,7 +287,7 @@ impl Core {
             // key's value at `revision` is its last version at or before it.
             let cf = self.cf(CF_HIST);
             let mut candidate: Option<(String, Box<[u8]>)> = None;
-            for item in snapshot.iterator_cf(cf, IteratorMode::From(start, Direction::Forward)) {
+            for item in snapshot.iterator_cf_opt(cf, bounded(&request.range, true), IteratorMode::From(start, Direction::Forward)) {
                 let (hist_key, value) = item.map_err(storage)?;
                 let (key, rev) = codec::split_hist_key(&hist_key)?;
                 if request.range.is_past_end(key) {
@@ -318,7 +325,11 @@ impl Core {
         }
         let mut events = Vec::new();
         let start = codec::log_key(from);
-        for item in snapshot.iterator_cf(self.cf(CF_LOG), IteratorMode::From(&start, Direction::Forward)) {
+        let mut options = ReadOptions::default();
+        if to < Revision::MAX {
+            options.set_iterate_upper_bound(codec::log_key(to + 1));
+        }
+        for item in snapshot.iterator_cf_opt(self.cf(CF_LOG), options, IteratorMode::From(&start, Direction::Forward)) {
             let (rev, entries) = item.map_err(storage)?;
             let rev = codec::decode_i64(&rev)?;
             if rev > to {
@@ -557,6 +568,21 @@ fn commit_group(core: &Core, hub: &WatchHub, group: &mut Vec<Request>) {
         // The caller may have given up waiting; the write stands regardless.
         let _ = request.reply.send(result);
     }
+}
+
+/// Read options whose iterator stops at the end of `range` instead of
+/// stepping onto the next key (and over the tombstones before it). In the
+/// `hist` family (`hist == true`) a key's records sort after the key itself
+/// (`key \0 revision`), so the bound moves past every revision suffix.
+fn bounded(range: &KeyRange, hist: bool) -> ReadOptions {
+    let mut options = ReadOptions::default();
+    if let Some(mut bound) = range.upper_bound() {
+        if hist {
+            bound.extend_from_slice(&[u8::MAX; 9]);
+        }
+        options.set_iterate_upper_bound(bound);
+    }
+    options
 }
 
 /// The history a lagging watch reads, off the async threads.

@@ -266,16 +266,21 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
         (_, Some(old)) => managed_fields(old),
         (_, None) => Vec::new(),
     };
-    let new_set = fields_of(new, ctx);
+    let new_part = owned_part(new, ctx);
+    let new_set = FieldSet::of_value(&new_part, ctx.shape);
     let old_set = old.map(|o| fields_of(o, ctx)).unwrap_or_default();
-    let mut modified = changed(old, new, &new_set);
+    let mut modified = match old {
+        // Everything a create sets is new.
+        None => new_set.clone(),
+        Some(_) => changed(old, new, &new_set),
+    };
     if !modified.is_empty() {
         // Like upstream, an updater that adds a map owns the map itself too
         // (`f:labels: {".": {}, ...}`).
         let mut maps = FieldSet::new();
         added_maps(
             old,
-            &owned_part(new, ctx),
+            &new_part,
             ctx.shape,
             &FieldMeta::default(),
             &mut Vec::new(),
