@@ -179,6 +179,9 @@ impl Algorithm {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> Result<(Vec<Arc<NodeInfo>>, usize), Decision> {
+        if state.snapshot().is_none() {
+            state.set_snapshot(snapshot.clone());
+        }
         let mut allowed: Option<HashSet<String>> = None;
         let mut fit = FitError { num_all_nodes: snapshot.len(), ..Default::default() };
         for p in &profile.pre_filter {
@@ -208,7 +211,7 @@ impl Algorithm {
                 candidates = names.iter().filter_map(|n| snapshot.get(n).cloned()).collect();
                 &candidates
             }
-            None => &snapshot.nodes,
+            None => &snapshot.nodes[..],
         };
         let n = nodes.len();
         if n == 0 {
@@ -228,6 +231,7 @@ impl Algorithm {
         let failed: Mutex<Vec<(usize, Status)>> = Mutex::new(Vec::new());
         let processed = AtomicUsize::new(0);
         let state_ref: &CycleState = state;
+        let filters = profile.active_filters(state_ref);
         parallelize(self.options.parallelism, n, 64, &|from, to| {
             let mut ok = Vec::new();
             let mut bad = Vec::new();
@@ -236,7 +240,7 @@ impl Algorithm {
                     break;
                 }
                 let node = &nodes[(start + i) % n];
-                let s = profile.run_filters(state_ref, pod, node);
+                let s = Profile::run_active_filters(&filters, state_ref, pod, node);
                 if s.is_success() {
                     ok.push((i, node.clone()));
                     found.fetch_add(1, Ordering::Relaxed);
@@ -288,12 +292,13 @@ impl Algorithm {
         }
         let mut totals = vec![0i64; nodes.len()];
         let state_ref: &CycleState = state;
+        // One list of node scores for every plugin in turn (names made once).
+        let mut reused: Vec<NodeScore> = nodes.iter().map(|n| NodeScore { name: n.name().to_owned(), score: 0 }).collect();
         for (plugin, weight) in &profile.score {
             if state_ref.skip_score.contains(plugin.name()) {
                 continue;
             }
-            let scores: Mutex<Vec<NodeScore>> =
-                Mutex::new(nodes.iter().map(|n| NodeScore { name: n.name().to_owned(), score: 0 }).collect());
+            let scores: Mutex<Vec<NodeScore>> = Mutex::new(std::mem::take(&mut reused));
             let error: Mutex<Option<Status>> = Mutex::new(None);
             parallelize(self.options.parallelism, nodes.len(), 128, &|from, to| {
                 let mut local = Vec::with_capacity(to - from);
@@ -323,6 +328,7 @@ impl Algorithm {
             for (t, s) in totals.iter_mut().zip(&scores) {
                 *t += s.score * weight;
             }
+            reused = scores;
         }
         Ok(totals)
     }

@@ -19,13 +19,19 @@ struct PodState {
 
 #[derive(Default)]
 struct Inner {
-    nodes: Vec<Arc<NodeInfo>>,
+    /// Shared with the snapshots taken since the last change (copied on
+    /// the first change after one was taken).
+    nodes: Arc<Vec<Arc<NodeInfo>>>,
     index: Arc<HashMap<String, usize>>,
     pods: HashMap<String, PodState>,
     /// Pods bound to nodes the cache has not seen yet.
     orphans: HashMap<String, Vec<Arc<PodInfo>>>,
     images: Arc<HashMap<String, usize>>,
     images_dirty: bool,
+    /// Pods on known nodes with (anti-)affinity terms of any kind.
+    pods_with_affinity: usize,
+    /// Pods on known nodes with required anti-affinity terms.
+    pods_with_required_anti_affinity: usize,
 }
 
 /// Node infos and pod placements, shared by the watch handlers, the
@@ -38,17 +44,35 @@ pub struct Cache {
 impl Inner {
     fn node_mut(&mut self, name: &str) -> Option<&mut NodeInfo> {
         let i = *self.index.get(name)?;
-        Some(Arc::make_mut(&mut self.nodes[i]))
+        Some(Arc::make_mut(&mut Arc::make_mut(&mut self.nodes)[i]))
+    }
+    /// Counts `pod` in (`sign` 1) or out (-1) of the affinity totals.
+    fn count(&mut self, pod: &PodInfo, sign: isize) {
+        let step = |total: &mut usize, on: bool| {
+            if on {
+                *total = total.saturating_add_signed(sign);
+            }
+        };
+        step(&mut self.pods_with_affinity, pod.has_affinity);
+        step(&mut self.pods_with_required_anti_affinity, pod.has_required_anti_affinity);
     }
     fn add_pod_to_node(&mut self, node: &str, info: Arc<PodInfo>) {
         match self.node_mut(node) {
-            Some(n) => n.add_pod(info),
+            Some(n) => {
+                n.add_pod(info.clone());
+                self.count(&info, 1);
+            }
             None => self.orphans.entry(node.to_owned()).or_default().push(info),
         }
     }
     fn remove_pod_from_node(&mut self, node: &str, uid: &str) {
         if let Some(n) = self.node_mut(node) {
-            n.remove_pod(uid);
+            let pod = n.pods.iter().find(|p| p.uid() == uid).cloned();
+            if n.remove_pod(uid)
+                && let Some(pod) = pod
+            {
+                self.count(&pod, -1);
+            }
         } else if let Some(o) = self.orphans.get_mut(node) {
             o.retain(|p| p.uid() != uid);
         }
@@ -72,10 +96,11 @@ impl Cache {
         }
         let mut info = NodeInfo::new(node);
         for p in inner.orphans.remove(&name).unwrap_or_default() {
+            inner.count(&p, 1);
             info.add_pod(p);
         }
         let i = inner.nodes.len();
-        inner.nodes.push(Arc::new(info));
+        Arc::make_mut(&mut inner.nodes).push(Arc::new(info));
         Arc::make_mut(&mut inner.index).insert(name, i);
     }
 
@@ -83,7 +108,10 @@ impl Cache {
     pub fn remove_node(&self, name: &str) {
         let mut inner = self.inner.lock();
         let Some(i) = inner.index.get(name).copied() else { return };
-        let info = inner.nodes.swap_remove(i);
+        let info = Arc::make_mut(&mut inner.nodes).swap_remove(i);
+        for p in &info.pods {
+            inner.count(p, -1);
+        }
         let index = Arc::make_mut(&mut inner.index);
         index.remove(name);
         if i < inner.nodes.len() {
@@ -99,8 +127,16 @@ impl Cache {
     pub fn add_pod(&self, info: Arc<PodInfo>, node: &str) {
         let mut inner = self.inner.lock();
         let uid = info.uid().to_owned();
-        if let Some(old) = inner.pods.get(&uid).cloned() {
-            inner.remove_pod_from_node(&old.node, &uid);
+        if let Some(old) = inner.pods.get_mut(&uid) {
+            if old.assumed && old.node == node && old.info.same_placement(&info) {
+                // The binding of an assumed pod landed: the node already
+                // counts it as the scheduler placed it.
+                old.assumed = false;
+                old.info = info;
+                return;
+            }
+            let old_node = old.node.clone();
+            inner.remove_pod_from_node(&old_node, &uid);
         }
         inner.add_pod_to_node(node, info.clone());
         inner.pods.insert(uid, PodState { info, node: node.to_owned(), assumed: false });
@@ -162,7 +198,7 @@ impl Cache {
         let mut inner = self.inner.lock();
         if inner.images_dirty {
             let mut images: HashMap<String, usize> = HashMap::new();
-            for n in &inner.nodes {
+            for n in inner.nodes.iter() {
                 for name in n.images.keys() {
                     *images.entry(name.clone()).or_default() += 1;
                 }
@@ -170,7 +206,13 @@ impl Cache {
             inner.images = Arc::new(images);
             inner.images_dirty = false;
         }
-        Snapshot { nodes: inner.nodes.clone(), index: inner.index.clone(), image_nodes: inner.images.clone() }
+        Snapshot {
+            nodes: inner.nodes.clone(),
+            index: inner.index.clone(),
+            image_nodes: inner.images.clone(),
+            pods_with_affinity: inner.pods_with_affinity,
+            pods_with_required_anti_affinity: inner.pods_with_required_anti_affinity,
+        }
     }
 }
 
@@ -197,6 +239,39 @@ mod tests {
         assert_eq!(cache.snapshot().get("n1").unwrap().requested.milli_cpu, 1000);
         cache.remove_pod("u1");
         assert_eq!(cache.snapshot().get("n1").unwrap().pods.len(), 0);
+    }
+
+    #[test]
+    fn affinity_totals_follow_pods_and_nodes() {
+        let cache = Cache::new();
+        cache.upsert_node(Arc::new(NodeBuilder::new("n1").cpu("4").build()));
+        let anti = |uid: &str| {
+            Arc::new(PodInfo::new(Arc::new(
+                PodBuilder::new(uid).uid(uid).cpu("1").pod_anti_affinity(&[("app", "db")], "zone").build(),
+            )))
+        };
+        cache.assume(anti("a"), "n1");
+        let held = cache.snapshot();
+        assert_eq!((held.pods_with_affinity, held.pods_with_required_anti_affinity), (1, 1));
+        // The binding landing confirms the pod without counting it twice.
+        cache.add_pod(anti("a"), "n1");
+        let snap = cache.snapshot();
+        assert_eq!((snap.pods_with_affinity, snap.pods_with_required_anti_affinity), (1, 1));
+        assert_eq!(snap.get("n1").unwrap().requested.milli_cpu, 1000);
+        assert_eq!(snap.get("n1").unwrap().pods.len(), 1);
+        // A pod on a node not seen yet counts once its node arrives.
+        cache.add_pod(anti("b"), "n2");
+        assert_eq!(cache.snapshot().pods_with_affinity, 1);
+        cache.upsert_node(Arc::new(NodeBuilder::new("n2").cpu("4").build()));
+        assert_eq!(cache.snapshot().pods_with_affinity, 2);
+        cache.remove_pod("a");
+        assert_eq!(cache.snapshot().pods_with_required_anti_affinity, 1);
+        cache.remove_node("n2");
+        let snap = cache.snapshot();
+        assert_eq!((snap.pods_with_affinity, snap.pods_with_required_anti_affinity), (0, 0));
+        // Snapshots taken earlier keep what they saw.
+        assert_eq!(held.nodes.len(), 1);
+        assert_eq!(held.get("n1").unwrap().pods.len(), 1);
     }
 
     #[test]

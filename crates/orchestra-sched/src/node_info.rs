@@ -69,6 +69,19 @@ impl PodInfo {
     pub fn uid(&self) -> &str {
         pod_uid(&self.pod)
     }
+    /// True if `other` (a later version of the same pod) counts on a node
+    /// exactly as this one does: requests, host ports, labels and affinity.
+    pub fn same_placement(&self, other: &PodInfo) -> bool {
+        fn affinity(p: &PodInfo) -> Option<&k8s_openapi::api::core::v1::Affinity> {
+            p.pod.spec.as_ref().and_then(|s| s.affinity.as_ref())
+        }
+        self.requests == other.requests
+            && self.non_zero_requests == other.non_zero_requests
+            && self.host_ports == other.host_ports
+            && self.pod.metadata.labels == other.pod.metadata.labels
+            && self.namespace() == other.namespace()
+            && affinity(self) == affinity(other)
+    }
 }
 
 /// namespace/name of a pod.

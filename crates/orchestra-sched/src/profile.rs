@@ -218,10 +218,23 @@ impl Profile {
 
     /// Runs every Filter (minus those whose PreFilter skipped) on one node.
     pub fn run_filters(&self, state: &CycleState, pod: &crate::node_info::PodInfo, node: &crate::node_info::NodeInfo) -> Status {
-        for f in &self.filter {
-            if state.skip_filter.contains(f.name()) {
-                continue;
-            }
+        Self::run_active_filters(&self.active_filters(state), state, pod, node)
+    }
+
+    /// The Filter plugins a cycle runs: those whose PreFilter did not skip.
+    pub fn active_filters(&self, state: &CycleState) -> Vec<&Arc<dyn Filter>> {
+        self.filter.iter().filter(|f| !state.skip_filter.contains(f.name())).collect()
+    }
+
+    /// Runs `filters` (from [`active_filters`](Self::active_filters)) in
+    /// order; the first failure, named after its plugin.
+    pub fn run_active_filters(
+        filters: &[&Arc<dyn Filter>],
+        state: &CycleState,
+        pod: &crate::node_info::PodInfo,
+        node: &crate::node_info::NodeInfo,
+    ) -> Status {
+        for f in filters {
             let s = f.filter(state, pod, node);
             if !s.is_success() {
                 return s.with_plugin(f.name());

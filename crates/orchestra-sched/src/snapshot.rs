@@ -5,16 +5,21 @@ use std::sync::Arc;
 
 use crate::node_info::NodeInfo;
 
-/// The nodes as one scheduling cycle sees them. Cheap to take: node infos
-/// are shared, a changed node is a new `Arc`.
+/// The nodes as one scheduling cycle sees them. Cheap to take and to clone:
+/// the node list is shared until the cache next changes, and a changed
+/// node is a new `Arc`.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Every node.
-    pub nodes: Vec<Arc<NodeInfo>>,
+    pub nodes: Arc<Vec<Arc<NodeInfo>>>,
     /// Node name to index in `nodes`.
     pub index: Arc<HashMap<String, usize>>,
     /// How many nodes hold each image.
     pub image_nodes: Arc<HashMap<String, usize>>,
+    /// Pods on these nodes with (anti-)affinity terms of any kind.
+    pub pods_with_affinity: usize,
+    /// Pods on these nodes with required anti-affinity terms.
+    pub pods_with_required_anti_affinity: usize,
 }
 
 impl Snapshot {
@@ -22,16 +27,21 @@ impl Snapshot {
     pub fn from_nodes(nodes: Vec<NodeInfo>) -> Snapshot {
         let mut index = HashMap::new();
         let mut images: HashMap<String, usize> = HashMap::new();
+        let (mut affinity, mut anti) = (0, 0);
         for (i, n) in nodes.iter().enumerate() {
             index.insert(n.name().to_owned(), i);
             for name in n.images.keys() {
                 *images.entry(name.clone()).or_default() += 1;
             }
+            affinity += n.pods_with_affinity.len();
+            anti += n.pods_with_required_anti_affinity.len();
         }
         Snapshot {
-            nodes: nodes.into_iter().map(Arc::new).collect(),
+            nodes: Arc::new(nodes.into_iter().map(Arc::new).collect()),
             index: Arc::new(index),
             image_nodes: Arc::new(images),
+            pods_with_affinity: affinity,
+            pods_with_required_anti_affinity: anti,
         }
     }
     /// The node named `name`.

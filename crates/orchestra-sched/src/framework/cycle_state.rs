@@ -13,6 +13,7 @@ pub struct CycleState {
     pub skip_filter: std::collections::HashSet<&'static str>,
     /// PreScore plugins that returned Skip: their Score is not run.
     pub skip_score: std::collections::HashSet<&'static str>,
+    snapshot: Option<crate::snapshot::Snapshot>,
 }
 
 impl std::fmt::Debug for CycleState {
@@ -33,6 +34,16 @@ impl CycleState {
     /// Reads the value under `key` if it has type `T`.
     pub fn read<T: Any + Send + Sync>(&self, key: &'static str) -> Option<&T> {
         self.data.get(key).and_then(|v| v.downcast_ref::<T>())
+    }
+    /// The snapshot the cycle decides on: every node, for plugins whose
+    /// PreScore or Score looks beyond the nodes they are given (set by the
+    /// algorithm before PreFilter).
+    pub fn snapshot(&self) -> Option<&crate::snapshot::Snapshot> {
+        self.snapshot.as_ref()
+    }
+    /// Sets the cycle's snapshot.
+    pub fn set_snapshot(&mut self, snapshot: crate::snapshot::Snapshot) {
+        self.snapshot = Some(snapshot);
     }
     /// Removes the value under `key`.
     pub fn delete(&mut self, key: &'static str) {

@@ -211,7 +211,7 @@ impl PostFilter for DefaultPreemption {
         let mut no_victims = 0;
         let mut candidates = Vec::new();
         let budgets = budgets(&self.listers, args.snapshot);
-        for node in &args.snapshot.nodes {
+        for node in args.snapshot.nodes.iter() {
             match args.statuses.get(node.name()) {
                 Some(s) if s.code == Code::UnschedulableAndUnresolvable => {
                     not_helpful += 1;
@@ -305,7 +305,7 @@ mod tests {
             snapshot.nodes.iter().map(|n| (n.name().to_owned(), Status::unschedulable("Insufficient cpu"))).collect();
         let args = PostFilterArgs { state: &state, pod: &pod, snapshot: &snapshot, statuses: &statuses, profile: &profile };
         let mut cands = Vec::new();
-        for n in &snapshot.nodes {
+        for n in snapshot.nodes.iter() {
             if let Some((victims, num_pdb_violations)) = select_victims(&args, n, &budgets) {
                 cands.push(Candidate { node: n.name().into(), victims, num_pdb_violations });
             }

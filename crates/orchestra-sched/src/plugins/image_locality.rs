@@ -13,11 +13,15 @@ const MB: i64 = 1024 * 1024;
 const MIN_THRESHOLD: i64 = 23 * MB;
 const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
 
-/// Image spread per node count, written in PreScore.
+/// Image spread per node count and the pod's images, written in PreFilter.
 #[derive(Debug, Clone)]
 struct Spread {
     total_nodes: usize,
     image_nodes: Arc<std::collections::HashMap<String, usize>>,
+    /// Each container's image: normalised, and as written.
+    images: Vec<(String, String)>,
+    /// Containers (init containers included).
+    containers: i64,
 }
 
 /// The plugin.
@@ -40,31 +44,37 @@ pub fn normalized_image_name(name: &str) -> String {
 }
 
 impl PreFilter for ImageLocality {
-    fn pre_filter(&self, state: &mut CycleState, _: &PodInfo, snapshot: &crate::snapshot::Snapshot) -> (PreFilterResult, Status) {
+    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &crate::snapshot::Snapshot) -> (PreFilterResult, Status) {
         // Not an upstream PreFilter: records the image spread of the snapshot
-        // for Score (the snapshot is not passed to Score).
-        state.write(NAME, Spread { total_nodes: snapshot.len(), image_nodes: snapshot.image_nodes.clone() });
+        // and the pod's images once, for Score to read on every node.
+        let mut images = Vec::new();
+        let mut containers = 0;
+        if let Some(spec) = pod.pod.spec.as_ref() {
+            for c in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+                containers += 1;
+                if let Some(image) = c.image.as_deref() {
+                    images.push((normalized_image_name(image), image.to_owned()));
+                }
+            }
+        }
+        state.write(NAME, Spread { total_nodes: snapshot.len(), image_nodes: snapshot.image_nodes.clone(), images, containers });
         (None, Status::success())
     }
 }
 
 impl Score for ImageLocality {
-    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+    fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(spread) = state.read::<Spread>(NAME) else { return Ok(0) };
-        let Some(spec) = pod.pod.spec.as_ref() else { return Ok(0) };
         let mut sum = 0i64;
-        let containers = spec.containers.iter().chain(spec.init_containers.iter().flatten());
-        let mut n = 0;
-        for c in containers {
-            n += 1;
-            let Some(image) = c.image.as_deref() else { continue };
-            let name = normalized_image_name(image);
-            if let Some(state) = node.images.get(&name).or_else(|| node.images.get(image)) {
-                let holders = spread.image_nodes.get(&name).or_else(|| spread.image_nodes.get(image)).copied().unwrap_or(1);
-                sum += (state.size as f64 * holders as f64 / spread.total_nodes.max(1) as f64) as i64;
+        if !node.images.is_empty() {
+            for (name, image) in &spread.images {
+                if let Some(state) = node.images.get(name).or_else(|| node.images.get(image)) {
+                    let holders = spread.image_nodes.get(name).or_else(|| spread.image_nodes.get(image)).copied().unwrap_or(1);
+                    sum += (state.size as f64 * holders as f64 / spread.total_nodes.max(1) as f64) as i64;
+                }
             }
         }
-        let max = MAX_CONTAINER_THRESHOLD * n.max(1);
+        let max = MAX_CONTAINER_THRESHOLD * spread.containers.max(1);
         let sum = sum.clamp(MIN_THRESHOLD, max);
         Ok(MAX_NODE_SCORE * (sum - MIN_THRESHOLD) / (max - MIN_THRESHOLD))
     }

@@ -130,9 +130,13 @@ fn ns(pod: &Pod) -> &str {
 impl PreFilter for InterPodAffinity {
     fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &Snapshot) -> (PreFilterResult, Status) {
         let (aff, anti) = affinity_terms(&pod.pod);
+        if aff.is_empty() && anti.is_empty() && snapshot.pods_with_required_anti_affinity == 0 {
+            // No term of this pod, none of an existing pod against it.
+            return (None, Status::skip());
+        }
         let mut st = FilterState { affinity_terms: aff.to_vec(), anti_terms: anti.to_vec(), ..Default::default() };
         let pod_ns = ns(&pod.pod);
-        for node in &snapshot.nodes {
+        for node in snapshot.nodes.iter() {
             // Existing pods' required anti-affinity against the incoming pod.
             for existing in &node.pods_with_required_anti_affinity {
                 for term in affinity_terms(&existing.pod).1 {
@@ -220,9 +224,14 @@ impl PreScore for InterPodAffinity {
         let has_own = !pref_aff.is_empty() || !pref_anti.is_empty();
         let mut scores: HashMap<Pair, i64> = HashMap::new();
         let pod_ns = ns(&pod.pod);
+        // Every node counts, not only the feasible `nodes`: a pod elsewhere
+        // in a topology domain scores the domain's feasible nodes.
         let _ = nodes;
-        let Some(snapshot_nodes) = state.read::<AllNodes>(NAME_ALL).map(|a| a.0.clone()) else { return Status::skip() };
-        for node in snapshot_nodes.iter() {
+        let Some(snapshot) = state.snapshot() else { return Status::skip() };
+        if !has_own && snapshot.pods_with_affinity == 0 {
+            return Status::skip();
+        }
+        for node in snapshot.nodes.iter() {
             let pods: &[Arc<PodInfo>] = if has_own { &node.pods } else { &node.pods_with_affinity };
             for existing in pods {
                 let mut add = |key: &str, w: i64| {
@@ -271,10 +280,6 @@ impl PreScore for InterPodAffinity {
     }
 }
 
-/// The snapshot's nodes, recorded in PreFilter for PreScore.
-struct AllNodes(Arc<Vec<Arc<NodeInfo>>>);
-const NAME_ALL: &str = "InterPodAffinity/nodes";
-
 impl Score for InterPodAffinity {
     fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(st) = state.read::<ScoreState>(NAME) else { return Ok(0) };
@@ -296,35 +301,6 @@ impl Score for InterPodAffinity {
     }
 }
 
-/// Records the snapshot's nodes for PreScore (a PreFilter of its own, run
-/// before InterPodAffinity's filter state).
-struct Recorder;
-
-impl Plugin for Recorder {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-}
-
-/// Wraps the plugin so that its PreFilter also records the nodes for scoring.
-struct WithNodes(Arc<InterPodAffinity>);
-
-impl Plugin for WithNodes {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-    fn events_to_register(&self) -> Vec<ClusterEvent> {
-        self.0.events_to_register()
-    }
-}
-
-impl PreFilter for WithNodes {
-    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &Snapshot) -> (PreFilterResult, Status) {
-        state.write(NAME_ALL, AllNodes(Arc::new(snapshot.nodes.clone())));
-        self.0.pre_filter(state, pod, snapshot)
-    }
-}
-
 /// The factory.
 pub fn factory(args: Option<&serde_json::Value>, namespaces: NamespaceLabels) -> Result<PluginSet, String> {
     let mut p = InterPodAffinity::new(namespaces);
@@ -334,10 +310,8 @@ pub fn factory(args: Option<&serde_json::Value>, namespaces: NamespaceLabels) ->
         }
         p.hard_pod_affinity_weight = w;
     }
-    let _ = Recorder;
     let p = Arc::new(p);
-    let pre = Arc::new(WithNodes(p.clone()));
-    Ok(PluginSet::new(&p).pre_filter(&pre).filter(&p).pre_score(&p).score(&p))
+    Ok(PluginSet::new(&p).pre_filter(&p).filter(&p).pre_score(&p).score(&p))
 }
 
 #[cfg(test)]
@@ -454,6 +428,7 @@ mod tests {
         for (name, pod, want) in cases {
             let pod = pod_info(pod.build());
             let mut state = CycleState::new();
+            state.set_snapshot(snapshot.clone());
             set.pre_filter.as_ref().unwrap().pre_filter(&mut state, &pod, &snapshot);
             set.pre_score.as_ref().unwrap().pre_score(&mut state, &pod, &snapshot.nodes);
             let score = set.score.as_ref().unwrap();

@@ -115,7 +115,7 @@ impl PreFilter for PodTopologySpread {
             return (None, Status::skip());
         }
         let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
-        for node in &snapshot.nodes {
+        for node in snapshot.nodes.iter() {
             if !cs.iter().all(|c| node.label(&c.key).is_some()) {
                 continue;
             }

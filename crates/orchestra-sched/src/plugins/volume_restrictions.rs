@@ -118,7 +118,7 @@ impl PreFilter for VolumeRestrictions {
         let mut users_per_node = HashMap::new();
         let mut users = 0;
         if !rwop.is_empty() {
-            for node in &snapshot.nodes {
+            for node in snapshot.nodes.iter() {
                 let n = users_on(node, &rwop, pod.uid());
                 if n > 0 {
                     users_per_node.insert(node.name().to_owned(), n);
