@@ -237,6 +237,23 @@ async fn end_to_end(w: &Workload, store_kind: &str, concurrency: usize) {
             }
         });
     }
+    {
+        // What a node agent does once a deleted pod's containers stopped
+        // (kwok's pod-delete stage with no delay): preemption victims go
+        // away, so the preemptor can bind.
+        let pods = pods.clone();
+        tokio::spawn(async move {
+            let mut s = kube::runtime::watcher(pods.clone(), kube::runtime::watcher::Config::default()).boxed();
+            while let Some(ev) = s.next().await {
+                if let Ok(kube::runtime::watcher::Event::Apply(p)) = ev
+                    && p.metadata.deletion_timestamp.is_some()
+                {
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    let _ = pods.delete(&name, &kube::api::DeleteParams::default().grace_period(0)).await;
+                }
+            }
+        });
+    }
     let config = SchedulerConfiguration::default();
     let scheduler = SchedulerBuilder::new(client.clone()).config(config).build().expect("scheduler");
     let metrics = scheduler.metrics().clone();

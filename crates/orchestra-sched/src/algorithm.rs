@@ -148,6 +148,32 @@ fn parallelize(threads: usize, n: usize, chunk: usize, work: &(dyn Fn(usize, usi
     });
 }
 
+/// Runs `filters` on `node`, leaving room for the pods nominated to it that
+/// `pod` must not take it from: with those pods added the node must pass,
+/// and without them too (upstream runs both, as a nominated pod may be what
+/// satisfies an affinity term).
+fn filter_node(
+    filters: &[&Arc<dyn crate::framework::Filter>],
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &Arc<NodeInfo>,
+    snapshot: &Snapshot,
+) -> Status {
+    let nominated = if snapshot.nominated.is_empty() { Vec::new() } else { snapshot.nominated_before(node.name(), pod) };
+    if nominated.is_empty() {
+        return Profile::run_active_filters(filters, state, pod, node);
+    }
+    let mut with = NodeInfo::clone(node);
+    for p in nominated {
+        with.add_pod(p);
+    }
+    let s = Profile::run_active_filters(filters, state, pod, &with);
+    if !s.is_success() {
+        return s;
+    }
+    Profile::run_active_filters(filters, state, pod, node)
+}
+
 /// The decision algorithm with its round-robin start index.
 #[derive(Debug, Default)]
 pub struct Algorithm {
@@ -225,13 +251,20 @@ impl Algorithm {
         } else {
             num_feasible_nodes_to_find(profile.percentage_of_nodes_to_score.or(self.options.percentage_of_nodes_to_score), n)
         };
+        let state_ref: &CycleState = state;
+        let filters = profile.active_filters(state_ref);
+        // A pod nominated by an earlier preemption tries its node first.
+        if let Some(node) = snapshot.nominated_node_of(pod).and_then(|name| snapshot.get(name))
+            && allowed.as_ref().is_none_or(|names| names.contains(node.name()))
+            && filter_node(&filters, state_ref, pod, node, snapshot).is_success()
+        {
+            return Ok((vec![node.clone()], 1));
+        }
         let start = if allowed.is_some() { 0 } else { self.next_start_node_index % n };
         let found = AtomicUsize::new(0);
         let feasible: Mutex<Vec<(usize, Arc<NodeInfo>)>> = Mutex::new(Vec::with_capacity(to_find));
         let failed: Mutex<Vec<(usize, Status)>> = Mutex::new(Vec::new());
         let processed = AtomicUsize::new(0);
-        let state_ref: &CycleState = state;
-        let filters = profile.active_filters(state_ref);
         parallelize(self.options.parallelism, n, 64, &|from, to| {
             let mut ok = Vec::new();
             let mut bad = Vec::new();
@@ -240,7 +273,7 @@ impl Algorithm {
                     break;
                 }
                 let node = &nodes[(start + i) % n];
-                let s = Profile::run_active_filters(&filters, state_ref, pod, node);
+                let s = filter_node(&filters, state_ref, pod, node, snapshot);
                 if s.is_success() {
                     ok.push((i, node.clone()));
                     found.fetch_add(1, Ordering::Relaxed);
@@ -385,6 +418,33 @@ mod tests {
         ] {
             assert_eq!(num_feasible_nodes_to_find(pct, all), want, "{pct:?} {all}");
         }
+    }
+
+    /// Room made by preemption stays for the nominated pod: pods of lower
+    /// priority do not take it, pods of higher priority may, and the
+    /// nominated pod tries its node first.
+    #[test]
+    fn nominated_pods_keep_their_room() {
+        let profile = Profile::default_profile();
+        let cache = crate::cache::Cache::new();
+        cache.upsert_node(Arc::new(NodeBuilder::new("free").cpu("2").memory("8Gi").build()));
+        cache.upsert_node(Arc::new(NodeBuilder::new("full").cpu("2").memory("8Gi").build()));
+        cache.add_pod(Arc::new(pod_info(PodBuilder::new("busy").uid("busy").cpu("2").build())), "full");
+        let nominated = Arc::new(pod_info(PodBuilder::new("big").uid("big").cpu("2").priority(10).build()));
+        cache.nominate(nominated.clone(), "free");
+        let mut alg = Algorithm::new(AlgorithmOptions::default());
+        let mut decide = |pod: &PodInfo| alg.schedule(&profile, &mut CycleState::new(), pod, &cache.snapshot());
+        let low = pod_info(PodBuilder::new("low").uid("low").cpu("1").priority(1).build());
+        assert!(matches!(decide(&low), Decision::Unfit(_)), "a lower-priority pod leaves the room alone");
+        let high = pod_info(PodBuilder::new("high").uid("high").cpu("1").priority(20).build());
+        assert!(matches!(decide(&high), Decision::Fit { ref node, .. } if node == "free"));
+        match decide(&nominated) {
+            Decision::Fit { node, evaluated, .. } => assert_eq!((node.as_str(), evaluated), ("free", 1)),
+            other => panic!("{other:?}"),
+        }
+        // Once it is placed, the room is an ordinary one.
+        cache.assume(nominated, "free");
+        assert!(cache.snapshot().nominated.is_empty());
     }
 
     #[test]

@@ -32,6 +32,9 @@ struct Inner {
     pods_with_affinity: usize,
     /// Pods on known nodes with required anti-affinity terms.
     pods_with_required_anti_affinity: usize,
+    /// Nominated pods by node, and the node of each nominated pod's UID.
+    nominated: Arc<HashMap<String, Vec<Arc<PodInfo>>>>,
+    nominated_node: HashMap<String, String>,
 }
 
 /// Node infos and pod placements, shared by the watch handlers, the
@@ -42,6 +45,16 @@ pub struct Cache {
 }
 
 impl Inner {
+    fn clear_nomination(&mut self, uid: &str) {
+        let Some(node) = self.nominated_node.remove(uid) else { return };
+        let nominated = Arc::make_mut(&mut self.nominated);
+        if let Some(pods) = nominated.get_mut(&node) {
+            pods.retain(|p| p.uid() != uid);
+            if pods.is_empty() {
+                nominated.remove(&node);
+            }
+        }
+    }
     fn node_mut(&mut self, name: &str) -> Option<&mut NodeInfo> {
         let i = *self.index.get(name)?;
         Some(Arc::make_mut(&mut Arc::make_mut(&mut self.nodes)[i]))
@@ -127,6 +140,7 @@ impl Cache {
     pub fn add_pod(&self, info: Arc<PodInfo>, node: &str) {
         let mut inner = self.inner.lock();
         let uid = info.uid().to_owned();
+        inner.clear_nomination(&uid);
         if let Some(old) = inner.pods.get_mut(&uid) {
             if old.assumed && old.node == node && old.info.same_placement(&info) {
                 // The binding of an assumed pod landed: the node already
@@ -145,15 +159,38 @@ impl Cache {
     /// Forgets a pod (deleted or terminated).
     pub fn remove_pod(&self, uid: &str) {
         let mut inner = self.inner.lock();
+        inner.clear_nomination(uid);
         if let Some(old) = inner.pods.remove(uid) {
             inner.remove_pod_from_node(&old.node, uid);
         }
     }
 
-    /// Places `pod` on `node` before its binding lands.
+    /// Records that preemption made room for `pod` on `node`: until the pod
+    /// is placed or gone, pods of no higher priority leave that room to it.
+    pub fn nominate(&self, pod: Arc<PodInfo>, node: &str) {
+        let mut inner = self.inner.lock();
+        let uid = pod.uid().to_owned();
+        inner.clear_nomination(&uid);
+        Arc::make_mut(&mut inner.nominated).entry(node.to_owned()).or_default().push(pod);
+        inner.nominated_node.insert(uid, node.to_owned());
+    }
+
+    /// Drops the nomination of `uid` (placed elsewhere, or gone).
+    pub fn clear_nomination(&self, uid: &str) {
+        self.inner.lock().clear_nomination(uid);
+    }
+
+    /// The node `uid` is nominated to.
+    pub fn nominated_node(&self, uid: &str) -> Option<String> {
+        self.inner.lock().nominated_node.get(uid).cloned()
+    }
+
+    /// Places `pod` on `node` before its binding lands (ending its
+    /// nomination, if any).
     pub fn assume(&self, info: Arc<PodInfo>, node: &str) {
         let mut inner = self.inner.lock();
         let uid = info.uid().to_owned();
+        inner.clear_nomination(&uid);
         inner.add_pod_to_node(node, info.clone());
         inner.pods.insert(uid, PodState { info, node: node.to_owned(), assumed: true });
     }
@@ -212,6 +249,7 @@ impl Cache {
             image_nodes: inner.images.clone(),
             pods_with_affinity: inner.pods_with_affinity,
             pods_with_required_anti_affinity: inner.pods_with_required_anti_affinity,
+            nominated: inner.nominated.clone(),
         }
     }
 }

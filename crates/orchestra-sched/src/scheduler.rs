@@ -512,13 +512,22 @@ impl Scheduler {
                 }
                 let gated = pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty())
                     || profile.pre_enqueue.iter().any(|p| !p.pre_enqueue(&pod).is_success());
-                self.shared.queue.add(Arc::new(PodInfo::new(Arc::new(pod))), gated);
+                let info = Arc::new(PodInfo::new(Arc::new(pod)));
+                // A nomination made before a restart (or by another replica)
+                // keeps its room.
+                if let Some(node) = info.pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref())
+                    && self.shared.cache.nominated_node(&uid).as_deref() != Some(node)
+                {
+                    self.shared.cache.nominate(info.clone(), node);
+                }
+                self.shared.queue.add(info, gated);
             }
         }
     }
 
     fn on_pod_gone(&self, uid: &str) {
         self.shared.queue.delete(uid);
+        self.shared.cache.clear_nomination(uid);
         if self.shared.cache.is_placed(uid) {
             self.shared.cache.remove_pod(uid);
             self.shared.queue.on_event(ClusterEvent::new(EventResource::AssignedPod, action::DELETE));
@@ -586,6 +595,9 @@ impl Scheduler {
                             .post_filter(PostFilterArgs { state: &state, pod: &pod, snapshot: &snapshot, statuses: &statuses, profile: &profile })
                             .await;
                         if s.is_success() {
+                            if let Some(node) = &node {
+                                self.shared.cache.nominate(pod.clone(), node);
+                            }
                             nominated = node;
                             break;
                         }

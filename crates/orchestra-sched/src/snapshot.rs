@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::node_info::NodeInfo;
+use crate::node_info::{NodeInfo, PodInfo};
+use crate::plugins::helpers::pod_priority;
 
 /// The nodes as one scheduling cycle sees them. Cheap to take and to clone:
 /// the node list is shared until the cache next changes, and a changed
@@ -20,6 +21,8 @@ pub struct Snapshot {
     pub pods_with_affinity: usize,
     /// Pods on these nodes with required anti-affinity terms.
     pub pods_with_required_anti_affinity: usize,
+    /// Pods nominated to a node by preemption and not yet bound, by node.
+    pub nominated: Arc<HashMap<String, Vec<Arc<PodInfo>>>>,
 }
 
 impl Snapshot {
@@ -42,7 +45,24 @@ impl Snapshot {
             image_nodes: Arc::new(images),
             pods_with_affinity: affinity,
             pods_with_required_anti_affinity: anti,
+            nominated: Default::default(),
         }
+    }
+    /// The pods nominated to `node` that `pod` must leave room for: those
+    /// of at least its priority, itself excepted (upstream's
+    /// `addNominatedPods`).
+    pub fn nominated_before(&self, node: &str, pod: &PodInfo) -> Vec<Arc<PodInfo>> {
+        let Some(pods) = self.nominated.get(node) else { return Vec::new() };
+        let priority = pod_priority(&pod.pod);
+        pods.iter().filter(|p| p.uid() != pod.uid() && pod_priority(&p.pod) >= priority).cloned().collect()
+    }
+    /// The node `pod` is nominated to, if any.
+    pub fn nominated_node_of<'a>(&'a self, pod: &'a PodInfo) -> Option<&'a str> {
+        self.nominated
+            .iter()
+            .find(|(_, pods)| pods.iter().any(|p| p.uid() == pod.uid()))
+            .map(|(node, _)| node.as_str())
+            .or_else(|| pod.pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()))
     }
     /// The node named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {

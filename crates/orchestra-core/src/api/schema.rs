@@ -422,26 +422,31 @@ fn walk_ordered(
         Ordered::Object(entries) => {
             let mut seen: Vec<&str> = Vec::with_capacity(entries.len());
             let mut reported: Vec<&str> = Vec::new();
+            let parent = path.len();
             for (key, child) in entries {
-                let child_path = child_path(path, key);
+                // The path grows in place and shrinks back after each entry.
+                if parent > 0 {
+                    path.push('.');
+                }
+                path.push_str(key);
                 let repeated = seen.contains(&key.as_str());
                 seen.push(key);
                 match entry_schema(schema, key) {
                     Err(()) => {
                         if !reported.contains(&key.as_str()) {
                             reported.push(key);
-                            found.push(format!("unknown field {child_path:?}"));
+                            found.push(format!("unknown field {path:?}"));
                         }
                     }
                     Ok(sub) => {
                         if repeated && !reported.contains(&key.as_str()) {
                             reported.push(key);
-                            found.push(format!("duplicate field {child_path:?}"));
+                            found.push(format!("duplicate field {path:?}"));
                         }
-                        let mut p = child_path;
-                        walk_ordered(sub, child, &mut p, found);
+                        walk_ordered(sub, child, path, found);
                     }
                 }
+                path.truncate(parent);
             }
         }
         Ordered::Array(items) => {
@@ -453,9 +458,12 @@ fn walk_ordered(
                 },
                 None => None,
             };
+            let parent = path.len();
             for (i, item) in items.iter().enumerate() {
-                let mut p = format!("{path}[{i}]");
-                walk_ordered(item_schema, item, &mut p, found);
+                use std::fmt::Write as _;
+                let _ = write!(path, "[{i}]");
+                walk_ordered(item_schema, item, path, found);
+                path.truncate(parent);
             }
         }
         Ordered::Scalar => {}

@@ -206,6 +206,15 @@ impl PostFilter for DefaultPreemption {
         if spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never") {
             return (None, Status::unschedulable("preemption: not eligible due to preemptionPolicy=Never."));
         }
+        // Upstream's `PodEligibleToPreemptOthers`: a pod whose earlier
+        // preemption is still under way (a lower-priority pod terminating on
+        // its nominated node) waits for it instead of choosing new victims.
+        let prio = pod_priority(&args.pod.pod);
+        if let Some(node) = args.snapshot.nominated_node_of(args.pod).and_then(|name| args.snapshot.get(name))
+            && node.pods.iter().any(|p| p.pod.metadata.deletion_timestamp.is_some() && pod_priority(&p.pod) < prio)
+        {
+            return (None, Status::unschedulable("preemption: not eligible due to a terminating pod on the nominated node."));
+        }
         let n = args.snapshot.len();
         let mut not_helpful = 0;
         let mut no_victims = 0;

@@ -41,3 +41,52 @@ async fn preemption_spares_pods_guarded_by_a_budget() {
     let p = wait_pod(&client, "default", "urgent", |p| node_of(p).is_some()).await;
     assert_eq!(node_of(&p), Some("b"));
 }
+
+/// Several preemptors at once, with a stand-in node agent that finishes the
+/// deletion of terminating pods: each preemptor empties one node and binds
+/// there, and no node is emptied twice over (a preemptor whose victims are
+/// still terminating waits for them; its room is not taken by the others).
+#[tokio::test]
+async fn concurrent_preemptors_each_take_one_node() {
+    use futures::StreamExt;
+    let (_server, client) = server().await;
+    let nodes: Vec<_> = (0..4).map(|i| NodeBuilder::new(&format!("n{i}")).cpu("2").memory("8Gi").build()).collect();
+    create_nodes(&client, nodes).await;
+    for i in 0..4 {
+        for j in 0..2 {
+            create_pod(&client, PodBuilder::new(&format!("low-{i}-{j}")).label("tier", "low").cpu("900m").priority(1).node(&format!("n{i}")).build()).await;
+        }
+    }
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let agent = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            let mut events = kube::runtime::watcher(api.clone(), Default::default()).boxed();
+            while let Some(event) = events.next().await {
+                if let Ok(kube::runtime::watcher::Event::Apply(p)) = event
+                    && p.metadata.deletion_timestamp.is_some()
+                {
+                    let name = p.metadata.name.unwrap_or_default();
+                    let _ = api.delete(&name, &kube::api::DeleteParams::default().grace_period(0)).await;
+                }
+            }
+        })
+    };
+    let _s = start(&client, SchedulerConfiguration::default());
+    for i in 0..3 {
+        create_pod(&client, PodBuilder::new(&format!("high-{i}")).cpu("1500m").priority(10).build()).await;
+    }
+    let mut placed = Vec::new();
+    for i in 0..3 {
+        let p = wait_pod(&client, "default", &format!("high-{i}"), |p| node_of(p).is_some()).await;
+        placed.push(node_of(&p).unwrap().to_owned());
+    }
+    placed.sort();
+    placed.dedup();
+    assert_eq!(placed.len(), 3, "one preemptor per node: {placed:?}");
+    let low = api.list(&kube::api::ListParams::default().labels("tier=low")).await.unwrap();
+    let survivors: Vec<_> = low.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+    assert_eq!(survivors.len(), 2, "only the victims of three nodes went");
+    assert!(survivors.iter().all(|p| !placed.contains(&node_of(p).unwrap().to_owned())));
+    agent.abort();
+}
