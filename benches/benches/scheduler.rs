@@ -283,6 +283,20 @@ async fn end_to_end(w: &Workload, store_kind: &str, concurrency: usize) {
     let rate = done as f64 / elapsed;
     task.abort();
     let list = pods.list(&ListParams::default()).await.expect("list");
+    if std::env::var("SCHED_BENCH_DEBUG").is_ok() {
+        for p in list.items.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()) {
+            let st = p.status.as_ref();
+            eprintln!("pending {} nominated={:?} cond={:?}", p.metadata.name.as_deref().unwrap_or(""), st.and_then(|s| s.nominated_node_name.clone()), st.and_then(|s| s.conditions.as_ref()).and_then(|c| c.first()).and_then(|c| c.message.clone()));
+        }
+        eprintln!(
+            "attempts scheduled={} unschedulable={} error={} elapsed={elapsed:.2}s",
+            metrics.attempts_with("scheduled"),
+            metrics.attempts_with("unschedulable"),
+            metrics.attempts_with("error")
+        );
+        let terminating = list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_some()).count();
+        eprintln!("terminating {terminating} total {}", list.items.len());
+    }
     let mut per_node: HashMap<String, f64> = HashMap::new();
     for p in &list.items {
         if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {

@@ -180,6 +180,12 @@ impl Cache {
         self.inner.lock().clear_nomination(uid);
     }
 
+    /// The UIDs of the pods nominated to `node`.
+    pub fn nominees(&self, node: &str) -> Vec<String> {
+        let inner = self.inner.lock();
+        inner.nominated.get(node).map(|pods| pods.iter().map(|p| p.uid().to_owned()).collect()).unwrap_or_default()
+    }
+
     /// The node `uid` is nominated to.
     pub fn nominated_node(&self, uid: &str) -> Option<String> {
         self.inner.lock().nominated_node.get(uid).cloned()

@@ -9,8 +9,17 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::framework::{ClusterEvent, QueueSort};
+use crate::framework::{ClusterEvent, EventResource, QueueSort};
 use crate::node_info::PodInfo;
+
+/// True if `new` differs from `old` in what scheduling reads (upstream's
+/// `isPodUpdated`: anything but the status and bookkeeping metadata).
+fn updated(old: &k8s_openapi::api::core::v1::Pod, new: &k8s_openapi::api::core::v1::Pod) -> bool {
+    old.spec != new.spec
+        || old.metadata.labels != new.metadata.labels
+        || old.metadata.annotations != new.metadata.annotations
+        || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+}
 
 /// A pod in the queue with its scheduling history.
 #[derive(Debug, Clone)]
@@ -27,6 +36,10 @@ pub struct QueuedPodInfo {
     pub unschedulable_plugins: HashSet<&'static str>,
     /// The scheduling cycle it was popped in.
     pub cycle: u64,
+    /// Its last attempt nominated a node by preemption: it waits for its
+    /// victims to go, not for a backoff (upstream skips the backoff of such
+    /// pods as well).
+    pub nominated: bool,
     generation: u64,
 }
 
@@ -41,6 +54,7 @@ impl QueuedPodInfo {
             attempts: 0,
             unschedulable_plugins: HashSet::new(),
             cycle: 0,
+            nominated: false,
             generation: 0,
         }
     }
@@ -86,6 +100,9 @@ struct Inner {
     /// Keys of unschedulable pods (may hold stale keys; checked against `pods`).
     unschedulable: HashSet<String>,
     in_flight: HashSet<String>,
+    /// In-flight pods [`activate`](SchedulingQueue::activate)d meanwhile:
+    /// they go back to the active queue if their attempt fails.
+    activated_in_flight: HashSet<String>,
     cycle: u64,
     move_request_cycle: u64,
     seq: u64,
@@ -129,6 +146,7 @@ impl SchedulingQueue {
                 pods: HashMap::new(),
                 unschedulable: HashSet::new(),
                 in_flight: HashSet::new(),
+                activated_in_flight: HashSet::new(),
                 cycle: 0,
                 move_request_cycle: 0,
                 seq: 0,
@@ -215,7 +233,7 @@ impl SchedulingQueue {
 
     fn to_backoff_or_active(&self, inner: &mut Inner, mut q: QueuedPodInfo) {
         let expiry = self.backoff_expiry(&q);
-        if expiry <= Instant::now() {
+        if q.nominated || expiry <= Instant::now() {
             self.to_active(inner, q);
         } else {
             inner.seq += 1;
@@ -235,6 +253,12 @@ impl SchedulingQueue {
             return;
         }
         match inner.pods.remove(&uid) {
+            Some((mut q, Place::Unschedulable)) if !gated && !updated(&q.info.pod, &info.pod) => {
+                // A status-only change (the scheduler's own condition or
+                // nomination) cannot make it schedulable: it stays parked.
+                q.info = info;
+                inner.pods.insert(uid, (q, Place::Unschedulable));
+            }
             Some((mut q, place)) => {
                 q.info = info;
                 match place {
@@ -307,7 +331,13 @@ impl SchedulingQueue {
         let uid = q.info.uid().to_owned();
         inner.in_flight.remove(&uid);
         q.timestamp = Instant::now();
-        if error || inner.move_request_cycle >= q.cycle || q.unschedulable_plugins.is_empty() {
+        // A nominee waits for its victims' deletion, whatever else happened
+        // meanwhile (see `activate` for victims gone already).
+        let activated = inner.activated_in_flight.remove(&uid);
+        let wait = q.nominated && !error && !activated;
+        if activated {
+            self.to_active(&mut inner, q);
+        } else if !wait && (error || inner.move_request_cycle >= q.cycle || q.unschedulable_plugins.is_empty()) {
             self.to_backoff_or_active(&mut inner, q);
         } else {
             inner.unschedulable.insert(uid.clone());
@@ -315,9 +345,24 @@ impl SchedulingQueue {
         }
     }
 
+    /// Moves a parked unschedulable pod to the active queue at once (the
+    /// scheduler found its nominated node free after parking it).
+    pub fn activate(&self, uid: &str) {
+        let mut inner = self.inner.lock();
+        if inner.in_flight.contains(uid) {
+            inner.activated_in_flight.insert(uid.to_owned());
+        } else if matches!(inner.pods.get(uid), Some((_, Place::Unschedulable))) {
+            inner.unschedulable.remove(uid);
+            let (q, _) = inner.pods.remove(uid).expect("present");
+            self.to_active(&mut inner, q);
+        }
+    }
+
     /// The pod left the scheduling cycle successfully (assumed).
     pub fn done(&self, uid: &str) {
-        self.inner.lock().in_flight.remove(uid);
+        let mut inner = self.inner.lock();
+        inner.in_flight.remove(uid);
+        inner.activated_in_flight.remove(uid);
     }
 
     /// A cluster event happened: unschedulable pods whose rejecting plugins
@@ -337,6 +382,9 @@ impl SchedulingQueue {
             .filter_map(|k| inner.pods.get(k).map(|v| (k, v)))
             .filter(|(_, (q, place))| {
                 *place == Place::Unschedulable
+                    // A nominee waits for its node (see `activate`); only a
+                    // change of nodes may send it elsewhere.
+                    && (!q.nominated || event.resource == EventResource::Node)
                     && (q.unschedulable_plugins.is_empty()
                         || q.unschedulable_plugins.iter().any(|p| {
                             self.interest.get(p).is_none_or(|evs| evs.iter().any(|e| e.matches(&event)))
@@ -405,7 +453,7 @@ impl SchedulingQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::{EventResource, action};
+    use crate::framework::action;
     use crate::plugins::queue_sort::PrioritySort;
     use crate::testing::{PodBuilder, pod_info};
 
@@ -448,6 +496,47 @@ mod tests {
         q.flush();
         assert_eq!(q.sizes().active, 1);
         assert_eq!(q.pop().await.unwrap().attempts, 2);
+    }
+
+    #[tokio::test]
+    async fn status_updates_leave_unschedulable_pods_parked_and_nominees_skip_backoff() {
+        let q = queue(HashMap::new());
+        q.add(Arc::new(pod_info(PodBuilder::new("p").build())), false);
+        let mut p = q.pop().await.unwrap();
+        p.unschedulable_plugins.insert("NodeResourcesFit");
+        q.add_unschedulable(p, false);
+        // The scheduler's own status write comes back through the watch.
+        let mut written = PodBuilder::new("p").build();
+        written.status = Some(k8s_openapi::api::core::v1::PodStatus { nominated_node_name: Some("n".into()), ..Default::default() });
+        q.add(Arc::new(pod_info(written)), false);
+        assert_eq!(q.sizes().unschedulable, 1);
+        // A label change may make it schedulable.
+        q.add(Arc::new(pod_info(PodBuilder::new("p").label("a", "b").build())), false);
+        assert_eq!(q.sizes().unschedulable, 0);
+        // A pod that nominated a node waits for that node, not for any pod
+        // event, and then goes straight back, with no backoff.
+        let mut p = q.pop_or_wait_backoff().await;
+        p.unschedulable_plugins.insert("NodeResourcesFit");
+        p.nominated = true;
+        let uid = p.info.uid().to_owned();
+        q.add_unschedulable(p, false);
+        q.on_event(ClusterEvent::new(EventResource::AssignedPod, action::DELETE));
+        assert_eq!(q.sizes().unschedulable, 1);
+        q.activate(&uid);
+        assert_eq!((q.sizes().backoff, q.sizes().active), (0, 1));
+    }
+
+    impl SchedulingQueue {
+        /// Pops, flushing backoffs until something is active.
+        async fn pop_or_wait_backoff(&self) -> QueuedPodInfo {
+            loop {
+                self.flush();
+                if self.sizes().active > 0 {
+                    return self.pop().await.unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
     }
 
     #[test]

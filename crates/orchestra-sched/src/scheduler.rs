@@ -528,8 +528,12 @@ impl Scheduler {
     fn on_pod_gone(&self, uid: &str) {
         self.shared.queue.delete(uid);
         self.shared.cache.clear_nomination(uid);
-        if self.shared.cache.is_placed(uid) {
+        if let Some(node) = self.shared.cache.pod_node(uid) {
             self.shared.cache.remove_pod(uid);
+            // Pods nominated to the node were waiting for exactly this.
+            for nominee in self.shared.cache.nominees(&node) {
+                self.shared.queue.activate(&nominee);
+            }
             self.shared.queue.on_event(ClusterEvent::new(EventResource::AssignedPod, action::DELETE));
         }
     }
@@ -624,6 +628,9 @@ impl Scheduler {
         self.shared.metrics.attempt(result, &profile.scheduler_name, start.elapsed().as_secs_f64());
         let pod = q.info.pod.clone();
         let message = status.message();
+        let mut q = q;
+        // A pod holding a nomination waits for its victims, not a backoff.
+        q.nominated = nominated.is_some() || self.shared.cache.nominated_node(pod_uid(&pod)).is_some();
         self.shared.queue.add_unschedulable(q, error);
         let reason = if error { "SchedulerError" } else { "Unschedulable" };
         self.events().record(Record {
@@ -739,6 +746,7 @@ impl Scheduler {
         let mut q = q;
         q.unschedulable_plugins.clear();
         let msg = format!("Binding rejected: {}", status.message());
+        tracing::debug!(pod = %pod.key(), %node, "{msg}");
         self.fail(&profile, q, Status::error(msg), None, Instant::now()).await;
     }
 }

@@ -1,6 +1,7 @@
 //! Subresources with their own shapes: `binding`, `scale`, namespace `finalize`.
 
 use axum::http::{HeaderMap, Method};
+use orchestra_store::Error as StoreError;
 use serde_json::{Value, json};
 
 use super::body;
@@ -48,7 +49,51 @@ pub(crate) async fn bind(
             vec![FieldError::required("target.name")],
         ));
     };
+    // Like upstream's GuaranteedUpdate: a write that lost a race with
+    // another (a status update, say) is redone on the newer pod.
+    for _ in 0..BIND_ATTEMPTS {
+        if let Some(done) = bind_once(state, target, name, node, &binding).await? {
+            return Ok(done);
+        }
+    }
+    Err(ApiError::conflict(&target.error_target(name)))
+}
+
+/// Sets the condition `PodScheduled=True`, as upstream's binding does (the
+/// scheduler's earlier `False` with its reason goes).
+fn mark_scheduled(pod: &mut Value) {
+    if !pod.get("status").is_some_and(Value::is_object) {
+        pod["status"] = json!({});
+    }
+    let status = &mut pod["status"];
+    if !status.get("conditions").is_some_and(Value::is_array) {
+        status["conditions"] = json!([]);
+    }
+    let conditions = status["conditions"].as_array_mut().expect("made an array");
+    let scheduled = json!({"type": "PodScheduled", "status": "True", "lastTransitionTime": crate::api::meta::now_rfc3339()});
+    match conditions.iter_mut().find(|c| c["type"] == "PodScheduled") {
+        Some(c) if c["status"] == "True" => {}
+        Some(c) => *c = scheduled,
+        None => conditions.push(scheduled),
+    }
+}
+
+/// How often [`bind`] redoes a write that lost a race.
+const BIND_ATTEMPTS: usize = 5;
+
+/// One attempt at [`bind`]: `Ok(None)` if the pod changed between its read
+/// and the write (the attempt is to be redone).
+async fn bind_once(state: &State, target: &Target, name: &str, node: &str, binding: &Value) -> Result<Option<Value>, ApiError> {
     let (mut pod, revision) = load(state, target, name).await?;
+    if let Some(uid) = binding.pointer("/metadata/uid").and_then(Value::as_str).filter(|u| !u.is_empty())
+        && pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid)
+    {
+        return Err(ApiError::conflict_because(
+            &target.error_target(name),
+            format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("")),
+        ));
+    }
     if pod.pointer("/metadata/deletionTimestamp").is_some() {
         return Err(ApiError::conflict_because(
             &target.error_target(name),
@@ -66,6 +111,7 @@ pub(crate) async fn bind(
         ));
     }
     pod["spec"]["nodeName"] = node.into();
+    mark_scheduled(&mut pod);
     if let Some(annotations) = binding
         .pointer("/metadata/annotations")
         .and_then(Value::as_object)
@@ -76,10 +122,18 @@ pub(crate) async fn bind(
             existing[k] = v.clone();
         }
     }
-    save(state, target, name, &pod, revision).await?;
-    Ok(
-        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-    )
+    let key = target.resource.storage_key(target.namespace.as_deref(), name);
+    match target
+        .store(state)
+        .update(&key, encode(&target.resource, &pod), revision, target.resource.ttl)
+        .await
+    {
+        Ok(_) => Ok(Some(
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        )),
+        Err(StoreError::Conflict { .. }) => Ok(None),
+        Err(e) => Err(store_error(e, &target.error_target(name))),
+    }
 }
 
 /// The label selector of a workload as a string (`app=web,tier=front`).

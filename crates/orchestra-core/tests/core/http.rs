@@ -224,3 +224,45 @@ async fn namespace_lifecycle_gates_creates() {
         assert_eq!(status, StatusCode::NOT_FOUND, "round {round}: {body}");
     }
 }
+
+/// `pods/<name>/binding`: the pod gets its node and `PodScheduled=True`;
+/// a binding naming another pod's UID, and a second binding, are refused.
+#[tokio::test]
+async fn binding_assigns_once_and_marks_the_pod_scheduled() {
+    let server = support::server().await;
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    });
+    let (status, _, created) = call(&server, post("/api/v1/namespaces/default/pods", "application/json", pod.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let status_body = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}});
+    let put = Request::put("/api/v1/namespaces/default/pods/p/status")
+        .header("content-type", "application/json")
+        .body(Body::from(status_body.to_string()))
+        .unwrap();
+    let (status, _, body) = call(&server, put).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let binding = |uid: &str| {
+        json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p", "uid": uid}, "target": {"kind": "Node", "name": "n1"}})
+            .to_string()
+    };
+    let uri = "/api/v1/namespaces/default/pods/p/binding";
+    let (status, _, body) = call(&server, post(uri, "application/json", binding("not-the-uid"))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("Precondition failed"), "{body}");
+    let uid = created["metadata"]["uid"].as_str().unwrap();
+    let (status, _, body) = call(&server, post(uri, "application/json", binding(uid))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, _, bound) = call(&server, get("/api/v1/namespaces/default/pods/p", "application/json")).await;
+    assert_eq!(bound["spec"]["nodeName"], "n1");
+    let conditions = bound["status"]["conditions"].as_array().unwrap();
+    let scheduled: Vec<_> = conditions.iter().filter(|c| c["type"] == "PodScheduled").collect();
+    assert_eq!(scheduled.len(), 1, "{conditions:?}");
+    assert_eq!(scheduled[0]["status"], "True");
+    assert!(scheduled[0].get("reason").is_none());
+    let (status, _, body) = call(&server, post(uri, "application/json", binding(uid))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("already assigned"), "{body}");
+}

@@ -25,6 +25,8 @@ pub const MAX_CANDIDATES: usize = 100;
 pub struct DefaultPreemption {
     client: Option<kube::Client>,
     listers: Arc<Listers>,
+    /// Preemptors (by UID) whose victims are still being deleted.
+    running: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Plugin for DefaultPreemption {
@@ -144,6 +146,10 @@ fn importance_order(a: &Arc<PodInfo>, b: &Arc<PodInfo>) -> std::cmp::Ordering {
 pub fn select_victims(args: &PostFilterArgs<'_>, node: &NodeInfo, budgets: &[Budget]) -> Option<(Vec<Arc<PodInfo>>, usize)> {
     let prio = pod_priority(&args.pod.pod);
     let mut trial = node.clone();
+    // Room already promised to another preemptor is not there to take.
+    for p in args.snapshot.nominated_before(node.name(), args.pod) {
+        trial.add_pod(p);
+    }
     let mut lower: Vec<Arc<PodInfo>> = node.pods.iter().filter(|p| pod_priority(&p.pod) < prio).cloned().collect();
     if lower.is_empty() {
         return None;
@@ -210,8 +216,13 @@ impl PostFilter for DefaultPreemption {
         // preemption is still under way (a lower-priority pod terminating on
         // its nominated node) waits for it instead of choosing new victims.
         let prio = pod_priority(&args.pod.pod);
-        if let Some(node) = args.snapshot.nominated_node_of(args.pod).and_then(|name| args.snapshot.get(name))
-            && node.pods.iter().any(|p| p.pod.metadata.deletion_timestamp.is_some() && pod_priority(&p.pod) < prio)
+        let running = self.running.lock().contains(args.pod.uid());
+        if running
+            || args
+                .snapshot
+                .nominated_node_of(args.pod)
+                .and_then(|name| args.snapshot.get(name))
+                .is_some_and(|node| node.pods.iter().any(|p| p.pod.metadata.deletion_timestamp.is_some() && pod_priority(&p.pod) < prio))
         {
             return (None, Status::unschedulable("preemption: not eligible due to a terminating pod on the nominated node."));
         }
@@ -253,15 +264,32 @@ impl PostFilter for DefaultPreemption {
             return (None, Status::unschedulable(format!("preemption: 0/{n} nodes are available: {}.", reasons.join(", "))));
         };
         if let Some(client) = &self.client {
-            for v in &best.victims {
-                let api: Api<Pod> = Api::namespaced(client.clone(), v.namespace());
-                let name = v.pod.metadata.name.clone().unwrap_or_default();
-                if let Err(e) = api.delete(&name, &DeleteParams::default()).await {
-                    if !matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                        return (None, Status::error(format!("preemption: deleting {name}: {e}")));
+            // Like upstream's asynchronous preemption, the victims are
+            // deleted off the scheduling cycle, all at once. The nominee
+            // waits for them to go; should a delete fail, the victim is not
+            // terminating, so the nominee's next attempt preempts afresh.
+            let deletes: Vec<_> = best
+                .victims
+                .iter()
+                .map(|v| {
+                    let api: Api<Pod> = Api::namespaced(client.clone(), v.namespace());
+                    let name = v.pod.metadata.name.clone().unwrap_or_default();
+                    async move {
+                        match api.delete(&name, &DeleteParams::default()).await {
+                            Err(e) if !matches!(&e, kube::Error::Api(s) if s.code == 404) => {
+                                tracing::warn!(victim = %name, error = %e, "preemption: delete failed");
+                            }
+                            _ => {}
+                        }
                     }
-                }
-            }
+                })
+                .collect();
+            let (running, preemptor) = (self.running.clone(), args.pod.uid().to_owned());
+            running.lock().insert(preemptor.clone());
+            tokio::spawn(async move {
+                futures::future::join_all(deletes).await;
+                running.lock().remove(&preemptor);
+            });
         }
         (Some(best.node), Status::success())
     }
@@ -269,7 +297,7 @@ impl PostFilter for DefaultPreemption {
 
 /// The factory.
 pub fn factory(handle: &Handle) -> PluginSet {
-    let p = Arc::new(DefaultPreemption { client: handle.client.clone(), listers: handle.listers.clone() });
+    let p = Arc::new(DefaultPreemption { client: handle.client.clone(), listers: handle.listers.clone(), running: Default::default() });
     PluginSet::new(&p).post_filter(&p)
 }
 
