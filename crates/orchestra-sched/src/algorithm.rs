@@ -114,13 +114,28 @@ impl Default for AlgorithmOptions {
     }
 }
 
-/// Below this many nodes to check, filtering and scoring run on one thread.
-const PARALLEL_THRESHOLD: usize = 512;
+/// The first this many items run on the calling thread; threads are started
+/// only for what remains after them (starting threads costs more than
+/// filtering a few hundred nodes, and the cores are shared with the rest of
+/// the control plane).
+const PARALLEL_THRESHOLD: usize = 1024;
 
-/// Runs `work(i)` for `i in 0..n` on up to `threads` threads; `work`
-/// returns false to stop early.
+/// Runs `work(from, to)` over `0..n` in chunks on up to `threads` threads;
+/// `work` returns false to stop early.
 fn parallelize(threads: usize, n: usize, chunk: usize, work: &(dyn Fn(usize, usize) -> bool + Sync)) {
-    let next = AtomicUsize::new(0);
+    let sequential = n.min(PARALLEL_THRESHOLD);
+    let mut from = 0;
+    while from < sequential {
+        let to = (from + chunk).min(sequential);
+        if !work(from, to) {
+            return;
+        }
+        from = to;
+    }
+    if from >= n {
+        return;
+    }
+    let next = AtomicUsize::new(from);
     let stop = std::sync::atomic::AtomicBool::new(false);
     let run = || {
         loop {
@@ -136,7 +151,7 @@ fn parallelize(threads: usize, n: usize, chunk: usize, work: &(dyn Fn(usize, usi
             }
         }
     };
-    if threads <= 1 || n <= PARALLEL_THRESHOLD {
+    if threads <= 1 {
         run();
         return;
     }

@@ -33,6 +33,12 @@ impl Filter {
     fn matches(&self, object: &Value) -> bool {
         self.labels.matches_object(object) && self.fields.matches_object(object)
     }
+
+    /// True if every object matches (no selector): the previous version of
+    /// a changed object need not be decoded to know it matched.
+    fn matches_all(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -213,11 +219,11 @@ fn to_event(filter: &Filter, event: &orchestra_store::Event) -> Option<(&'static
     match event.kind {
         EventKind::Put => {
             let new = decode(&event.kv)?;
-            let old_matched = event
-                .prev_kv
-                .as_ref()
-                .and_then(decode)
-                .is_some_and(|old| filter.matches(&old));
+            let old_matched = match &event.prev_kv {
+                Some(_) if filter.matches_all() => true,
+                Some(prev) => decode(prev).is_some_and(|old| filter.matches(&old)),
+                None => false,
+            };
             match (old_matched, filter.matches(&new)) {
                 (true, true) => Some(("MODIFIED", new)),
                 (false, true) => Some(("ADDED", new)),
