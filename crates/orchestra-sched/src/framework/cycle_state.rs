@@ -2,18 +2,42 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 /// Typed data that plugins write in PreFilter/PreScore and read in
 /// Filter/Score/Reserve/...; one per scheduling attempt, dropped after binding.
 #[derive(Default, Clone)]
 pub struct CycleState {
-    data: HashMap<&'static str, Arc<dyn Any + Send + Sync>>,
+    data: HashMap<&'static str, Arc<dyn Any + Send + Sync>, BuildHasherDefault<KeyHasher>>,
     /// PreFilter plugins that returned Skip: their Filter is not run.
     pub skip_filter: std::collections::HashSet<&'static str>,
     /// PreScore plugins that returned Skip: their Score is not run.
     pub skip_score: std::collections::HashSet<&'static str>,
     snapshot: Option<crate::snapshot::Snapshot>,
+}
+
+/// FNV-1a over the few short, trusted keys of a cycle state: plugins read
+/// it for every node they filter or score, and SipHash (the default,
+/// resistant to crafted keys these are not) cost more than the reads.
+#[derive(Clone, Copy)]
+struct KeyHasher(u64);
+
+impl Default for KeyHasher {
+    fn default() -> KeyHasher {
+        KeyHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 impl std::fmt::Debug for CycleState {

@@ -100,6 +100,17 @@ fn count_matching(c: &Constraint, pod: &PodInfo, node: &NodeInfo) -> i64 {
         .count() as i64
 }
 
+/// Adds `n` to the count of topology value `value`; the value is copied
+/// only the first time it is seen (domains are few, nodes many).
+fn add_count(counts: &mut HashMap<String, i64>, value: &str, n: i64) {
+    match counts.get_mut(value) {
+        Some(count) => *count += n,
+        None => {
+            counts.insert(value.to_owned(), n);
+        }
+    }
+}
+
 struct FilterState {
     constraints: Vec<Constraint>,
     /// Per constraint: matching pods per topology value.
@@ -123,8 +134,8 @@ impl PreFilter for PodTopologySpread {
                 if !node_included(c, pod, node) {
                     continue;
                 }
-                let v = node.label(&c.key).expect("checked").to_owned();
-                *counts[i].entry(v).or_default() += count_matching(c, pod, node);
+                let v = node.label(&c.key).expect("checked");
+                add_count(&mut counts[i], v, count_matching(c, pod, node));
             }
         }
         let min = cs
@@ -169,7 +180,7 @@ impl PreScore for PodTopologySpread {
             for (i, c) in cs.iter().enumerate() {
                 if let Some(v) = node.label(&c.key) {
                     if node_included(c, pod, node) {
-                        *counts[i].entry(v.to_owned()).or_default() += count_matching(c, pod, node);
+                        add_count(&mut counts[i], v, count_matching(c, pod, node));
                     }
                 }
             }
