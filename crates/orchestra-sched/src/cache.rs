@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Node;
 use parking_lot::Mutex;
 
 use crate::node_info::{NodeInfo, PodInfo};
+use crate::plugins::helpers::pod_priority;
 use crate::snapshot::Snapshot;
 
 #[derive(Debug, Clone)]
@@ -180,10 +181,30 @@ impl Cache {
         self.inner.lock().clear_nomination(uid);
     }
 
-    /// The UIDs of the pods nominated to `node`.
-    pub fn nominees(&self, node: &str) -> Vec<String> {
+    /// The pods nominated to `node` that nothing on it waits for any more:
+    /// no pod of lower priority than theirs is terminating there.
+    pub fn unblocked_nominees(&self, node: &str) -> Vec<String> {
         let inner = self.inner.lock();
-        inner.nominated.get(node).map(|pods| pods.iter().map(|p| p.uid().to_owned()).collect()).unwrap_or_default()
+        let Some(pods) = inner.nominated.get(node) else { return Vec::new() };
+        let terminating: Vec<i32> = inner
+            .index
+            .get(node)
+            .map(|i| {
+                inner.nodes[*i]
+                    .pods
+                    .iter()
+                    .filter(|p| p.pod.metadata.deletion_timestamp.is_some())
+                    .map(|p| pod_priority(&p.pod))
+                    .collect()
+            })
+            .unwrap_or_default();
+        pods.iter()
+            .filter(|p| {
+                let priority = pod_priority(&p.pod);
+                terminating.iter().all(|t| *t >= priority)
+            })
+            .map(|p| p.uid().to_owned())
+            .collect()
     }
 
     /// The node `uid` is nominated to.

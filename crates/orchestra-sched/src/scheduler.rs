@@ -530,8 +530,9 @@ impl Scheduler {
         self.shared.cache.clear_nomination(uid);
         if let Some(node) = self.shared.cache.pod_node(uid) {
             self.shared.cache.remove_pod(uid);
-            // Pods nominated to the node were waiting for exactly this.
-            for nominee in self.shared.cache.nominees(&node) {
+            // Pods nominated to the node were waiting for this, once no
+            // victim of theirs is left terminating there.
+            for nominee in self.shared.cache.unblocked_nominees(&node) {
                 self.shared.queue.activate(&nominee);
             }
             self.shared.queue.on_event(ClusterEvent::new(EventResource::AssignedPod, action::DELETE));
