@@ -37,7 +37,10 @@ usage: cargo bench -p orchestra-benches --bench scheduler [-- OPTIONS]
   --store rocks|mem    the API server's store (default rocks, in $ORCHESTRA_BENCH_DIR)
   --workloads A,B      subset (SchedulingBasic,NodeAffinity,PodAntiAffinity,PodAffinity,TopologySpread,Preemption)
   --mode e2e,algo      end to end through the API, the algorithm alone, or both (default both)
-  --create-concurrency N  concurrent pod creates (default 64)";
+  --create-concurrency N  concurrent pod creates (default 64)
+
+With SCHED_BENCH_DEBUG set, each end-to-end workload also prints (to stderr) its pods left unbound with
+their nomination and condition, the scheduler's attempts by result, and how many pods are terminating.";
 
 #[derive(Clone)]
 struct Workload {
