@@ -5,7 +5,8 @@
 //! state), a [`Registry`](registry::Registry) of plugins by name, profiles
 //! built from configuration ([`config`], YAML/JSON or code), the scheduling
 //! [`queue`] (active, backoff, unschedulable with cluster-event hints), the
-//! [`cache`] of node infos with assumed pods and per-cycle [`snapshot`]s, the
+//! [`cache`] of node infos with assumed and nominated pods and per-cycle
+//! [`snapshot`]s (shared, not copied, until the cache changes), the
 //! decision [`algorithm`] (percentageOfNodesToScore, parallel filter and
 //! score), the built-in [`plugins`] (filters, scores, DefaultPreemption,
 //! DefaultBinder), the [`listers`] of volumes, claims, classes and

@@ -2,6 +2,14 @@
 //! fewest, lowest-priority pods makes room — preferring victims whose
 //! eviction violates fewer PodDisruptionBudgets — deletes them through the
 //! API and nominates the node (`status.nominatedNodeName`).
+//!
+//! As upstream's asynchronous preemption, the victims are deleted off the
+//! scheduling cycle. Room promised to other nominated pods of at least the
+//! preemptor's priority counts as taken in the dry runs, and a pod whose
+//! earlier preemption is still under way (deletes in flight, or a victim
+//! still terminating on its nominated node) waits instead of choosing new
+//! victims. The scheduler wakes such a pod once its node has no victim of
+//! it left terminating.
 
 use std::sync::Arc;
 
