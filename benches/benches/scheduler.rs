@@ -26,6 +26,7 @@ use orchestra_sched::cache::Cache;
 use orchestra_sched::framework::CycleState;
 use orchestra_sched::node_info::PodInfo;
 use orchestra_sched::profile::Profile;
+use orchestra_sched::snapshot::Snapshot;
 use orchestra_sched::testing::{NodeBuilder, PodBuilder};
 use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
 use orchestra_store::{MemStore, RocksStore, Store};
@@ -159,9 +160,10 @@ fn algorithm_alone(w: &Workload) {
         cache.upsert_node(Arc::new((w.node)(i)));
     }
     let mut alg = Algorithm::new(AlgorithmOptions::default());
-    let place = |pod: Pod, alg: &mut Algorithm| -> bool {
+    let mut snapshot = Snapshot::default();
+    let mut place = |pod: Pod, alg: &mut Algorithm| -> bool {
         let info = Arc::new(PodInfo::new(Arc::new(pod)));
-        let snapshot = cache.snapshot();
+        cache.update_snapshot(&mut snapshot);
         match alg.schedule(&profile, &mut CycleState::new(), &info, &snapshot) {
             Decision::Fit { node, .. } => {
                 cache.assume(info, &node);

@@ -341,7 +341,7 @@ impl Algorithm {
         let mut totals = vec![0i64; nodes.len()];
         let state_ref: &CycleState = state;
         // One list of node scores for every plugin in turn (names made once).
-        let mut reused: Vec<NodeScore> = nodes.iter().map(|n| NodeScore { name: n.name().to_owned(), score: 0 }).collect();
+        let mut reused: Vec<NodeScore> = nodes.iter().map(|n| NodeScore { name: n.shared_name.clone(), score: 0 }).collect();
         for (plugin, weight) in &profile.score {
             if state_ref.skip_score.contains(plugin.name()) {
                 continue;

@@ -1,7 +1,7 @@
 //! The scheduler's cache: node infos kept up to date from watches, pods
 //! assumed on their node from Reserve until the binding is seen.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
@@ -20,10 +20,19 @@ struct PodState {
 
 #[derive(Default)]
 struct Inner {
-    /// Shared with the snapshots taken since the last change (copied on
-    /// the first change after one was taken).
-    nodes: Arc<Vec<Arc<NodeInfo>>>,
+    /// The node infos; one that a snapshot still holds is copied on its
+    /// next change.
+    nodes: Vec<Arc<NodeInfo>>,
     index: Arc<HashMap<String, usize>>,
+    /// Bumped by every change of a node info.
+    generation: u64,
+    /// The generation of each node's last change (parallel to `nodes`)...
+    node_generation: Vec<u64>,
+    /// ... and the nodes by that generation, so a snapshot catches up with
+    /// the nodes changed since it was taken, and no others.
+    changed: BTreeMap<u64, usize>,
+    /// Bumped when nodes come or go (snapshots then copy the whole list).
+    layout: u64,
     pods: HashMap<String, PodState>,
     /// Pods bound to nodes the cache has not seen yet.
     orphans: HashMap<String, Vec<Arc<PodInfo>>>,
@@ -58,7 +67,15 @@ impl Inner {
     }
     fn node_mut(&mut self, name: &str) -> Option<&mut NodeInfo> {
         let i = *self.index.get(name)?;
-        Some(Arc::make_mut(&mut Arc::make_mut(&mut self.nodes)[i]))
+        self.touch(i);
+        Some(Arc::make_mut(&mut self.nodes[i]))
+    }
+    /// Records that node `i` changes now.
+    fn touch(&mut self, i: usize) {
+        self.generation += 1;
+        self.changed.remove(&self.node_generation[i]);
+        self.node_generation[i] = self.generation;
+        self.changed.insert(self.generation, i);
     }
     /// Counts `pod` in (`sign` 1) or out (-1) of the affinity totals.
     fn count(&mut self, pod: &PodInfo, sign: isize) {
@@ -114,7 +131,10 @@ impl Cache {
             info.add_pod(p);
         }
         let i = inner.nodes.len();
-        Arc::make_mut(&mut inner.nodes).push(Arc::new(info));
+        inner.nodes.push(Arc::new(info));
+        inner.node_generation.push(0);
+        inner.touch(i);
+        inner.layout += 1;
         Arc::make_mut(&mut inner.index).insert(name, i);
     }
 
@@ -122,7 +142,13 @@ impl Cache {
     pub fn remove_node(&self, name: &str) {
         let mut inner = self.inner.lock();
         let Some(i) = inner.index.get(name).copied() else { return };
-        let info = Arc::make_mut(&mut inner.nodes).swap_remove(i);
+        let info = inner.nodes.swap_remove(i);
+        let generation = inner.node_generation.swap_remove(i);
+        inner.changed.remove(&generation);
+        if i < inner.nodes.len() {
+            inner.touch(i);
+        }
+        inner.layout += 1;
         for p in &info.pods {
             inner.count(p, -1);
         }
@@ -257,8 +283,20 @@ impl Cache {
         self.inner.lock().pods.len()
     }
 
-    /// The current nodes as a snapshot for one cycle.
+    /// The current nodes as a new snapshot (a copy of the node list; a
+    /// scheduling loop keeps one snapshot and
+    /// [updates](Self::update_snapshot) it instead).
     pub fn snapshot(&self) -> Snapshot {
+        let mut snapshot = Snapshot::default();
+        self.update_snapshot(&mut snapshot);
+        snapshot
+    }
+
+    /// Brings `snapshot` up to date, copying only the node infos changed
+    /// since it was last updated (upstream's `UpdateSnapshot`). Node infos
+    /// are shared, not copied, and the list itself is copied only while a
+    /// clone of `snapshot` is alive.
+    pub fn update_snapshot(&self, snapshot: &mut Snapshot) {
         let mut inner = self.inner.lock();
         if inner.images_dirty {
             let mut images: HashMap<String, usize> = HashMap::new();
@@ -270,14 +308,21 @@ impl Cache {
             inner.images = Arc::new(images);
             inner.images_dirty = false;
         }
-        Snapshot {
-            nodes: inner.nodes.clone(),
-            index: inner.index.clone(),
-            image_nodes: inner.images.clone(),
-            pods_with_affinity: inner.pods_with_affinity,
-            pods_with_required_anti_affinity: inner.pods_with_required_anti_affinity,
-            nominated: inner.nominated.clone(),
+        if snapshot.layout != Some(inner.layout) {
+            snapshot.nodes = Arc::new(inner.nodes.clone());
+            snapshot.layout = Some(inner.layout);
+        } else if snapshot.generation < inner.generation {
+            let nodes = Arc::make_mut(&mut snapshot.nodes);
+            for (_, &i) in inner.changed.range(snapshot.generation + 1..) {
+                nodes[i] = inner.nodes[i].clone();
+            }
         }
+        snapshot.generation = inner.generation;
+        snapshot.index = inner.index.clone();
+        snapshot.image_nodes = inner.images.clone();
+        snapshot.pods_with_affinity = inner.pods_with_affinity;
+        snapshot.pods_with_required_anti_affinity = inner.pods_with_required_anti_affinity;
+        snapshot.nominated = inner.nominated.clone();
     }
 }
 
@@ -337,6 +382,49 @@ mod tests {
         // Snapshots taken earlier keep what they saw.
         assert_eq!(held.nodes.len(), 1);
         assert_eq!(held.get("n1").unwrap().pods.len(), 1);
+    }
+
+    #[test]
+    fn updated_snapshots_catch_up_with_changed_nodes_only() {
+        let cache = Cache::new();
+        for n in ["n1", "n2", "n3"] {
+            cache.upsert_node(Arc::new(NodeBuilder::new(n).cpu("4").build()));
+        }
+        let pod = |uid: &str| Arc::new(PodInfo::new(Arc::new(PodBuilder::new(uid).uid(uid).cpu("1").build())));
+        let mut snap = Snapshot::default();
+        cache.update_snapshot(&mut snap);
+        let before: Vec<Arc<NodeInfo>> = snap.nodes.iter().cloned().collect();
+        cache.assume(pod("a"), "n2");
+        let held = snap.clone();
+        cache.update_snapshot(&mut snap);
+        // n2 is the changed node's new info; the others are shared as they were.
+        assert_eq!(snap.get("n2").unwrap().requested.milli_cpu, 1000);
+        assert!(Arc::ptr_eq(snap.get("n1").unwrap(), &before[0]));
+        assert!(Arc::ptr_eq(snap.get("n3").unwrap(), &before[2]));
+        // A clone taken before the update still sees the old n2.
+        assert_eq!(held.get("n2").unwrap().requested.milli_cpu, 0);
+        drop(held);
+        // Two changes of one node and one of another, then a node removed
+        // (the layout changes and the snapshot copies the whole list).
+        cache.assume(pod("b"), "n2");
+        cache.assume(pod("c"), "n3");
+        cache.update_snapshot(&mut snap);
+        let cpu = |s: &Snapshot, n: &str| s.get(n).map(|n| n.requested.milli_cpu);
+        assert_eq!((cpu(&snap, "n1"), cpu(&snap, "n2"), cpu(&snap, "n3")), (Some(0), Some(2000), Some(1000)));
+        cache.remove_node("n1");
+        cache.assume(pod("d"), "n3");
+        cache.update_snapshot(&mut snap);
+        assert_eq!((snap.len(), cpu(&snap, "n1"), cpu(&snap, "n2"), cpu(&snap, "n3")), (2, None, Some(2000), Some(2000)));
+        // Every update equals a fresh snapshot.
+        let fresh = cache.snapshot();
+        for n in fresh.nodes.iter() {
+            assert!(Arc::ptr_eq(n, snap.get(n.name()).unwrap()));
+        }
+        // Nothing changed: nothing copied.
+        let nodes = snap.nodes.clone();
+        drop(fresh);
+        cache.update_snapshot(&mut snap);
+        assert!(Arc::ptr_eq(&nodes, &snap.nodes));
     }
 
     #[test]

@@ -112,6 +112,8 @@ pub struct ImageState {
 pub struct NodeInfo {
     /// The node.
     pub node: Arc<Node>,
+    /// Its name, shared with the node scores of every cycle.
+    pub shared_name: Arc<str>,
     /// Its pods (bound and assumed).
     pub pods: Vec<Arc<PodInfo>>,
     /// Pods with (anti-)affinity.
@@ -137,6 +139,7 @@ impl NodeInfo {
     pub fn new(node: Arc<Node>) -> NodeInfo {
         let mut info = NodeInfo {
             node: node.clone(),
+            shared_name: Arc::from(""),
             pods: Vec::new(),
             pods_with_affinity: Vec::new(),
             pods_with_required_anti_affinity: Vec::new(),
@@ -162,6 +165,9 @@ impl NodeInfo {
                     ImageState { size: image.size_bytes.unwrap_or(0), num_nodes: 1 },
                 );
             }
+        }
+        if self.shared_name.as_ref() != node.metadata.name.as_deref().unwrap_or("") {
+            self.shared_name = Arc::from(node.metadata.name.as_deref().unwrap_or(""));
         }
         self.node = node;
         self.generation += 1;

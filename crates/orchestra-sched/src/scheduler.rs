@@ -24,6 +24,7 @@ use crate::listers::object_key;
 use crate::metrics::Metrics;
 use crate::node_info::{PodInfo, pod_uid};
 use crate::profile::{Profile, ProfileError};
+use crate::snapshot::Snapshot;
 use crate::queue::{QueueOptions, QueuedPodInfo, SchedulingQueue};
 use crate::registry::Registry;
 
@@ -255,6 +256,8 @@ impl Scheduler {
             percentage_of_nodes_to_score: self.shared.config.percentage_of_nodes_to_score,
             parallelism: self.shared.config.parallelism,
         });
+        // Kept across cycles and brought up to date before each.
+        let mut snapshot = Snapshot::default();
         let result = loop {
             let next = match leader.as_mut() {
                 Some(rx) => tokio::select! {
@@ -264,7 +267,7 @@ impl Scheduler {
                 None => self.shared.queue.pop().await,
             };
             let Some(q) = next else { break Ok(()) };
-            self.schedule_one(&mut alg, q).await;
+            self.schedule_one(&mut alg, &mut snapshot, q).await;
         };
         flusher.abort();
         result
@@ -540,16 +543,17 @@ impl Scheduler {
     }
 
     /// One scheduling cycle for `q`.
-    async fn schedule_one(&self, alg: &mut Algorithm, mut q: QueuedPodInfo) {
+    async fn schedule_one(&self, alg: &mut Algorithm, snapshot: &mut Snapshot, mut q: QueuedPodInfo) {
         let pod = q.info.clone();
         let Some(profile) = self.profile_for(&pod.pod).cloned() else {
             self.shared.queue.done(pod.uid());
             return;
         };
         let start = Instant::now();
-        let snapshot = self.shared.cache.snapshot();
+        self.shared.cache.update_snapshot(snapshot);
+        let snapshot: &Snapshot = snapshot;
         let mut state = CycleState::new();
-        match alg.schedule(&profile, &mut state, &pod, &snapshot) {
+        match alg.schedule(&profile, &mut state, &pod, snapshot) {
             Decision::Fit { node, .. } => {
                 self.shared.cache.assume(pod.clone(), &node);
                 for (i, r) in profile.reserve.iter().enumerate() {
@@ -589,6 +593,7 @@ impl Scheduler {
                 self.shared.queue.done(pod.uid());
                 self.shared.metrics.attempt("scheduled", &profile.scheduler_name, start.elapsed().as_secs_f64());
                 let s = self.clone();
+                state.take_snapshot();
                 tokio::spawn(async move { s.bind_cycle(profile, Arc::new(state), q, node, waiter).await });
             }
             Decision::Unfit(mut fit) => {
@@ -597,7 +602,7 @@ impl Scheduler {
                     let statuses = std::mem::take(&mut fit.statuses);
                     for p in &profile.post_filter {
                         let (node, s) = p
-                            .post_filter(PostFilterArgs { state: &state, pod: &pod, snapshot: &snapshot, statuses: &statuses, profile: &profile })
+                            .post_filter(PostFilterArgs { state: &state, pod: &pod, snapshot, statuses: &statuses, profile: &profile })
                             .await;
                         if s.is_success() {
                             if let Some(node) = &node {

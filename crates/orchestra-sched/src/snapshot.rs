@@ -6,9 +6,9 @@ use std::sync::Arc;
 use crate::node_info::{NodeInfo, PodInfo};
 use crate::plugins::helpers::pod_priority;
 
-/// The nodes as one scheduling cycle sees them. Cheap to take and to clone:
-/// the node list is shared until the cache next changes, and a changed
-/// node is a new `Arc`.
+/// The nodes as one scheduling cycle sees them. Cheap to clone: the node
+/// list is shared, and the cache replaces a changed node info rather than
+/// changing it in place.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Every node.
@@ -23,6 +23,10 @@ pub struct Snapshot {
     pub pods_with_required_anti_affinity: usize,
     /// Pods nominated to a node by preemption and not yet bound, by node.
     pub nominated: Arc<HashMap<String, Vec<Arc<PodInfo>>>>,
+    /// The cache's node layout and change generation this snapshot has
+    /// caught up with (`None`: never updated from a cache).
+    pub(crate) layout: Option<u64>,
+    pub(crate) generation: u64,
 }
 
 impl Snapshot {
@@ -46,6 +50,8 @@ impl Snapshot {
             pods_with_affinity: affinity,
             pods_with_required_anti_affinity: anti,
             nominated: Default::default(),
+            layout: None,
+            generation: 0,
         }
     }
     /// The pods nominated to `node` that `pod` must leave room for: those

@@ -61,13 +61,18 @@ impl CycleState {
     }
     /// The snapshot the cycle decides on: every node, for plugins whose
     /// PreScore or Score looks beyond the nodes they are given (set by the
-    /// algorithm before PreFilter).
+    /// algorithm before PreFilter; gone in the binding cycle).
     pub fn snapshot(&self) -> Option<&crate::snapshot::Snapshot> {
         self.snapshot.as_ref()
     }
     /// Sets the cycle's snapshot.
     pub fn set_snapshot(&mut self, snapshot: crate::snapshot::Snapshot) {
         self.snapshot = Some(snapshot);
+    }
+    /// Removes the cycle's snapshot (the scheduler does before binding, so
+    /// that the next cycle can update its snapshot in place).
+    pub fn take_snapshot(&mut self) -> Option<crate::snapshot::Snapshot> {
+        self.snapshot.take()
     }
     /// Removes the value under `key`.
     pub fn delete(&mut self, key: &'static str) {

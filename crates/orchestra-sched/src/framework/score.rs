@@ -1,5 +1,7 @@
 //! Score: ranks the feasible nodes.
 
+use std::sync::Arc;
+
 use super::{CycleState, Plugin, Status};
 use crate::node_info::{NodeInfo, PodInfo};
 
@@ -10,7 +12,7 @@ pub const MAX_NODE_SCORE: i64 = 100;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeScore {
     /// The node's name.
-    pub name: String,
+    pub name: Arc<str>,
     /// Its score.
     pub score: i64,
 }

@@ -140,7 +140,7 @@ mod tests {
         for (node, want) in cases {
             let got = NodeAffinity.score(&CycleState::new(), &pod, &node_info(node, vec![])).unwrap();
             assert_eq!(got, want);
-            scores.push(NodeScore { name: String::new(), score: got });
+            scores.push(NodeScore { name: "".into(), score: got });
         }
         NodeAffinity.normalize(&CycleState::new(), &pod, &mut scores);
         assert_eq!(scores.iter().map(|s| s.score).collect::<Vec<_>>(), [100, 66, 0]);

@@ -136,7 +136,7 @@ mod tests {
         for (n, want) in nodes {
             let got = TaintToleration.score(&CycleState::new(), &pod, &node_info(n, vec![])).unwrap();
             assert_eq!(got, want);
-            scores.push(NodeScore { name: String::new(), score: got });
+            scores.push(NodeScore { name: "".into(), score: got });
         }
         TaintToleration.normalize(&CycleState::new(), &pod, &mut scores);
         assert_eq!(scores.iter().map(|s| s.score).collect::<Vec<_>>(), [100, 100, 50, 0]);
