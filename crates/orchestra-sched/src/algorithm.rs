@@ -281,7 +281,7 @@ impl Algorithm {
         let failed: Mutex<Vec<(usize, Status)>> = Mutex::new(Vec::new());
         let processed = AtomicUsize::new(0);
         parallelize(self.options.parallelism, n, 64, &|from, to| {
-            let mut ok = Vec::new();
+            let mut ok = Vec::with_capacity((to - from).min(to_find));
             let mut bad = Vec::new();
             for i in from..to {
                 if found.load(Ordering::Relaxed) >= to_find {

@@ -33,6 +33,7 @@ mod subresources;
 mod table;
 mod token;
 mod watch;
+mod watch_objects;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -25,6 +25,8 @@ pub(crate) struct State {
     pub token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
     /// The namespaces writes check, kept from a watch.
     pub namespaces: super::namespaces::NamespaceCache,
+    /// Recent watch event objects, decoded and encoded once for all watchers.
+    pub watch_objects: super::watch_objects::WatchObjects,
 }
 
 impl State {
@@ -50,6 +52,7 @@ impl State {
             kubelet_client: None,
             token_signer: None,
             namespaces: Default::default(),
+            watch_objects: Default::default(),
         }
     }
 

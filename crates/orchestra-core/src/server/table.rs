@@ -11,6 +11,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::body;
+use super::watch_objects::WatchObject;
 use crate::api::table::{IncludeObject, Printer, Table, Timestamp, partial_object_metadata};
 use crate::api::{ApiError, ResourceInfo};
 
@@ -259,8 +260,24 @@ impl WatchEncoder {
 
     /// One event line: `{"type": kind, "object": …}\n`.
     pub(crate) fn encode(&mut self, kind: &str, object: &Value) -> Bytes {
+        match self.output {
+            Output::Json | Output::Yaml => event_line(kind, &serde_json::to_vec(object).expect("JSON values serialize")),
+            _ if kind == "ERROR" => event_line(kind, &serde_json::to_vec(object).expect("JSON values serialize")),
+            _ => self.encode_shaped(kind, object),
+        }
+    }
+
+    /// One event line for an object of a watch event: JSON watchers share
+    /// its encoding.
+    pub(crate) fn encode_shared(&mut self, kind: &str, object: &WatchObject) -> Bytes {
+        match self.output {
+            Output::Json | Output::Yaml => event_line(kind, object.json()),
+            _ => self.encode_shaped(kind, &object.value),
+        }
+    }
+
+    fn encode_shaped(&mut self, kind: &str, object: &Value) -> Bytes {
         let object = match self.output {
-            _ if kind == "ERROR" => object.clone(),
             Output::Json | Output::Yaml => object.clone(),
             Output::Metadata { version } => {
                 partial_object_metadata(object, &format!("meta.k8s.io/{version}"))
@@ -279,11 +296,20 @@ impl WatchEncoder {
                 table.to_json(&format!("meta.k8s.io/{version}"))
             }
         };
-        let mut bytes = serde_json::to_vec(&json!({"type": kind, "object": object}))
-            .expect("JSON values serialize");
-        bytes.push(b'\n');
-        Bytes::from(bytes)
+        event_line(kind, &serde_json::to_vec(&object).expect("JSON values serialize"))
     }
+}
+
+/// `{"type":"<kind>","object":<object>}` and a newline. `kind` is one of
+/// the watch event types, which need no escaping.
+pub(crate) fn event_line(kind: &str, object: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object.len() + kind.len() + 24);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
 }
 
 #[cfg(test)]

@@ -8,15 +8,16 @@ use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
-use orchestra_store::{EventKind, KeyRange, Revision, WatchRequest};
+use orchestra_store::{EventKind, KeyRange, KeyValue, Revision, WatchRequest};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::body;
-use super::objects::{Target, decode_served, list_items, store_error};
+use super::objects::{Target, list_items, store_error};
 use super::route::Query;
 use super::state::State;
-use crate::api::{ApiError, FieldSelector, LabelSelector, meta::metadata_mut};
+use super::watch_objects::{WatchObject, WatchObjects};
+use crate::api::{ApiError, FieldSelector, LabelSelector};
 
 /// How long a watch without `timeoutSeconds` stays open (upstream: 30 to 60 minutes).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -27,6 +28,8 @@ struct Filter {
     fields: FieldSelector,
     /// The resource watched (custom resources show their served version).
     resource: Arc<crate::api::ResourceInfo>,
+    /// Its identity in the shared event objects.
+    resource_id: Arc<str>,
 }
 
 impl Filter {
@@ -42,10 +45,7 @@ impl Filter {
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
-    let mut bytes = serde_json::to_vec(&json!({"type": kind, "object": object}))
-        .expect("JSON values serialize");
-    bytes.push(b'\n');
-    Bytes::from(bytes)
+    super::table::event_line(kind, &serde_json::to_vec(object).expect("JSON values serialize"))
 }
 
 fn bookmark(target: &Target, revision: Revision, initial_events_end: bool) -> Value {
@@ -82,6 +82,7 @@ async fn start(
         fields: FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?
             .for_kind(&target.resource.group, &target.resource.kind)?,
         resource: target.resource.clone(),
+        resource_id: WatchObjects::resource_id(&target.resource),
     };
     let requested = match query.resource_version.as_deref() {
         None | Some("0") => None,
@@ -191,10 +192,10 @@ async fn start(
                 continue;
             }
             for event in response.events {
-                let Some((kind, object)) = to_event(&filter, &event) else {
+                let Some((kind, object)) = to_event(&state.watch_objects, &filter, &event) else {
                     continue;
                 };
-                if tx.send(encoder.encode(kind, &object)).await.is_err() {
+                if tx.send(encoder.encode_shared(kind, &object)).await.is_err() {
                     return;
                 }
             }
@@ -214,17 +215,21 @@ async fn start(
 
 /// The watch event (type, object) of a store event, or `None` if the
 /// filter hides it.
-fn to_event(filter: &Filter, event: &orchestra_store::Event) -> Option<(&'static str, Value)> {
-    let decode = |kv| decode_served(&filter.resource, kv).ok();
+fn to_event(
+    objects: &WatchObjects,
+    filter: &Filter,
+    event: &orchestra_store::Event,
+) -> Option<(&'static str, Arc<WatchObject>)> {
+    let object = |stored: &KeyValue, revision| objects.get(&filter.resource_id, &filter.resource, stored, revision);
     match event.kind {
         EventKind::Put => {
-            let new = decode(&event.kv)?;
+            let new = object(&event.kv, event.kv.mod_revision)?;
             let old_matched = match &event.prev_kv {
                 Some(_) if filter.matches_all() => true,
-                Some(prev) => decode(prev).is_some_and(|old| filter.matches(&old)),
+                Some(prev) => object(prev, prev.mod_revision).is_some_and(|old| filter.matches(&old.value)),
                 None => false,
             };
-            match (old_matched, filter.matches(&new)) {
+            match (old_matched, filter.matches(&new.value)) {
                 (true, true) => Some(("MODIFIED", new)),
                 (false, true) => Some(("ADDED", new)),
                 (true, false) => Some(("DELETED", new)),
@@ -232,15 +237,8 @@ fn to_event(filter: &Filter, event: &orchestra_store::Event) -> Option<(&'static
             }
         }
         EventKind::Delete => {
-            let mut old = decode(event.prev_kv.as_ref()?)?;
-            if !filter.matches(&old) {
-                return None;
-            }
-            metadata_mut(&mut old).insert(
-                "resourceVersion".into(),
-                event.kv.mod_revision.to_string().into(),
-            );
-            Some(("DELETED", old))
+            let old = object(event.prev_kv.as_ref()?, event.kv.mod_revision)?;
+            filter.matches(&old.value).then_some(("DELETED", old))
         }
     }
 }
