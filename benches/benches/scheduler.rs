@@ -2,6 +2,13 @@
 //!
 //! `cargo bench -p orchestra-benches --bench scheduler [-- --quick] [--store mem|rocks]`
 //!
+//! Workloads as in `test/integration/scheduler_perf`: SchedulingBasic,
+//! NodeAffinity, PodAntiAffinity, PodAffinity, TopologySpread, PreemptionBasic
+//! (every measured pod preempts three low-priority pods) and PreemptionAsync
+//! (the floor's shape: plain pods measured while a high-priority pod that
+//! must preempt arrives every 200 ms). Victims have a grace period of 0, as
+//! upstream's templates, so they go at once without a node agent.
+//!
 //! End to end: an in-process API server on the embedded store (RocksStore
 //! in a scratch directory by default, MemStore with `--store mem`), nodes
 //! created through the API, the scheduler running against it through a
@@ -36,7 +43,8 @@ usage: cargo bench -p orchestra-benches --bench scheduler [-- OPTIONS]
 
   --quick              short run (< 2 minutes): smaller workloads
   --store rocks|mem    the API server's store (default rocks, in $ORCHESTRA_BENCH_DIR)
-  --workloads A,B      subset (SchedulingBasic,NodeAffinity,PodAntiAffinity,PodAffinity,TopologySpread,Preemption)
+  --workloads A,B      subset (SchedulingBasic,NodeAffinity,PodAntiAffinity,PodAffinity,
+                       TopologySpread,PreemptionBasic,PreemptionAsync)
   --mode e2e,algo      end to end through the API, the algorithm alone, or both (default both)
   --create-concurrency N  concurrent pod creates (default 64)
 
@@ -53,6 +61,12 @@ struct Workload {
     node: fn(usize) -> Node,
     init_pod: fn(usize) -> Pod,
     pod: fn(usize) -> Pod,
+    /// Pods created every 200 ms while the measured pods are (upstream's
+    /// `churn` op); not counted.
+    churn: Option<fn(usize) -> Pod>,
+    /// Whether the measured pods can be placed without preemption (else the
+    /// algorithm alone has nothing to measure).
+    placeable: bool,
 }
 
 fn basic_node(i: usize) -> Node {
@@ -116,21 +130,41 @@ fn preemption_node(i: usize) -> Node {
     NodeBuilder::new(&format!("node-{i}")).cpu("4").memory("32Gi").pods("110").build()
 }
 fn low_pod(i: usize) -> Pod {
-    PodBuilder::new(&format!("init-{i}")).cpu("900m").memory("500Mi").priority(1).build()
+    PodBuilder::new(&format!("init-{i}")).cpu("900m").memory("500Mi").priority(1).termination_grace(0).build()
 }
 fn high_pod(i: usize) -> Pod {
     PodBuilder::new(&format!("pod-{i}")).cpu("3").memory("500Mi").priority(10).build()
 }
+fn churn_high_pod(i: usize) -> Pod {
+    PodBuilder::new(&format!("churn-{i}")).cpu("3").memory("500Mi").priority(10).build()
+}
 
 fn workloads(quick: bool) -> Vec<Workload> {
     let q = |full: usize, small: usize| if quick { small } else { full };
+    let w = |name, nodes, init_pods, pods, floor, node, init_pod, pod| Workload {
+        name,
+        nodes,
+        init_pods,
+        pods,
+        floor,
+        node,
+        init_pod,
+        pod,
+        churn: None,
+        placeable: true,
+    };
     vec![
-        Workload { name: "SchedulingBasic", nodes: 5000, init_pods: q(1000, 500), pods: q(10_000, 5000), floor: Some(680.0), node: basic_node, init_pod, pod: basic_pod },
-        Workload { name: "NodeAffinity", nodes: q(5000, 1000), init_pods: q(1000, 200), pods: q(10_000, 2000), floor: Some(220.0), node: affinity_node, init_pod, pod: node_affinity_pod },
-        Workload { name: "PodAntiAffinity", nodes: q(5000, 1000), init_pods: q(1000, 100), pods: q(1000, 500), floor: Some(60.0), node: basic_node, init_pod: anti_affinity_init, pod: anti_affinity_pod },
-        Workload { name: "PodAffinity", nodes: q(5000, 1000), init_pods: q(1000, 100), pods: q(1000, 500), floor: Some(35.0), node: basic_node, init_pod: affinity_init, pod: affinity_pod },
-        Workload { name: "TopologySpread", nodes: q(5000, 1000), init_pods: q(1000, 100), pods: q(5000, 1000), floor: None, node: basic_node, init_pod, pod: spread_pod },
-        Workload { name: "Preemption", nodes: q(500, 100), init_pods: q(2000, 400), pods: q(500, 100), floor: Some(570.0), node: preemption_node, init_pod: low_pod, pod: high_pod },
+        w("SchedulingBasic", 5000, q(1000, 500), q(10_000, 5000), Some(680.0), basic_node, init_pod, basic_pod),
+        w("NodeAffinity", q(5000, 1000), q(1000, 200), q(10_000, 2000), Some(220.0), affinity_node, init_pod, node_affinity_pod),
+        w("PodAntiAffinity", q(5000, 1000), q(1000, 100), q(1000, 500), Some(60.0), basic_node, anti_affinity_init, anti_affinity_pod),
+        w("PodAffinity", q(5000, 1000), q(1000, 100), q(1000, 500), Some(35.0), basic_node, affinity_init, affinity_pod),
+        w("TopologySpread", q(5000, 1000), q(1000, 100), q(5000, 1000), None, basic_node, init_pod, spread_pod),
+        // Upstream publishes no threshold for this one.
+        Workload { placeable: false, ..w("PreemptionBasic", q(1000, 100), q(4000, 400), q(1000, 100), None, preemption_node, low_pod, high_pod) },
+        Workload {
+            churn: Some(churn_high_pod),
+            ..w("PreemptionAsync", q(5000, 500), q(20_000, 2000), q(5000, 500), Some(570.0), preemption_node, low_pod, basic_pod)
+        },
     ]
 }
 
@@ -154,6 +188,10 @@ fn line(mode: &str, w: &Workload, pods: usize, rate: f64, cpu_stddev: f64) {
 }
 
 fn algorithm_alone(w: &Workload) {
+    if !w.placeable {
+        println!("# {}: no algorithm-alone figure (its pods need preemption, which acts through the API)", w.name);
+        return;
+    }
     let profile = Profile::default_profile();
     let cache = Cache::new();
     for i in 0..w.nodes {
@@ -225,37 +263,26 @@ async fn end_to_end(w: &Workload, store_kind: &str, concurrency: usize) {
     let nodes: Api<Node> = Api::all(client.clone());
     create_all(&nodes, (0..w.nodes).map(w.node).collect(), concurrency).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    // Count bindings through a watch.
-    let bound = Arc::new(parking_lot::Mutex::new(HashSet::<String>::new()));
+    // Count bindings through a watch: initial pods (`init-`) and measured
+    // pods (`pod-`) apart; churned pods are not counted.
+    let bound = Arc::new(parking_lot::Mutex::new((HashSet::<String>::new(), HashSet::<String>::new())));
     let notify = Arc::new(tokio::sync::Notify::new());
     {
         let (bound, notify, pods) = (bound.clone(), notify.clone(), pods.clone());
         tokio::spawn(async move {
             let mut s = kube::runtime::watcher(pods, kube::runtime::watcher::Config::default()).boxed();
             while let Some(ev) = s.next().await {
-                if let Ok(kube::runtime::watcher::Event::Apply(p) | kube::runtime::watcher::Event::InitApply(p)) = ev {
-                    if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
-                        bound.lock().insert(p.metadata.name.clone().unwrap_or_default());
-                        notify.notify_one();
-                    }
-                }
-            }
-        });
-    }
-    if w.name == "Preemption" {
-        // What a node agent does once a deleted pod's containers stopped
-        // (kwok's pod-delete stage with no delay): preemption victims go
-        // away, so the preemptor can bind. (Only this workload deletes
-        // pods; the others do not pay for a third pod watch.)
-        let pods = pods.clone();
-        tokio::spawn(async move {
-            let mut s = kube::runtime::watcher(pods.clone(), kube::runtime::watcher::Config::default()).boxed();
-            while let Some(ev) = s.next().await {
-                if let Ok(kube::runtime::watcher::Event::Apply(p)) = ev
-                    && p.metadata.deletion_timestamp.is_some()
+                if let Ok(kube::runtime::watcher::Event::Apply(p) | kube::runtime::watcher::Event::InitApply(p)) = ev
+                    && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
                 {
                     let name = p.metadata.name.clone().unwrap_or_default();
-                    let _ = pods.delete(&name, &kube::api::DeleteParams::default().grace_period(0)).await;
+                    let mut bound = bound.lock();
+                    if name.starts_with("init-") {
+                        bound.0.insert(name);
+                    } else if name.starts_with("pod-") {
+                        bound.1.insert(name);
+                    }
+                    notify.notify_one();
                 }
             }
         });
@@ -264,29 +291,48 @@ async fn end_to_end(w: &Workload, store_kind: &str, concurrency: usize) {
     let scheduler = SchedulerBuilder::new(client.clone()).config(config).build().expect("scheduler");
     let metrics = scheduler.metrics().clone();
     let task = tokio::spawn(scheduler.run());
-    let wait_bound = |n: usize, deadline: Duration| {
+    let wait_bound = |measured: bool, n: usize, deadline: Duration| {
         let (bound, notify) = (bound.clone(), notify.clone());
         async move {
             let end = Instant::now() + deadline;
-            while bound.lock().len() < n && Instant::now() < end {
+            let count = || {
+                let b = bound.lock();
+                if measured { b.1.len() } else { b.0.len() }
+            };
+            while count() < n && Instant::now() < end {
                 let _ = tokio::time::timeout(Duration::from_millis(100), notify.notified()).await;
             }
         }
     };
     create_all(&pods, (0..w.init_pods).map(w.init_pod).collect(), concurrency).await;
     let init_expected = if w.name == "PodAntiAffinity" { w.init_pods.min(w.nodes) } else { w.init_pods };
-    wait_bound(init_expected, Duration::from_secs(120)).await;
-    let before = bound.lock().len();
+    wait_bound(false, init_expected, Duration::from_secs(120)).await;
+    let placed_before = bound.lock().0.len();
+    let churn = w.churn.map(|make| {
+        let pods = pods.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            for i in 0.. {
+                tick.tick().await;
+                if let Err(e) = pods.create(&PostParams::default(), &make(i)).await {
+                    eprintln!("churn create failed: {e}");
+                }
+            }
+        })
+    });
     let start = Instant::now();
     create_all(&pods, (0..w.pods).map(w.pod).collect(), concurrency).await;
     let expected = match w.name {
-        "PodAntiAffinity" => (w.nodes.saturating_sub(before)).min(w.pods),
+        "PodAntiAffinity" => (w.nodes.saturating_sub(placed_before)).min(w.pods),
         _ => w.pods,
     };
-    wait_bound(before + expected, Duration::from_secs(if w.name == "Preemption" { 60 } else { 300 })).await;
-    let done = bound.lock().len() - before;
+    wait_bound(true, expected, Duration::from_secs(if w.placeable { 300 } else { 120 })).await;
+    let done = bound.lock().1.len();
     let elapsed = start.elapsed().as_secs_f64();
     let rate = done as f64 / elapsed;
+    if let Some(churn) = churn {
+        churn.abort();
+    }
     task.abort();
     let list = pods.list(&ListParams::default()).await.expect("list");
     if std::env::var("SCHED_BENCH_DEBUG").is_ok() {
@@ -311,7 +357,11 @@ async fn end_to_end(w: &Workload, store_kind: &str, concurrency: usize) {
     }
     let cpus: Vec<f64> = (0..w.nodes).map(|i| per_node.get(&format!("node-{i}")).copied().unwrap_or(0.0)).collect();
     line(&format!("e2e-{store_kind}"), w, done, rate, stddev(&cpus));
-    let _ = metrics;
+    if w.churn.is_some() {
+        let churned: Vec<&Pod> = list.items.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("churn-"))).collect();
+        let placed = churned.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count();
+        println!("# {}: {placed} of {} churned high-priority pods bound by then (each by preemption)", w.name, churned.len());
+    }
 }
 
 fn main() -> std::process::ExitCode {

@@ -132,6 +132,11 @@ impl PodBuilder {
         self.spec().scheduler_name = Some(n.into());
         self
     }
+    /// Sets `terminationGracePeriodSeconds` (0: deleted at once, even when bound).
+    pub fn termination_grace(mut self, seconds: i64) -> Self {
+        self.spec().termination_grace_period_seconds = Some(seconds);
+        self
+    }
     /// Sets the priority.
     pub fn priority(mut self, p: i32) -> Self {
         self.spec().priority = Some(p);
