@@ -48,7 +48,8 @@ usage: cargo bench -p orchestra-benches --bench scheduler [-- OPTIONS]
   --mode e2e,algo      end to end through the API, the algorithm alone, or both (default both)
   --create-concurrency N  concurrent pod creates (default 64)
 
-With SCHED_BENCH_DEBUG set, each end-to-end workload also prints (to stderr) its pods left unbound with
+With SCHED_BENCH_DEBUG set, each end-to-end workload also prints (to stderr) when its measured phase
+starts (to attach a profiler), its pods left unbound with
 their nomination and condition, the scheduler's attempts by result, and how many pods are terminating.";
 
 #[derive(Clone)]
@@ -320,6 +321,9 @@ async fn end_to_end(w: &Workload, store_kind: &str, concurrency: usize) {
             }
         })
     });
+    if std::env::var("SCHED_BENCH_DEBUG").is_ok() {
+        eprintln!("measuring {} (pid {})", w.name, std::process::id());
+    }
     let start = Instant::now();
     create_all(&pods, (0..w.pods).map(w.pod).collect(), concurrency).await;
     let expected = match w.name {

@@ -114,6 +114,11 @@ pub struct NodeInfo {
     pub node: Arc<Node>,
     /// Its name, shared with the node scores of every cycle.
     pub shared_name: Arc<str>,
+    /// `spec.unschedulable` (kept here, beside the counts filters read, so
+    /// that filtering a node seldom reaches into the node object).
+    pub unschedulable: bool,
+    /// `spec.taints`.
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
     /// Its pods (bound and assumed).
     pub pods: Vec<Arc<PodInfo>>,
     /// Pods with (anti-)affinity.
@@ -140,6 +145,8 @@ impl NodeInfo {
         let mut info = NodeInfo {
             node: node.clone(),
             shared_name: Arc::from(""),
+            unschedulable: false,
+            taints: Vec::new(),
             pods: Vec::new(),
             pods_with_affinity: Vec::new(),
             pods_with_required_anti_affinity: Vec::new(),
@@ -166,6 +173,9 @@ impl NodeInfo {
                 );
             }
         }
+        let spec = node.spec.as_ref();
+        self.unschedulable = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        self.taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
         if self.shared_name.as_ref() != node.metadata.name.as_deref().unwrap_or("") {
             self.shared_name = Arc::from(node.metadata.name.as_deref().unwrap_or(""));
         }
@@ -174,7 +184,7 @@ impl NodeInfo {
     }
     /// The node's name.
     pub fn name(&self) -> &str {
-        self.node.metadata.name.as_deref().unwrap_or("")
+        &self.shared_name
     }
     /// The node's labels.
     pub fn labels(&self) -> Option<&std::collections::BTreeMap<String, String>> {

@@ -29,8 +29,7 @@ impl Plugin for NodeUnschedulable {
 
 impl Filter for NodeUnschedulable {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let cordoned = node.node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
-        if !cordoned {
+        if !node.unschedulable {
             return Status::success();
         }
         let tolerated = pod.pod.spec.as_ref().and_then(|s| s.tolerations.as_ref()).is_some_and(|ts| {

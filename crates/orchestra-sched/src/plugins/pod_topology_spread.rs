@@ -80,7 +80,7 @@ fn node_included(c: &Constraint, pod: &PodInfo, node: &NodeInfo) -> bool {
     }
     if c.honor_taints {
         let tols = pod.pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or_default();
-        let taints = node.node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
+        let taints = &node.taints;
         if taints
             .iter()
             .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")

@@ -53,7 +53,7 @@ fn tolerations(pod: &PodInfo) -> &[Toleration] {
 }
 
 fn taints(node: &NodeInfo) -> &[Taint] {
-    node.node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default()
+    &node.taints
 }
 
 impl Filter for TaintToleration {
