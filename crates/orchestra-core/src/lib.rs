@@ -38,3 +38,5 @@ pub mod client;
 pub mod server;
 #[cfg(feature = "tls")]
 pub mod tls;
+#[cfg(feature = "tokens")]
+pub mod tokens;

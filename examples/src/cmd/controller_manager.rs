@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use orchestra_ctrl::SharedInformerFactory;
+use orchestra_core::tokens::{DEFAULT_ISSUER, TokenSigner};
+use orchestra_ctrl::controllers::serviceaccount_token::TokenConfig;
 use orchestra_ctrl::controllers::{self, ControllerManagerConfig};
 use orchestra_ctrl::leader::LeaderElector;
 
@@ -21,6 +23,13 @@ pub struct Args {
     /// Prefix length of each node's pod CIDR.
     #[arg(long, default_value_t = 24)]
     node_cidr_mask_size: u8,
+    /// Signing key of service account token Secrets (the API server's
+    /// `pki/sa.key`); without it the token controller does not run.
+    #[arg(long)]
+    service_account_private_key_file: Option<PathBuf>,
+    /// The CA certificate put into token Secrets as `ca.crt`.
+    #[arg(long)]
+    root_ca_file: Option<PathBuf>,
     /// This instance's identity in leader election.
     #[arg(long)]
     identity: Option<String>,
@@ -30,9 +39,17 @@ pub struct Args {
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let client = orchestra_core::client::from_kubeconfig(&args.kubeconfig).await?;
     let identity = args.identity.unwrap_or_else(super::default_identity);
+    let service_account_tokens = match &args.service_account_private_key_file {
+        Some(key) => Some(TokenConfig {
+            signer: Arc::new(TokenSigner::load_existing(key, DEFAULT_ISSUER)?),
+            root_ca: args.root_ca_file.as_ref().map(std::fs::read_to_string).transpose()?,
+        }),
+        None => None,
+    };
     let config = ControllerManagerConfig {
         cluster_cidr: Some(args.cluster_cidr),
         node_cidr_mask_size: args.node_cidr_mask_size,
+        service_account_tokens,
         ..Default::default()
     };
     let manager = controllers::builtin(SharedInformerFactory::new(client.clone()), config);

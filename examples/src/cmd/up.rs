@@ -26,6 +26,7 @@ use orchestra_core::server::pki::Pki;
 use orchestra_core::server::{ApiServer, KubeletClient, ListenOptions};
 use orchestra_core::tls::ClientAuth;
 use orchestra_ctrl::SharedInformerFactory;
+use orchestra_ctrl::controllers::serviceaccount_token::TokenConfig;
 use orchestra_ctrl::controllers::{self, ControllerManagerConfig};
 use orchestra_ctrl::leader::LeaderElector;
 use orchestra_node::RuntimeBackend;
@@ -120,6 +121,10 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     step(format!("store (RocksDB) in {}", data_dir.join("store").display()));
 
     // API server.
+    // Service account tokens (bound ones from `kubectl create token`, legacy
+    // ones in token Secrets) are signed by one key kept with the certificates.
+    let signer = Arc::new(TokenSigner::load_or_create(&pki.dir().join("sa.key"), DEFAULT_ISSUER)?);
+    let tokens = TokenConfig { signer: signer.clone(), root_ca: Some(pki.ca_pem().to_owned()) };
     let kubelet_identity = pki.issue_client("kube-apiserver-kubelet-client", Some("system:masters"))?;
     let server = ApiServer::builder(Arc::new(store))
         // In-process components carry their identity as a request extension
@@ -130,9 +135,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )
         .authorizer(AuthorizerChain::new().with(PublicInfoViewer).with(AllowAuthenticated))
         .kubelet_client(KubeletClient::new(&kubelet_identity, pki.ca_pem())?)
-        // Service account tokens (`kubectl create token`), signed by a key
-        // kept with the certificates.
-        .service_account_tokens(TokenSigner::load_or_create(&pki.dir().join("sa.key"), DEFAULT_ISSUER)?)
+        .service_account_tokens(signer.clone())
         .build()
         .await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
@@ -165,7 +168,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // node starts the scheduler and the controller manager.
     let manifests = data_dir.join("manifests");
     write_control_plane_manifests(&manifests, &url)?;
-    let embedded = control_plane_runtime(&server, node_ip(1), server_done);
+    let embedded = control_plane_runtime(&server, node_ip(1), server_done, tokens);
 
     // Node agents.
     let pods = SharedPods::start(orchestra_core::client::in_process_as(&server, user("system:node-agents", &["system:nodes"]), "default"));
@@ -278,7 +281,12 @@ fn write_control_plane_manifests(dir: &Path, url: &str) -> std::io::Result<()> {
 
 /// The embedded runtime of the control-plane node: its images are the
 /// control-plane components of this process.
-fn control_plane_runtime(server: &ApiServer, ip: IpAddr, server_done: watch::Receiver<bool>) -> Arc<EmbeddedRuntime> {
+fn control_plane_runtime(
+    server: &ApiServer,
+    ip: IpAddr,
+    server_done: watch::Receiver<bool>,
+    tokens: TokenConfig,
+) -> Arc<EmbeddedRuntime> {
     // The store and the API server run before any agent (the agents need
     // them); their containers report them: running while they serve.
     let attached = move |what: &'static str| {
@@ -332,8 +340,13 @@ fn control_plane_runtime(server: &ApiServer, ip: IpAddr, server_done: watch::Rec
                 user("system:kube-controller-manager", &[]),
                 "default",
             );
+            let tokens = tokens.clone();
             async move {
-                let config = ControllerManagerConfig { cluster_cidr: Some(super::CLUSTER_CIDR.into()), ..Default::default() };
+                let config = ControllerManagerConfig {
+                    cluster_cidr: Some(super::CLUSTER_CIDR.into()),
+                    service_account_tokens: Some(tokens),
+                    ..Default::default()
+                };
                 let manager = controllers::builtin(SharedInformerFactory::new(client.clone()), config);
                 ctx.log.line(format!("controllers: {}", manager.names().join(", ")));
                 let elector = Arc::new(LeaderElector::new(

@@ -1,242 +1,36 @@
-//! Service account tokens: JWTs (ES256) that the API server signs with a
-//! key of its own and accepts as bearer tokens, as upstream's
-//! `--service-account-signing-key-file` and `--service-account-key-file` do.
+//! Service account tokens as bearer credentials: the [`TokenSigner`] (from
+//! [`crate::tokens`]) issues them, the [`ServiceAccountAuthenticator`]
+//! accepts them.
 //!
-//! - [`TokenSigner`] issues bound tokens (what `serviceaccounts/<name>/token`
-//!   answers, `kubectl create token`): an audience, an expiry, the service
-//!   account's name and UID, and optionally the Pod or Secret it is bound to.
-//! - [`ServiceAccountAuthenticator`] verifies them: signature, issuer,
-//!   audience, time window, and that the service account (and the bound
-//!   object) still exist with the UIDs in the token. The user is
-//!   `system:serviceaccount:<namespace>:<name>` in the groups
-//!   `system:serviceaccounts` and `system:serviceaccounts:<namespace>`.
+//! - Bound tokens: signature, issuer, audience, time window, and the service
+//!   account (and the bound object) still existing with the UIDs in the
+//!   token.
+//! - Legacy tokens (in Secrets of type `kubernetes.io/service-account-token`):
+//!   signature, the Secret still holding this very token, and the service
+//!   account still existing with its UID; neither being deleted.
+//!
+//! The user is `system:serviceaccount:<namespace>:<name>` in the groups
+//! `system:serviceaccounts` and `system:serviceaccounts:<namespace>`.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use http::request::Parts;
 use orchestra_store::Store;
-use ring::rand::SystemRandom;
-use ring::signature::{ECDSA_P256_SHA256_FIXED, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _, UnparsedPublicKey};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{AuthError, Authenticator, UserInfo};
+pub use crate::tokens::{
+    BoundObject, Claims, DEFAULT_ISSUER, KeyError, KubernetesClaims, LEGACY_ISSUER, LegacyClaims, ObjectRef, TokenError,
+    TokenSigner, VerifiedToken,
+};
+use crate::tokens::now_secs;
 
-/// The issuer of tokens unless configured (upstream's default for clusters
-/// whose issuer is the in-cluster API server).
-pub const DEFAULT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
-/// The key file's PEM label.
-const PEM_LABEL: &str = "PRIVATE KEY";
-
-/// Why a key could not be made or read.
-#[derive(Debug, thiserror::Error)]
-#[error("service account key: {0}")]
-pub struct KeyError(String);
-
-/// An object a token is bound to: it is valid only while that object exists
-/// with this UID.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BoundObject {
-    /// `Pod` or `Secret`.
-    pub kind: String,
-    /// Its name (in the service account's namespace).
-    pub name: String,
-    /// Its UID.
-    pub uid: String,
-}
-
-/// The claims of a token (upstream's private claims under `kubernetes.io`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Claims {
-    /// Issuer.
-    pub iss: String,
-    /// `system:serviceaccount:<namespace>:<name>`.
-    pub sub: String,
-    /// Audiences.
-    pub aud: Vec<String>,
-    /// Expiry (seconds since the epoch).
-    pub exp: i64,
-    /// Issued at.
-    pub iat: i64,
-    /// Not before.
-    pub nbf: i64,
-    /// The service account and what the token is bound to.
-    #[serde(rename = "kubernetes.io")]
-    pub kubernetes: KubernetesClaims,
-}
-
-/// The `kubernetes.io` claim.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KubernetesClaims {
-    /// The service account's namespace.
-    pub namespace: String,
-    /// The service account.
-    pub serviceaccount: ObjectRef,
-    /// The Pod the token is bound to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod: Option<ObjectRef>,
-    /// The Secret the token is bound to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret: Option<ObjectRef>,
-}
-
-/// A name and UID.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ObjectRef {
-    /// Name.
-    pub name: String,
-    /// UID.
-    pub uid: String,
-}
-
-/// The signing key and issuer: issues tokens and verifies their signature.
-pub struct TokenSigner {
-    key: EcdsaKeyPair,
-    pkcs8: Vec<u8>,
-    kid: String,
-    issuer: String,
-    rng: SystemRandom,
-}
-
-impl std::fmt::Debug for TokenSigner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenSigner").field("kid", &self.kid).field("issuer", &self.issuer).finish_non_exhaustive()
+impl From<TokenError> for AuthError {
+    fn from(e: TokenError) -> AuthError {
+        AuthError(e.0)
     }
-}
-
-fn now_secs() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
-}
-
-impl TokenSigner {
-    /// A new P-256 key.
-    pub fn generate(issuer: impl Into<String>) -> Result<TokenSigner, KeyError> {
-        let rng = SystemRandom::new();
-        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
-            .map_err(|e| KeyError(format!("cannot generate: {e}")))?;
-        TokenSigner::from_pkcs8(pkcs8.as_ref(), issuer)
-    }
-
-    /// The key in `path` (PEM, PKCS#8), created there first if missing.
-    pub fn load_or_create(path: &std::path::Path, issuer: impl Into<String>) -> Result<TokenSigner, KeyError> {
-        let issuer = issuer.into();
-        match std::fs::read_to_string(path) {
-            Ok(pem) => {
-                let der = pem
-                    .lines()
-                    .filter(|l| !l.starts_with("-----"))
-                    .collect::<String>();
-                let der = base64::engine::general_purpose::STANDARD
-                    .decode(der.trim())
-                    .map_err(|e| KeyError(format!("{}: not PEM: {e}", path.display())))?;
-                TokenSigner::from_pkcs8(&der, issuer)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let signer = TokenSigner::generate(issuer)?;
-                std::fs::write(path, signer.pem()).map_err(|e| KeyError(format!("{}: {e}", path.display())))?;
-                Ok(signer)
-            }
-            Err(e) => Err(KeyError(format!("{}: {e}", path.display()))),
-        }
-    }
-
-    fn from_pkcs8(pkcs8: &[u8], issuer: impl Into<String>) -> Result<TokenSigner, KeyError> {
-        let rng = SystemRandom::new();
-        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8, &rng)
-            .map_err(|e| KeyError(format!("not a P-256 PKCS#8 key: {e}")))?;
-        let digest = ring::digest::digest(&ring::digest::SHA256, key.public_key().as_ref());
-        let kid = B64.encode(&digest.as_ref()[..20]);
-        Ok(TokenSigner { key, pkcs8: pkcs8.to_vec(), kid, issuer: issuer.into(), rng })
-    }
-
-    /// The private key as PEM (PKCS#8).
-    pub fn pem(&self) -> String {
-        let body = base64::engine::general_purpose::STANDARD.encode(&self.pkcs8);
-        let lines: Vec<&str> = body.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).expect("base64 is ASCII")).collect();
-        format!("-----BEGIN {PEM_LABEL}-----\n{}\n-----END {PEM_LABEL}-----\n", lines.join("\n"))
-    }
-
-    /// The issuer (`iss`).
-    pub fn issuer(&self) -> &str {
-        &self.issuer
-    }
-
-    /// Signs `claims` into a compact JWS.
-    pub fn sign(&self, claims: &Claims) -> String {
-        let header = serde_json::json!({"alg": "ES256", "kid": self.kid});
-        let input = format!(
-            "{}.{}",
-            B64.encode(header.to_string()),
-            B64.encode(serde_json::to_vec(claims).expect("claims serialize"))
-        );
-        let signature = self.key.sign(&self.rng, input.as_bytes()).expect("ECDSA signing does not fail");
-        format!("{input}.{}", B64.encode(signature.as_ref()))
-    }
-
-    /// Claims for a token of service account `namespace/name` (UID `uid`)
-    /// valid for `expiration_seconds` from now.
-    pub fn claims(
-        &self,
-        namespace: &str,
-        name: &str,
-        uid: &str,
-        audiences: Vec<String>,
-        expiration_seconds: i64,
-        bound: Option<&BoundObject>,
-    ) -> Claims {
-        let now = now_secs();
-        let reference = |kind: &str| {
-            bound
-                .filter(|b| b.kind == kind)
-                .map(|b| ObjectRef { name: b.name.clone(), uid: b.uid.clone() })
-        };
-        Claims {
-            iss: self.issuer.clone(),
-            sub: format!("system:serviceaccount:{namespace}:{name}"),
-            aud: audiences,
-            exp: now + expiration_seconds,
-            iat: now,
-            nbf: now,
-            kubernetes: KubernetesClaims {
-                namespace: namespace.into(),
-                serviceaccount: ObjectRef { name: name.into(), uid: uid.into() },
-                pod: reference("Pod"),
-                secret: reference("Secret"),
-            },
-        }
-    }
-
-    /// The claims of `token` if this key signed it: `Ok(None)` when the
-    /// token is not one of ours (another key, not a JWT), `Err` when it is
-    /// ours but altered.
-    pub fn verify(&self, token: &str) -> Result<Option<Claims>, AuthError> {
-        let mut parts = token.split('.');
-        let (Some(header), Some(payload), Some(signature), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Ok(None);
-        };
-        let Some(header) = B64.decode(header).ok().and_then(|h| serde_json::from_slice::<Value>(&h).ok()) else {
-            return Ok(None);
-        };
-        if header["kid"] != self.kid.as_str() || header["alg"] != "ES256" {
-            return Ok(None);
-        }
-        let signature = B64.decode(signature).map_err(|_| AuthError("malformed token signature".into()))?;
-        let public = UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, self.key.public_key().as_ref());
-        let signed = &token[..header_and_payload_len(token)];
-        public
-            .verify(signed.as_bytes(), &signature)
-            .map_err(|_| AuthError("token signature is invalid".into()))?;
-        let payload = B64.decode(payload).map_err(|_| AuthError("malformed token payload".into()))?;
-        serde_json::from_slice(&payload).map(Some).map_err(|e| AuthError(format!("malformed token claims: {e}")))
-    }
-}
-
-fn header_and_payload_len(token: &str) -> usize {
-    token.rfind('.').unwrap_or(token.len())
 }
 
 /// Accepts the tokens of a [`TokenSigner`] whose service account (and bound
@@ -254,24 +48,60 @@ impl ServiceAccountAuthenticator {
         ServiceAccountAuthenticator { signer, store, audiences }
     }
 
-    /// The UID of the stored object at `key`, if it exists.
-    async fn uid_at(&self, key: &str) -> Result<Option<String>, AuthError> {
-        let kv = self.store.get(key).await.map_err(|e| AuthError(format!("cannot check the token's objects: {e}")))?;
-        Ok(kv.and_then(|kv| {
-            serde_json::from_slice::<Value>(&kv.value)
-                .ok()
-                .and_then(|v| v.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_owned))
-        }))
+    /// The stored object `plural` `namespace/name`, if it exists.
+    async fn object(&self, plural: &str, namespace: &str, name: &str) -> Result<Option<Value>, AuthError> {
+        let key = format!("/registry/{plural}/{namespace}/{name}");
+        let kv = self.store.get(&key).await.map_err(|e| AuthError(format!("cannot check the token's objects: {e}")))?;
+        Ok(kv.and_then(|kv| serde_json::from_slice::<Value>(&kv.value).ok()))
     }
 
-    async fn check_exists(&self, plural: &str, namespace: &str, object: &ObjectRef) -> Result<(), AuthError> {
-        let key = format!("/registry/{plural}/{namespace}/{}", object.name);
-        match self.uid_at(&key).await? {
-            Some(uid) if uid == object.uid => Ok(()),
-            Some(_) => Err(AuthError(format!("{plural} {namespace}/{} has been deleted and created again", object.name))),
+    /// Checks that `object` exists with its UID and, for legacy tokens
+    /// (`live`), is not being deleted; returns it.
+    async fn check_exists(&self, plural: &str, namespace: &str, object: &ObjectRef, live: bool) -> Result<Value, AuthError> {
+        let found = self.object(plural, namespace, &object.name).await?;
+        match found {
+            Some(v) if v.pointer("/metadata/uid").and_then(Value::as_str) != Some(&object.uid) => {
+                Err(AuthError(format!("{plural} {namespace}/{} has been deleted and created again", object.name)))
+            }
+            Some(v) if live && v.pointer("/metadata/deletionTimestamp").is_some() => {
+                Err(AuthError(format!("{plural} {namespace}/{} is being deleted", object.name)))
+            }
+            Some(v) => Ok(v),
             None => Err(AuthError(format!("{plural} {namespace}/{} has been deleted", object.name))),
         }
     }
+
+    /// The user of a legacy token: its Secret must still hold this token.
+    async fn legacy_user(&self, token: &str, claims: &LegacyClaims) -> Result<UserInfo, AuthError> {
+        let ns = &claims.namespace;
+        let Some(secret) = self.object("secrets", ns, &claims.secret_name).await? else {
+            return Err(AuthError(format!("secrets {ns}/{} has been deleted", claims.secret_name)));
+        };
+        if secret.pointer("/metadata/deletionTimestamp").is_some() {
+            return Err(AuthError(format!("secrets {ns}/{} is being deleted", claims.secret_name)));
+        }
+        let held = secret
+            .pointer("/data/token")
+            .and_then(Value::as_str)
+            .and_then(|t| base64::engine::general_purpose::STANDARD.decode(t).ok());
+        if held.as_deref() != Some(token.as_bytes()) {
+            return Err(AuthError(format!("token does not match secrets {ns}/{}", claims.secret_name)));
+        }
+        let account = ObjectRef { name: claims.service_account_name.clone(), uid: claims.service_account_uid.clone() };
+        self.check_exists("serviceaccounts", ns, &account, true).await?;
+        let mut user = service_account_user(ns, &account);
+        user.extra.insert("authentication.kubernetes.io/legacy-token".into(), vec![claims.secret_name.clone()]);
+        Ok(user)
+    }
+}
+
+fn service_account_user(namespace: &str, account: &ObjectRef) -> UserInfo {
+    let mut user = UserInfo::new(
+        format!("system:serviceaccount:{namespace}:{}", account.name),
+        &["system:serviceaccounts", &format!("system:serviceaccounts:{namespace}")],
+    );
+    user.uid = account.uid.clone();
+    user
 }
 
 #[async_trait]
@@ -285,8 +115,11 @@ impl Authenticator for ServiceAccountAuthenticator {
         else {
             return Ok(None);
         };
-        let Some(claims) = self.signer.verify(token.trim())? else {
-            return Ok(None);
+        let token = token.trim();
+        let claims = match self.signer.verify(token)? {
+            None => return Ok(None),
+            Some(VerifiedToken::Legacy(claims)) => return self.legacy_user(token, &claims).await.map(Some),
+            Some(VerifiedToken::Bound(claims)) => claims,
         };
         if claims.iss != self.signer.issuer() {
             return Err(AuthError("token issuer is not this cluster".into()));
@@ -299,18 +132,14 @@ impl Authenticator for ServiceAccountAuthenticator {
             return Err(AuthError("token has expired".into()));
         }
         let k = &claims.kubernetes;
-        self.check_exists("serviceaccounts", &k.namespace, &k.serviceaccount).await?;
+        self.check_exists("serviceaccounts", &k.namespace, &k.serviceaccount, false).await?;
         if let Some(pod) = &k.pod {
-            self.check_exists("pods", &k.namespace, pod).await?;
+            self.check_exists("pods", &k.namespace, pod, false).await?;
         }
         if let Some(secret) = &k.secret {
-            self.check_exists("secrets", &k.namespace, secret).await?;
+            self.check_exists("secrets", &k.namespace, secret, false).await?;
         }
-        let mut user = UserInfo::new(
-            format!("system:serviceaccount:{}:{}", k.namespace, k.serviceaccount.name),
-            &["system:serviceaccounts", &format!("system:serviceaccounts:{}", k.namespace)],
-        );
-        user.uid = k.serviceaccount.uid.clone();
+        let mut user = service_account_user(&k.namespace, &k.serviceaccount);
         if let Some(pod) = &k.pod {
             user.extra.insert("authentication.kubernetes.io/pod-name".into(), vec![pod.name.clone()]);
             user.extra.insert("authentication.kubernetes.io/pod-uid".into(), vec![pod.uid.clone()]);

@@ -105,8 +105,8 @@ impl ApiServerBuilder {
     /// subresource, `kubectl create token`) and accepts them as bearer
     /// tokens, ahead of the other authenticators (upstream's
     /// `--service-account-signing-key-file`).
-    pub fn service_account_tokens(mut self, signer: crate::auth::service_account::TokenSigner) -> ApiServerBuilder {
-        self.token_signer = Some(Arc::new(signer));
+    pub fn service_account_tokens(mut self, signer: impl Into<Arc<crate::tokens::TokenSigner>>) -> ApiServerBuilder {
+        self.token_signer = Some(signer.into());
         self
     }
 

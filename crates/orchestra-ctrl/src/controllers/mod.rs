@@ -7,6 +7,7 @@
 //! | [`garbage_collector`] | ownerReferences: background, foreground, orphan |
 //! | [`namespace`] | empties deleted namespaces, then finalizes them |
 //! | [`serviceaccount`] | a `default` ServiceAccount per namespace |
+//! | [`serviceaccount_token`] | tokens in `kubernetes.io/service-account-token` Secrets |
 //! | [`node_lifecycle`] | node health, taints, taint-based eviction |
 //! | [`endpoints`] | Endpoints and EndpointSlices of Services |
 //! | [`node_ipam`] | `spec.podCIDR` of Nodes |
@@ -20,6 +21,7 @@ pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod replicaset;
 pub mod serviceaccount;
+pub mod serviceaccount_token;
 pub mod util;
 
 use std::time::Duration;
@@ -43,6 +45,10 @@ pub struct ControllerManagerConfig {
     pub gc_interval: Duration,
     /// Node health monitoring and eviction.
     pub node_lifecycle: node_lifecycle::Config,
+    /// The key and CA of service account token Secrets
+    /// (`--service-account-private-key-file`, `--root-ca-file`); `None`
+    /// turns the token controller off.
+    pub service_account_tokens: Option<serviceaccount_token::TokenConfig>,
 }
 
 impl Default for ControllerManagerConfig {
@@ -53,6 +59,7 @@ impl Default for ControllerManagerConfig {
             workers: 5,
             gc_interval: Duration::from_secs(5),
             node_lifecycle: node_lifecycle::Config::default(),
+            service_account_tokens: None,
         }
     }
 }
@@ -60,7 +67,8 @@ impl Default for ControllerManagerConfig {
 /// Every built-in controller in one [`ControllerManager`], as
 /// `kube-controller-manager` runs them: replicaset, replicationcontroller,
 /// deployment, garbagecollector, namespace, serviceaccount, nodelifecycle,
-/// endpoints (Endpoints and EndpointSlices) and nodeipam.
+/// endpoints (Endpoints and EndpointSlices), nodeipam (with a cluster CIDR)
+/// and serviceaccount-token (with a signing key).
 pub fn builtin(factory: SharedInformerFactory, config: ControllerManagerConfig) -> ControllerManager {
     let workers = config.workers.max(1);
     let mut manager = ControllerManager::new(factory)
@@ -82,6 +90,12 @@ pub fn builtin(factory: SharedInformerFactory, config: ControllerManagerConfig) 
             node_lifecycle::NodeLifecycle::new(&ctx.factory, config.node_lifecycle).run(ctx.stopped()).await
         })
         .with("endpoints", move |ctx| async move { endpoints::run(ctx.factory.clone(), workers, ctx.stopped()).await });
+    if let Some(tokens) = config.service_account_tokens {
+        manager = manager.with("serviceaccount-token", move |ctx| {
+            let tokens = tokens.clone();
+            async move { serviceaccount_token::run(ctx.factory.clone(), tokens, ctx.stopped()).await }
+        });
+    }
     if let Some(cidr) = config.cluster_cidr {
         let mask = config.node_cidr_mask_size;
         manager = manager.with("nodeipam", move |ctx| async move {
