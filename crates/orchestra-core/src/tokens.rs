@@ -291,3 +291,41 @@ impl TokenSigner {
 fn header_and_payload_len(token: &str) -> usize {
     token.rfind('.').unwrap_or(token.len())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_persist_as_pem() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sa.key");
+        let first = TokenSigner::load_or_create(&path, DEFAULT_ISSUER).unwrap();
+        let again = TokenSigner::load_or_create(&path, DEFAULT_ISSUER).unwrap();
+        let token = first.sign(&first.claims("a", "b", "c", vec![DEFAULT_ISSUER.into()], 60, None));
+        assert!(again.verify(&token).unwrap().is_some(), "the reloaded key verifies what the first signed");
+        assert!(std::fs::read_to_string(&path).unwrap().starts_with("-----BEGIN PRIVATE KEY-----"));
+    }
+
+    #[test]
+    fn both_kinds_verify_as_what_they_are() {
+        let signer = TokenSigner::generate(DEFAULT_ISSUER).unwrap();
+        let bound = signer.sign(&signer.claims("ci", "robot", "u-1", vec![DEFAULT_ISSUER.into()], 60, None));
+        let legacy = signer.sign(&signer.legacy_claims("ci", "robot", "u-1", "robot-token"));
+        assert!(matches!(signer.verify(&bound), Ok(Some(VerifiedToken::Bound(c))) if c.kubernetes.serviceaccount.uid == "u-1"));
+        let Ok(Some(VerifiedToken::Legacy(claims))) = signer.verify(&legacy) else { panic!("a legacy token") };
+        assert_eq!(claims, signer.legacy_claims("ci", "robot", "u-1", "robot-token"));
+        // The claim names are upstream's.
+        let payload = legacy.split('.').nth(1).unwrap();
+        let json: Value = serde_json::from_slice(&B64.decode(payload).unwrap()).unwrap();
+        assert_eq!(json["iss"], LEGACY_ISSUER);
+        assert_eq!(json["kubernetes.io/serviceaccount/secret.name"], "robot-token");
+        assert_eq!(json["kubernetes.io/serviceaccount/service-account.uid"], "u-1");
+        // Another key's token is not ours; an altered one is refused.
+        let stranger = TokenSigner::generate(DEFAULT_ISSUER).unwrap();
+        assert_eq!(stranger.verify(&legacy), Ok(None));
+        let mut altered = legacy.clone();
+        altered.replace_range(altered.len() - 4.., "AAAA");
+        assert!(signer.verify(&altered).is_err());
+    }
+}

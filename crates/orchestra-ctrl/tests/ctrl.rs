@@ -24,3 +24,6 @@ mod manager;
 
 #[path = "ctrl/throughput.rs"]
 mod throughput;
+
+#[path = "ctrl/tokens.rs"]
+mod tokens;

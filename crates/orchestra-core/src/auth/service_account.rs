@@ -197,14 +197,38 @@ mod tests {
         assert!(authn.authenticate(&parts(&token)).await.unwrap_err().0.contains("created again"));
     }
 
-    #[test]
-    fn keys_persist_as_pem() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sa.key");
-        let first = TokenSigner::load_or_create(&path, DEFAULT_ISSUER).unwrap();
-        let again = TokenSigner::load_or_create(&path, DEFAULT_ISSUER).unwrap();
-        let token = first.sign(&first.claims("a", "b", "c", vec![DEFAULT_ISSUER.into()], 60, None));
-        assert!(again.verify(&token).unwrap().is_some(), "the reloaded key verifies what the first signed");
-        assert!(std::fs::read_to_string(&path).unwrap().starts_with("-----BEGIN PRIVATE KEY-----"));
+
+    #[tokio::test]
+    async fn legacy_tokens_authenticate_while_their_secret_holds_them() {
+        let signer = Arc::new(TokenSigner::generate(DEFAULT_ISSUER).unwrap());
+        let store = store_with_sa("u-1").await;
+        let authn = ServiceAccountAuthenticator::new(signer.clone(), store.clone(), vec![DEFAULT_ISSUER.into()]);
+        let token = signer.sign(&signer.legacy_claims("ci", "robot", "u-1", "robot-token"));
+        let put_secret = |token: &str| {
+            let secret = serde_json::json!({
+                "metadata": {"name": "robot-token", "namespace": "ci", "uid": "s-1"},
+                "type": "kubernetes.io/service-account-token",
+                "data": {"token": base64::engine::general_purpose::STANDARD.encode(token)},
+            });
+            let store = store.clone();
+            async move {
+                store.put("/registry/secrets/ci/robot-token", serde_json::to_vec(&secret).unwrap().into(), None).await.unwrap();
+            }
+        };
+        // No Secret yet; then the Secret holding it.
+        assert!(authn.authenticate(&parts(&token)).await.unwrap_err().0.contains("secrets ci/robot-token has been deleted"));
+        put_secret(&token).await;
+        let user = authn.authenticate(&parts(&token)).await.unwrap().unwrap();
+        assert_eq!((user.name.as_str(), user.uid.as_str()), ("system:serviceaccount:ci:robot", "u-1"));
+        assert_eq!(user.groups, ["system:serviceaccounts", "system:serviceaccounts:ci"]);
+        // No expiry or audience: legacy tokens have none.
+        // The Secret now holds another token: this one is refused.
+        put_secret("another").await;
+        assert!(authn.authenticate(&parts(&token)).await.unwrap_err().0.contains("does not match"));
+        put_secret(&token).await;
+        // The account recreated under another UID.
+        let sa = serde_json::json!({"metadata": {"name": "robot", "namespace": "ci", "uid": "u-2"}});
+        store.put("/registry/serviceaccounts/ci/robot", serde_json::to_vec(&sa).unwrap().into(), None).await.unwrap();
+        assert!(authn.authenticate(&parts(&token)).await.unwrap_err().0.contains("created again"));
     }
 }

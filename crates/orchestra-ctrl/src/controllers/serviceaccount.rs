@@ -1,6 +1,6 @@
 //! The ServiceAccount controller: a `default` ServiceAccount in every active
-//! namespace, recreated if deleted. (Token Secrets wait for the signing keys
-//! of the auth issue.)
+//! namespace, recreated if deleted. (Token Secrets are the
+//! [`serviceaccount_token`](super::serviceaccount_token) controller's.)
 
 use std::future::Future;
 use std::sync::Arc;
