@@ -368,6 +368,17 @@ impl SchedulingQueue {
     /// A cluster event happened: unschedulable pods whose rejecting plugins
     /// registered for it go back to the active (or backoff) queue.
     pub fn on_event(&self, event: ClusterEvent) {
+        self.move_on_event(event, None);
+    }
+
+    /// As [`on_event`](Self::on_event), but the pod `uid` stays where it is:
+    /// the event is its own doing (its assumed placement was forgotten after
+    /// a rejection at Permit), which cannot make it schedulable.
+    pub fn on_event_except(&self, event: ClusterEvent, uid: &str) {
+        self.move_on_event(event, Some(uid));
+    }
+
+    fn move_on_event(&self, event: ClusterEvent, except: Option<&str>) {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         inner.move_request_cycle = inner.cycle;
@@ -380,8 +391,9 @@ impl SchedulingQueue {
             .unschedulable
             .iter()
             .filter_map(|k| inner.pods.get(k).map(|v| (k, v)))
-            .filter(|(_, (q, place))| {
+            .filter(|(k, (q, place))| {
                 *place == Place::Unschedulable
+                    && except != Some(k.as_str())
                     // A nominee waits for its node (see `activate`); only a
                     // change of nodes may send it elsewhere.
                     && (!q.nominated || event.resource == EventResource::Node)
@@ -544,6 +556,26 @@ mod tests {
         let q = queue(HashMap::new());
         let got: Vec<u128> = (1..=5).map(|a| q.backoff_duration(a).as_millis()).collect();
         assert_eq!(got, [20, 40, 80, 80, 80]);
+    }
+
+    /// A pod's own event (its forgotten placement) moves the other
+    /// unschedulable pods but not the pod itself.
+    #[tokio::test]
+    async fn event_except_leaves_its_pod_parked() {
+        let q = queue(HashMap::new());
+        let mut uids = Vec::new();
+        for name in ["own", "other"] {
+            q.add(Arc::new(pod_info(PodBuilder::new(name).uid(name).build())), false);
+            let mut p = q.pop().await.unwrap();
+            p.unschedulable_plugins.insert("X");
+            uids.push(p.info.uid().to_owned());
+            q.add_unschedulable(p, false);
+        }
+        assert_eq!(q.sizes().unschedulable, 2);
+        q.on_event_except(ClusterEvent::new(EventResource::AssignedPod, action::DELETE), &uids[0]);
+        assert_eq!((q.sizes().unschedulable, q.sizes().backoff), (1, 1));
+        q.on_event(ClusterEvent::new(EventResource::AssignedPod, action::DELETE));
+        assert_eq!((q.sizes().unschedulable, q.sizes().backoff), (0, 2));
     }
 
     #[tokio::test]

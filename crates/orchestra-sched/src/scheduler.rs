@@ -81,7 +81,14 @@ impl SchedulerBuilder {
         if self.config.profiles.is_empty() {
             return Err(Error::Config("at least one profile is needed".into()));
         }
-        let handle = Handle { client: Some(self.client.clone()), waiting_pods: Arc::new(WaitingPods::default()), namespaces: Default::default(), listers: Default::default() };
+        let metrics = Arc::new(Metrics::new());
+        let handle = Handle {
+            client: Some(self.client.clone()),
+            waiting_pods: Arc::new(WaitingPods::default()),
+            namespaces: Default::default(),
+            listers: Default::default(),
+            metrics: metrics.clone(),
+        };
         let mut profiles = Vec::new();
         let mut by_name = HashMap::new();
         for cfg in &self.config.profiles {
@@ -121,7 +128,7 @@ impl SchedulerBuilder {
                 by_name,
                 queue,
                 cache: Arc::new(Cache::new()),
-                metrics: Arc::new(Metrics::new()),
+                metrics,
                 events: std::sync::OnceLock::new(),
                 events_on: self.events,
                 config: self.config,
@@ -556,15 +563,17 @@ impl Scheduler {
         match alg.schedule(&profile, &mut state, &pod, snapshot) {
             Decision::Fit { node, .. } => {
                 self.shared.cache.assume(pod.clone(), &node);
-                for (i, r) in profile.reserve.iter().enumerate() {
+                for r in &profile.reserve {
                     let s = r.reserve(&state, &pod, &node);
                     if !s.is_success() {
-                        for r in profile.reserve[..=i].iter().rev() {
+                        // Every Reserve plugin is unreserved, in reverse
+                        // order, as upstream (unreserve is idempotent).
+                        for r in profile.reserve.iter().rev() {
                             r.unreserve(&state, &pod, &node);
                         }
                         self.shared.cache.forget(pod.uid());
                         q.unschedulable_plugins.insert(r.name());
-                        self.fail(&profile, q, s.with_plugin(r.name()), None, start).await;
+                        self.fail(&profile, q, rejected_on(&node, s.with_plugin(r.name())), None, start).await;
                         return;
                     }
                 }
@@ -584,17 +593,21 @@ impl Scheduler {
                             }
                             self.shared.cache.forget(pod.uid());
                             q.unschedulable_plugins.insert(p.name());
-                            self.fail(&profile, q, s.with_plugin(p.name()), None, start).await;
+                            self.fail(&profile, q, rejected_on(&node, s.with_plugin(p.name())), None, start).await;
                             return;
                         }
                     }
                 }
-                let waiter = (!waiting.is_empty()).then(|| (self.shared.handle.waiting_pods.add(pod.uid(), waiting), max_wait));
+                let waiter = (!waiting.is_empty()).then(|| Waiter {
+                    plugins: waiting.clone(),
+                    rx: self.shared.handle.waiting_pods.add(pod.uid(), waiting),
+                    timeout: max_wait,
+                });
                 self.shared.queue.done(pod.uid());
-                self.shared.metrics.attempt("scheduled", &profile.scheduler_name, start.elapsed().as_secs_f64());
+                // The attempt counts as scheduled once bound (binding cycle).
                 let s = self.clone();
                 state.take_snapshot();
-                tokio::spawn(async move { s.bind_cycle(profile, Arc::new(state), q, node, waiter).await });
+                tokio::spawn(async move { s.bind_cycle(profile, Arc::new(state), q, node, waiter, start).await });
             }
             Decision::Unfit(mut fit) => {
                 let mut nominated = None;
@@ -685,24 +698,46 @@ impl Scheduler {
         });
     }
 
+    /// The binding cycle of a pod assumed on `node` in the scheduling cycle
+    /// that started at `start`: waits at Permit, PreBind, Bind, PostBind.
     async fn bind_cycle(
         &self,
         profile: Arc<Profile>,
         state: Arc<CycleState>,
         q: QueuedPodInfo,
         node: String,
-        waiter: Option<(tokio::sync::oneshot::Receiver<Status>, Duration)>,
+        waiter: Option<Waiter>,
+        start: Instant,
     ) {
         let pod = q.info.clone();
         let mut status = Status::success();
-        if let Some((rx, timeout)) = waiter {
-            status = match tokio::time::timeout(timeout, rx).await {
+        if let Some(w) = waiter {
+            status = match tokio::time::timeout(w.timeout, w.rx).await {
                 Ok(Ok(s)) => s,
                 _ => {
-                    self.shared.handle.waiting_pods.remove(pod.uid());
-                    Status::unschedulable("rejected due to timeout after waiting at permit")
+                    let pending = self.shared.handle.waiting_pods.remove(pod.uid());
+                    let plugin = pending.first().or(w.plugins.first()).copied().unwrap_or_default();
+                    Status::unschedulable(format!("rejected due to timeout after waiting {:?} at plugin {plugin}", w.timeout))
+                        .with_plugin(plugin)
                 }
             };
+            if status.is_rejected() {
+                // Upstream: a pod rejected at Permit is unschedulable (Permit
+                // is the last point that may reject it), not a failed binding.
+                for r in profile.reserve.iter().rev() {
+                    r.unreserve(&state, &pod, &node);
+                }
+                self.shared.cache.forget(pod.uid());
+                let mut q = q;
+                q.unschedulable_plugins = HashSet::from([status.plugin]);
+                tracing::debug!(pod = %pod.key(), %node, "rejected at permit: {}", status.message());
+                let uid = pod.uid().to_owned();
+                self.fail(&profile, q, rejected_on(&node, status), None, start).await;
+                // The room it held is free again; the pod itself waits for an
+                // event its rejecting plugin registered for.
+                self.shared.queue.on_event_except(ClusterEvent::new(EventResource::AssignedPod, action::DELETE), &uid);
+                return;
+            }
         }
         if status.is_success() {
             for p in &profile.pre_bind {
@@ -724,10 +759,11 @@ impl Scheduler {
             }
         }
         if status.is_success() {
+            self.shared.metrics.attempt("scheduled", &profile.scheduler_name, start.elapsed().as_secs_f64());
+            self.shared.metrics.e2e_duration.observe(q.initial_timestamp.elapsed().as_secs_f64());
             for p in &profile.post_bind {
                 p.post_bind(&state, &pod, &node);
             }
-            self.shared.metrics.e2e_duration.observe(q.initial_timestamp.elapsed().as_secs_f64());
             self.events().record(Record {
                 pod: pod_ref(&pod.pod),
                 type_: "Normal",
@@ -753,8 +789,27 @@ impl Scheduler {
         q.unschedulable_plugins.clear();
         let msg = format!("Binding rejected: {}", status.message());
         tracing::debug!(pod = %pod.key(), %node, "{msg}");
-        self.fail(&profile, q, Status::error(msg), None, Instant::now()).await;
+        self.fail(&profile, q, Status::error(msg), None, start).await;
     }
+}
+
+/// A pod parked at Permit: the plugins it waits for, the channel their
+/// verdict comes on, and the longest wait.
+struct Waiter {
+    plugins: Vec<&'static str>,
+    rx: tokio::sync::oneshot::Receiver<Status>,
+    timeout: Duration,
+}
+
+/// A rejection at Reserve or Permit, worded as upstream's fit error over the
+/// one node chosen (`0/1 nodes are available: 1 <reason>.`); other codes
+/// (errors) are left as they are.
+fn rejected_on(node: &str, status: Status) -> Status {
+    if !status.is_rejected() {
+        return status;
+    }
+    let message = FitError { num_all_nodes: 1, statuses: HashMap::from([(node.to_owned(), status.clone())]), ..Default::default() }.message();
+    Status { code: status.code, reasons: vec![message], plugin: status.plugin }
 }
 
 /// Re-exported for tests: the fit error type.

@@ -3,8 +3,10 @@
 mod sched {
     pub mod affinity;
     pub mod basic;
+    pub mod framework;
     pub mod kubectl;
     pub mod leader;
+    pub mod parallel;
     pub mod preemption;
     pub mod support;
     pub mod throughput;

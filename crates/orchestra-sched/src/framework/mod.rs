@@ -171,14 +171,15 @@ impl WaitingPods {
     pub fn uids(&self) -> Vec<String> {
         self.pods.lock().keys().cloned().collect()
     }
-    /// Forgets `uid` (timed out).
-    pub fn remove(&self, uid: &str) {
-        self.pods.lock().remove(uid);
+    /// Forgets `uid` (timed out); the plugins it was still waiting for.
+    pub fn remove(&self, uid: &str) -> Vec<&'static str> {
+        self.pods.lock().remove(uid).map(|w| w.pending).unwrap_or_default()
     }
 }
 
 /// What plugin factories get: the API client (absent when running the
-/// algorithm alone), the waiting pods, and the listers the scheduler keeps.
+/// algorithm alone), the waiting pods, the listers the scheduler keeps and
+/// its metrics.
 #[derive(Clone, Default)]
 pub struct Handle {
     /// The client to the API server.
@@ -189,4 +190,7 @@ pub struct Handle {
     pub namespaces: crate::plugins::inter_pod_affinity::NamespaceLabels,
     /// PVCs, PVs, StorageClasses and PodDisruptionBudgets, kept by the scheduler.
     pub listers: Arc<crate::listers::Listers>,
+    /// The scheduler's metrics (plugins such as DefaultPreemption count
+    /// into them).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }

@@ -35,6 +35,8 @@ pub struct DefaultPreemption {
     listers: Arc<Listers>,
     /// Preemptors (by UID) whose victims are still being deleted.
     running: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
+    /// Counts attempts and victims.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Plugin for DefaultPreemption {
@@ -216,6 +218,8 @@ pub fn pick(candidates: &[Candidate]) -> Option<&Candidate> {
 #[async_trait::async_trait]
 impl PostFilter for DefaultPreemption {
     async fn post_filter(&self, args: PostFilterArgs<'_>) -> (Option<String>, Status) {
+        // Every run is an attempt, as upstream counts them.
+        self.metrics.preemption_attempts.inc();
         let spec = args.pod.pod.spec.as_ref();
         if spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never") {
             return (None, Status::unschedulable("preemption: not eligible due to preemptionPolicy=Never."));
@@ -271,6 +275,7 @@ impl PostFilter for DefaultPreemption {
             }
             return (None, Status::unschedulable(format!("preemption: 0/{n} nodes are available: {}.", reasons.join(", "))));
         };
+        self.metrics.preemption_victims.observe(best.victims.len() as f64);
         if let Some(client) = &self.client {
             // Like upstream's asynchronous preemption, the victims are
             // deleted off the scheduling cycle, all at once. The nominee
@@ -305,7 +310,7 @@ impl PostFilter for DefaultPreemption {
 
 /// The factory.
 pub fn factory(handle: &Handle) -> PluginSet {
-    let p = Arc::new(DefaultPreemption { client: handle.client.clone(), listers: handle.listers.clone(), running: Default::default() });
+    let p = Arc::new(DefaultPreemption { client: handle.client.clone(), listers: handle.listers.clone(), running: Default::default(), metrics: handle.metrics.clone() });
     PluginSet::new(&p).post_filter(&p)
 }
 
