@@ -3,6 +3,7 @@
 mod sched {
     pub mod affinity;
     pub mod basic;
+    pub mod config;
     pub mod framework;
     pub mod kubectl;
     pub mod leader;
