@@ -163,8 +163,18 @@ impl Filter for PodTopologySpread {
     }
 }
 
+/// The hostname label: spreading over it is counted per node in Score
+/// (one domain per node; no map of every node's name).
+const HOSTNAME: &str = "kubernetes.io/hostname";
+
+fn has_all_keys(cs: &[Constraint], node: &NodeInfo) -> bool {
+    cs.iter().all(|c| node.label(&c.key).is_some())
+}
+
 struct ScoreState {
     constraints: Vec<Constraint>,
+    /// Per constraint: matching pods per topology value, for the values of
+    /// the feasible nodes (empty for the hostname key).
     counts: Vec<HashMap<String, i64>>,
     weights: Vec<f64>,
 }
@@ -172,32 +182,61 @@ struct ScoreState {
 impl PreScore for PodTopologySpread {
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Status {
         let cs = constraints(pod, "ScheduleAnyway");
-        if cs.is_empty() {
+        if cs.is_empty() || nodes.is_empty() {
             return Status::skip();
         }
+        // The domains come from the feasible nodes that have every topology
+        // key (the others are not scored) ...
         let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); cs.len()];
-        for node in nodes {
+        let mut scored = 0usize;
+        for node in nodes.iter().filter(|n| has_all_keys(&cs, n)) {
+            scored += 1;
             for (i, c) in cs.iter().enumerate() {
-                if let Some(v) = node.label(&c.key) {
+                if c.key == HOSTNAME {
+                    continue;
+                }
+                let v = node.label(&c.key).expect("checked");
+                if !counts[i].contains_key(v) {
+                    counts[i].insert(v.to_owned(), 0);
+                }
+            }
+        }
+        let weights = cs
+            .iter()
+            .zip(&counts)
+            .map(|(c, m)| {
+                let size = if c.key == HOSTNAME { scored } else { m.len() };
+                ((size + 2) as f64).ln()
+            })
+            .collect();
+        // ... and their pods are counted on every node of the cluster that
+        // passes the inclusion policies, as upstream: a domain's infeasible
+        // nodes (full, or tainted under the default Ignore policy) still
+        // hold its pods. Without the cycle's snapshot (outside the
+        // algorithm) only the given nodes are known.
+        let all: &[Arc<NodeInfo>] = state.snapshot().map_or(nodes, |s| &s.nodes[..]);
+        if counts.iter().any(|m| !m.is_empty()) {
+            for node in all.iter().filter(|n| has_all_keys(&cs, n)) {
+                for (i, c) in cs.iter().enumerate() {
+                    let Some(count) = counts[i].get_mut(node.label(&c.key).expect("checked")) else { continue };
                     if node_included(c, pod, node) {
-                        add_count(&mut counts[i], v, count_matching(c, pod, node));
+                        *count += count_matching(c, pod, node);
                     }
                 }
             }
         }
-        let weights = counts.iter().map(|m| ((m.len() + 2) as f64).ln()).collect();
         state.write(NAME, ScoreState { constraints: cs, counts, weights });
         Status::success()
     }
 }
 
 impl Score for PodTopologySpread {
-    fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(st) = state.read::<ScoreState>(NAME) else { return Ok(0) };
         let mut total = 0.0;
         for (i, c) in st.constraints.iter().enumerate() {
             let Some(v) = node.label(&c.key) else { return Ok(-1) };
-            let n = st.counts[i].get(v).copied().unwrap_or(0);
+            let n = if c.key == HOSTNAME { count_matching(c, pod, node) } else { st.counts[i].get(v).copied().unwrap_or(0) };
             total += (n as f64) * st.weights[i] + (c.max_skew - 1) as f64;
         }
         Ok(total.round() as i64)
@@ -267,7 +306,8 @@ mod tests {
         let s = run(spread(1), nodes());
         assert_eq!(s[0].reasons, [ERR_CONSTRAINTS]);
         assert_eq!(s[3].reasons, [ERR_MISSING_LABEL]);
-        // minDomains 4 with 3 domains: the global minimum counts as 0.
+        // minDomains 4 with 3 domains: the global minimum counts as 0 (as it
+        // already is with zone c empty; min_domains_table has cases it decides).
         let pod = spread(1).with(|p| p.spec.as_mut().unwrap().topology_spread_constraints.as_mut().unwrap()[0].min_domains = Some(4));
         let got: Vec<bool> = run(pod, nodes()).iter().map(|s| s.is_success()).collect();
         assert_eq!(got, [false, false, true, false]);
@@ -275,6 +315,104 @@ mod tests {
         let pod = spread(1).required_node_affinity("zone", "In", &["a", "b"]);
         let got: Vec<bool> = run(pod, nodes()).iter().map(|s| s.is_success()).collect();
         assert_eq!(got, [false, true, true, false]);
+    }
+
+    /// Sets minDomains on the pod's first constraint.
+    fn min_domains(n: i32) -> impl FnOnce(&mut k8s_openapi::api::core::v1::Pod) {
+        move |p| p.spec.as_mut().unwrap().topology_spread_constraints.as_mut().unwrap()[0].min_domains = Some(n)
+    }
+
+    /// Sets nodeAffinityPolicy / nodeTaintsPolicy on the pod's first constraint.
+    fn policies(affinity: Option<&'static str>, taints: Option<&'static str>) -> impl FnOnce(&mut k8s_openapi::api::core::v1::Pod) {
+        move |p| {
+            let c = &mut p.spec.as_mut().unwrap().topology_spread_constraints.as_mut().unwrap()[0];
+            c.node_affinity_policy = affinity.map(Into::into);
+            c.node_taints_policy = taints.map(Into::into);
+        }
+    }
+
+    #[test]
+    fn min_domains_table() {
+        // Two domains, one matching pod in each: the global minimum is 1
+        // unless minDomains asks for more domains than exist, then it is 0
+        // and a pod that fits either domain at maxSkew 1 fits neither.
+        let nodes = || {
+            vec![
+                node_info(NodeBuilder::new("a1").label("zone", "a").build(), vec![app("1")]),
+                node_info(NodeBuilder::new("b1").label("zone", "b").build(), vec![app("2")]),
+            ]
+        };
+        let spread = || PodBuilder::new("p").label("app", "x").spread(1, "zone", "DoNotSchedule", &[("app", "x")]);
+        let cases = [
+            ("no minDomains", spread(), vec![true, true]),
+            ("minDomains 1", spread().with(min_domains(1)), vec![true, true]),
+            ("minDomains 2, met", spread().with(min_domains(2)), vec![true, true]),
+            ("minDomains 3, unmet: minimum 0", spread().with(min_domains(3)), vec![false, false]),
+        ];
+        for (name, pod, want) in cases {
+            let s = run(pod, nodes());
+            assert_eq!(s.iter().map(|s| s.is_success()).collect::<Vec<_>>(), want, "{name}");
+            for st in s.iter().filter(|s| !s.is_success()) {
+                assert_eq!(st.reasons, [ERR_CONSTRAINTS], "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn node_inclusion_policy_table() {
+        // Zone a: one matching pod. Zone b: an empty node b1 and a node b2
+        // holding two matching pods that the policy may exclude. Counted:
+        // a=1, b=2, minimum 1 -> only a1 fits; excluded: a=1, b=0, minimum 0
+        // -> only zone b fits.
+        let counted = vec![true, false, false];
+        let excluded = vec![false, true, true];
+        let tainted = |effect: &str| {
+            vec![
+                node_info(NodeBuilder::new("a1").label("zone", "a").build(), vec![app("1")]),
+                node_info(NodeBuilder::new("b1").label("zone", "b").build(), vec![]),
+                node_info(NodeBuilder::new("b2").label("zone", "b").taint("dedicated", "gpu", effect).build(), vec![app("2"), app("3")]),
+            ]
+        };
+        let tiered = || {
+            vec![
+                node_info(NodeBuilder::new("a1").label("zone", "a").label("tier", "x").build(), vec![app("1")]),
+                node_info(NodeBuilder::new("b1").label("zone", "b").label("tier", "x").build(), vec![]),
+                node_info(NodeBuilder::new("b2").label("zone", "b").label("tier", "y").build(), vec![app("2"), app("3")]),
+            ]
+        };
+        let spread = || PodBuilder::new("p").label("app", "x").spread(1, "zone", "DoNotSchedule", &[("app", "x")]);
+        let cases: Vec<(&str, Vec<NodeInfo>, PodBuilder, Vec<bool>)> = vec![
+            ("taints: Ignore by default, tainted node counts", tainted("NoSchedule"), spread(), counted.clone()),
+            ("taints: Ignore, tainted node counts", tainted("NoSchedule"), spread().with(policies(None, Some("Ignore"))), counted.clone()),
+            ("taints: Honor, NoSchedule node excluded", tainted("NoSchedule"), spread().with(policies(None, Some("Honor"))), excluded.clone()),
+            ("taints: Honor, NoExecute node excluded", tainted("NoExecute"), spread().with(policies(None, Some("Honor"))), excluded.clone()),
+            ("taints: Honor, PreferNoSchedule node counts", tainted("PreferNoSchedule"), spread().with(policies(None, Some("Honor"))), counted.clone()),
+            (
+                "taints: Honor, tolerated taint counts",
+                tainted("NoSchedule"),
+                spread().toleration("dedicated", "Equal", Some("gpu"), Some("NoSchedule")).with(policies(None, Some("Honor"))),
+                counted.clone(),
+            ),
+            ("affinity: no affinity, every node counts", tiered(), spread(), counted.clone()),
+            ("affinity: Honor by default, non-matching node excluded", tiered(), spread().required_node_affinity("tier", "In", &["x"]), excluded.clone()),
+            ("affinity: Honor, nodeSelector excludes too", tiered(), spread().node_selector("tier", "x"), excluded.clone()),
+            (
+                "affinity: Honor explicit",
+                tiered(),
+                spread().required_node_affinity("tier", "In", &["x"]).with(policies(Some("Honor"), None)),
+                excluded.clone(),
+            ),
+            (
+                "affinity: Ignore, non-matching node counts",
+                tiered(),
+                spread().required_node_affinity("tier", "In", &["x"]).with(policies(Some("Ignore"), None)),
+                counted.clone(),
+            ),
+        ];
+        for (name, nodes, pod, want) in cases {
+            let got: Vec<bool> = run(pod, nodes).iter().map(|s| s.is_success()).collect();
+            assert_eq!(got, want, "{name}");
+        }
     }
 
     #[test]
@@ -291,5 +429,60 @@ mod tests {
             snapshot.nodes.iter().map(|n| NodeScore { name: n.name().into(), score: PodTopologySpread.score(&state, &pod, n).unwrap() }).collect();
         PodTopologySpread.normalize(&state, &pod, &mut scores);
         assert!(scores[1].score > scores[0].score, "{scores:?}");
+    }
+
+    /// PreScore on the `feasible` nodes of `nodes` (with the cycle's snapshot
+    /// of all of them), then Score and NormalizeScore; the feasible nodes' scores.
+    fn scores(pod: PodBuilder, nodes: Vec<NodeInfo>, feasible: &[&str]) -> Vec<i64> {
+        let snapshot = Snapshot::from_nodes(nodes);
+        let pod = pod_info(pod.build());
+        let feasible: Vec<Arc<NodeInfo>> = feasible.iter().map(|n| snapshot.get(n).unwrap().clone()).collect();
+        let mut state = CycleState::new();
+        state.set_snapshot(snapshot.clone());
+        assert!(PodTopologySpread.pre_score(&mut state, &pod, &feasible).is_success());
+        let mut scores: Vec<NodeScore> =
+            feasible.iter().map(|n| NodeScore { name: n.name().into(), score: PodTopologySpread.score(&state, &pod, n).unwrap() }).collect();
+        PodTopologySpread.normalize(&state, &pod, &mut scores);
+        scores.iter().map(|s| s.score).collect()
+    }
+
+    #[test]
+    fn score_table() {
+        // a1 and b1 are feasible; a2 (zone a, not feasible) holds three
+        // matching pods, b1 one. Counting every node: a=3, b=1, a1 scores
+        // lower; counting only the feasible nodes would give a=0 and invert it.
+        let nodes = |a2_taint: Option<&str>| {
+            let mut a2 = NodeBuilder::new("a2").label("zone", "a");
+            if let Some(effect) = a2_taint {
+                a2 = a2.taint("dedicated", "gpu", effect);
+            }
+            vec![
+                node_info(NodeBuilder::new("a1").label("zone", "a").build(), vec![]),
+                node_info(a2.build(), vec![app("1"), app("2"), app("3")]),
+                node_info(NodeBuilder::new("b1").label("zone", "b").build(), vec![app("4")]),
+                node_info(NodeBuilder::new("nolabel").build(), vec![app("5")]),
+            ]
+        };
+        let spread = |key: &str| PodBuilder::new("p").label("app", "x").spread(1, key, "ScheduleAnyway", &[("app", "x")]);
+        let cases: Vec<(&str, PodBuilder, Vec<NodeInfo>, &[&str], Vec<i64>)> = vec![
+            // weight ln(2 domains + 2): a1 round(3 * 1.39) = 4, b1 1 -> 100 * (4 + 1 - s) / 4.
+            ("infeasible node's pods count", spread("zone"), nodes(None), &["a1", "b1"], vec![25, 100]),
+            ("tainted node counts (taints Ignore)", spread("zone"), nodes(Some("NoSchedule")), &["a1", "b1"], vec![25, 100]),
+            ("tainted node excluded (taints Honor)", spread("zone").with(policies(None, Some("Honor"))), nodes(Some("NoSchedule")), &["a1", "b1"], vec![100, 0]),
+            (
+                "node affinity excludes a2",
+                spread("zone").required_node_affinity("kubernetes.io/hostname", "NotIn", &["a2"]),
+                nodes(None),
+                &["a1", "b1"],
+                vec![100, 0],
+            ),
+            ("node without the key scores 0", spread("zone"), nodes(None), &["a1", "b1", "nolabel"], vec![25, 100, 0]),
+            // hostname: one domain per node, counted on the node itself; weight
+            // ln(3 nodes + 2): a2 round(3 * 1.61) = 5, b1 2 -> 100 * (5 - s) / 5.
+            ("hostname", spread("kubernetes.io/hostname"), nodes(None), &["a1", "a2", "b1"], vec![100, 0, 60]),
+        ];
+        for (name, pod, nodes, feasible, want) in cases {
+            assert_eq!(scores(pod, nodes, feasible), want, "{name}");
+        }
     }
 }
