@@ -68,9 +68,12 @@ impl InterPodAffinity {
         InterPodAffinity { namespaces, hard_pod_affinity_weight: 1 }
     }
 
-    /// Whether `term` (of a pod in `owner_ns`) selects `target`.
-    fn term_matches(&self, term: &PodAffinityTerm, owner_ns: &str, target: &Pod) -> bool {
-        let target_ns = target.metadata.namespace.as_deref().unwrap_or("default");
+    /// Whether `term` (of pod `owner`) selects `target`.
+    fn term_matches(&self, term: &PodAffinityTerm, owner: &Pod, target: &Pod) -> bool {
+        // A null selector selects nothing (and matchLabelKeys need one).
+        let Some(sel) = term.label_selector.as_ref() else { return false };
+        let owner_ns = ns(owner);
+        let target_ns = ns(target);
         let listed = term.namespaces.as_deref().unwrap_or_default();
         let ns_ok = match &term.namespace_selector {
             None => {
@@ -87,13 +90,20 @@ impl InterPodAffinity {
         if !ns_ok {
             return false;
         }
-        let mut sel = term.label_selector.clone().unwrap_or_default();
-        if term.label_selector.is_none() {
+        let target_labels = pod_labels(target);
+        if !selector_matches(sel, target_labels) {
             return false;
         }
-        // matchLabelKeys / mismatchLabelKeys merge the owner's values (owner = target for self checks)
-        let _ = &mut sel;
-        selector_matches(&sel, pod_labels(target))
+        // matchLabelKeys / mismatchLabelKeys: upstream merges `key In
+        // [owner's value]` / `key NotIn [owner's value]` into the selector
+        // for every key the owner has (keys it lacks are ignored); the same
+        // requirements, checked without copying the selector. The owner is
+        // the incoming pod for its own terms, the existing pod for its terms.
+        let owner_labels = pod_labels(owner);
+        let owner_value = |k: &String| owner_labels.and_then(|l| l.get(k));
+        let target_value = |k: &String| target_labels.and_then(|l| l.get(k));
+        term.match_label_keys.iter().flatten().all(|k| owner_value(k).is_none_or(|v| target_value(k) == Some(v)))
+            && term.mismatch_label_keys.iter().flatten().all(|k| owner_value(k).is_none_or(|v| target_value(k) != Some(v)))
     }
 }
 
@@ -135,12 +145,11 @@ impl PreFilter for InterPodAffinity {
             return (None, Status::skip());
         }
         let mut st = FilterState { affinity_terms: aff.to_vec(), anti_terms: anti.to_vec(), ..Default::default() };
-        let pod_ns = ns(&pod.pod);
         for node in snapshot.nodes.iter() {
             // Existing pods' required anti-affinity against the incoming pod.
             for existing in &node.pods_with_required_anti_affinity {
                 for term in affinity_terms(&existing.pod).1 {
-                    if self.term_matches(term, ns(&existing.pod), &pod.pod) {
+                    if self.term_matches(term, &existing.pod, &pod.pod) {
                         if let Some(v) = node.label(&term.topology_key) {
                             *st.existing_anti.entry((term.topology_key.clone(), v.to_owned())).or_default() += 1;
                         }
@@ -152,14 +161,14 @@ impl PreFilter for InterPodAffinity {
             }
             for existing in &node.pods {
                 for term in aff {
-                    if self.term_matches(term, pod_ns, &existing.pod) {
+                    if self.term_matches(term, &pod.pod, &existing.pod) {
                         if let Some(v) = node.label(&term.topology_key) {
                             *st.affinity.entry((term.topology_key.clone(), v.to_owned())).or_default() += 1;
                         }
                     }
                 }
                 for term in anti {
-                    if self.term_matches(term, pod_ns, &existing.pod) {
+                    if self.term_matches(term, &pod.pod, &existing.pod) {
                         if let Some(v) = node.label(&term.topology_key) {
                             *st.anti.entry((term.topology_key.clone(), v.to_owned())).or_default() += 1;
                         }
@@ -187,7 +196,7 @@ impl Filter for InterPodAffinity {
             });
             if !all_in_domain {
                 let first_of_group = st.affinity.is_empty()
-                    && st.affinity_terms.iter().all(|t| self.term_matches(t, ns(&pod.pod), &pod.pod))
+                    && st.affinity_terms.iter().all(|t| self.term_matches(t, &pod.pod, &pod.pod))
                     && st.affinity_terms.iter().all(|t| node.label(&t.topology_key).is_some());
                 if !first_of_group {
                     return Status::unresolvable(ERR_AFFINITY);
@@ -223,7 +232,6 @@ impl PreScore for InterPodAffinity {
         let (pref_aff, pref_anti) = preferred_terms(&pod.pod);
         let has_own = !pref_aff.is_empty() || !pref_anti.is_empty();
         let mut scores: HashMap<Pair, i64> = HashMap::new();
-        let pod_ns = ns(&pod.pod);
         // Every node counts, not only the feasible `nodes`: a pod elsewhere
         // in a topology domain scores the domain's feasible nodes.
         let _ = nodes;
@@ -240,31 +248,30 @@ impl PreScore for InterPodAffinity {
                     }
                 };
                 for t in pref_aff {
-                    if self.term_matches(&t.pod_affinity_term, pod_ns, &existing.pod) {
+                    if self.term_matches(&t.pod_affinity_term, &pod.pod, &existing.pod) {
                         add(&t.pod_affinity_term.topology_key, t.weight as i64);
                     }
                 }
                 for t in pref_anti {
-                    if self.term_matches(&t.pod_affinity_term, pod_ns, &existing.pod) {
+                    if self.term_matches(&t.pod_affinity_term, &pod.pod, &existing.pod) {
                         add(&t.pod_affinity_term.topology_key, -(t.weight as i64));
                     }
                 }
                 if existing.has_affinity {
                     let (e_aff, e_anti) = preferred_terms(&existing.pod);
-                    let e_ns = ns(&existing.pod);
                     for t in e_aff {
-                        if self.term_matches(&t.pod_affinity_term, e_ns, &pod.pod) {
+                        if self.term_matches(&t.pod_affinity_term, &existing.pod, &pod.pod) {
                             add(&t.pod_affinity_term.topology_key, t.weight as i64);
                         }
                     }
                     for t in e_anti {
-                        if self.term_matches(&t.pod_affinity_term, e_ns, &pod.pod) {
+                        if self.term_matches(&t.pod_affinity_term, &existing.pod, &pod.pod) {
                             add(&t.pod_affinity_term.topology_key, -(t.weight as i64));
                         }
                     }
                     if self.hard_pod_affinity_weight > 0 {
                         for t in affinity_terms(&existing.pod).0 {
-                            if self.term_matches(t, e_ns, &pod.pod) {
+                            if self.term_matches(t, &existing.pod, &pod.pod) {
                                 add(&t.topology_key, self.hard_pod_affinity_weight);
                             }
                         }
@@ -440,5 +447,268 @@ mod tests {
             score.normalize(&state, &pod, &mut scores);
             assert_eq!(scores.iter().map(|s| s.score).collect::<Vec<_>>(), want, "{name}");
         }
+    }
+
+    /// Sets matchLabelKeys / mismatchLabelKeys on every (anti-)affinity term, required and preferred.
+    fn label_keys(matching: &'static [&'static str], mismatching: &'static [&'static str]) -> impl FnOnce(&mut Pod) {
+        move |p: &mut Pod| {
+            let a = p.spec.as_mut().unwrap().affinity.as_mut().unwrap();
+            let mut terms: Vec<&mut PodAffinityTerm> = Vec::new();
+            if let Some(x) = a.pod_affinity.as_mut() {
+                terms.extend(x.required_during_scheduling_ignored_during_execution.iter_mut().flatten());
+                terms.extend(x.preferred_during_scheduling_ignored_during_execution.iter_mut().flatten().map(|w| &mut w.pod_affinity_term));
+            }
+            if let Some(x) = a.pod_anti_affinity.as_mut() {
+                terms.extend(x.required_during_scheduling_ignored_during_execution.iter_mut().flatten());
+                terms.extend(x.preferred_during_scheduling_ignored_during_execution.iter_mut().flatten().map(|w| &mut w.pod_affinity_term));
+            }
+            for t in terms {
+                t.match_label_keys = Some(matching.iter().map(|k| k.to_string()).collect());
+                t.mismatch_label_keys = Some(mismatching.iter().map(|k| k.to_string()).collect());
+            }
+        }
+    }
+
+    /// Nodes a1, b1, c1 in zones a, b, c, holding the pods named for them.
+    fn zones_abc(pods: Vec<(&str, Pod)>) -> Vec<NodeInfo> {
+        let mut by_node: HashMap<&str, Vec<Pod>> = HashMap::new();
+        for (node, pod) in pods {
+            by_node.entry(node).or_default().push(pod);
+        }
+        ["a", "b", "c"]
+            .iter()
+            .map(|z| {
+                let name = format!("{z}1");
+                let pods = by_node.remove(name.as_str()).unwrap_or_default();
+                node_info(NodeBuilder::new(&name).label("zone", z).build(), pods)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn label_keys_table() {
+        // web v1 in zone a, web v2 in zone b, zone c empty.
+        let webs = || {
+            vec![
+                ("a1", PodBuilder::new("w1").label("app", "web").label("version", "v1").build()),
+                ("b1", PodBuilder::new("w2").label("app", "web").label("version", "v2").build()),
+            ]
+        };
+        let p = |version: Option<&str>| {
+            let p = PodBuilder::new("p");
+            match version {
+                Some(v) => p.label("version", v),
+                None => p,
+            }
+        };
+        // An existing db of tenant t1 in zone a, away from dbs of its own tenant.
+        let tenant_db = || {
+            vec![(
+                "a1",
+                PodBuilder::new("db1")
+                    .label("app", "db")
+                    .label("tenant", "t1")
+                    .pod_anti_affinity(&[("app", "db")], "zone")
+                    .with(label_keys(&["tenant"], &[]))
+                    .build(),
+            )]
+        };
+        let cases: Vec<(&str, PodBuilder, Vec<(&str, Pod)>, Vec<bool>)> = vec![
+            ("affinity without keys: both webs", p(Some("v2")).pod_affinity(&[("app", "web")], "zone"), webs(), vec![true, true, false]),
+            (
+                "affinity, matchLabelKeys: same version only",
+                p(Some("v2")).pod_affinity(&[("app", "web")], "zone").with(label_keys(&["version"], &[])),
+                webs(),
+                vec![false, true, false],
+            ),
+            (
+                "affinity, matchLabelKeys the pod lacks: ignored",
+                p(None).pod_affinity(&[("app", "web")], "zone").with(label_keys(&["version"], &[])),
+                webs(),
+                vec![true, true, false],
+            ),
+            (
+                "affinity, mismatchLabelKeys: other versions only",
+                p(Some("v2")).pod_affinity(&[("app", "web")], "zone").with(label_keys(&[], &["version"])),
+                webs(),
+                vec![true, false, false],
+            ),
+            (
+                "affinity, matchLabelKeys nothing matches",
+                p(Some("v3")).pod_affinity(&[("app", "web")], "zone").with(label_keys(&["version"], &[])),
+                webs(),
+                vec![false, false, false],
+            ),
+            (
+                "anti-affinity, matchLabelKeys: away from the same version",
+                p(Some("v1")).pod_anti_affinity(&[("app", "web")], "zone").with(label_keys(&["version"], &[])),
+                webs(),
+                vec![false, true, true],
+            ),
+            (
+                "anti-affinity, mismatchLabelKeys: away from other versions",
+                p(Some("v1")).pod_anti_affinity(&[("app", "web")], "zone").with(label_keys(&[], &["version"])),
+                webs(),
+                vec![true, false, true],
+            ),
+            (
+                "anti-affinity, mismatchLabelKeys the pod lacks: ignored",
+                p(None).pod_anti_affinity(&[("app", "web")], "zone").with(label_keys(&[], &["version"])),
+                webs(),
+                vec![false, false, true],
+            ),
+            (
+                "first of its group, matchLabelKeys: matches itself",
+                p(Some("v1")).label("app", "x").pod_affinity(&[("app", "x")], "zone").with(label_keys(&["version"], &[])),
+                webs(),
+                vec![true, true, true],
+            ),
+            (
+                "first of its group, mismatchLabelKeys: does not match itself",
+                p(Some("v1")).label("app", "x").pod_affinity(&[("app", "x")], "zone").with(label_keys(&[], &["version"])),
+                webs(),
+                vec![false, false, false],
+            ),
+            // An existing pod's terms take the existing pod's values.
+            ("existing anti-affinity, same tenant", PodBuilder::new("p").label("app", "db").label("tenant", "t1"), tenant_db(), vec![false, true, true]),
+            ("existing anti-affinity, other tenant", PodBuilder::new("p").label("app", "db").label("tenant", "t2"), tenant_db(), vec![true, true, true]),
+        ];
+        for (name, pod, pods, want) in cases {
+            let got: Vec<bool> = run(pod, zones_abc(pods)).iter().map(|s| s.is_success()).collect();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    /// PreFilter, PreScore (with the cycle's snapshot), Score and NormalizeScore on every node.
+    fn scores(set: &PluginSet, pod: PodBuilder, nodes: Vec<NodeInfo>) -> Vec<i64> {
+        let snapshot = Snapshot::from_nodes(nodes);
+        let pod = pod_info(pod.build());
+        let mut state = CycleState::new();
+        state.set_snapshot(snapshot.clone());
+        set.pre_filter.as_ref().unwrap().pre_filter(&mut state, &pod, &snapshot);
+        set.pre_score.as_ref().unwrap().pre_score(&mut state, &pod, &snapshot.nodes);
+        let score = set.score.as_ref().unwrap();
+        let mut scores: Vec<NodeScore> =
+            snapshot.nodes.iter().map(|n| NodeScore { name: n.name().into(), score: score.score(&state, &pod, n).unwrap() }).collect();
+        score.normalize(&state, &pod, &mut scores);
+        scores.iter().map(|s| s.score).collect()
+    }
+
+    #[test]
+    fn score_both_ways_table() {
+        let with = |name: &str, app: &str| PodBuilder::new(name).label("app", app);
+        // The incoming pod is app=p; existing pods' terms select it or not.
+        let p = || PodBuilder::new("p").label("app", "p");
+        let cases: Vec<(&str, Option<i64>, PodBuilder, Vec<(&str, Pod)>, Vec<i64>)> = vec![
+            // The incoming pod's preferred anti-affinity: a -10, b -5, c 0.
+            (
+                "preferred anti-affinity, weights per term",
+                None,
+                p().preferred_pod_affinity(-10, &[("app", "web")], "zone").preferred_pod_affinity(-5, &[("app", "db")], "zone"),
+                vec![("a1", with("w", "web").build()), ("b1", with("d", "db").build())],
+                vec![0, 50, 100],
+            ),
+            // Two matching pods in a domain count twice: a -20, b -10.
+            (
+                "preferred anti-affinity, per matching pod",
+                None,
+                p().preferred_pod_affinity(-10, &[("app", "web")], "zone"),
+                vec![("a1", with("w1", "web").build()), ("a1", with("w2", "web").build()), ("b1", with("w3", "web").build())],
+                vec![0, 50, 100],
+            ),
+            // Affinity 10 to web and anti-affinity 4 to db: a 10 - 4, b -4, c 0.
+            (
+                "preferred affinity and anti-affinity together",
+                None,
+                p().preferred_pod_affinity(10, &[("app", "web")], "zone").preferred_pod_affinity(-4, &[("app", "db")], "zone"),
+                vec![("a1", with("w", "web").build()), ("a1", with("d1", "db").build()), ("b1", with("d2", "db").build())],
+                vec![100, 0, 40],
+            ),
+            (
+                "preferred affinity, matchLabelKeys: same version only",
+                None,
+                p().label("version", "v2").preferred_pod_affinity(10, &[("app", "web")], "zone").with(label_keys(&["version"], &[])),
+                vec![("a1", with("w1", "web").label("version", "v1").build()), ("b1", with("w2", "web").label("version", "v2").build())],
+                vec![0, 100, 0],
+            ),
+            // Symmetry: an existing pod's preferred terms that select the incoming pod.
+            (
+                "existing pod's preferred affinity",
+                None,
+                p(),
+                vec![("b1", with("e", "e").preferred_pod_affinity(8, &[("app", "p")], "zone").build())],
+                vec![0, 100, 0],
+            ),
+            (
+                "existing pod's preferred anti-affinity",
+                None,
+                p(),
+                vec![("b1", with("e", "e").preferred_pod_affinity(-8, &[("app", "p")], "zone").build())],
+                vec![100, 0, 100],
+            ),
+            (
+                "existing pods' terms both ways: a 8 - 2, b -2",
+                None,
+                p(),
+                vec![
+                    ("a1", with("e1", "e").preferred_pod_affinity(8, &[("app", "p")], "zone").build()),
+                    ("a1", with("e2", "e").preferred_pod_affinity(-2, &[("app", "p")], "zone").build()),
+                    ("b1", with("e3", "e").preferred_pod_affinity(-2, &[("app", "p")], "zone").build()),
+                ],
+                vec![100, 0, 25],
+            ),
+            (
+                "existing pod's term not selecting the pod",
+                None,
+                p(),
+                vec![("b1", with("e", "e").preferred_pod_affinity(8, &[("app", "other")], "zone").build())],
+                vec![0, 0, 0],
+            ),
+            (
+                "existing pod's term in its own namespace only",
+                None,
+                p(),
+                vec![("b1", with("e", "e").namespace("other").preferred_pod_affinity(8, &[("app", "p")], "zone").build())],
+                vec![0, 0, 0],
+            ),
+            (
+                "existing pod's and the pod's terms add up: a 8, b 5",
+                None,
+                p().preferred_pod_affinity(5, &[("app", "web")], "zone"),
+                vec![("a1", with("e", "e").preferred_pod_affinity(8, &[("app", "p")], "zone").build()), ("b1", with("w", "web").build())],
+                vec![100, 62, 0],
+            ),
+            // hardPodAffinityWeight: an existing pod in zone a requires the
+            // incoming pod's app (scored with the weight), one in zone b
+            // prefers it with weight 3.
+            ("hardPodAffinityWeight 1 (default): a 1, b 3", None, p(), hard_and_soft(), vec![33, 100, 0]),
+            ("hardPodAffinityWeight 5: a 5, b 3", Some(5), p(), hard_and_soft(), vec![100, 60, 0]),
+            ("hardPodAffinityWeight 0: required terms not scored", Some(0), p(), hard_and_soft(), vec![0, 100, 0]),
+            (
+                "hardPodAffinityWeight, required term not selecting the pod",
+                Some(5),
+                p(),
+                vec![("a1", with("e", "e").pod_affinity(&[("app", "other")], "zone").build())],
+                vec![0, 0, 0],
+            ),
+        ];
+        for (name, weight, pod, pods, want) in cases {
+            let args = weight.map(|w| serde_json::json!({ "hardPodAffinityWeight": w }));
+            let set = factory(args.as_ref(), Default::default()).unwrap();
+            assert_eq!(scores(&set, pod, zones_abc(pods)), want, "{name}");
+        }
+    }
+
+    fn hard_and_soft() -> Vec<(&'static str, Pod)> {
+        vec![
+            ("a1", PodBuilder::new("h").label("app", "h").pod_affinity(&[("app", "p")], "zone").build()),
+            ("b1", PodBuilder::new("s").label("app", "s").preferred_pod_affinity(3, &[("app", "p")], "zone").build()),
+        ]
+    }
+
+    #[test]
+    fn hard_pod_affinity_weight_args() {
+        assert!(factory(Some(&serde_json::json!({ "hardPodAffinityWeight": 101 })), Default::default()).is_err());
+        assert!(factory(Some(&serde_json::json!({ "hardPodAffinityWeight": -1 })), Default::default()).is_err());
     }
 }
