@@ -60,4 +60,53 @@ mod tests {
             assert_eq!(s.is_success(), want, "{name}");
         }
     }
+
+    /// A pod `name` asking for host `port` on `ip` over `protocol` (None: unset, the API defaults).
+    fn port_pod(name: &str, ip: Option<&str>, protocol: Option<&str>, port: i32) -> PodBuilder {
+        PodBuilder::new(name).with(|p| {
+            p.spec.as_mut().unwrap().containers[0].ports = Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+                container_port: port,
+                host_port: Some(port),
+                host_ip: ip.map(Into::into),
+                protocol: protocol.map(Into::into),
+                ..Default::default()
+            }]);
+        })
+    }
+
+    #[test]
+    fn host_ip_and_protocol_table() {
+        type Port = (Option<&'static str>, Option<&'static str>, i32);
+        let any = Some("0.0.0.0");
+        let ip1 = Some("10.0.0.1");
+        let ip2 = Some("10.0.0.2");
+        let (tcp, udp, sctp) = (Some("TCP"), Some("UDP"), Some("SCTP"));
+        let cases: [(&str, Port, Port, bool); 14] = [
+            // hostIP: 0.0.0.0 (or unset) binds every IP of the node.
+            ("0.0.0.0 used, specific IP wanted", (any, tcp, 80), (ip1, tcp, 80), false),
+            ("specific IP used, 0.0.0.0 wanted", (ip1, tcp, 80), (any, tcp, 80), false),
+            ("unset IP used, specific IP wanted", (None, tcp, 80), (ip1, tcp, 80), false),
+            ("specific IP used, unset IP wanted", (ip1, tcp, 80), (None, tcp, 80), false),
+            ("same specific IP", (ip1, tcp, 80), (ip1, tcp, 80), false),
+            ("different specific IPs", (ip1, tcp, 80), (ip2, tcp, 80), true),
+            ("different specific IPs, other port", (ip1, tcp, 80), (ip2, tcp, 81), true),
+            ("0.0.0.0 both", (any, tcp, 80), (any, tcp, 80), false),
+            // protocol: a port is taken per protocol.
+            ("TCP used, UDP wanted", (any, tcp, 53), (any, udp, 53), true),
+            ("UDP used, TCP wanted", (any, udp, 53), (any, tcp, 53), true),
+            ("UDP used, UDP wanted", (any, udp, 53), (any, udp, 53), false),
+            ("UDP on 0.0.0.0 used, UDP on an IP wanted", (any, udp, 53), (ip1, udp, 53), false),
+            ("SCTP used, TCP wanted", (ip1, sctp, 80), (ip1, tcp, 80), true),
+            ("unset protocol is TCP", (any, None, 80), (any, tcp, 80), false),
+        ];
+        for (name, (uip, uproto, uport), (wip, wproto, wport), want) in cases {
+            let n = node_info(NodeBuilder::new("n").build(), vec![port_pod("o", uip, uproto, uport).build()]);
+            let pod = pod_info(port_pod("p", wip, wproto, wport).build());
+            let s = NodePorts.filter(&CycleState::new(), &pod, &n);
+            assert_eq!(s.is_success(), want, "{name}");
+            if !want {
+                assert_eq!(s.reasons, [ERR_REASON], "{name}");
+            }
+        }
+    }
 }

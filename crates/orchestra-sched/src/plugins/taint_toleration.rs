@@ -124,6 +124,30 @@ mod tests {
     }
 
     #[test]
+    fn no_execute_filter_table() {
+        // NoExecute taints filter as NoSchedule ones do; tolerationSeconds
+        // (how long a running pod stays after the taint) does not matter here.
+        let node = || node_info(NodeBuilder::new("n").taint("evict", "now", "NoExecute").build(), vec![]);
+        let seconds = |s: i64| move |p: &mut k8s_openapi::api::core::v1::Pod| p.spec.as_mut().unwrap().tolerations.as_mut().unwrap()[0].toleration_seconds = Some(s);
+        let cases = [
+            ("untolerated", PodBuilder::new("p"), false),
+            ("tolerated", PodBuilder::new("p").toleration("evict", "Equal", Some("now"), Some("NoExecute")), true),
+            ("tolerated with tolerationSeconds", PodBuilder::new("p").toleration("evict", "Equal", Some("now"), Some("NoExecute")).with(seconds(300)), true),
+            ("Exists, any effect, with tolerationSeconds", PodBuilder::new("p").toleration("evict", "Exists", None, None).with(seconds(0)), true),
+            ("NoSchedule toleration only", PodBuilder::new("p").toleration("evict", "Exists", None, Some("NoSchedule")), false),
+            ("wrong value", PodBuilder::new("p").toleration("evict", "Equal", Some("later"), Some("NoExecute")).with(seconds(300)), false),
+        ];
+        for (name, pod, want) in cases {
+            let s = TaintToleration.filter(&CycleState::new(), &pod_info(pod.build()), &node());
+            assert_eq!(s.is_success(), want, "{name}");
+            if !want {
+                assert_eq!(s.code, Code::UnschedulableAndUnresolvable, "{name}");
+                assert_eq!(s.reasons, ["node(s) had untolerated taint {evict: now}"], "{name}");
+            }
+        }
+    }
+
+    #[test]
     fn score_table() {
         let pod = pod_info(PodBuilder::new("p").toleration("a", "Exists", None, Some("PreferNoSchedule")).build());
         let nodes = [
