@@ -11,6 +11,8 @@ pub struct Deletable {
     pub resource: ApiResource,
     /// Whether it lives in namespaces.
     pub namespaced: bool,
+    /// Whether it can be watched.
+    pub watchable: bool,
 }
 
 /// Every resource that supports list and delete (subresources excluded).
@@ -22,6 +24,7 @@ pub async fn deletable(client: &Client) -> Result<Vec<Deletable>, kube::Error> {
             if usable(&caps) && !resource.plural.contains('/') {
                 out.push(Deletable {
                     namespaced: caps.scope == Scope::Namespaced,
+                    watchable: caps.supports_operation(verbs::WATCH),
                     resource,
                 });
             }

@@ -5,15 +5,24 @@
 //! for `Orphan` removes the owner's references from its dependents before
 //! removing the `orphan` finalizer.
 //!
-//! It builds the ownerReferences graph from a scan of every listable,
-//! deletable resource (found by discovery) each `interval`.
+//! It keeps the ownerReferences graph from watches of every deletable
+//! resource (found by discovery, refreshed for new kinds), and looks again
+//! only at what an event can have changed: the object itself, its owners and
+//! its dependents. Before deleting a dependent whose owners it has not seen,
+//! it asks the API server for them (a dependent's watch can deliver it before
+//! its owner's watch delivers the owner). A full pass over the graph each
+//! `interval` catches anything an event missed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::time::Duration;
 
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use futures::StreamExt;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher;
 use kube::{Api, Client};
+use tokio::sync::mpsc;
 
 use super::discovery::{Deletable, deletable};
 use crate::Error;
@@ -73,77 +82,141 @@ pub struct Plan {
     pub finalize: Vec<(String, String)>,
 }
 
-/// Decides a pass over `nodes` (keyed by UID).
-pub fn plan(nodes: &HashMap<String, Node>) -> Plan {
-    let mut plan = Plan::default();
-    let mut dependents: HashMap<String, Vec<&Node>> = HashMap::new();
-    for node in nodes.values() {
-        for r in node.object.metadata.owner_references.iter().flatten() {
-            dependents.entry(r.uid.clone()).or_default().push(node);
-        }
-    }
-    for node in nodes.values() {
-        let refs = node.object.metadata.owner_references.clone().unwrap_or_default();
-        if !refs.is_empty() && !node.deleting() && refs.iter().all(|r| !nodes.contains_key(&r.uid)) {
-            plan.delete_background.push(node.uid());
-        }
-    }
-    for owner in nodes.values().filter(|n| n.deleting()) {
-        let deps = dependents.get(&owner.uid()).cloned().unwrap_or_default();
-        if owner.has_finalizer(ORPHAN) {
-            for d in &deps {
-                plan.orphan.push((d.uid(), owner.uid()));
-            }
-            if deps.is_empty() {
-                plan.finalize.push((owner.uid(), ORPHAN.into()));
-            }
-        } else if owner.has_finalizer(FOREGROUND) {
-            let blocking: Vec<&&Node> = deps
-                .iter()
-                .filter(|d| {
-                    d.object
-                        .metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .any(|r| r.uid == owner.uid() && r.block_owner_deletion == Some(true))
-                })
-                .collect();
-            for d in &deps {
-                if !d.deleting() {
-                    plan.delete_foreground.push(d.uid());
-                }
-            }
-            if blocking.is_empty() {
-                plan.finalize.push((owner.uid(), FOREGROUND.into()));
-            }
-        }
-    }
-    plan.delete_foreground.sort();
-    plan.delete_foreground.dedup();
-    plan.delete_background.retain(|u| !plan.delete_foreground.contains(u));
-    plan
+/// The ownerReferences graph: objects by UID and, for every UID that owns
+/// something, its dependents.
+#[derive(Debug, Default)]
+pub struct Graph {
+    nodes: HashMap<String, Node>,
+    dependents: HashMap<String, HashSet<String>>,
 }
 
-/// Lists every object of every deletable resource into a graph.
-pub async fn scan(client: &Client, resources: &[Deletable]) -> Result<HashMap<String, Node>, Error> {
-    let mut nodes = HashMap::new();
-    for r in resources {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &r.resource);
-        let list = match api.list(&ListParams::default()).await {
-            Ok(l) => l,
-            Err(kube::Error::Api(_)) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        for object in list.items {
-            let node = Node {
-                object,
-                resource: r.clone(),
-            };
-            nodes.insert(node.uid(), node);
+impl Graph {
+    /// A graph of `nodes`.
+    pub fn of(nodes: impl IntoIterator<Item = Node>) -> Graph {
+        let mut graph = Graph::default();
+        for node in nodes {
+            graph.upsert(node);
+        }
+        graph
+    }
+
+    /// Adds or replaces an object.
+    pub fn upsert(&mut self, node: Node) {
+        let uid = node.uid();
+        self.unlink(&uid);
+        for r in node.object.metadata.owner_references.iter().flatten() {
+            self.dependents.entry(r.uid.clone()).or_default().insert(uid.clone());
+        }
+        self.nodes.insert(uid, node);
+    }
+
+    /// Removes an object (its dependents stay, now without that owner).
+    pub fn remove(&mut self, uid: &str) -> Option<Node> {
+        self.unlink(uid);
+        self.nodes.remove(uid)
+    }
+
+    fn unlink(&mut self, uid: &str) {
+        let Some(old) = self.nodes.get(uid) else { return };
+        for r in old.object.metadata.owner_references.iter().flatten() {
+            if let Some(deps) = self.dependents.get_mut(&r.uid) {
+                deps.remove(uid);
+                if deps.is_empty() {
+                    self.dependents.remove(&r.uid);
+                }
+            }
         }
     }
-    Ok(nodes)
+
+    /// The object with `uid`.
+    pub fn get(&self, uid: &str) -> Option<&Node> {
+        self.nodes.get(uid)
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the graph is empty.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The UIDs an event on `node` concerns: itself, its owners and its
+    /// dependents.
+    pub fn related(&self, node: &Node) -> Vec<String> {
+        let uid = node.uid();
+        let mut out = vec![uid.clone()];
+        out.extend(node.object.metadata.owner_references.iter().flatten().map(|r| r.uid.clone()));
+        out.extend(self.dependents.get(&uid).into_iter().flatten().cloned());
+        out
+    }
+
+    /// What `uid` needs, as a dependent (all its owners gone) and as an
+    /// owner being deleted in the foreground or orphaning its dependents.
+    pub fn decide(&self, uid: &str, plan: &mut Plan) {
+        let Some(node) = self.nodes.get(uid) else { return };
+        let refs = node.object.metadata.owner_references.as_deref().unwrap_or_default();
+        if !refs.is_empty() && !node.deleting() && refs.iter().all(|r| !self.nodes.contains_key(&r.uid)) {
+            plan.delete_background.push(uid.to_owned());
+        }
+        if !node.deleting() {
+            return;
+        }
+        let deps: Vec<&Node> = self.dependents.get(uid).into_iter().flatten().filter_map(|d| self.nodes.get(d)).collect();
+        if node.has_finalizer(ORPHAN) {
+            plan.orphan.extend(deps.iter().map(|d| (d.uid(), uid.to_owned())));
+            if deps.is_empty() {
+                plan.finalize.push((uid.to_owned(), ORPHAN.into()));
+            }
+        } else if node.has_finalizer(FOREGROUND) {
+            let blocks = |d: &&Node| {
+                d.object.metadata.owner_references.iter().flatten().any(|r| r.uid == uid && r.block_owner_deletion == Some(true))
+            };
+            plan.delete_foreground.extend(deps.iter().filter(|d| !d.deleting()).map(|d| d.uid()));
+            if !deps.iter().any(blocks) {
+                plan.finalize.push((uid.to_owned(), FOREGROUND.into()));
+            }
+        }
+    }
+
+    /// What every object needs.
+    pub fn plan(&self) -> Plan {
+        let mut plan = Plan::default();
+        for uid in self.nodes.keys() {
+            self.decide(uid, &mut plan);
+        }
+        plan.normalize();
+        plan
+    }
+}
+
+impl Plan {
+    /// Sorted, without repeats; a dependent deleted in the foreground is not
+    /// also deleted in the background.
+    fn normalize(&mut self) {
+        for list in [&mut self.delete_background, &mut self.delete_foreground] {
+            list.sort();
+            list.dedup();
+        }
+        self.orphan.sort();
+        self.orphan.dedup();
+        self.finalize.sort();
+        self.finalize.dedup();
+        let foreground = &self.delete_foreground;
+        self.delete_background.retain(|u| !foreground.contains(u));
+    }
+
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.delete_background.is_empty() && self.delete_foreground.is_empty() && self.orphan.is_empty() && self.finalize.is_empty()
+    }
+}
+
+/// Decides a pass over `nodes` (keyed by UID).
+pub fn plan(nodes: &HashMap<String, Node>) -> Plan {
+    Graph::of(nodes.values().cloned()).plan()
 }
 
 fn ok_if_gone<T>(r: Result<T, kube::Error>) -> Result<(), Error> {
@@ -154,82 +227,235 @@ fn ok_if_gone<T>(r: Result<T, kube::Error>) -> Result<(), Error> {
     }
 }
 
-/// Carries out `plan`.
-pub async fn apply(client: &Client, nodes: &HashMap<String, Node>, plan: &Plan) -> Result<(), Error> {
+/// The resources by group and kind, to look owners up.
+pub type Kinds = HashMap<(String, String), Deletable>;
+
+/// The kinds of `resources`.
+pub fn kinds(resources: &[Deletable]) -> Kinds {
+    resources.iter().map(|r| ((r.resource.group.clone(), r.resource.kind.clone()), r.clone())).collect()
+}
+
+/// Whether every owner of `node` is really gone: asked of the API server,
+/// since the graph may not have seen an owner yet. An owner of a kind the
+/// server does not serve counts as gone; one that cannot be checked, as
+/// present (the next pass tries again).
+async fn owners_gone(client: &Client, kinds: &Kinds, node: &Node) -> bool {
+    for r in node.object.metadata.owner_references.iter().flatten() {
+        let group = r.api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+        let Some(resource) = kinds.get(&(group.to_owned(), r.kind.clone())) else { continue };
+        let api: Api<DynamicObject> = match (&node.object.metadata.namespace, resource.namespaced) {
+            (Some(ns), true) => Api::namespaced_with(client.clone(), ns, &resource.resource),
+            _ => Api::all_with(client.clone(), &resource.resource),
+        };
+        match api.get_metadata_opt(&r.name).await {
+            Ok(Some(owner)) if owner.metadata.uid.as_deref() == Some(r.uid.as_str()) => return false,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// Carries out `plan` (decided on `graph`).
+pub async fn apply(client: &Client, graph: &Graph, kinds: &Kinds, plan: &Plan) -> Result<(), Error> {
     for uid in &plan.delete_background {
-        let n = &nodes[uid];
+        let Some(n) = graph.get(uid) else { continue };
+        if !owners_gone(client, kinds, n).await {
+            continue;
+        }
         let mut dp = DeleteParams::background();
-        dp.preconditions = Some(kube::api::Preconditions {
-            uid: Some(uid.clone()),
-            resource_version: None,
-        });
+        dp.preconditions = Some(kube::api::Preconditions { uid: Some(uid.clone()), resource_version: None });
         ok_if_gone(n.api(client).delete(&n.name(), &dp).await)?;
     }
     for uid in &plan.delete_foreground {
-        let n = &nodes[uid];
+        let Some(n) = graph.get(uid) else { continue };
         ok_if_gone(n.api(client).delete(&n.name(), &DeleteParams::foreground()).await)?;
     }
-    let mut released: HashSet<String> = HashSet::new();
     for (dep, owner) in &plan.orphan {
-        let n = &nodes[dep];
-        if !released.insert(format!("{dep}/{owner}")) {
-            continue;
-        }
-        let refs: Vec<_> = n
-            .object
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .filter(|r| &r.uid != owner)
-            .cloned()
-            .collect();
+        let Some(n) = graph.get(dep) else { continue };
+        let refs: Vec<_> = n.object.metadata.owner_references.iter().flatten().filter(|r| &r.uid != owner).cloned().collect();
         let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": dep}});
         ok_if_gone(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await)?;
     }
     for (uid, finalizer) in &plan.finalize {
-        let n = &nodes[uid];
-        let finalizers: Vec<String> = n
-            .object
-            .metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .filter(|f| *f != finalizer)
-            .cloned()
-            .collect();
+        let Some(n) = graph.get(uid) else { continue };
+        let finalizers: Vec<String> = n.object.metadata.finalizers.iter().flatten().filter(|f| *f != finalizer).cloned().collect();
         let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": n.object.metadata.resource_version}});
         ok_if_gone(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await)?;
     }
     Ok(())
 }
 
-/// Runs the garbage collector, one pass each `interval`, until `shutdown`.
+/// Resources the collector does not watch: events own nothing and nothing
+/// owns them in a way that matters (upstream ignores them too).
+fn ignored(r: &Deletable) -> bool {
+    r.resource.plural == "events" && (r.resource.group.is_empty() || r.resource.group == "events.k8s.io")
+}
+
+/// The identity of a resource among the watched ones.
+fn resource_key(r: &Deletable) -> String {
+    format!("{}/{}/{}", r.resource.group, r.resource.version, r.resource.plural)
+}
+
+/// Watches `resource`'s objects (metadata only) into `tx`.
+fn watch(client: &Client, resource: Deletable, tx: mpsc::Sender<(String, watcher::Event<Node>)>) -> tokio::task::JoinHandle<()> {
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &resource.resource);
+    let key = resource_key(&resource);
+    tokio::spawn(async move {
+        let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::debug!(resource = %key, error = %e, "garbage collector watch");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            let node = |meta: PartialObjectMeta<DynamicObject>| {
+                let mut object = DynamicObject::new("", &resource.resource);
+                object.metadata = meta.metadata;
+                Node { object, resource: resource.clone() }
+            };
+            let event = match event {
+                watcher::Event::Apply(m) => watcher::Event::Apply(node(m)),
+                watcher::Event::InitApply(m) => watcher::Event::InitApply(node(m)),
+                watcher::Event::Delete(m) => watcher::Event::Delete(node(m)),
+                watcher::Event::Init => watcher::Event::Init,
+                watcher::Event::InitDone => watcher::Event::InitDone,
+            };
+            if tx.send((key.clone(), event)).await.is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// The collector's state between events.
+struct Collector {
+    graph: Graph,
+    /// UIDs to look at again.
+    pending: HashSet<String>,
+    /// Per resource being (re)listed: the UIDs listed so far.
+    listing: HashMap<String, HashSet<String>>,
+    /// Resources listed at least once.
+    synced: HashSet<String>,
+}
+
+impl Collector {
+    fn touch(&mut self, uids: Vec<String>) {
+        self.pending.extend(uids);
+    }
+
+    fn handle(&mut self, resource: &str, event: watcher::Event<Node>) {
+        match event {
+            watcher::Event::Init => {
+                self.listing.insert(resource.to_owned(), HashSet::new());
+            }
+            watcher::Event::InitApply(node) | watcher::Event::Apply(node) => {
+                if let Some(listed) = self.listing.get_mut(resource) {
+                    listed.insert(node.uid());
+                }
+                if let Some(old) = self.graph.get(&node.uid()) {
+                    let related = self.graph.related(old);
+                    self.touch(related);
+                }
+                self.graph.upsert(node.clone());
+                let related = self.graph.related(&node);
+                self.touch(related);
+            }
+            watcher::Event::Delete(node) => {
+                let related = self.graph.related(&node);
+                self.graph.remove(&node.uid());
+                self.touch(related);
+            }
+            watcher::Event::InitDone => {
+                let listed = self.listing.remove(resource).unwrap_or_default();
+                let stale: Vec<String> = self
+                    .graph
+                    .nodes
+                    .iter()
+                    .filter(|(uid, n)| resource_key(&n.resource) == resource && !listed.contains(*uid))
+                    .map(|(uid, _)| uid.clone())
+                    .collect();
+                for uid in stale {
+                    if let Some(node) = self.graph.remove(&uid) {
+                        let related = self.graph.related(&node);
+                        self.touch(related);
+                    }
+                }
+                self.synced.insert(resource.to_owned());
+            }
+        }
+    }
+}
+
+/// Runs the garbage collector until `shutdown`: driven by watch events, with
+/// a full pass each `interval` and discovery refreshed every 30 s.
 pub async fn run(client: Client, interval: Duration, shutdown: impl Future<Output = ()> + Send) {
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut resources = Vec::new();
-    let mut passes = 0u64;
+    let (tx, mut rx) = mpsc::channel::<(String, watcher::Event<Node>)>(4096);
+    let mut watches: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut kinds = Kinds::new();
+    let mut collector = Collector { graph: Graph::default(), pending: HashSet::new(), listing: HashMap::new(), synced: HashSet::new() };
+    let mut discover = tokio::time::interval(Duration::from_secs(30));
+    let mut resync = tokio::time::interval(interval);
+    resync.tick().await;
+    let mut backlog: VecDeque<(String, watcher::Event<Node>)> = VecDeque::new();
     loop {
-        if passes % 20 == 0 || resources.is_empty() {
-            match deletable(&client).await {
-                Ok(r) => resources = r,
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = discover.tick() => match deletable(&client).await {
+                Ok(found) => {
+                    let found: Vec<Deletable> = found.into_iter().filter(|r| r.watchable && !ignored(r)).collect();
+                    kinds = self::kinds(&found);
+                    let keys: HashSet<String> = found.iter().map(resource_key).collect();
+                    watches.retain(|key, task| {
+                        let keep = keys.contains(key);
+                        if !keep {
+                            task.abort();
+                        }
+                        keep
+                    });
+                    collector.synced.retain(|key| keys.contains(key));
+                    for r in found {
+                        watches.entry(resource_key(&r)).or_insert_with(|| watch(&client, r, tx.clone()));
+                    }
+                }
                 Err(e) => tracing::warn!(error = %e, "discovery failed"),
+            },
+            _ = resync.tick() => {
+                let all: Vec<String> = collector.graph.nodes.keys().cloned().collect();
+                collector.touch(all);
             }
-        }
-        passes += 1;
-        match scan(&client, &resources).await {
-            Ok(nodes) => {
-                let p = plan(&nodes);
-                if let Err(e) = apply(&client, &nodes, &p).await {
-                    tracing::debug!(error = %e, "garbage collection pass failed");
+            Some(event) = rx.recv() => {
+                backlog.push_back(event);
+                while let Ok(more) = rx.try_recv() {
+                    backlog.push_back(more);
                 }
             }
-            Err(e) => tracing::debug!(error = %e, "scan failed"),
         }
-        tokio::select! {
-            _ = &mut shutdown => return,
-            _ = tokio::time::sleep(interval) => {}
+        while let Some((resource, event)) = backlog.pop_front() {
+            collector.handle(&resource, event);
         }
+        // Act only on a complete graph: a dependent listed before its owner's
+        // resource is listed would look orphaned.
+        if watches.is_empty() || !watches.keys().all(|k| collector.synced.contains(k)) || collector.pending.is_empty() {
+            continue;
+        }
+        let mut plan = Plan::default();
+        for uid in collector.pending.drain() {
+            collector.graph.decide(&uid, &mut plan);
+        }
+        plan.normalize();
+        if !plan.is_empty()
+            && let Err(e) = apply(&client, &collector.graph, &kinds, &plan).await
+        {
+            tracing::debug!(error = %e, "garbage collection failed");
+        }
+    }
+    for task in watches.values() {
+        task.abort();
     }
 }
 
@@ -275,6 +501,7 @@ mod tests {
                     resource: Deletable {
                         resource: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
                         namespaced: true,
+                        watchable: true,
                     },
                     object: o.0,
                 };
@@ -325,5 +552,50 @@ mod tests {
         for (name, objects, expected) in table {
             assert_eq!(plan(&graph(objects)), expected, "{name}");
         }
+    }
+
+    fn node(o: Obj) -> Node {
+        graph(vec![o]).into_values().next().unwrap()
+    }
+
+    #[test]
+    fn the_graph_follows_owner_changes_and_removals() {
+        let mut g = Graph::of([node(obj("o1")), node(obj("o2")), node(obj("d").owned_by("o1", true))]);
+        assert_eq!(g.related(g.get("o1").unwrap()), ["o1", "d"]);
+        // Re-parented: o1 no longer lists d, o2 does.
+        g.upsert(node(obj("d").owned_by("o2", true)));
+        assert_eq!(g.related(g.get("o1").unwrap()), ["o1"]);
+        assert_eq!(g.related(g.get("d").unwrap()), ["d", "o2"]);
+        // o2 goes: deciding on what its removal concerns finds d orphaned.
+        let gone = g.remove("o2").unwrap();
+        let mut plan = Plan::default();
+        for uid in g.related(&gone) {
+            g.decide(&uid, &mut plan);
+        }
+        plan.normalize();
+        assert_eq!(plan, Plan { delete_background: vec!["d".into()], ..Default::default() });
+        // Nothing else needs anything.
+        let mut rest = Plan::default();
+        g.decide("o1", &mut rest);
+        assert!(rest.is_empty());
+        assert_eq!(g.len(), 2);
+    }
+
+    #[test]
+    fn a_relist_drops_what_it_no_longer_lists() {
+        let mut c = Collector { graph: Graph::default(), pending: HashSet::new(), listing: HashMap::new(), synced: HashSet::new() };
+        let key = resource_key(&node(obj("x")).resource);
+        c.handle(&key, watcher::Event::Init);
+        c.handle(&key, watcher::Event::InitApply(node(obj("o"))));
+        c.handle(&key, watcher::Event::InitApply(node(obj("d").owned_by("o", true))));
+        c.handle(&key, watcher::Event::InitDone);
+        assert!(c.synced.contains(&key));
+        c.pending.clear();
+        // Relisted without the owner (deleted while the watch was down).
+        c.handle(&key, watcher::Event::Init);
+        c.handle(&key, watcher::Event::InitApply(node(obj("d").owned_by("o", true))));
+        c.handle(&key, watcher::Event::InitDone);
+        assert!(c.graph.get("o").is_none());
+        assert!(c.pending.contains("d"), "the dependent of the vanished owner is looked at again");
     }
 }

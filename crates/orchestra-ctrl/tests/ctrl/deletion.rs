@@ -53,6 +53,29 @@ async fn background_deletion_removes_replica_sets_and_pods() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn orphan_deletion_keeps_the_dependents_unowned() {
+    let cluster = support::cluster(Duration::from_millis(10)).await;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "default");
+    let sets: Api<ReplicaSet> = Api::namespaced(cluster.client.clone(), "default");
+    deployments.create(&PostParams::default(), &deployment("default", "keep", 2)).await.unwrap();
+    eventually(Duration::from_secs(10), "a replica set", || async {
+        sets.list(&ListParams::default()).await.unwrap().items.len() == 1
+    })
+    .await;
+    deployments.delete("keep", &DeleteParams::orphan()).await.unwrap();
+    eventually(Duration::from_secs(10), "the deployment gone, its replica set released", || async {
+        let set = &sets.list(&ListParams::default()).await.unwrap().items;
+        deployments.get_opt("keep").await.unwrap().is_none()
+            && set.len() == 1
+            && set[0].metadata.owner_references.as_ref().is_none_or(|r| r.is_empty())
+    })
+    .await;
+    // Released, the replica set stays (and keeps its pods).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sets.list(&ListParams::default()).await.unwrap().items.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn foreground_deletion_removes_dependents_first() {
     let cluster = support::cluster(Duration::from_millis(10)).await;
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "default");

@@ -84,9 +84,11 @@ pub async fn cluster(ready_after: Duration) -> Cluster {
         stopped(&rx),
     )));
     tasks.push(tokio::spawn(
+        // A full pass only every hour: collection in the tests comes from
+        // watch events.
         orchestra_ctrl::controllers::garbage_collector::run(
             client.clone(),
-            Duration::from_millis(100),
+            Duration::from_secs(3600),
             stopped(&rx),
         ),
     ));
