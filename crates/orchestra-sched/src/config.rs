@@ -191,6 +191,10 @@ pub struct LeaderElectionConfig {
     /// Lease duration in seconds (default 15).
     #[serde(default = "fifteen")]
     pub lease_duration_seconds: u64,
+    /// How long a leader keeps failing to renew before it steps down, in
+    /// seconds (default 10; below the duration).
+    #[serde(default = "ten")]
+    pub renew_deadline_seconds: u64,
     /// Renew period in seconds (default 2; must be below the duration).
     #[serde(default = "two")]
     pub retry_period_seconds: u64,
@@ -203,6 +207,7 @@ impl Default for LeaderElectionConfig {
             resource_name: lease_name(),
             resource_namespace: lease_ns(),
             lease_duration_seconds: 15,
+            renew_deadline_seconds: 10,
             retry_period_seconds: 2,
         }
     }

@@ -25,7 +25,6 @@ pub mod cache;
 pub mod config;
 pub mod events;
 pub mod framework;
-pub mod leader;
 pub mod listers;
 pub mod metrics;
 pub mod node_info;

@@ -19,7 +19,7 @@ use crate::cache::Cache;
 use crate::config::SchedulerConfiguration;
 use crate::events::{EventRecorder, Record, pod_ref};
 use crate::framework::*;
-use crate::leader::LeaderElector;
+use orchestra_ctrl::leader::{ElectionConfig, LeaderElector};
 use crate::listers::object_key;
 use crate::metrics::Metrics;
 use crate::node_info::{PodInfo, pod_uid};
@@ -231,20 +231,65 @@ impl Scheduler {
     /// Runs until the lease is lost (or forever): elects a leader if
     /// configured, watches, schedules.
     pub async fn run(self) -> Result<(), Error> {
-        let mut leader: Option<tokio_watch::Receiver<bool>> = None;
+        self.run_until(std::future::pending()).await
+    }
+
+    /// Runs until `shutdown` or until the lease is lost. With leader
+    /// election (the controller runtime's, on a `coordination.k8s.io/v1`
+    /// Lease), scheduling starts once this instance leads; on `shutdown` the
+    /// lease is released so another instance takes over at once, and a lost
+    /// lease ends the run with [`Error::LeaderLost`], as kube-scheduler exits.
+    pub async fn run_until(self, shutdown: impl std::future::Future<Output = ()> + Send) -> Result<(), Error> {
         let le = self.shared.config.leader_election.clone();
-        if le.leader_elect {
-            let elector = LeaderElector::new(
-                self.shared.client.clone(),
-                &le.resource_namespace,
-                &le.resource_name,
-                &self.shared.identity,
-                Duration::from_secs(le.lease_duration_seconds),
-                Duration::from_secs(le.retry_period_seconds),
-            );
-            leader = Some(elector.acquire().await);
-            tracing::info!("{} became the leader", self.shared.identity);
+        if !le.leader_elect {
+            let (_stop, never) = tokio_watch::channel(false);
+            let mut shutdown = std::pin::pin!(shutdown);
+            return tokio::select! {
+                r = self.schedule_until(never) => r,
+                _ = &mut shutdown => Ok(()),
+            };
         }
+        let elector = LeaderElector::new(
+            self.shared.client.clone(),
+            &le.resource_namespace,
+            &le.resource_name,
+            &self.shared.identity,
+        )
+        .config(ElectionConfig {
+            lease_duration: Duration::from_secs(le.lease_duration_seconds),
+            renew_deadline: Duration::from_secs(le.renew_deadline_seconds),
+            retry_period: Duration::from_secs(le.retry_period_seconds),
+        });
+        let outcome: Arc<parking_lot::Mutex<Option<Result<(), Error>>>> = Default::default();
+        let (s, result) = (self.clone(), outcome.clone());
+        // Told apart from a lost lease: a shutdown ends the run with Ok.
+        let shut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let shutdown = {
+            let shut = shut.clone();
+            async move {
+                shutdown.await;
+                shut.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        };
+        elector
+            .run(
+                move |_fence, stop| async move {
+                    tracing::info!("{} became the leader", s.shared.identity);
+                    let r = s.schedule_until(stop).await;
+                    *result.lock() = Some(r);
+                },
+                shutdown,
+            )
+            .await
+            .map_err(|e| Error::Config(format!("leader election: {e}")))?;
+        if shut.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        outcome.lock().take().unwrap_or(Ok(()))
+    }
+
+    /// Watches and schedules until `stop` turns true ([`Error::LeaderLost`]).
+    async fn schedule_until(self, mut stop: tokio_watch::Receiver<bool>) -> Result<(), Error> {
         self.events();
         let synced = self.start_watches();
         synced.await;
@@ -266,12 +311,9 @@ impl Scheduler {
         // Kept across cycles and brought up to date before each.
         let mut snapshot = Snapshot::default();
         let result = loop {
-            let next = match leader.as_mut() {
-                Some(rx) => tokio::select! {
-                    q = self.shared.queue.pop() => q,
-                    _ = rx.wait_for(|held| !held) => break Err(Error::LeaderLost),
-                },
-                None => self.shared.queue.pop().await,
+            let next = tokio::select! {
+                q = self.shared.queue.pop() => q,
+                _ = stop.wait_for(|stopped| *stopped) => break Err(Error::LeaderLost),
             };
             let Some(q) = next else { break Ok(()) };
             self.schedule_one(&mut alg, &mut snapshot, q).await;

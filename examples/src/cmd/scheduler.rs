@@ -15,6 +15,11 @@ pub struct Args {
     /// otherwise.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Elect a leader among the instances before scheduling (upstream's
+    /// `--leader-elect`; default: the configuration file's setting, or on
+    /// without a file).
+    #[arg(long, action = clap::ArgAction::Set)]
+    leader_elect: Option<bool>,
     /// This instance's identity in leader election and events.
     #[arg(long)]
     identity: Option<String>,
@@ -23,17 +28,22 @@ pub struct Args {
 /// Runs the scheduler until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let client = orchestra_core::client::from_kubeconfig(&args.kubeconfig).await?;
-    let mut builder = SchedulerBuilder::new(client);
-    if let Some(path) = &args.config {
-        builder = builder.config(SchedulerConfiguration::from_file(path)?);
+    let mut config = match &args.config {
+        Some(path) => SchedulerConfiguration::from_file(path)?,
+        None => {
+            let mut config = SchedulerConfiguration::default();
+            config.leader_election.leader_elect = true;
+            config
+        }
+    };
+    if let Some(elect) = args.leader_elect {
+        config.leader_election.leader_elect = elect;
     }
     let identity = args.identity.unwrap_or_else(super::default_identity);
-    let scheduler = builder.identity(&identity).build()?;
+    let scheduler = SchedulerBuilder::new(client).config(config).identity(&identity).build()?;
     println!("orchestra scheduler {identity} ready");
-    tokio::select! {
-        result = scheduler.run() => result?,
-        () = super::shutdown_signal() => {}
-    }
+    // On SIGTERM the lease is released, so a standby takes over at once.
+    scheduler.run_until(super::shutdown_signal()).await?;
     println!("orchestra scheduler stopped");
     Ok(())
 }

@@ -41,7 +41,8 @@ pub struct ControllerManagerConfig {
     pub node_cidr_mask_size: u8,
     /// Workers per queue-driven controller (`--concurrent-*-syncs`).
     pub workers: usize,
-    /// How often the garbage collector rescans the ownership graph.
+    /// How often the garbage collector looks at its whole ownership graph
+    /// again (it acts on watch events in between).
     pub gc_interval: Duration,
     /// Node health monitoring and eviction.
     pub node_lifecycle: node_lifecycle::Config,
@@ -57,7 +58,7 @@ impl Default for ControllerManagerConfig {
             cluster_cidr: Some("10.244.0.0/16".into()),
             node_cidr_mask_size: 24,
             workers: 5,
-            gc_interval: Duration::from_secs(5),
+            gc_interval: Duration::from_secs(60),
             node_lifecycle: node_lifecycle::Config::default(),
             service_account_tokens: None,
         }

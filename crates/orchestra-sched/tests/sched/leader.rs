@@ -15,6 +15,7 @@ fn config() -> SchedulerConfiguration {
         leader_election: LeaderElectionConfig {
             leader_elect: true,
             lease_duration_seconds: 2,
+            renew_deadline_seconds: 1,
             retry_period_seconds: 1,
             ..Default::default()
         },
@@ -58,5 +59,40 @@ async fn second_instance_takes_over_when_the_leader_stops() {
     assert!(took_over, "b takes the lease after it expires");
     create_pod(&client, PodBuilder::new("second").cpu("100m").build()).await;
     wait_pod(&client, "default", "second", |p| node_of(p).is_some()).await;
+    b.abort();
+}
+
+#[tokio::test]
+async fn a_stopped_leader_releases_the_lease_at_once() {
+    let (_server, client) = server().await;
+    create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
+    // A lease that would take 30 s to expire: only a release hands it over sooner.
+    let config = || {
+        let mut c = config();
+        c.leader_election.lease_duration_seconds = 30;
+        c.leader_election.renew_deadline_seconds = 20;
+        c
+    };
+    let a = SchedulerBuilder::new(client.clone()).config(config()).identity("a").build().unwrap();
+    let (stop_a, stopped) = tokio::sync::oneshot::channel::<()>();
+    let a = tokio::spawn(async move { a.run_until(async move { let _ = stopped.await; }).await });
+    for _ in 0..100 {
+        if holder(&client).await.as_deref() == Some("a") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(holder(&client).await.as_deref(), Some("a"));
+    let b = SchedulerBuilder::new(client.clone()).config(config()).identity("b").build().unwrap();
+    let b = tokio::spawn(async move { b.run().await });
+    stop_a.send(()).unwrap();
+    assert!(a.await.unwrap().is_ok(), "a stopped run ends without error");
+    let start = std::time::Instant::now();
+    while holder(&client).await.as_deref() != Some("b") {
+        assert!(start.elapsed() < Duration::from_secs(10), "b takes the released lease well before it would expire");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    create_pod(&client, PodBuilder::new("after").cpu("100m").build()).await;
+    wait_pod(&client, "default", "after", |p| node_of(p).is_some()).await;
     b.abort();
 }
