@@ -1,8 +1,8 @@
 //! A scheduler of your own, built from the orchestra-sched SDK: two plugins
 //! written here — a Filter that keeps GPU pods on GPU nodes and a Score that
 //! prefers nodes with a configurable label — registered next to the built-in
-//! plugins and enabled in a profile named `gpu-aware-scheduler`. Pods whose
-//! `spec.schedulerName` is that name are placed by it.
+//! plugins and added to the default profile (`default-scheduler`), so every
+//! pod that names no other scheduler is placed with them.
 //!
 //! The program starts an API server in process (on the in-memory store),
 //! creates four nodes and a few pods through the API, runs the scheduler and
@@ -25,8 +25,8 @@ use orchestra_sched::node_info::{NodeInfo, PodInfo};
 use orchestra_sched::{PluginSet, ProfileConfig, Registry, SchedulerBuilder, SchedulerConfiguration};
 use orchestra_store::MemStore;
 
-/// The `schedulerName` the custom profile serves.
-pub const SCHEDULER_NAME: &str = "gpu-aware-scheduler";
+/// The profile the plugins are added to: the default one.
+pub const SCHEDULER_NAME: &str = "default-scheduler";
 /// The pod label asking for a GPU node, and the node label offering one.
 pub const GPU_LABEL: &str = "example.com/gpu";
 
@@ -107,7 +107,7 @@ pub fn registry() -> Registry {
         })
 }
 
-/// One profile, `gpu-aware-scheduler`: the default plugins plus GpuFilter,
+/// The default profile (`default-scheduler`): its plugins plus GpuFilter,
 /// and PreferLabel(`example.com/tier=fast`) weighing 10 (outweighing the
 /// default scores, which prefer the least loaded node).
 pub fn config() -> SchedulerConfiguration {
@@ -130,7 +130,6 @@ fn pod(name: &str, labels: serde_json::Value) -> Pod {
     serde_json::from_value(serde_json::json!({
         "metadata": {"name": name, "labels": labels},
         "spec": {
-            "schedulerName": SCHEDULER_NAME,
             "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}],
         },
     }))

@@ -797,6 +797,29 @@ pub(crate) async fn delete(
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
     };
     let dry_run = query.dry_run || options.dry_run.iter().any(|d| d == "All");
+    // Like upstream's GuaranteedUpdate: a write that lost a race with another
+    // (a status update, say) is redone on the newer object; preconditions are
+    // checked again on each.
+    for _ in 0..DELETE_ATTEMPTS {
+        if let Some(done) = delete_once(state, target, name, &options, dry_run).await? {
+            return Ok(done);
+        }
+    }
+    Err(ApiError::conflict(&target.error_target(name)))
+}
+
+/// How often [`delete`] redoes a write that lost a race.
+const DELETE_ATTEMPTS: usize = 5;
+
+/// One attempt at [`delete`]: `Ok(None)` if the object changed between its
+/// read and the write.
+async fn delete_once(
+    state: &State,
+    target: &Target,
+    name: &str,
+    options: &DeleteOptions,
+    dry_run: bool,
+) -> Result<Option<Value>, ApiError> {
     let error_target = target.error_target(name);
     let key = target.key(name);
     let kv = target
@@ -880,19 +903,18 @@ pub(crate) async fn delete(
             .is_some_and(|f| !f.is_empty());
     if finalizers.is_empty() && !graceful_pod && !namespace_pending {
         if !dry_run {
-            let prev = target
-                .store(state)
-                .delete(&key, Some(kv.mod_revision))
-                .await
-                .map_err(|e| store_error(e, &error_target))?;
+            let prev = match target.store(state).delete(&key, Some(kv.mod_revision)).await {
+                Err(orchestra_store::Error::Conflict { .. }) => return Ok(None),
+                other => other.map_err(|e| store_error(e, &error_target))?,
+            };
             if is_namespace {
                 state.namespaces.observe_delete(&prev);
             }
         }
-        return Ok(object);
+        return Ok(Some(object));
     }
     if object.pointer("/metadata/deletionTimestamp").is_some() {
-        return Ok(object);
+        return Ok(Some(object));
     }
     let grace = if graceful_pod {
         options
@@ -916,18 +938,21 @@ pub(crate) async fn delete(
         object["status"] = json!({"phase": "Terminating"});
     }
     if dry_run {
-        return Ok(object);
+        return Ok(Some(object));
     }
-    let kv = target
+    let kv = match target
         .store(state)
         .update(&key, encode(&target.resource, &object), kv.mod_revision, target.resource.ttl)
         .await
-        .map_err(|e| store_error(e, &error_target))?;
+    {
+        Err(orchestra_store::Error::Conflict { .. }) => return Ok(None),
+        other => other.map_err(|e| store_error(e, &error_target))?,
+    };
     if is_namespace {
         // Creates in it are refused from now on, not once the watch tells.
         state.namespaces.observe(&kv);
     }
-    decode_served(&target.resource, &kv)
+    decode_served(&target.resource, &kv).map(Some)
 }
 
 /// DELETE of a collection: every object matching the selectors.
