@@ -28,19 +28,25 @@ async fn holder(client: &kube::Client) -> Option<String> {
     api.get_opt("kube-scheduler").await.ok().flatten().and_then(|l| l.spec?.holder_identity)
 }
 
+/// Waits up to `within` for `who` to hold the lease; whether it does.
+async fn holds(client: &kube::Client, who: &str, within: Duration) -> bool {
+    let start = std::time::Instant::now();
+    while holder(client).await.as_deref() != Some(who) {
+        if start.elapsed() > within {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
 #[tokio::test]
 async fn second_instance_takes_over_when_the_leader_stops() {
     let (_server, client) = server().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
     let a = SchedulerBuilder::new(client.clone()).config(config()).identity("a").build().unwrap();
     let a = tokio::spawn(async move { a.run().await });
-    for _ in 0..100 {
-        if holder(&client).await.as_deref() == Some("a") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(holder(&client).await.as_deref(), Some("a"));
+    assert!(holds(&client, "a", Duration::from_secs(5)).await);
     let b = SchedulerBuilder::new(client.clone()).config(config()).identity("b").build().unwrap();
     let b = tokio::spawn(async move { b.run().await });
     create_pod(&client, PodBuilder::new("first").cpu("100m").build()).await;
@@ -48,15 +54,7 @@ async fn second_instance_takes_over_when_the_leader_stops() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(holder(&client).await.as_deref(), Some("a"), "b must not steal a renewed lease");
     a.abort();
-    let mut took_over = false;
-    for _ in 0..200 {
-        if holder(&client).await.as_deref() == Some("b") {
-            took_over = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(took_over, "b takes the lease after it expires");
+    assert!(holds(&client, "b", Duration::from_secs(10)).await, "b takes the lease after it expires");
     create_pod(&client, PodBuilder::new("second").cpu("100m").build()).await;
     wait_pod(&client, "default", "second", |p| node_of(p).is_some()).await;
     b.abort();
@@ -76,22 +74,12 @@ async fn a_stopped_leader_releases_the_lease_at_once() {
     let a = SchedulerBuilder::new(client.clone()).config(config()).identity("a").build().unwrap();
     let (stop_a, stopped) = tokio::sync::oneshot::channel::<()>();
     let a = tokio::spawn(async move { a.run_until(async move { let _ = stopped.await; }).await });
-    for _ in 0..100 {
-        if holder(&client).await.as_deref() == Some("a") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(holder(&client).await.as_deref(), Some("a"));
+    assert!(holds(&client, "a", Duration::from_secs(5)).await);
     let b = SchedulerBuilder::new(client.clone()).config(config()).identity("b").build().unwrap();
     let b = tokio::spawn(async move { b.run().await });
     stop_a.send(()).unwrap();
     assert!(a.await.unwrap().is_ok(), "a stopped run ends without error");
-    let start = std::time::Instant::now();
-    while holder(&client).await.as_deref() != Some("b") {
-        assert!(start.elapsed() < Duration::from_secs(10), "b takes the released lease well before it would expire");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    assert!(holds(&client, "b", Duration::from_secs(10)).await, "b takes the released lease well before it would expire");
     create_pod(&client, PodBuilder::new("after").cpu("100m").build()).await;
     wait_pod(&client, "default", "after", |p| node_of(p).is_some()).await;
     b.abort();
