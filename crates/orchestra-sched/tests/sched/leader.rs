@@ -84,3 +84,32 @@ async fn a_stopped_leader_releases_the_lease_at_once() {
     wait_pod(&client, "default", "after", |p| node_of(p).is_some()).await;
     b.abort();
 }
+
+#[tokio::test]
+async fn a_second_scheduler_serves_other_profiles_behind_its_own_lease() {
+    let (_server, client) = server().await;
+    create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
+    // The default scheduler, elected on `kube-scheduler`.
+    let first = SchedulerBuilder::new(client.clone()).config(config()).identity("first").build().unwrap();
+    let first = tokio::spawn(async move { first.run().await });
+    // A second one for `batch-scheduler` only, elected on its own lease, as
+    // a second kube-scheduler with other profiles runs.
+    let mut second_config = config().with_profiles(vec![orchestra_sched::ProfileConfig::named("batch-scheduler")]);
+    second_config.leader_election.resource_name = "batch-scheduler".into();
+    create_pod(&client, PodBuilder::new("web").cpu("100m").build()).await;
+    create_pod(&client, PodBuilder::new("job").scheduler("batch-scheduler").cpu("100m").build()).await;
+    wait_pod(&client, "default", "web", |p| node_of(p).is_some()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    assert!(node_of(&pods.get("job").await.unwrap()).is_none(), "no running scheduler serves batch-scheduler yet");
+    let second = SchedulerBuilder::new(client.clone()).config(second_config).identity("second").build().unwrap();
+    let second = tokio::spawn(async move { second.run().await });
+    wait_pod(&client, "default", "job", |p| node_of(p).is_some()).await;
+    // Each leads its own lease.
+    assert!(holds(&client, "first", Duration::from_secs(5)).await);
+    let batch: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let holder = batch.get("batch-scheduler").await.unwrap().spec.and_then(|s| s.holder_identity);
+    assert_eq!(holder.as_deref(), Some("second"));
+    first.abort();
+    second.abort();
+}
