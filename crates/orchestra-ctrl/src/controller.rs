@@ -25,7 +25,16 @@ pub struct Controller<K> {
     limit: RateLimit,
     queue: Option<Arc<WorkQueue<ObjectKey>>>,
     name: String,
+    /// Waits for the owned and watched kinds' informers to list.
+    synced: Vec<SyncWait>,
     _kind: PhantomData<fn() -> K>,
+}
+
+/// A future that completes once one informer has listed.
+type SyncWait = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+fn sync_wait<T: Kind>(informer: Arc<Informer<T>>) -> SyncWait {
+    Box::new(move || Box::pin(async move { informer.wait_synced().await }))
 }
 
 fn feed<T: Kind>(
@@ -87,6 +96,7 @@ where
             limit: RateLimit::default(),
             queue: None,
             name: K::kind(&()).to_lowercase(),
+            synced: Vec::new(),
             _kind: PhantomData,
         }
     }
@@ -97,6 +107,7 @@ where
         C::Scope: ScopeAll,
     {
         let informer = self.factory.informer::<C>();
+        self.synced.push(sync_wait(informer.clone()));
         self.feeders.push(feed(informer, |c: &C| {
             controller_owner_key::<K>(c).into_iter().collect()
         }));
@@ -112,6 +123,7 @@ where
         W::Scope: ScopeAll,
     {
         let informer = self.factory.informer::<W>();
+        self.synced.push(sync_wait(informer.clone()));
         self.feeders.push(feed(informer, mapper));
         self
     }
@@ -153,6 +165,10 @@ where
     }
 
     /// Runs until `shutdown` completes, then lets in-flight reconciles finish.
+    /// Workers start once every informer the controller reads (its kind's,
+    /// the owned and the watched ones) has listed: a ReplicaSet controller
+    /// that saw its ReplicaSets but not yet their pods would create them
+    /// again.
     pub async fn run<C: Send + Sync + 'static>(
         mut self,
         reconciler: impl Reconciler<K, C>,
@@ -162,15 +178,25 @@ where
         let queue = self.queue();
         let feeders: Vec<_> = self.feeders.drain(..).map(|f| f(queue.clone())).collect();
         let reconciler = Arc::new(reconciler);
+        let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
+        let waits: Vec<_> = self.synced.drain(..).map(|wait| wait()).collect();
+        let primary = self.informer.clone();
+        let gate = tokio::spawn(async move {
+            primary.wait_synced().await;
+            futures::future::join_all(waits).await;
+            let _ = synced_tx.send(true);
+        });
         let mut workers = Vec::new();
         for _ in 0..self.concurrency {
+            let mut synced = synced_rx.clone();
             let queue = queue.clone();
             let informer = self.informer.clone();
             let reconciler = reconciler.clone();
             let ctx = ctx.clone();
             let name = self.name.clone();
             workers.push(tokio::spawn(async move {
-                informer.wait_synced().await;
+                // Ends early (Err) if the gate is dropped at shutdown.
+                let _ = synced.wait_for(|s| *s).await;
                 while let Some(key) = queue.get().await {
                     let Some(object) = informer.get(&key) else {
                         queue.forget(&key);
@@ -197,6 +223,7 @@ where
         }
         shutdown.await;
         queue.shut_down();
+        gate.abort();
         for f in feeders {
             f.abort();
         }

@@ -235,55 +235,69 @@ pub fn kinds(resources: &[Deletable]) -> Kinds {
     resources.iter().map(|r| ((r.resource.group.clone(), r.resource.kind.clone()), r.clone())).collect()
 }
 
-/// Whether every owner of `node` is really gone: asked of the API server,
-/// since the graph may not have seen an owner yet. An owner of a kind the
-/// server does not serve counts as gone; one that cannot be checked, as
-/// present (the next pass tries again).
-async fn owners_gone(client: &Client, kinds: &Kinds, node: &Node) -> bool {
+/// Whether every owner of `node` is really gone, asked of the API server
+/// since the graph may not have seen an owner yet: `Some(true)` gone,
+/// `Some(false)` one exists, `None` cannot tell yet (an owner of a kind
+/// discovery has not found, e.g. a custom resource just defined, or a
+/// failed lookup) — upstream's GC likewise retries rather than deletes.
+async fn owners_gone(client: &Client, kinds: &Kinds, node: &Node) -> Option<bool> {
     for r in node.object.metadata.owner_references.iter().flatten() {
         let group = r.api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
-        let Some(resource) = kinds.get(&(group.to_owned(), r.kind.clone())) else { continue };
+        let resource = kinds.get(&(group.to_owned(), r.kind.clone()))?;
         let api: Api<DynamicObject> = match (&node.object.metadata.namespace, resource.namespaced) {
             (Some(ns), true) => Api::namespaced_with(client.clone(), ns, &resource.resource),
             _ => Api::all_with(client.clone(), &resource.resource),
         };
         match api.get_metadata_opt(&r.name).await {
-            Ok(Some(owner)) if owner.metadata.uid.as_deref() == Some(r.uid.as_str()) => return false,
+            Ok(Some(owner)) if owner.metadata.uid.as_deref() == Some(r.uid.as_str()) => return Some(false),
             Ok(_) => {}
-            Err(_) => return false,
+            Err(_) => return None,
         }
     }
-    true
+    Some(true)
 }
 
-/// Carries out `plan` (decided on `graph`).
-pub async fn apply(client: &Client, graph: &Graph, kinds: &Kinds, plan: &Plan) -> Result<(), Error> {
+/// Carries out `plan` (decided on `graph`); returns the UIDs to try again
+/// (a write or an owner lookup that failed), having done all the rest.
+pub async fn apply(client: &Client, graph: &Graph, kinds: &Kinds, plan: &Plan) -> Vec<String> {
+    let mut retry = Vec::new();
+    let mut outcome = |uid: &str, r: Result<(), Error>| {
+        if let Err(e) = r {
+            tracing::debug!(%uid, error = %e, "garbage collection step failed");
+            retry.push(uid.to_owned());
+        }
+    };
     for uid in &plan.delete_background {
         let Some(n) = graph.get(uid) else { continue };
-        if !owners_gone(client, kinds, n).await {
-            continue;
+        match owners_gone(client, kinds, n).await {
+            Some(true) => {}
+            Some(false) => continue,
+            None => {
+                outcome(uid, Err(Error::Other(format!("cannot check the owners of {}", n.name()))));
+                continue;
+            }
         }
         let mut dp = DeleteParams::background();
         dp.preconditions = Some(kube::api::Preconditions { uid: Some(uid.clone()), resource_version: None });
-        ok_if_gone(n.api(client).delete(&n.name(), &dp).await)?;
+        outcome(uid, ok_if_gone(n.api(client).delete(&n.name(), &dp).await));
     }
     for uid in &plan.delete_foreground {
         let Some(n) = graph.get(uid) else { continue };
-        ok_if_gone(n.api(client).delete(&n.name(), &DeleteParams::foreground()).await)?;
+        outcome(uid, ok_if_gone(n.api(client).delete(&n.name(), &DeleteParams::foreground()).await));
     }
     for (dep, owner) in &plan.orphan {
         let Some(n) = graph.get(dep) else { continue };
         let refs: Vec<_> = n.object.metadata.owner_references.iter().flatten().filter(|r| &r.uid != owner).cloned().collect();
         let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": dep}});
-        ok_if_gone(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+        outcome(dep, ok_if_gone(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await));
     }
     for (uid, finalizer) in &plan.finalize {
         let Some(n) = graph.get(uid) else { continue };
         let finalizers: Vec<String> = n.object.metadata.finalizers.iter().flatten().filter(|f| *f != finalizer).cloned().collect();
         let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": n.object.metadata.resource_version}});
-        ok_if_gone(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+        outcome(uid, ok_if_gone(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await));
     }
-    Ok(())
+    retry
 }
 
 /// Resources the collector does not watch: events own nothing and nothing
@@ -402,6 +416,8 @@ pub async fn run(client: Client, interval: Duration, shutdown: impl Future<Outpu
     let mut resync = tokio::time::interval(interval);
     resync.tick().await;
     let mut backlog: VecDeque<(String, watcher::Event<Node>)> = VecDeque::new();
+    let mut retry: HashSet<String> = HashSet::new();
+    let mut retry_tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
@@ -428,6 +444,11 @@ pub async fn run(client: Client, interval: Duration, shutdown: impl Future<Outpu
                 let all: Vec<String> = collector.graph.nodes.keys().cloned().collect();
                 collector.touch(all);
             }
+            // What failed is tried again a second later.
+            _ = retry_tick.tick(), if !retry.is_empty() => {
+                let again: Vec<String> = retry.drain().collect();
+                collector.touch(again);
+            }
             Some(event) = rx.recv() => {
                 backlog.push_back(event);
                 while let Ok(more) = rx.try_recv() {
@@ -448,10 +469,8 @@ pub async fn run(client: Client, interval: Duration, shutdown: impl Future<Outpu
             collector.graph.decide(&uid, &mut plan);
         }
         plan.normalize();
-        if !plan.is_empty()
-            && let Err(e) = apply(&client, &collector.graph, &kinds, &plan).await
-        {
-            tracing::debug!(error = %e, "garbage collection failed");
+        if !plan.is_empty() {
+            retry.extend(apply(&client, &collector.graph, &kinds, &plan).await);
         }
     }
     for task in watches.values() {

@@ -142,3 +142,43 @@ async fn leader_hand_off_on_release() {
     assert!(plain.get_opt("early").await.unwrap().is_some());
     b.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconciles_start_once_every_watched_cache_has_listed() {
+    let server = support::server().await;
+    let client = orchestra_core::client::in_process(&server, "default");
+    // Many watched objects (a long list), and one primary object.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "default");
+    for i in 0..300 {
+        let secret = k8s_openapi::api::core::v1::Secret {
+            metadata: ObjectMeta { name: Some(format!("s{i}")), ..Default::default() },
+            ..Default::default()
+        };
+        secrets.create(&PostParams::default(), &secret).await.unwrap();
+    }
+    Api::<ConfigMap>::namespaced(client.clone(), "default").create(&PostParams::default(), &config_map("c")).await.unwrap();
+    let factory = SharedInformerFactory::new(client.clone());
+    let watched = factory.informer::<k8s_openapi::api::core::v1::Secret>();
+    let seen_at_first: Arc<parking_lot::Mutex<Option<usize>>> = Default::default();
+    let (stop, rx) = watch::channel(false);
+    let (first, cache) = (seen_at_first.clone(), watched.clone());
+    let controller = Controller::<ConfigMap>::for_(&factory).watches::<k8s_openapi::api::core::v1::Secret>(|_| Vec::new());
+    let task = tokio::spawn(controller.run(
+        move |_: Arc<ConfigMap>, _: Arc<()>| {
+            let (first, cache) = (first.clone(), cache.clone());
+            async move {
+                first.lock().get_or_insert(cache.list().len());
+                Ok::<_, orchestra_ctrl::Error>(Action::await_change())
+            }
+        },
+        Arc::new(()),
+        async move {
+            let mut rx = rx;
+            let _ = rx.wait_for(|s| *s).await;
+        },
+    ));
+    eventually(Duration::from_secs(10), "a first reconcile", || async { seen_at_first.lock().is_some() }).await;
+    assert_eq!(*seen_at_first.lock(), Some(300), "the first reconcile sees the watched kind's whole cache");
+    let _ = stop.send(true);
+    task.await.unwrap();
+}
