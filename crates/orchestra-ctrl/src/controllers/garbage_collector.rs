@@ -219,6 +219,8 @@ pub fn plan(nodes: &HashMap<String, Node>) -> Plan {
     Graph::of(nodes.values().cloned()).plan()
 }
 
+/// A write whose object is gone (404) or was replaced (409 on a UID
+/// precondition) needs nothing more.
 fn ok_if_gone<T>(r: Result<T, kube::Error>) -> Result<(), Error> {
     match r {
         Ok(_) => Ok(()),
@@ -289,15 +291,25 @@ pub async fn apply(client: &Client, graph: &Graph, kinds: &Kinds, plan: &Plan) -
         let Some(n) = graph.get(dep) else { continue };
         let refs: Vec<_> = n.object.metadata.owner_references.iter().flatten().filter(|r| &r.uid != owner).cloned().collect();
         let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": dep}});
-        outcome(dep, ok_if_gone(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await));
+        outcome(dep, ok_if_absent(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await));
     }
     for (uid, finalizer) in &plan.finalize {
         let Some(n) = graph.get(uid) else { continue };
         let finalizers: Vec<String> = n.object.metadata.finalizers.iter().flatten().filter(|f| *f != finalizer).cloned().collect();
         let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": n.object.metadata.resource_version}});
-        outcome(uid, ok_if_gone(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await));
+        outcome(uid, ok_if_absent(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await));
     }
     retry
+}
+
+/// A patch whose object is gone needs nothing more; a conflict (the object
+/// changed since the graph saw it) is retried on the newer version.
+fn ok_if_absent<T>(r: Result<T, kube::Error>) -> Result<(), Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Resources the collector does not watch: events own nothing and nothing
@@ -445,9 +457,15 @@ pub async fn run(client: Client, interval: Duration, shutdown: impl Future<Outpu
                 collector.touch(all);
             }
             // What failed is tried again a second later.
+            // (with what it concerns: a step decided for an owner, such as
+            // releasing its dependents, is decided again from the owner).
             _ = retry_tick.tick(), if !retry.is_empty() => {
-                let again: Vec<String> = retry.drain().collect();
-                collector.touch(again);
+                for uid in retry.drain().collect::<Vec<_>>() {
+                    if let Some(node) = collector.graph.get(&uid) {
+                        let related = collector.graph.related(node);
+                        collector.touch(related);
+                    }
+                }
             }
             Some(event) = rx.recv() => {
                 backlog.push_back(event);

@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::{ReplicationController, ReplicationControllerStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 
 use super::util::{controller_of, ignore_not_found, is_active, is_available, is_ready, owner_reference, selector_matches};
 use crate::informer::{Event, Informer, Kind, ObjectKey, SharedInformerFactory};
+use crate::events::{EventType, Recorder};
 use crate::workqueue::{RateLimit, WorkQueue};
 use crate::{Action, Controller, Error};
 
@@ -81,6 +82,30 @@ pub struct Context {
     pub pods: Arc<Informer<Pod>>,
     /// Pending creations and deletions.
     pub expectations: Expectations,
+    /// Records SuccessfulCreate / SuccessfulDelete / FailedCreate events on
+    /// the owner, as upstream's controller does (`kubectl describe rs`).
+    pub recorder: Recorder,
+}
+
+impl Context {
+    /// Records an event about the owner `owner` (in `namespace`) without
+    /// waiting for it, as upstream's broadcaster does.
+    fn record(&self, namespace: Option<&str>, owner: &OwnerReference, type_: EventType, reason: &'static str, action: &'static str, note: String) {
+        let regarding = ObjectReference {
+            api_version: Some(owner.api_version.clone()),
+            kind: Some(owner.kind.clone()),
+            namespace: namespace.map(str::to_owned),
+            name: Some(owner.name.clone()),
+            uid: Some(owner.uid.clone()),
+            ..Default::default()
+        };
+        let recorder = self.recorder.clone();
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(regarding, type_, reason, action, &note).await {
+                tracing::debug!(error = %e, "event not recorded");
+            }
+        });
+    }
 }
 
 /// Deletion preference: lower sorts first (deleted first). Unassigned before
@@ -325,11 +350,17 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<V
                     }),
                 )
                 .await;
+                let namespace = rs.metadata.namespace.as_deref();
                 for r in results {
                     match r {
-                        Ok(_) => created += 1,
+                        Ok(pod) => {
+                            created += 1;
+                            let name = pod.metadata.name.unwrap_or_default();
+                            ctx.record(namespace, &owner, EventType::Normal, "SuccessfulCreate", "Create", format!("Created pod: {name}"));
+                        }
                         Err(e) => {
                             ctx.expectations.creation_observed(&key);
+                            ctx.record(namespace, &owner, EventType::Warning, "FailedCreate", "Create", format!("Error creating: {e}"));
                             failure = Some(e);
                         }
                     }
@@ -352,11 +383,22 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<V
                 async move { api.delete(&name, &DeleteParams::default()).await }
             }))
             .await;
-            for r in results {
-                if let Err(e) = r {
-                    ctx.expectations.deletion_observed(&key);
-                    if !matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                        return Err(e.into());
+            for (r, victim) in results.into_iter().zip(&victims) {
+                let name = victim.metadata.name.as_deref().unwrap_or_default();
+                match r {
+                    Ok(_) => ctx.record(
+                        rs.metadata.namespace.as_deref(),
+                        &owner,
+                        EventType::Normal,
+                        "SuccessfulDelete",
+                        "Delete",
+                        format!("Deleted pod: {name}"),
+                    ),
+                    Err(e) => {
+                        ctx.expectations.deletion_observed(&key);
+                        if !matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                            return Err(e.into());
+                        }
                     }
                 }
             }
@@ -430,6 +472,7 @@ pub async fn run_with_queue(
         client: factory.client().clone(),
         pods: pods.clone(),
         expectations: Expectations::default(),
+        recorder: Recorder::new(factory.client().clone(), NAME, NAME),
     });
     let controller = Controller::<ReplicaSet>::for_(&factory)
         .with_queue(queue.clone())
@@ -451,6 +494,7 @@ pub async fn run_replication_controllers(
         client: factory.client().clone(),
         pods: pods.clone(),
         expectations: Expectations::default(),
+        recorder: Recorder::new(factory.client().clone(), RC_NAME, RC_NAME),
     });
     let queue = WorkQueue::new(RateLimit::default());
     let controller = Controller::<ReplicationController>::for_(&factory)

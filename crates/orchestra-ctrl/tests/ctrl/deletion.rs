@@ -1,13 +1,13 @@
 //! Garbage collection and namespace deletion end to end.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use futures::StreamExt;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
-use orchestra_ctrl::SharedInformerFactory;
-use orchestra_ctrl::informer::Event;
 use parking_lot::Mutex;
 
 use super::support::{self, eventually};
@@ -86,29 +86,43 @@ async fn foreground_deletion_removes_dependents_first() {
         .unwrap();
     eventually(Duration::from_secs(10), "3 pods", || async { count_pods(&pods).await == 3 }).await;
 
-    let watcher = SharedInformerFactory::new(cluster.client.clone());
-    let order: Arc<Mutex<Vec<(&'static str, Instant)>>> = Arc::default();
+    // Deletes ordered by the store's revision, which each DELETED watch
+    // event carries as the object's resourceVersion (not by when separate
+    // watches happened to deliver them).
+    let order: Arc<Mutex<Vec<(&'static str, i64)>>> = Arc::default();
     let mut tasks = Vec::new();
     macro_rules! record {
         ($kind:ty, $label:expr) => {{
-            let informer = watcher.informer::<$kind>();
-            informer.wait_synced().await;
-            let mut rx = informer.subscribe();
+            let api: Api<$kind> = Api::namespaced(cluster.client.clone(), "default");
             let order = order.clone();
+            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
             tasks.push(tokio::spawn(async move {
-                while let Some(e) = rx.recv().await {
-                    if let Event::Delete(_) = e {
-                        order.lock().push(($label, Instant::now()));
+                let mut ready = Some(ready_tx);
+                let mut events = kube::runtime::watcher(api, kube::runtime::watcher::Config::default()).boxed();
+                while let Some(e) = events.next().await {
+                    match e {
+                        Ok(kube::runtime::watcher::Event::InitDone) => {
+                            if let Some(r) = ready.take() {
+                                let _ = r.send(());
+                            }
+                        }
+                        Ok(kube::runtime::watcher::Event::Delete(o)) => {
+                            let revision = o.metadata.resource_version.as_deref().and_then(|r| r.parse().ok()).unwrap_or(0);
+                            order.lock().push(($label, revision));
+                        }
+                        _ => {}
                     }
                 }
             }));
+            ready_rx.await.unwrap();
         }};
     }
     record!(Pod, "pod");
     record!(ReplicaSet, "replicaset");
     record!(Deployment, "deployment");
 
-    deployments.delete("fg", &DeleteParams::foreground()).await.unwrap();
+    let marked = deployments.delete("fg", &DeleteParams::foreground()).await.unwrap().left().expect("marked, not gone");
+    let started: i64 = marked.metadata.resource_version.unwrap().parse().unwrap();
     // The owner stays, marked, while its dependents go.
     let d = deployments.get("fg").await.unwrap();
     assert!(d.metadata.finalizers.unwrap().contains(&"foregroundDeletion".to_string()));
@@ -117,7 +131,8 @@ async fn foreground_deletion_removes_dependents_first() {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let order = order.lock().clone();
+    // Only what the cascade deleted (a pod replaced earlier does not count).
+    let order: Vec<(&str, i64)> = order.lock().iter().filter(|(_, r)| *r > started).cloned().collect();
     let last = |k: &str| order.iter().filter(|(l, _)| *l == k).map(|(_, t)| *t).max().unwrap();
     let first = |k: &str| order.iter().filter(|(l, _)| *l == k).map(|(_, t)| *t).min().unwrap();
     assert_eq!(order.iter().filter(|(l, _)| *l == "pod").count(), 3, "{order:?}");

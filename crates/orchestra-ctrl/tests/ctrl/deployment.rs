@@ -87,6 +87,25 @@ async fn deployment_creates_pods_and_scales() {
     // Nothing more is created once settled (expectations and status agree).
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(active_pods(&pods, "web").await.len(), 3);
+    // The ReplicaSet's events tell the story, as `kubectl describe rs` shows
+    // it: 3 + 7 pods created, 7 deleted.
+    let set_name = sets[0].metadata.name.clone().unwrap();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client.clone(), "default");
+    let count = |events: &[k8s_openapi::api::core::v1::Event], reason: &str| {
+        events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some(reason) && e.involved_object.name.as_deref() == Some(set_name.as_str()))
+            .count()
+    };
+    eventually(Duration::from_secs(10), "the replica set's events", || async {
+        let items = events.list(&ListParams::default()).await.unwrap().items;
+        count(&items, "SuccessfulCreate") == 10 && count(&items, "SuccessfulDelete") == 7
+    })
+    .await;
+    let items = events.list(&ListParams::default()).await.unwrap().items;
+    let created = items.iter().find(|e| e.reason.as_deref() == Some("SuccessfulCreate")).unwrap();
+    assert!(created.message.as_deref().unwrap_or("").starts_with("Created pod: "), "{created:?}");
+    assert_eq!(created.involved_object.kind.as_deref(), Some("ReplicaSet"));
 }
 
 /// `spec.replicas` of the ReplicaSets of Deployment `app`, by image.
