@@ -16,8 +16,11 @@ use super::objects::decode_served;
 use crate::api::ResourceInfo;
 use crate::api::meta::metadata_mut;
 
-/// How many event objects are kept (the oldest go first).
-const CAPACITY: usize = 8192;
+/// How many event objects are kept (the oldest go first). Watchers of one
+/// event read it within moments of each other, so a short window shares
+/// nearly every decode; one that lags further decodes for itself. (8192
+/// decoded pods cost about 100 MB.)
+const CAPACITY: usize = 1024;
 
 /// An object as a watch event shows it: decoded, converted to the served
 /// version, stamped with the event's resource version.
