@@ -6,12 +6,15 @@
 //! built from configuration ([`config`], YAML/JSON or code), the scheduling
 //! [`queue`] (active, backoff, unschedulable with cluster-event hints), the
 //! [`cache`] of node infos with assumed and nominated pods and per-cycle
-//! [`snapshot`]s (shared, not copied, until the cache changes), the
+//! [`snapshot`]s (kept by the scheduling loop and brought up to date with
+//! only the node infos changed since), the
 //! decision [`algorithm`] (percentageOfNodesToScore, parallel filter and
 //! score), the built-in [`plugins`] (filters, scores, DefaultPreemption,
 //! DefaultBinder), the [`listers`] of volumes, claims, classes and
 //! disruption budgets, and the [`Scheduler`](scheduler::Scheduler) that watches
-//! nodes and pods through the API and binds through `pods/binding`.
+//! nodes and pods through the API and binds through `pods/binding`, behind
+//! the controller runtime's leader election (`orchestra_ctrl::leader`) when
+//! configured.
 //!
 //! ```no_run
 //! # async fn run(client: kube::Client) -> Result<(), orchestra_sched::scheduler::Error> {

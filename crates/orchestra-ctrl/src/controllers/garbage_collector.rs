@@ -358,6 +358,7 @@ fn watch(client: &Client, resource: Deletable, tx: mpsc::Sender<(String, watcher
 }
 
 /// The collector's state between events.
+#[derive(Default)]
 struct Collector {
     graph: Graph,
     /// UIDs to look at again.
@@ -386,8 +387,8 @@ impl Collector {
                     let related = self.graph.related(old);
                     self.touch(related);
                 }
-                self.graph.upsert(node.clone());
                 let related = self.graph.related(&node);
+                self.graph.upsert(node);
                 self.touch(related);
             }
             watcher::Event::Delete(node) => {
@@ -423,7 +424,7 @@ pub async fn run(client: Client, interval: Duration, shutdown: impl Future<Outpu
     let (tx, mut rx) = mpsc::channel::<(String, watcher::Event<Node>)>(4096);
     let mut watches: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
     let mut kinds = Kinds::new();
-    let mut collector = Collector { graph: Graph::default(), pending: HashSet::new(), listing: HashMap::new(), synced: HashSet::new() };
+    let mut collector = Collector::default();
     let mut discover = tokio::time::interval(Duration::from_secs(30));
     let mut resync = tokio::time::interval(interval);
     resync.tick().await;
@@ -620,7 +621,7 @@ mod tests {
 
     #[test]
     fn a_relist_drops_what_it_no_longer_lists() {
-        let mut c = Collector { graph: Graph::default(), pending: HashSet::new(), listing: HashMap::new(), synced: HashSet::new() };
+        let mut c = Collector::default();
         let key = resource_key(&node(obj("x")).resource);
         c.handle(&key, watcher::Event::Init);
         c.handle(&key, watcher::Event::InitApply(node(obj("o"))));

@@ -117,6 +117,8 @@ pub async fn reconcile(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Action,
     let namespace = secret.metadata.namespace.clone().unwrap_or_default();
     let name = secret.metadata.name.clone().unwrap_or_default();
     let account_name = secret.metadata.annotations.as_ref().and_then(|a| a.get(ACCOUNT_NAME)).cloned().unwrap_or_default();
+    // Not a token Secret with an account to look up (another type, being
+    // deleted, no annotation): nothing to fetch or do.
     if plan(&secret, None, false) == Plan::Nothing {
         return Ok(Action::await_change());
     }
