@@ -14,6 +14,8 @@
 //! - [`manager`]: several controllers behind one election.
 //! - [`events`]: an `events.k8s.io/v1` recorder aggregating repeats.
 //! - [`controllers`]: ReplicaSet, Deployment, ...
+//! - `testing` (feature `testing`): `FakeCluster`, the API server and
+//!   recording client controllers' unit tests run against.
 
 pub mod controller;
 pub mod controllers;
@@ -22,6 +24,8 @@ pub mod informer;
 pub mod leader;
 pub mod manager;
 pub mod reconciler;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod workqueue;
 
 pub use controller::Controller;
