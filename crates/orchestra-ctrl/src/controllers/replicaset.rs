@@ -613,6 +613,245 @@ mod tests {
         assert!(e.satisfied(&k));
     }
 
+    mod reconcile {
+        //! One reconcile against a [`FakeCluster`]: objects in, requests
+        //! and objects out.
+
+        use super::super::*;
+        use crate::testing::FakeCluster;
+        use serde_json::json;
+
+        const RS_UID: &str = "rs-uid";
+
+        fn replica_set(replicas: i32) -> ReplicaSet {
+            serde_json::from_value(json!({
+                "metadata": {"name": "web", "namespace": "default", "uid": RS_UID, "generation": 4},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+                    },
+                },
+            }))
+            .unwrap()
+        }
+
+        /// What a row's pod looks like.
+        #[derive(Clone, Copy)]
+        enum State {
+            /// Not bound to a node.
+            Unscheduled,
+            /// Running, not ready.
+            NotReady,
+            /// Running and ready.
+            Ready,
+        }
+
+        /// Whose the pod is.
+        #[derive(Clone, Copy)]
+        enum Owner {
+            /// Controlled by the ReplicaSet.
+            Ours,
+            /// Controlled by nobody.
+            Orphan,
+        }
+
+        fn pod(name: &str, app: &str, owner: Owner, state: State, created: i64) -> Pod {
+            let mut pod = json!({
+                "metadata": {
+                    "name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                    "labels": {"app": app},
+                    "creationTimestamp": k8s_openapi::jiff::Timestamp::from_second(created).unwrap().to_string(),
+                },
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+                "status": {"phase": "Pending"},
+            });
+            if let Owner::Ours = owner {
+                pod["metadata"]["ownerReferences"] = json!([{
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": RS_UID,
+                    "controller": true, "blockOwnerDeletion": true,
+                }]);
+            }
+            if !matches!(state, State::Unscheduled) {
+                pod["spec"]["nodeName"] = json!("node-1");
+                pod["status"] = json!({
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": if matches!(state, State::Ready) { "True" } else { "False" }}],
+                });
+            }
+            serde_json::from_value(pod).unwrap()
+        }
+
+        async fn context(fake: &FakeCluster) -> Arc<Context> {
+            Arc::new(Context {
+                client: fake.client(),
+                pods: fake.informer::<Pod>().await,
+                expectations: Expectations::default(),
+                recorder: Recorder::new(fake.client(), NAME, NAME),
+            })
+        }
+
+        async fn reconcile_web(fake: &FakeCluster, ctx: &Arc<Context>) {
+            let rs: ReplicaSet = fake.get("default", "web").await.expect("the ReplicaSet exists");
+            reconcile(Arc::new(rs), ctx.clone()).await.expect("reconciles");
+        }
+
+        fn controller_uid(pod: &Pod) -> Option<String> {
+            controller_of(pod).map(|r| r.uid.clone())
+        }
+
+        struct Row {
+            name: &'static str,
+            replicas: i32,
+            pods: Vec<Pod>,
+            /// Writes, sorted (creations and deletions run concurrently).
+            writes: &'static [&'static str],
+            /// Pods left (not being deleted) and their controller, sorted by name.
+            pods_after: &'static [(&'static str, Option<&'static str>)],
+            /// Events on the ReplicaSet, sorted.
+            events: &'static [&'static str],
+        }
+
+        #[tokio::test]
+        async fn table() {
+            use Owner::*;
+            use State::*;
+            let rows = [
+                Row {
+                    name: "creates the missing pods",
+                    replicas: 3,
+                    pods: vec![pod("a", "web", Ours, Ready, 100)],
+                    writes: &["create pods default/web-", "create pods default/web-", "patch replicasets/status default/web"],
+                    pods_after: &[("a", Some(RS_UID))],
+                    events: &[],
+                },
+                Row {
+                    name: "deletes an unscheduled pod first",
+                    replicas: 2,
+                    pods: vec![pod("a", "web", Ours, Ready, 100), pod("b", "web", Ours, Unscheduled, 50), pod("c", "web", Ours, NotReady, 100)],
+                    writes: &["delete pods default/b", "patch replicasets/status default/web"],
+                    pods_after: &[("a", Some(RS_UID)), ("c", Some(RS_UID))],
+                    events: &["Normal SuccessfulDelete Deleted pod: b"],
+                },
+                Row {
+                    name: "then not-ready pods, then the newest",
+                    replicas: 1,
+                    pods: vec![
+                        pod("old", "web", Ours, Ready, 100),
+                        pod("new", "web", Ours, Ready, 200),
+                        pod("not-ready", "web", Ours, NotReady, 50),
+                    ],
+                    writes: &["delete pods default/new", "delete pods default/not-ready", "patch replicasets/status default/web"],
+                    pods_after: &[("old", Some(RS_UID))],
+                    events: &["Normal SuccessfulDelete Deleted pod: new", "Normal SuccessfulDelete Deleted pod: not-ready"],
+                },
+                Row {
+                    name: "adopts a matching orphan instead of creating",
+                    replicas: 2,
+                    pods: vec![pod("a", "web", Ours, Ready, 100), pod("orphan", "web", Orphan, Ready, 100), pod("other", "db", Orphan, Ready, 100)],
+                    writes: &["patch pods default/orphan", "patch replicasets/status default/web"],
+                    pods_after: &[("a", Some(RS_UID)), ("orphan", Some(RS_UID)), ("other", None)],
+                    events: &[],
+                },
+                Row {
+                    name: "releases an owned pod that stopped matching and replaces it",
+                    replicas: 1,
+                    pods: vec![pod("relabelled", "db", Ours, Ready, 100)],
+                    writes: &["create pods default/web-", "patch pods default/relabelled", "patch replicasets/status default/web"],
+                    pods_after: &[("relabelled", None)],
+                    events: &[],
+                },
+                Row {
+                    name: "in sync: writes nothing but status",
+                    replicas: 2,
+                    pods: vec![pod("a", "web", Ours, Ready, 100), pod("b", "web", Ours, NotReady, 100)],
+                    writes: &["patch replicasets/status default/web"],
+                    pods_after: &[("a", Some(RS_UID)), ("b", Some(RS_UID))],
+                    events: &[],
+                },
+            ];
+            for row in rows {
+                let fake = FakeCluster::builder().object(&replica_set(row.replicas)).objects(&row.pods).build().await;
+                let ctx = context(&fake).await;
+                reconcile_web(&fake, &ctx).await;
+                let mut writes = fake.writes();
+                writes.sort();
+                assert_eq!(writes, row.writes, "{}", row.name);
+                let after: Vec<(String, Option<String>)> = fake
+                    .list::<Pod>("default")
+                    .await
+                    .iter()
+                    .filter(|p| p.metadata.generate_name.is_none() && p.metadata.deletion_timestamp.is_none())
+                    .map(|p| (p.metadata.name.clone().unwrap(), controller_uid(p)))
+                    .collect();
+                let expected: Vec<(String, Option<String>)> =
+                    row.pods_after.iter().map(|(n, o)| (n.to_string(), o.map(str::to_owned))).collect();
+                assert_eq!(after, expected, "{}", row.name);
+                let created = fake.list::<Pod>("default").await.into_iter().filter(|p| p.metadata.generate_name.is_some()).collect::<Vec<_>>();
+                let creations = row.writes.iter().filter(|w| w.starts_with("create")).count();
+                assert_eq!(created.len(), creations, "{}", row.name);
+                for p in &created {
+                    // From the template, controlled by the ReplicaSet.
+                    assert_eq!(controller_uid(p).as_deref(), Some(RS_UID), "{}", row.name);
+                    assert_eq!(p.metadata.labels.as_ref().unwrap()["app"], "web", "{}", row.name);
+                }
+                let mut expected_events: Vec<String> = row.events.iter().map(|e| e.to_string()).collect();
+                expected_events.extend(created.iter().map(|p| format!("Normal SuccessfulCreate Created pod: {}", p.metadata.name.as_deref().unwrap())));
+                expected_events.sort();
+                assert_eq!(fake.events("default", expected_events.len()).await, expected_events, "{}", row.name);
+            }
+        }
+
+        #[tokio::test]
+        async fn status_reports_the_owned_pods() {
+            let pods = [
+                pod("ready", "web", Owner::Ours, State::Ready, 100),
+                pod("not-ready", "web", Owner::Ours, State::NotReady, 100),
+                pod("unscheduled", "web", Owner::Ours, State::Unscheduled, 100),
+            ];
+            let fake = FakeCluster::builder().object(&replica_set(3)).objects(&pods).build().await;
+            let ctx = context(&fake).await;
+            reconcile_web(&fake, &ctx).await;
+            assert_eq!(fake.writes(), ["patch replicasets/status default/web"]);
+            let status = fake.get::<ReplicaSet>("default", "web").await.unwrap().status.unwrap();
+            assert_eq!(status.replicas, 3);
+            assert_eq!(status.fully_labeled_replicas, Some(3));
+            assert_eq!(status.ready_replicas, Some(1));
+            assert_eq!(status.available_replicas, Some(1));
+            assert_eq!(status.observed_generation, Some(4));
+            // Nothing changed: no second status write.
+            fake.sync::<ReplicaSet>().await;
+            fake.clear_actions();
+            reconcile_web(&fake, &ctx).await;
+            assert_eq!(fake.writes(), Vec::<String>::new());
+        }
+
+        #[tokio::test]
+        async fn expectations_prevent_a_second_create() {
+            let fake = FakeCluster::builder().object(&replica_set(2)).build().await;
+            let ctx = context(&fake).await;
+            reconcile_web(&fake, &ctx).await;
+            assert_eq!(fake.writes().iter().filter(|w| w.starts_with("create pods")).count(), 2);
+            // The cache has not shown the new pods to anyone yet: a second
+            // reconcile must not create them again.
+            fake.clear_actions();
+            reconcile_web(&fake, &ctx).await;
+            assert!(!fake.writes().iter().any(|w| w.starts_with("create")), "{:?}", fake.writes());
+            // Once both creations are observed and cached, still nothing to do.
+            let key = ObjectKey::new("default", "web");
+            ctx.expectations.creation_observed(&key);
+            assert!(!ctx.expectations.satisfied(&key));
+            ctx.expectations.creation_observed(&key);
+            fake.sync::<Pod>().await;
+            fake.clear_actions();
+            reconcile_web(&fake, &ctx).await;
+            assert!(!fake.writes().iter().any(|w| w.starts_with("create")), "{:?}", fake.writes());
+            assert_eq!(fake.list::<Pod>("default").await.len(), 2);
+        }
+    }
+
     #[test]
     fn status_counts() {
         let rs = ReplicaSet {
