@@ -1,8 +1,12 @@
 //! A work queue like client-go's: de-duplication, a key never handed to two
 //! workers at once, per-key exponential backoff with a cap, a global token
 //! bucket, delayed requeue, and Prometheus metrics.
+//!
+//! Delayed adds work like client-go's delaying queue: one entry per key,
+//! due at the earliest time any `add_after` asked for, and one timer task per
+//! queue (not one per call) that moves due keys into the queue.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,8 +91,57 @@ impl QueueMetrics {
     }
 }
 
+/// Keys waiting for their delay: one entry per key, ordered by due time.
+struct Delayed<T> {
+    /// Due time of each waiting key (with a tie-breaking sequence number).
+    due: HashMap<T, (tokio::time::Instant, u64)>,
+    /// The same entries ordered by due time.
+    order: BTreeMap<(tokio::time::Instant, u64), T>,
+    next_seq: u64,
+    /// Whether the timer task runs.
+    timer: bool,
+}
+
+impl<T: Clone + Eq + Hash> Delayed<T> {
+    /// Records `key` as due at `at` unless it is already due earlier;
+    /// whether the earliest due time of the queue moved.
+    fn insert(&mut self, key: T, at: tokio::time::Instant) -> bool {
+        if let Some(&(existing, seq)) = self.due.get(&key) {
+            if existing <= at {
+                return false;
+            }
+            self.order.remove(&(existing, seq));
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.due.insert(key.clone(), (at, seq));
+        self.order.insert((at, seq), key);
+        self.order.keys().next() == Some(&(at, seq))
+    }
+
+    /// Removes and returns the keys due at `now`; the next due time.
+    fn take_due(&mut self, now: tokio::time::Instant) -> (Vec<T>, Option<tokio::time::Instant>) {
+        let mut ready = Vec::new();
+        while let Some(entry) = self.order.first_entry() {
+            if entry.key().0 > now {
+                return (ready, Some(entry.key().0));
+            }
+            let key = entry.remove();
+            self.due.remove(&key);
+            ready.push(key);
+        }
+        (ready, None)
+    }
+
+    fn clear(&mut self) {
+        self.due.clear();
+        self.order.clear();
+    }
+}
+
 struct Inner<T> {
     queue: VecDeque<T>,
+    delayed: Delayed<T>,
     dirty: HashMap<T, Instant>,
     processing: HashMap<T, Instant>,
     failures: HashMap<T, u32>,
@@ -101,6 +154,8 @@ struct Inner<T> {
 pub struct WorkQueue<T> {
     inner: Mutex<Inner<T>>,
     notify: Notify,
+    /// Wakes the timer task: an earlier due time, shutdown, or drop.
+    timer_wake: Arc<Notify>,
     limit: RateLimit,
     metrics: QueueMetrics,
 }
@@ -111,6 +166,12 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<T> {
         Arc::new(Self {
             inner: Mutex::new(Inner {
                 queue: VecDeque::new(),
+                delayed: Delayed {
+                    due: HashMap::new(),
+                    order: BTreeMap::new(),
+                    next_seq: 0,
+                    timer: false,
+                },
                 dirty: HashMap::new(),
                 processing: HashMap::new(),
                 failures: HashMap::new(),
@@ -119,6 +180,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<T> {
                 shutting_down: false,
             }),
             notify: Notify::new(),
+            timer_wake: Arc::new(Notify::new()),
             limit,
             metrics: QueueMetrics::default(),
         })
@@ -149,18 +211,65 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<T> {
         }
     }
 
-    /// Adds `key` after `delay`.
+    /// Adds `key` after `delay`. A key already waiting keeps one entry, due
+    /// at the earlier of the two times (client-go's delaying queue): many
+    /// delayed adds of one key cost one entry and wake one processing.
+    /// Needs a Tokio runtime (the queue's timer task starts on first use).
     pub fn add_after(self: &Arc<Self>, key: T, delay: Duration) {
         if delay.is_zero() {
             return self.add(key);
         }
-        let queue = Arc::downgrade(self);
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            if let Some(q) = queue.upgrade() {
-                q.add(key);
+        let at = tokio::time::Instant::now() + delay;
+        let mut inner = self.inner.lock();
+        if inner.shutting_down {
+            return;
+        }
+        let earliest = inner.delayed.insert(key, at);
+        let start = !inner.delayed.timer;
+        inner.delayed.timer = true;
+        drop(inner);
+        if start {
+            tokio::spawn(Self::timer(Arc::downgrade(self), self.timer_wake.clone()));
+        } else if earliest {
+            self.timer_wake.notify_one();
+        }
+    }
+
+    /// Keys waiting for their delay ([`WorkQueue::add_after`]).
+    pub fn delayed_len(&self) -> usize {
+        self.inner.lock().delayed.due.len()
+    }
+
+    /// The timer task: moves due keys into the queue, sleeping until the
+    /// next due time or a wake-up. It holds the queue only while it works,
+    /// and ends once the queue is dropped or shut down.
+    async fn timer(queue: std::sync::Weak<Self>, wake: Arc<Notify>) {
+        loop {
+            let next = {
+                let Some(queue) = queue.upgrade() else { return };
+                let (ready, next) = {
+                    let mut inner = queue.inner.lock();
+                    if inner.shutting_down {
+                        inner.delayed.timer = false;
+                        return;
+                    }
+                    inner.delayed.take_due(tokio::time::Instant::now())
+                };
+                for key in ready {
+                    queue.add(key);
+                }
+                next
+            };
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at) => {}
+                        _ = wake.notified() => {}
+                    }
+                }
+                None => wake.notified().await,
             }
-        });
+        }
     }
 
     /// The delay the next rate-limited add of `key` waits: the larger of the
@@ -272,15 +381,24 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<T> {
         inner.shutting_down = true;
         inner.queue.clear();
         inner.dirty.clear();
+        inner.delayed.clear();
         self.metrics.depth.set(0);
         drop(inner);
         self.notify.notify_waiters();
         self.notify.notify_one();
+        self.timer_wake.notify_one();
     }
 
     /// Whether [`WorkQueue::shut_down`] was called.
     pub fn is_shutting_down(&self) -> bool {
         self.inner.lock().shutting_down
+    }
+}
+
+impl<T> Drop for WorkQueue<T> {
+    fn drop(&mut self) {
+        // The timer task finds the queue gone and ends.
+        self.timer_wake.notify_one();
     }
 }
 
@@ -357,5 +475,112 @@ mod tests {
         q.done(&"a");
         q.shut_down();
         assert_eq!(q.get().await, None);
+    }
+
+    fn alive_tasks() -> usize {
+        tokio::runtime::Handle::current().metrics().num_alive_tasks()
+    }
+
+    #[tokio::test]
+    async fn many_delayed_adds_of_one_key_are_one_entry_one_timer_one_processing() {
+        let q = queue();
+        let before = alive_tasks();
+        q.add_after("a", Duration::from_millis(500));
+        for i in 0..10_000u64 {
+            // The earliest of them, 40 ms, is the one that counts.
+            q.add_after("a", Duration::from_millis(40 + i % 400));
+        }
+        assert_eq!(q.delayed_len(), 1, "one entry per key");
+        assert!(alive_tasks() <= before + 1, "one timer task, not one per call: {}", alive_tasks() - before);
+        assert!(q.is_empty(), "not due yet");
+        let started = Instant::now();
+        let key = tokio::time::timeout(Duration::from_secs(2), q.get()).await.expect("due at the earliest time");
+        let waited = started.elapsed();
+        assert_eq!(key, Some("a"));
+        assert!(waited < Duration::from_millis(400), "the earliest due time wins: {waited:?}");
+        assert_eq!(q.delayed_len(), 0);
+        q.done(&"a");
+        // Every later due time has passed by now: nothing else comes.
+        let again = tokio::time::timeout(Duration::from_millis(700), q.get()).await;
+        assert!(again.is_err(), "processed once, got {again:?}");
+        assert_eq!(q.metrics().adds.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_earlier_delayed_add_overrides_a_later_one_and_not_the_reverse() {
+        let q = queue();
+        q.add_after("late-first", Duration::from_secs(30));
+        q.add_after("late-first", Duration::from_millis(20));
+        q.add_after("early-first", Duration::from_millis(30));
+        q.add_after("early-first", Duration::from_secs(30));
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            let key = tokio::time::timeout(Duration::from_secs(2), q.get()).await.expect("both due soon");
+            got.push(key.unwrap());
+        }
+        assert_eq!(got, ["late-first", "early-first"]);
+        assert_eq!(q.delayed_len(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_timer_task_ends_with_the_queue() {
+        let before = alive_tasks();
+        let q = queue();
+        q.add_after("a", Duration::from_secs(60));
+        assert_eq!(alive_tasks(), before + 1);
+        drop(q);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while alive_tasks() > before {
+            assert!(Instant::now() < deadline, "timer task outlived its queue");
+            tokio::task::yield_now().await;
+        }
+        let q = queue();
+        q.add_after("a", Duration::from_secs(60));
+        q.shut_down();
+        assert_eq!(q.delayed_len(), 0);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while alive_tasks() > before {
+            assert!(Instant::now() < deadline, "timer task outlived shutdown");
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_key_comes_back_within_the_backoff_cap() {
+        // Without the cap the 20th retry would wait 10 ms * 2^19 (~87 min).
+        let q = queue();
+        for _ in 0..19 {
+            q.when(&"a");
+        }
+        q.add_rate_limited("a");
+        let started = Instant::now();
+        let key = tokio::time::timeout(Duration::from_secs(2), q.get()).await.expect("capped at 80 ms");
+        assert_eq!(key, Some("a"));
+        assert!(started.elapsed() >= Duration::from_millis(70), "{:?}", started.elapsed());
+        assert_eq!(q.retries(&"a"), 20);
+        // Another key's backoff is its own.
+        assert_eq!(q.when(&"b"), Duration::from_millis(10));
+    }
+
+    #[tokio::test]
+    async fn the_global_bucket_spaces_retries_of_different_keys() {
+        let q = WorkQueue::new(RateLimit {
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(1),
+            qps: 20.0,
+            burst: 1,
+        });
+        let started = Instant::now();
+        for key in 0..5 {
+            q.add_rate_limited(key);
+        }
+        for _ in 0..5 {
+            let key = tokio::time::timeout(Duration::from_secs(2), q.get()).await.expect("all come");
+            q.done(&key.unwrap());
+        }
+        // One token at once, then one per 50 ms: the fifth after 200 ms.
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_millis(190), "{elapsed:?}");
+        assert_eq!(q.metrics().retries.get(), 5);
     }
 }

@@ -27,3 +27,15 @@ mod throughput;
 
 #[path = "ctrl/tokens.rs"]
 mod tokens;
+
+#[path = "ctrl/lifecycle.rs"]
+mod lifecycle;
+
+#[path = "ctrl/ipam.rs"]
+mod ipam;
+
+#[path = "ctrl/informer.rs"]
+mod informer;
+
+#[path = "ctrl/gc_sync.rs"]
+mod gc_sync;

@@ -374,6 +374,35 @@ impl Collector {
         self.pending.extend(uids);
     }
 
+    /// Whether every resource in `watched` (and at least one) has been
+    /// listed: only then does an owner missing from the graph mean anything
+    /// (upstream's GC likewise keeps its workers paused until every monitor
+    /// has synced).
+    fn synced<'a>(&self, watched: impl IntoIterator<Item = &'a String>) -> bool {
+        let mut any = false;
+        for key in watched {
+            if !self.synced.contains(key) {
+                return false;
+            }
+            any = true;
+        }
+        any
+    }
+
+    /// What the pending UIDs need, once every resource in `watched` has been
+    /// listed; until then they stay pending and nothing is decided.
+    fn next_plan<'a>(&mut self, watched: impl IntoIterator<Item = &'a String>) -> Option<Plan> {
+        if self.pending.is_empty() || !self.synced(watched) {
+            return None;
+        }
+        let mut plan = Plan::default();
+        for uid in self.pending.drain() {
+            self.graph.decide(&uid, &mut plan);
+        }
+        plan.normalize();
+        Some(plan)
+    }
+
     fn handle(&mut self, resource: &str, event: watcher::Event<Node>) {
         match event {
             watcher::Event::Init => {
@@ -480,14 +509,7 @@ pub async fn run(client: Client, interval: Duration, shutdown: impl Future<Outpu
         }
         // Act only on a complete graph: a dependent listed before its owner's
         // resource is listed would look orphaned.
-        if watches.is_empty() || !watches.keys().all(|k| collector.synced.contains(k)) || collector.pending.is_empty() {
-            continue;
-        }
-        let mut plan = Plan::default();
-        for uid in collector.pending.drain() {
-            collector.graph.decide(&uid, &mut plan);
-        }
-        plan.normalize();
+        let Some(plan) = collector.next_plan(watches.keys()) else { continue };
         if !plan.is_empty() {
             retry.extend(apply(&client, &collector.graph, &kinds, &plan).await);
         }
@@ -635,5 +657,48 @@ mod tests {
         c.handle(&key, watcher::Event::InitDone);
         assert!(c.graph.get("o").is_none());
         assert!(c.pending.contains("d"), "the dependent of the vanished owner is looked at again");
+    }
+
+    fn replica_set(uid: &str) -> Node {
+        let resource = ApiResource::erase::<k8s_openapi::api::apps::v1::ReplicaSet>(&());
+        let mut object = DynamicObject::new(uid, &resource);
+        object.metadata.uid = Some(uid.into());
+        object.metadata.namespace = Some("default".into());
+        Node { object, resource: Deletable { resource, namespaced: true, watchable: true } }
+    }
+
+    #[test]
+    fn nothing_is_decided_until_every_watched_resource_has_listed() {
+        let mut c = Collector::default();
+        let config_maps = resource_key(&node(obj("x")).resource);
+        let replica_sets = resource_key(&replica_set("x").resource);
+        let watched = [config_maps.clone(), replica_sets.clone()];
+        // The dependents' resource lists first: "o" is not in the graph yet.
+        c.handle(&config_maps, watcher::Event::Init);
+        c.handle(&config_maps, watcher::Event::InitApply(node(obj("d").owned_by("o", true))));
+        c.handle(&config_maps, watcher::Event::InitApply(node(obj("lost").owned_by("gone", true))));
+        c.handle(&config_maps, watcher::Event::InitDone);
+        assert!(c.synced(&[config_maps.clone()]));
+        assert_eq!(c.next_plan(&watched), None, "the owners' resource has not listed");
+        assert!(c.pending.contains("d") && c.pending.contains("lost"), "kept for later");
+        // The owners' resource lists: only the dependent of a missing owner goes.
+        c.handle(&replica_sets, watcher::Event::Init);
+        c.handle(&replica_sets, watcher::Event::InitApply(replica_set("o")));
+        c.handle(&replica_sets, watcher::Event::InitDone);
+        let plan = c.next_plan(&watched).expect("all listed");
+        assert_eq!(plan, Plan { delete_background: vec!["lost".into()], ..Default::default() });
+        assert!(c.pending.is_empty());
+        // A resource found later (a new custom resource) holds decisions
+        // until it has listed too.
+        let crd = "example.com/v1/widgets".to_string();
+        c.handle(&config_maps, watcher::Event::Apply(node(obj("lost2").owned_by("gone2", true))));
+        let more = [config_maps.clone(), replica_sets.clone(), crd.clone()];
+        assert_eq!(c.next_plan(&more), None);
+        c.handle(&crd, watcher::Event::Init);
+        c.handle(&crd, watcher::Event::InitDone);
+        assert_eq!(c.next_plan(&more).map(|p| p.delete_background), Some(vec!["lost2".to_string()]));
+        // Watching nothing is never synced.
+        c.touch(vec!["d".into()]);
+        assert_eq!(c.next_plan(std::iter::empty::<&String>()), None);
     }
 }

@@ -2,14 +2,31 @@
 //! `kube-node-lease`) and `Ready` conditions. A node silent for longer than
 //! the grace period gets `Ready=Unknown` (reason `NodeStatusUnknown`) and the
 //! `node.kubernetes.io/unreachable` taints; a node reporting `Ready=False`
-//! gets the `not-ready` taints (NoSchedule and NoExecute). NoExecute taints
-//! are added at most `zone_qps` nodes per second per zone. Pods on a
-//! NoExecute-tainted node that do not tolerate the taint are evicted (deleted)
-//! after their `tolerationSeconds` ([`DEFAULT_TOLERATION_SECONDS`] for pods
-//! without a matching toleration, as the DefaultTolerationSeconds admission
-//! plugin would add). The taints go when the node is Ready again.
+//! gets the `not-ready` taints (NoSchedule and NoExecute). The taints go when
+//! the node is Ready again.
+//!
+//! NoExecute taints are rate-limited per zone, as upstream's
+//! `zoneNoExecuteTainter` queues are: each zone's state is computed on every
+//! pass from its nodes' health — `Normal`, `PartialDisruption` (more than 2
+//! nodes not ready and at least [`Config::unhealthy_zone_threshold`] of them)
+//! or `FullDisruption` (no node ready) — and NoExecute taints are added at
+//! [`Config::zone_qps`] nodes per second in a normal or fully disrupted zone,
+//! at [`Config::secondary_zone_qps`] in a partially disrupted zone larger
+//! than [`Config::large_cluster_size_threshold`] nodes and not at all in a
+//! smaller one. When every zone is fully disrupted the controller assumes
+//! it, not the nodes, has lost the network: it adds no NoExecute taints and
+//! removes those it added, so nothing is evicted.
+//!
+//! Pods on a NoExecute-tainted node that do not tolerate the taint are evicted
+//! (deleted) once they have been on the tainted node for their
+//! `tolerationSeconds` ([`DEFAULT_TOLERATION_SECONDS`] for pods without a
+//! matching toleration, as the DefaultTolerationSeconds admission plugin
+//! would add); like upstream's taint manager, the time is counted from when
+//! this controller first saw the pod under the taint, on its own clock (a
+//! taint's `timeAdded` only has whole seconds). Pods tolerating the taint
+//! without `tolerationSeconds` stay.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,15 +55,28 @@ pub const DEFAULT_TOLERATION_SECONDS: i64 = 300;
 /// Zone label.
 pub const ZONE: &str = "topology.kubernetes.io/zone";
 
-/// Settings (upstream defaults: 5 s, 40 s, 0.1 nodes/s per zone).
+/// Settings; the defaults are upstream's (`kube-controller-manager` flags
+/// named beside each field).
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// How often every node is checked.
+    /// How often every node is checked (`--node-monitor-period`, 5 s).
     pub monitor_period: Duration,
-    /// Silence after which a node's status is unknown.
+    /// Silence after which a node's status is unknown
+    /// (`--node-monitor-grace-period`, 40 s).
     pub grace_period: Duration,
-    /// Nodes per second per zone that may get NoExecute taints.
+    /// Nodes per second per zone that may get NoExecute taints in a healthy
+    /// zone (`--node-eviction-rate`, 0.1).
     pub zone_qps: f64,
+    /// The same in a partially disrupted zone of more than
+    /// `large_cluster_size_threshold` nodes (`--secondary-node-eviction-rate`,
+    /// 0.01); a smaller partially disrupted zone gets none.
+    pub secondary_zone_qps: f64,
+    /// Share of not-ready nodes (when more than 2) that makes a zone
+    /// partially disrupted (`--unhealthy-zone-threshold`, 0.55).
+    pub unhealthy_zone_threshold: f64,
+    /// Zones of at most this many nodes stop NoExecute tainting altogether
+    /// when partially disrupted (`--large-cluster-size-threshold`, 50).
+    pub large_cluster_size_threshold: usize,
     /// Toleration seconds assumed for pods without a matching toleration.
     pub default_toleration_seconds: i64,
 }
@@ -57,7 +87,45 @@ impl Default for Config {
             monitor_period: Duration::from_secs(5),
             grace_period: Duration::from_secs(40),
             zone_qps: 0.1,
+            secondary_zone_qps: 0.01,
+            unhealthy_zone_threshold: 0.55,
+            large_cluster_size_threshold: 50,
             default_toleration_seconds: DEFAULT_TOLERATION_SECONDS,
+        }
+    }
+}
+
+/// A zone's state, from its nodes' health (upstream's `ComputeZoneState`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZoneState {
+    /// Few nodes not ready.
+    Normal,
+    /// More than 2 nodes and at least the unhealthy threshold not ready.
+    PartialDisruption,
+    /// No node ready.
+    FullDisruption,
+}
+
+/// The state of a zone with `ready` and `not_ready` nodes.
+pub fn zone_state(ready: usize, not_ready: usize, unhealthy_threshold: f64) -> ZoneState {
+    if ready == 0 && not_ready > 0 {
+        ZoneState::FullDisruption
+    } else if not_ready > 2 && not_ready as f64 / (ready + not_ready) as f64 >= unhealthy_threshold {
+        ZoneState::PartialDisruption
+    } else {
+        ZoneState::Normal
+    }
+}
+
+impl Config {
+    /// NoExecute taints per second in a zone of `size` nodes in `state`
+    /// (upstream's `setLimiterInZone`: `HealthyQPSFunc` for normal and fully
+    /// disrupted zones, `ReducedQPSFunc` for partially disrupted ones).
+    pub fn zone_rate(&self, state: ZoneState, size: usize) -> f64 {
+        match state {
+            ZoneState::Normal | ZoneState::FullDisruption => self.zone_qps,
+            ZoneState::PartialDisruption if size > self.large_cluster_size_threshold => self.secondary_zone_qps,
+            ZoneState::PartialDisruption => 0.0,
         }
     }
 }
@@ -148,9 +216,27 @@ pub fn toleration_seconds(pod: &Pod, taint: &Taint, default: i64) -> Option<i64>
     tolerations.iter().filter_map(|t| t.toleration_seconds).min().map(|s| s.max(0))
 }
 
+/// A zone's NoExecute tainting limiter: a token bucket of burst 1.
 struct Bucket {
     tokens: f64,
     at: Instant,
+    qps: f64,
+}
+
+impl Bucket {
+    /// Takes a token at rate `qps` (a rate of 0 never gives one, as
+    /// upstream's never-limiter).
+    fn take(&mut self, qps: f64, now: Instant) -> bool {
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.qps).min(1.0);
+        self.at = now;
+        self.qps = qps;
+        if qps > 0.0 && self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// The controller's state.
@@ -161,6 +247,19 @@ pub struct NodeLifecycle {
     pods: Arc<Informer<Pod>>,
     config: Config,
     zones: Mutex<HashMap<String, Bucket>>,
+    /// Each zone's state at the last pass.
+    zone_states: Mutex<HashMap<String, ZoneState>>,
+    /// When each pod (by UID) was first seen on a node with NoExecute taints.
+    tainted_since: Mutex<HashMap<String, Instant>>,
+}
+
+fn zone_of(node: &Node) -> String {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(ZONE))
+        .cloned()
+        .unwrap_or_default()
 }
 
 impl NodeLifecycle {
@@ -175,34 +274,83 @@ impl NodeLifecycle {
             pods,
             config,
             zones: Mutex::default(),
+            zone_states: Mutex::default(),
+            tainted_since: Mutex::default(),
         }
     }
 
-    fn take_zone_token(&self, zone: &str) -> bool {
+    /// Waits until the node, lease and pod caches have listed.
+    pub async fn wait_synced(&self) {
+        self.nodes.wait_synced().await;
+        self.leases.wait_synced().await;
+        self.pods.wait_synced().await;
+    }
+
+    /// The state of `zone` (the `topology.kubernetes.io/zone` label, `""`
+    /// without one) at the last pass.
+    pub fn zone_state(&self, zone: &str) -> Option<ZoneState> {
+        self.zone_states.lock().get(zone).copied()
+    }
+
+    fn take_zone_token(&self, zone: &str, qps: f64) -> bool {
+        let now = Instant::now();
         let mut zones = self.zones.lock();
         let b = zones.entry(zone.into()).or_insert(Bucket {
             tokens: 1.0,
-            at: Instant::now(),
+            at: now,
+            qps,
         });
-        let now = Instant::now();
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * self.config.zone_qps).min(1.0);
-        b.at = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+        b.take(qps, now)
     }
 
     /// One pass over every node.
     pub async fn monitor(&self) -> Result<(), Error> {
         let now = Timestamp::now();
         let api: Api<Node> = Api::all(self.client.clone());
-        for node in self.nodes.list() {
+        let nodes: Vec<(Arc<Node>, Health)> = self
+            .nodes
+            .list()
+            .into_iter()
+            .map(|node| {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let lease = self.leases.get(&ObjectKey::new(LEASE_NAMESPACE, &name));
+                let health = health(&node, lease.as_deref(), self.config.grace_period, now);
+                (node, health)
+            })
+            .collect();
+        // Zone states first: they decide how fast NoExecute taints may come.
+        let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
+        for (node, health) in &nodes {
+            let (ready, not_ready) = counts.entry(zone_of(node)).or_default();
+            if *health == Health::Ready && ready_condition(node).is_some_and(|c| c.status == "True") {
+                *ready += 1;
+            } else {
+                *not_ready += 1;
+            }
+        }
+        let states: HashMap<String, (ZoneState, usize)> = counts
+            .into_iter()
+            .map(|(zone, (ready, not_ready))| {
+                (zone, (zone_state(ready, not_ready, self.config.unhealthy_zone_threshold), ready + not_ready))
+            })
+            .collect();
+        let all_down = !states.is_empty() && states.values().all(|(s, _)| *s == ZoneState::FullDisruption);
+        {
+            let mut known = self.zone_states.lock();
+            let was_all_down = !known.is_empty() && known.values().all(|s| *s == ZoneState::FullDisruption);
+            if all_down && !was_all_down {
+                tracing::warn!("every zone is fully disrupted: no NoExecute taints, no evictions until a node is Ready");
+            }
+            for (zone, (state, _)) in &states {
+                if known.get(zone) != Some(state) {
+                    tracing::info!(zone = %zone, ?state, "zone state changed");
+                }
+            }
+            *known = states.iter().map(|(z, (s, _))| (z.clone(), *s)).collect();
+        }
+        let mut on_tainted: HashSet<String> = HashSet::new();
+        for (node, health) in nodes {
             let name = node.metadata.name.clone().unwrap_or_default();
-            let lease = self.leases.get(&ObjectKey::new(LEASE_NAMESPACE, &name));
-            let health = health(&node, lease.as_deref(), self.config.grace_period, now);
             if health == Health::Unknown
                 && ready_condition(&node).is_none_or(|c| c.status != "Unknown")
             {
@@ -229,23 +377,27 @@ impl NodeLifecycle {
             let ours = |t: &Taint| t.key == UNREACHABLE || t.key == NOT_READY;
             let mut next: Vec<Taint> = taints.iter().filter(|t| !ours(t)).cloned().collect();
             if let Some(key) = wanted {
-                let zone = node
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(ZONE))
-                    .cloned()
-                    .unwrap_or_default();
+                let zone = zone_of(&node);
+                let (state, size) = states.get(&zone).copied().unwrap_or((ZoneState::Normal, 1));
+                let rate = self.config.zone_rate(state, size);
                 for effect in ["NoSchedule", "NoExecute"] {
                     let existing = taints.iter().find(|t| t.key == key && t.effect == effect);
+                    // Not-ready turned unreachable or back: the NoExecute
+                    // taint is swapped, not queued again (upstream's
+                    // SwapNodeControllerTaint).
+                    let swap = effect == "NoExecute" && taints.iter().any(|t| ours(t) && t.key != key && t.effect == effect);
+                    let fresh = || Taint {
+                        key: key.into(),
+                        effect: effect.into(),
+                        value: None,
+                        time_added: Some(Time(now)),
+                    };
                     match existing {
+                        // Every zone down: the controller's network, not the
+                        // nodes', is the likelier fault; evict nothing.
+                        _ if effect == "NoExecute" && all_down => {}
                         Some(t) => next.push(t.clone()),
-                        None if effect == "NoSchedule" || self.take_zone_token(&zone) => next.push(Taint {
-                            key: key.into(),
-                            effect: effect.into(),
-                            value: None,
-                            time_added: Some(Time(now)),
-                        }),
+                        None if effect == "NoSchedule" || swap || self.take_zone_token(&zone, rate) => next.push(fresh()),
                         None => {}
                     }
                 }
@@ -254,8 +406,10 @@ impl NodeLifecycle {
                 let patch = serde_json::json!({"spec": {"taints": next}});
                 api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
             }
-            self.evict(&name, &next, now).await?;
+            self.evict(&name, &next, &mut on_tainted).await?;
         }
+        // Pods no longer on a NoExecute-tainted node start from zero next time.
+        self.tainted_since.lock().retain(|uid, _| on_tainted.contains(uid));
         Ok(())
     }
 
@@ -279,7 +433,10 @@ impl NodeLifecycle {
         Ok(())
     }
 
-    async fn evict(&self, node: &str, taints: &[Taint], now: Timestamp) -> Result<(), Error> {
+    /// Evicts the pods of `node` whose toleration of its NoExecute `taints`
+    /// has run out, counting from when each was first seen under them;
+    /// adds the UIDs of the pods still counting to `counting`.
+    async fn evict(&self, node: &str, taints: &[Taint], counting: &mut HashSet<String>) -> Result<(), Error> {
         let no_execute: Vec<&Taint> = taints.iter().filter(|t| t.effect == "NoExecute").collect();
         if no_execute.is_empty() {
             return Ok(());
@@ -288,22 +445,25 @@ impl NodeLifecycle {
             if pod.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let due = no_execute.iter().any(|t| {
-                let since = t
-                    .time_added
-                    .as_ref()
-                    .map(|a| now.duration_since(a.0).as_secs_f64())
-                    .unwrap_or(0.0);
-                toleration_seconds(&pod, t, self.config.default_toleration_seconds)
-                    .is_some_and(|s| since >= s as f64)
-            });
-            if due {
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.metadata.namespace.as_deref().unwrap_or_default());
-                tracing::info!(pod = ?pod.metadata.name, node, "evicting for NoExecute taint");
-                match api.delete(pod.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default()).await {
-                    Ok(_) | Err(kube::Error::Api(_)) => {}
-                    Err(e) => return Err(e.into()),
-                }
+            // The shortest toleration of the taints; None: tolerates all forever.
+            let Some(seconds) = no_execute
+                .iter()
+                .filter_map(|t| toleration_seconds(&pod, t, self.config.default_toleration_seconds))
+                .min()
+            else {
+                continue;
+            };
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            counting.insert(uid.clone());
+            let since = *self.tainted_since.lock().entry(uid).or_insert_with(Instant::now);
+            if since.elapsed() < Duration::from_secs(seconds.max(0) as u64) {
+                continue;
+            }
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.metadata.namespace.as_deref().unwrap_or_default());
+            tracing::info!(pod = ?pod.metadata.name, node, "evicting for NoExecute taint");
+            match api.delete(pod.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default()).await {
+                Ok(_) | Err(kube::Error::Api(_)) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())
@@ -312,9 +472,7 @@ impl NodeLifecycle {
     /// Monitors every `monitor_period` until `shutdown`.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
         let mut shutdown = std::pin::pin!(shutdown);
-        self.nodes.wait_synced().await;
-        self.leases.wait_synced().await;
-        self.pods.wait_synced().await;
+        self.wait_synced().await;
         loop {
             if let Err(e) = self.monitor().await {
                 tracing::debug!(error = %e, "node monitor pass failed");
@@ -410,5 +568,42 @@ mod tests {
         for (pod, expected) in table {
             assert_eq!(toleration_seconds(&pod, &taint, 300), expected);
         }
+    }
+
+    #[test]
+    fn zone_states_and_rates_follow_upstream() {
+        let table = [
+            // (ready, not ready, state)
+            (3, 0, ZoneState::Normal),
+            (1, 1, ZoneState::Normal),
+            // Two not ready never make a partial disruption, whatever the share.
+            (0, 2, ZoneState::FullDisruption),
+            (1, 2, ZoneState::Normal),
+            (1, 3, ZoneState::PartialDisruption),
+            (3, 3, ZoneState::Normal),
+            (2, 3, ZoneState::PartialDisruption),
+            (0, 1, ZoneState::FullDisruption),
+            (0, 0, ZoneState::Normal),
+        ];
+        for (ready, not_ready, expected) in table {
+            assert_eq!(zone_state(ready, not_ready, 0.55), expected, "{ready} ready, {not_ready} not");
+        }
+        let config = Config::default();
+        assert_eq!(config.zone_rate(ZoneState::Normal, 3), 0.1);
+        assert_eq!(config.zone_rate(ZoneState::FullDisruption, 3), 0.1);
+        assert_eq!(config.zone_rate(ZoneState::PartialDisruption, 50), 0.0);
+        assert_eq!(config.zone_rate(ZoneState::PartialDisruption, 51), 0.01);
+    }
+
+    #[test]
+    fn a_zone_bucket_gives_one_token_then_refills_and_never_at_rate_zero() {
+        let start = Instant::now();
+        let mut b = Bucket { tokens: 1.0, at: start, qps: 10.0 };
+        assert!(b.take(10.0, start));
+        assert!(!b.take(10.0, start + Duration::from_millis(50)));
+        assert!(b.take(10.0, start + Duration::from_millis(101)));
+        // A full bucket swapped to rate 0 gives nothing.
+        let mut full = Bucket { tokens: 1.0, at: start, qps: 0.1 };
+        assert!(!full.take(0.0, start + Duration::from_secs(100)));
     }
 }

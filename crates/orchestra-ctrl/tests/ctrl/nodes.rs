@@ -130,6 +130,7 @@ async fn lost_node_lease_evicts_pods_and_they_come_back_elsewhere() {
             grace_period: Duration::from_secs(2),
             zone_qps: 100.0,
             default_toleration_seconds: 1,
+            ..Default::default()
         },
     );
     tasks.push(tokio::spawn(lifecycle.run(stopped(&rx))));
