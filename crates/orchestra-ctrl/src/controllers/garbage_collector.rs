@@ -678,7 +678,7 @@ mod tests {
         c.handle(&config_maps, watcher::Event::InitApply(node(obj("d").owned_by("o", true))));
         c.handle(&config_maps, watcher::Event::InitApply(node(obj("lost").owned_by("gone", true))));
         c.handle(&config_maps, watcher::Event::InitDone);
-        assert!(c.synced(&[config_maps.clone()]));
+        assert!(c.synced([&config_maps]));
         assert_eq!(c.next_plan(&watched), None, "the owners' resource has not listed");
         assert!(c.pending.contains("d") && c.pending.contains("lost"), "kept for later");
         // The owners' resource lists: only the dependent of a missing owner goes.
