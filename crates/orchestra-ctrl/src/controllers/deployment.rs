@@ -26,6 +26,7 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 use super::util::{controller_of, ignore_not_found, owner_reference, selector_matches, template_hash};
+use crate::events::{EventType, Recorder, reference};
 use crate::informer::{Informer, ObjectKey, SharedInformerFactory};
 use crate::workqueue::{RateLimit, WorkQueue};
 use crate::{Action, Controller, Error};
@@ -47,6 +48,27 @@ pub struct Context {
     pub client: Client,
     /// The shared ReplicaSet cache.
     pub replica_sets: Arc<Informer<ReplicaSet>>,
+    /// Records `ScalingReplicaSet` events on the Deployment whenever it
+    /// scales one of its ReplicaSets, as upstream's controller does
+    /// (`kubectl describe deployment`).
+    pub recorder: Recorder,
+}
+
+/// Reason of the events recording that a Deployment scaled a ReplicaSet.
+pub const SCALING_REPLICA_SET: &str = "ScalingReplicaSet";
+
+/// Records (without waiting) that `d` scaled `rs` from `from` to `to`
+/// replicas: "Scaled up replica set web-abc from 1 to 3".
+fn record_scaling(ctx: &Context, d: &Deployment, rs: &str, from: i32, to: i32) {
+    let direction = if to > from { "up" } else { "down" };
+    let note = format!("Scaled {direction} replica set {rs} from {from} to {to}");
+    let recorder = ctx.recorder.clone();
+    let regarding = reference(d);
+    tokio::spawn(async move {
+        if let Err(e) = recorder.publish(regarding, EventType::Normal, SCALING_REPLICA_SET, "Scale", &note).await {
+            tracing::debug!(error = %e, "event not recorded");
+        }
+    });
 }
 
 /// Resolves an IntOrString against `total` (percentages rounded up or down).
@@ -229,12 +251,37 @@ fn condition(type_: &str, status: &str, reason: &str, message: String, old: Opti
     }
 }
 
-async fn scale(api: &Api<ReplicaSet>, rs: &ReplicaSet, replicas: i32, d_replicas: i32, surge: i32) -> Result<(), Error> {
+/// What scaling a Deployment's ReplicaSets needs: where to write, what to
+/// record the scaling on.
+struct Scaler<'a> {
+    api: &'a Api<ReplicaSet>,
+    ctx: &'a Context,
+    deployment: &'a Deployment,
+}
+
+impl Scaler<'_> {
+    /// Sets `rs` to `replicas` (and its desired/max annotations to the
+    /// Deployment's `d_replicas` and `d_replicas + surge`); records a
+    /// `ScalingReplicaSet` event if its size changed.
+    async fn scale(&self, rs: &ReplicaSet, replicas: i32, d_replicas: i32, surge: i32) -> Result<(), Error> {
+        let from = spec_replicas(rs);
+        if !scale(self.api, rs, replicas, d_replicas, surge).await? {
+            return Ok(());
+        }
+        if from != replicas {
+            record_scaling(self.ctx, self.deployment, rs.metadata.name.as_deref().unwrap_or_default(), from, replicas);
+        }
+        Ok(())
+    }
+}
+
+/// Writes `rs`'s size and annotations; `false` if they were already so.
+async fn scale(api: &Api<ReplicaSet>, rs: &ReplicaSet, replicas: i32, d_replicas: i32, surge: i32) -> Result<bool, Error> {
     if spec_replicas(rs) == replicas
         && annotation(rs, DESIRED_REPLICAS) == Some(d_replicas)
         && annotation(rs, MAX_REPLICAS) == Some(d_replicas + surge)
     {
-        return Ok(());
+        return Ok(false);
     }
     let annotations = serde_json::json!({
         DESIRED_REPLICAS: d_replicas.to_string(),
@@ -250,7 +297,7 @@ async fn scale(api: &Api<ReplicaSet>, rs: &ReplicaSet, replicas: i32, d_replicas
         &Patch::Merge(&patch),
     )
     .await?;
-    Ok(())
+    Ok(true)
 }
 
 /// Whether the Deployment was scaled since its active ReplicaSets were
@@ -265,9 +312,8 @@ fn is_scaling_event(all: &[Arc<ReplicaSet>], replicas: i32) -> bool {
 /// active ReplicaSet (or the newest) takes every replica; a saturated new
 /// one lets the old ones go; otherwise a rolling Deployment scales every
 /// active ReplicaSet in proportion.
-#[allow(clippy::too_many_arguments)]
 async fn sync_scale(
-    api: &Api<ReplicaSet>,
+    scaler: &Scaler<'_>,
     status_replicas: i32,
     new: Option<&Arc<ReplicaSet>>,
     old: &[Arc<ReplicaSet>],
@@ -282,7 +328,7 @@ async fn sync_scale(
         _ => None,
     };
     if let Some(rs) = lone {
-        return scale(api, rs, replicas, replicas, surge).await;
+        return scaler.scale(rs, replicas, replicas, surge).await;
     }
     if let Some(new) = new
         && spec_replicas(new) == replicas
@@ -290,7 +336,7 @@ async fn sync_scale(
         && available(new) == replicas
     {
         for rs in old.iter().filter(|rs| spec_replicas(rs) > 0) {
-            scale(api, rs, 0, replicas, surge).await?;
+            scaler.scale(rs, 0, replicas, surge).await?;
         }
         return Ok(());
     }
@@ -300,7 +346,7 @@ async fn sync_scale(
             .map(|rs| ScaledSet { replicas: spec_replicas(rs), max_replicas: annotation(rs, MAX_REPLICAS), age: age_key(rs) })
             .collect();
         for (rs, size) in active.iter().zip(proportional_sizes(replicas, surge, status_replicas, &sets)) {
-            scale(api, rs, size, replicas, surge).await?;
+            scaler.scale(rs, size, replicas, surge).await?;
         }
     }
     Ok(())
@@ -433,6 +479,9 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
                 };
                 match rs_api.create(&PostParams::default(), &rs).await {
                     Ok(created) => {
+                        if initial > 0 {
+                            record_scaling(&ctx, &d, created.metadata.name.as_deref().unwrap_or_default(), 0, initial);
+                        }
                         new = Some(Arc::new(created));
                         progress_reason = "NewReplicaSetCreated";
                     }
@@ -464,9 +513,10 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
         all.push(new_rs.clone());
     }
     let total_spec: i32 = all.iter().map(|rs| spec_replicas(rs)).sum();
+    let scaler = Scaler { api: &rs_api, ctx: &ctx, deployment: &d };
     if paused || is_scaling_event(&all, replicas) {
         let status_replicas = d.status.as_ref().and_then(|s| s.replicas).unwrap_or(0);
-        sync_scale(&rs_api, status_replicas, new.as_ref(), &old, replicas, surge, !recreate).await?;
+        sync_scale(&scaler, status_replicas, new.as_ref(), &old, replicas, surge, !recreate).await?;
     } else if let Some(new_rs) = &new {
         if recreate {
             let old_running: i32 = old
@@ -474,16 +524,16 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
                 .map(|rs| spec_replicas(rs).max(rs.status.as_ref().map(|s| s.replicas).unwrap_or(0)))
                 .sum();
             for rs in old.iter().filter(|rs| spec_replicas(rs) > 0) {
-                scale(&rs_api, rs, 0, replicas, surge).await?;
+                scaler.scale(rs, 0, replicas, surge).await?;
             }
             if old_running == 0 && spec_replicas(new_rs) != replicas {
-                scale(&rs_api, new_rs, replicas, replicas, surge).await?;
+                scaler.scale(new_rs, replicas, replicas, surge).await?;
             }
         } else {
             let new_spec = spec_replicas(new_rs);
             let target = new_rs_replicas(replicas, surge, total_spec.max(new_spec), new_spec);
             if target != new_spec {
-                scale(&rs_api, new_rs, target, replicas, surge).await?;
+                scaler.scale(new_rs, target, replicas, surge).await?;
             }
             let all_spec = total_spec - new_spec + target;
             let total_available: i32 = all.iter().map(|rs| available(rs)).sum();
@@ -526,7 +576,7 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
             }
             for (rs, n) in old_sorted.iter().zip(next) {
                 if n != spec_replicas(rs) {
-                    scale(&rs_api, rs, n, replicas, surge).await?;
+                    scaler.scale(rs, n, replicas, surge).await?;
                 }
             }
         }
@@ -671,6 +721,7 @@ pub async fn run_with_queue(
     let ctx = Arc::new(Context {
         client: factory.client().clone(),
         replica_sets: factory.informer::<ReplicaSet>(),
+        recorder: Recorder::new(factory.client().clone(), NAME, NAME),
     });
     let deployments = factory.informer::<Deployment>();
     Controller::<Deployment>::for_(&factory)
@@ -721,6 +772,299 @@ mod tests {
         assert_eq!(sizes.iter().sum::<i32>(), 125, "{sizes:?}");
         // Nothing to do.
         assert_eq!(proportional_sizes(10, 3, 10, &sets(&[(8, Some(13)), (5, Some(13))])), vec![8, 5]);
+    }
+
+    mod reconcile {
+        //! One reconcile against a [`FakeCluster`]: objects in, requests,
+        //! events and objects out.
+
+        use super::super::*;
+        use crate::testing::FakeCluster;
+        use serde_json::{Value, json};
+
+        const D_UID: &str = "d-uid";
+
+        fn template(image: &str) -> Value {
+            json!({
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": image}]},
+            })
+        }
+
+        /// A Deployment of `replicas` running `image` (generation 2, observed).
+        fn deployment(replicas: i32, image: &str) -> Value {
+            json!({
+                "metadata": {"name": "web", "namespace": "default", "uid": D_UID, "generation": 2},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": template(image),
+                },
+            })
+        }
+
+        /// The name the controller gives the ReplicaSet of `image`.
+        fn new_name(image: &str) -> String {
+            let t: PodTemplateSpec = serde_json::from_value(template(image)).unwrap();
+            format!("web-{}", template_hash(&t, None))
+        }
+
+        /// A ReplicaSet of the Deployment running `image`: `revision`,
+        /// `spec.replicas`, and `(status.replicas, availableReplicas)`;
+        /// last scaled when the Deployment had `desired` replicas.
+        fn replica_set(image: &str, revision: i64, replicas: i32, status: (i32, i32), desired: i32) -> ReplicaSet {
+            let name = format!("web-{image}");
+            let mut t = template(image);
+            t["metadata"]["labels"][POD_TEMPLATE_HASH] = json!(image);
+            serde_json::from_value(json!({
+                "metadata": {
+                    "name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                    "labels": {"app": "web", POD_TEMPLATE_HASH: image},
+                    "creationTimestamp": Timestamp::from_second(1_000 + revision).unwrap().to_string(),
+                    "annotations": {REVISION: revision.to_string(), DESIRED_REPLICAS: desired.to_string(), MAX_REPLICAS: (desired + 1).to_string()},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": D_UID, "controller": true, "blockOwnerDeletion": true}],
+                },
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": "web", POD_TEMPLATE_HASH: image}},
+                    "template": t,
+                },
+                "status": {"replicas": status.0, "readyReplicas": status.1, "availableReplicas": status.1},
+            }))
+            .unwrap()
+        }
+
+        async fn reconcile_web(fake: &FakeCluster) -> Action {
+            let ctx = Arc::new(Context {
+                client: fake.client(),
+                replica_sets: fake.informer::<ReplicaSet>().await,
+                recorder: Recorder::new(fake.client(), NAME, NAME),
+            });
+            let d: Deployment = fake.get("default", "web").await.expect("the Deployment exists");
+            reconcile(Arc::new(d), ctx).await.expect("reconciles")
+        }
+
+        /// `(name, spec.replicas, revision)` of every ReplicaSet, sorted by name.
+        async fn replica_sets(fake: &FakeCluster) -> Vec<(String, i32, String)> {
+            fake.list::<ReplicaSet>("default")
+                .await
+                .iter()
+                .map(|rs| {
+                    let revision = rs.metadata.annotations.as_ref().and_then(|a| a.get(REVISION)).cloned().unwrap_or_default();
+                    (rs.metadata.name.clone().unwrap(), spec_replicas(rs), revision)
+                })
+                .collect()
+        }
+
+        struct Row {
+            name: &'static str,
+            deployment: Value,
+            replica_sets: Vec<ReplicaSet>,
+            /// Writes but the Deployment's status, in order; `NEW` stands
+            /// for the new ReplicaSet's name.
+            writes: Vec<&'static str>,
+            /// `(name, replicas, revision)` afterwards.
+            after: Vec<(&'static str, i32, &'static str)>,
+            /// The Deployment's `ScalingReplicaSet` notes.
+            events: Vec<&'static str>,
+        }
+
+        /// `d` with `value` at `path` (whose parent exists).
+        fn with(mut d: Value, path: &str, value: Value) -> Value {
+            let (parent, key) = path.rsplit_once('/').unwrap();
+            d.pointer_mut(parent).unwrap_or_else(|| panic!("{path}"))[key] = value;
+            d
+        }
+
+        fn recreate(d: Value) -> Value {
+            with(d, "/spec/strategy", json!({"type": "Recreate"}))
+        }
+
+        fn annotated(d: Value, revision: &str) -> Value {
+            with(d, "/metadata/annotations", json!({REVISION: revision}))
+        }
+
+        fn rows() -> Vec<Row> {
+            vec![
+                Row {
+                    name: "first rollout: a new ReplicaSet of every replica, revision 1",
+                    deployment: deployment(3, "v2"),
+                    replica_sets: vec![],
+                    writes: vec!["create replicasets default/NEW", "patch deployments default/web"],
+                    after: vec![("NEW", 3, "1")],
+                    events: vec!["Scaled up replica set NEW from 0 to 3"],
+                },
+                Row {
+                    name: "new template: a new ReplicaSet within maxSurge, next revision",
+                    deployment: annotated(deployment(3, "v2"), "1"),
+                    replica_sets: vec![replica_set("v1", 1, 3, (3, 3), 3)],
+                    writes: vec!["create replicasets default/NEW", "patch deployments default/web"],
+                    after: vec![("NEW", 1, "2"), ("web-v1", 3, "1")],
+                    events: vec!["Scaled up replica set NEW from 0 to 1"],
+                },
+                Row {
+                    name: "rolling: the old ReplicaSet goes down as the new one becomes available",
+                    deployment: annotated(deployment(3, "v2"), "2"),
+                    replica_sets: vec![replica_set("v1", 1, 3, (3, 3), 3), replica_set("v2", 2, 1, (1, 1), 3)],
+                    writes: vec!["patch replicasets default/web-v1"],
+                    after: vec![("web-v1", 2, "1"), ("web-v2", 1, "2")],
+                    events: vec!["Scaled down replica set web-v1 from 3 to 2"],
+                },
+                Row {
+                    name: "Recreate: old scaled to 0, the new one created empty",
+                    deployment: annotated(recreate(deployment(3, "v2")), "1"),
+                    replica_sets: vec![replica_set("v1", 1, 3, (3, 3), 3)],
+                    writes: vec!["create replicasets default/NEW", "patch replicasets default/web-v1", "patch deployments default/web"],
+                    after: vec![("NEW", 0, "2"), ("web-v1", 0, "1")],
+                    events: vec!["Scaled down replica set web-v1 from 3 to 0"],
+                },
+                Row {
+                    name: "Recreate: the new one waits while old pods remain",
+                    deployment: annotated(recreate(deployment(3, "v2")), "2"),
+                    replica_sets: vec![replica_set("v1", 1, 0, (2, 0), 3), replica_set("v2", 2, 0, (0, 0), 3)],
+                    writes: vec![],
+                    after: vec![("web-v1", 0, "1"), ("web-v2", 0, "2")],
+                    events: vec![],
+                },
+                Row {
+                    name: "Recreate: the new one scales up once old pods are gone",
+                    deployment: annotated(recreate(deployment(3, "v2")), "2"),
+                    replica_sets: vec![replica_set("v1", 1, 0, (0, 0), 3), replica_set("v2", 2, 0, (0, 0), 3)],
+                    writes: vec!["patch replicasets default/web-v2"],
+                    after: vec![("web-v1", 0, "1"), ("web-v2", 3, "2")],
+                    events: vec!["Scaled up replica set web-v2 from 0 to 3"],
+                },
+                Row {
+                    name: "paused: no rollout, but scaling",
+                    deployment: annotated(with(deployment(5, "v2"), "/spec/paused", json!(true)), "1"),
+                    replica_sets: vec![replica_set("v1", 1, 3, (3, 3), 3)],
+                    writes: vec!["patch replicasets default/web-v1"],
+                    after: vec![("web-v1", 5, "1")],
+                    events: vec!["Scaled up replica set web-v1 from 3 to 5"],
+                },
+                Row {
+                    name: "revisionHistoryLimit: the oldest idle ReplicaSets go",
+                    deployment: annotated(with(deployment(2, "v4"), "/spec/revisionHistoryLimit", json!(1)), "4"),
+                    replica_sets: vec![
+                        replica_set("v1", 1, 0, (0, 0), 2),
+                        replica_set("v2", 2, 0, (0, 0), 2),
+                        replica_set("v3", 3, 0, (0, 0), 2),
+                        replica_set("v4", 4, 2, (2, 2), 2),
+                    ],
+                    writes: vec!["delete replicasets default/web-v1", "delete replicasets default/web-v2"],
+                    after: vec![("web-v3", 0, "3"), ("web-v4", 2, "4")],
+                    events: vec![],
+                },
+                Row {
+                    name: "rollback: the old template's ReplicaSet becomes the newest revision",
+                    deployment: annotated(deployment(3, "v1"), "2"),
+                    replica_sets: vec![replica_set("v1", 1, 0, (0, 0), 3), replica_set("v2", 2, 3, (3, 3), 3)],
+                    writes: vec!["patch replicasets default/web-v1", "patch replicasets default/web-v1", "patch deployments default/web"],
+                    after: vec![("web-v1", 1, "3"), ("web-v2", 3, "2")],
+                    events: vec!["Scaled up replica set web-v1 from 0 to 1"],
+                },
+            ]
+        }
+
+        #[tokio::test]
+        async fn table() {
+            for row in rows() {
+                let d: Deployment = serde_json::from_value(row.deployment.clone()).unwrap();
+                let image = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].image.clone().unwrap();
+                let new = new_name(&image);
+                let fake = FakeCluster::builder().object(&d).objects(&row.replica_sets).build().await;
+                reconcile_web(&fake).await;
+                let writes: Vec<String> = fake.writes().into_iter().filter(|w| w != "patch deployments/status default/web").collect();
+                let expected: Vec<String> = row.writes.iter().map(|w| w.replace("NEW", &new)).collect();
+                assert_eq!(writes, expected, "{}", row.name);
+                let expected: Vec<(String, i32, String)> =
+                    row.after.iter().map(|(n, r, rev)| (n.replace("NEW", &new), *r, rev.to_string())).collect();
+                let mut expected = expected;
+                expected.sort();
+                assert_eq!(replica_sets(&fake).await, expected, "{}", row.name);
+                let expected: Vec<String> =
+                    row.events.iter().map(|e| format!("Normal {SCALING_REPLICA_SET} {}", e.replace("NEW", &new))).collect();
+                assert_eq!(fake.events("default", expected.len()).await, expected, "{}", row.name);
+                // The Deployment carries the newest revision.
+                let d: Deployment = fake.get("default", "web").await.unwrap();
+                let newest = replica_sets(&fake).await.into_iter().map(|(_, _, r)| r.parse::<i64>().unwrap()).max().unwrap();
+                assert_eq!(d.metadata.annotations.unwrap()[REVISION], newest.to_string(), "{}", row.name);
+            }
+        }
+
+        #[tokio::test]
+        async fn new_replica_set_is_labelled_and_annotated() {
+            let d: Deployment = serde_json::from_value(deployment(3, "v2")).unwrap();
+            let fake = FakeCluster::builder().object(&d).build().await;
+            reconcile_web(&fake).await;
+            let rs: ReplicaSet = fake.get("default", &new_name("v2")).await.unwrap();
+            let hash = new_name("v2").trim_start_matches("web-").to_owned();
+            assert_eq!(rs.metadata.labels.as_ref().unwrap()[POD_TEMPLATE_HASH], hash);
+            assert_eq!(rs.spec.as_ref().unwrap().selector.match_labels.as_ref().unwrap()[POD_TEMPLATE_HASH], hash);
+            let template_labels = rs.spec.as_ref().unwrap().template.as_ref().unwrap().metadata.as_ref().unwrap().labels.clone().unwrap();
+            assert_eq!(template_labels[POD_TEMPLATE_HASH], hash);
+            let annotations = rs.metadata.annotations.clone().unwrap();
+            assert_eq!((annotations[DESIRED_REPLICAS].as_str(), annotations[MAX_REPLICAS].as_str()), ("3", "4"));
+            assert_eq!(controller_of(&rs).map(|r| r.uid.as_str()), Some(D_UID));
+            // Status: nothing available yet, progressing.
+            let status = fake.get::<Deployment>("default", "web").await.unwrap().status.unwrap();
+            let progressing = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Progressing").unwrap();
+            assert_eq!((progressing.status.as_str(), progressing.reason.as_deref()), ("True", Some("NewReplicaSetCreated")));
+            assert_eq!(status.observed_generation, Some(2));
+        }
+
+        #[tokio::test]
+        async fn paused_deployment_reports_paused() {
+            let d: Deployment = serde_json::from_value(annotated(with(deployment(3, "v2"), "/spec/paused", json!(true)), "1")).unwrap();
+            let fake = FakeCluster::builder().object(&d).object(&replica_set("v1", 1, 3, (3, 3), 3)).build().await;
+            reconcile_web(&fake).await;
+            assert_eq!(fake.writes(), ["patch deployments/status default/web"]);
+            let status = fake.get::<Deployment>("default", "web").await.unwrap().status.unwrap();
+            let progressing = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Progressing").unwrap();
+            assert_eq!((progressing.status.as_str(), progressing.reason.as_deref()), ("Unknown", Some("DeploymentPaused")));
+            assert_eq!(status.updated_replicas, Some(0));
+        }
+
+        #[tokio::test]
+        async fn progress_deadline_exceeded() {
+            // A rollout stuck for an hour with a 10 s deadline: the new
+            // ReplicaSet has 3 pods, one available; nothing moved since the
+            // last status.
+            let hour_ago = Timestamp::now().checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(3600)).unwrap().to_string();
+            let mut d = annotated(with(deployment(3, "v2"), "/spec/progressDeadlineSeconds", json!(10)), "1");
+            d["status"] = json!({
+                "observedGeneration": 2, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 1,
+                "availableReplicas": 1, "unavailableReplicas": 2,
+                "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
+                                "message": "progressing", "lastUpdateTime": hour_ago, "lastTransitionTime": hour_ago}],
+            });
+            let d: Deployment = serde_json::from_value(d).unwrap();
+            let mut rs = replica_set("v2", 1, 3, (3, 1), 3);
+            rs.metadata.name = Some(new_name("v2"));
+            let fake = FakeCluster::builder().object(&d).object(&rs).build().await;
+            reconcile_web(&fake).await;
+            let status = fake.get::<Deployment>("default", "web").await.unwrap().status.unwrap();
+            let progressing = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Progressing").unwrap();
+            assert_eq!(
+                (progressing.status.as_str(), progressing.reason.as_deref()),
+                ("False", Some("ProgressDeadlineExceeded")),
+                "{progressing:?}"
+            );
+            assert_eq!(progressing.message.as_deref(), Some(format!("ReplicaSet \"{}\" has timed out progressing.", new_name("v2")).as_str()));
+
+            // Within the deadline the same state is still progressing.
+            let mut d = d;
+            let recent = Timestamp::now().to_string();
+            let conditions = d.status.as_mut().unwrap().conditions.as_mut().unwrap();
+            conditions[0].last_update_time = Some(Time(recent.parse().unwrap()));
+            let fake = FakeCluster::builder().object(&d).object(&rs).build().await;
+            let action = reconcile_web(&fake).await;
+            let status = fake.get::<Deployment>("default", "web").await.unwrap().status.unwrap();
+            let progressing = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Progressing").unwrap();
+            assert_eq!((progressing.status.as_str(), progressing.reason.as_deref()), ("True", Some("ReplicaSetUpdated")));
+            // Looked at again by the deadline.
+            assert_eq!(action, Action::requeue(Duration::from_secs(10)));
+        }
     }
 
     #[test]
