@@ -519,9 +519,17 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
         sync_scale(&scaler, status_replicas, new.as_ref(), &old, replicas, surge, !recreate).await?;
     } else if let Some(new_rs) = &new {
         if recreate {
+            // Old pods still running, terminating ones included: the new
+            // ReplicaSet starts only once they are all gone (upstream's
+            // `oldPodsRunning`).
             let old_running: i32 = old
                 .iter()
-                .map(|rs| spec_replicas(rs).max(rs.status.as_ref().map(|s| s.replicas).unwrap_or(0)))
+                .map(|rs| {
+                    let status = rs.status.as_ref();
+                    let running = status.map(|s| s.replicas).unwrap_or(0)
+                        + status.and_then(|s| s.terminating_replicas).unwrap_or(0);
+                    spec_replicas(rs).max(running)
+                })
                 .sum();
             for rs in old.iter().filter(|rs| spec_replicas(rs) > 0) {
                 scaler.scale(rs, 0, replicas, surge).await?;
@@ -834,6 +842,12 @@ mod tests {
             .unwrap()
         }
 
+        /// `rs` with `n` pods being deleted.
+        fn terminating(mut rs: ReplicaSet, n: i32) -> ReplicaSet {
+            rs.status.as_mut().unwrap().terminating_replicas = Some(n);
+            rs
+        }
+
         async fn reconcile_web(fake: &FakeCluster) -> Action {
             let ctx = Arc::new(Context {
                 client: fake.client(),
@@ -922,6 +936,14 @@ mod tests {
                     name: "Recreate: the new one waits while old pods remain",
                     deployment: annotated(recreate(deployment(3, "v2")), "2"),
                     replica_sets: vec![replica_set("v1", 1, 0, (2, 0), 3), replica_set("v2", 2, 0, (0, 0), 3)],
+                    writes: vec![],
+                    after: vec![("web-v1", 0, "1"), ("web-v2", 0, "2")],
+                    events: vec![],
+                },
+                Row {
+                    name: "Recreate: the new one waits while old pods terminate",
+                    deployment: annotated(recreate(deployment(3, "v2")), "2"),
+                    replica_sets: vec![terminating(replica_set("v1", 1, 0, (0, 0), 3), 2), replica_set("v2", 2, 0, (0, 0), 3)],
                     writes: vec![],
                     after: vec![("web-v1", 0, "1"), ("web-v2", 0, "2")],
                     events: vec![],

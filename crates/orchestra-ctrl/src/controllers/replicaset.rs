@@ -214,11 +214,13 @@ fn candidates(pods: &Informer<Pod>, namespace: &str, uid: &str, selector: &Label
 
 /// One reconcile of a ReplicaSet.
 pub async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let active = sync(&rs, owner_reference(rs.as_ref()), &ctx).await?;
+    let (active, terminating) = sync(&rs, owner_reference(rs.as_ref()), &ctx).await?;
     let key = ObjectKey::of(rs.as_ref());
     let namespace = key.namespace.clone().unwrap_or_default();
     let spec = rs.spec.clone().unwrap_or_default();
-    let status = compute_status(&rs, &active);
+    let mut status = compute_status(&rs, &active);
+    // Pods being deleted that still run: a Recreate Deployment waits for them.
+    status.terminating_replicas = (terminating > 0).then_some(terminating);
     if rs.status.as_ref() != Some(&status) {
         let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
         let patch = serde_json::json!({"status": status});
@@ -261,7 +263,7 @@ pub fn as_replica_set(rc: &ReplicationController) -> ReplicaSet {
 /// One reconcile of a ReplicationController.
 pub async fn reconcile_rc(rc: Arc<ReplicationController>, ctx: Arc<Context>) -> Result<Action, Error> {
     let view = as_replica_set(&rc);
-    let active = sync(&view, owner_reference(rc.as_ref()), &ctx).await?;
+    let (active, _) = sync(&view, owner_reference(rc.as_ref()), &ctx).await?;
     let s = compute_status(&view, &active);
     let status = ReplicationControllerStatus {
         replicas: s.replicas,
@@ -285,8 +287,9 @@ pub async fn reconcile_rc(rc: Arc<ReplicationController>, ctx: Arc<Context>) -> 
 }
 
 /// Claims pods for `rs` (controlled through `owner`), creates or deletes
-/// pods toward `spec.replicas`, and returns the active owned pods.
-async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<Vec<Arc<Pod>>, Error> {
+/// pods toward `spec.replicas`, and returns the active owned pods and how
+/// many owned pods are being deleted but not terminated yet.
+async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(Vec<Arc<Pod>>, i32), Error> {
     let key = ObjectKey::of(rs);
     let namespace = key.namespace.clone().unwrap_or_default();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -328,6 +331,13 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<V
             _ => {}
         }
     }
+    let terminating = owned
+        .iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_some()
+                && !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+        })
+        .count() as i32;
     let active: Vec<Arc<Pod>> = owned.into_iter().filter(|p| is_active(p)).collect();
 
     if ctx.expectations.satisfied(&key) && !deleting {
@@ -405,7 +415,7 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<V
         }
     }
 
-    Ok(active)
+    Ok((active, terminating))
 }
 
 /// Runs the ReplicaSet controller on `factory`'s informers until `shutdown`.
@@ -826,6 +836,25 @@ mod tests {
             fake.clear_actions();
             reconcile_web(&fake, &ctx).await;
             assert_eq!(fake.writes(), Vec::<String>::new());
+        }
+
+        #[tokio::test]
+        async fn status_counts_terminating_pods_apart() {
+            let mut going = pod("going", "web", Owner::Ours, State::Ready, 100);
+            going.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+            going.metadata.finalizers = Some(vec!["test/keep".into()]);
+            let mut failed = pod("failed", "web", Owner::Ours, State::NotReady, 100);
+            failed.metadata.deletion_timestamp = going.metadata.deletion_timestamp.clone();
+            failed.metadata.finalizers = going.metadata.finalizers.clone();
+            failed.status.as_mut().unwrap().phase = Some("Failed".into());
+            let pods = [pod("a", "web", Owner::Ours, State::Ready, 100), going, failed];
+            let fake = FakeCluster::builder().object(&replica_set(1)).objects(&pods).build().await;
+            let ctx = context(&fake).await;
+            reconcile_web(&fake, &ctx).await;
+            // One active pod as wanted: no create for the one going away.
+            assert_eq!(fake.writes(), ["patch replicasets/status default/web"]);
+            let status = fake.get::<ReplicaSet>("default", "web").await.unwrap().status.unwrap();
+            assert_eq!((status.replicas, status.terminating_replicas), (1, Some(1)));
         }
 
         #[tokio::test]
