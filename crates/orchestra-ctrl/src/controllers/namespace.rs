@@ -98,3 +98,145 @@ pub async fn run(factory: SharedInformerFactory, workers: usize, shutdown: impl 
         .run(reconcile, ctx, shutdown)
         .await;
 }
+
+#[cfg(test)]
+mod tests {
+    //! One reconcile against a [`FakeCluster`](crate::testing::FakeCluster).
+
+    use super::*;
+    use crate::testing::FakeCluster;
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    use serde_json::json;
+
+    const GONE: &str = "1970-01-01T00:00:01Z";
+
+    fn namespace(terminating: bool, finalizers: &[&str]) -> Namespace {
+        let mut ns = json!({
+            "metadata": {"name": "team"},
+            "spec": {"finalizers": finalizers},
+            "status": {"phase": if terminating { "Terminating" } else { "Active" }},
+        });
+        if terminating {
+            ns["metadata"]["deletionTimestamp"] = json!(GONE);
+        }
+        serde_json::from_value(ns).unwrap()
+    }
+
+    fn config_map(name: &str, finalizer: bool) -> ConfigMap {
+        let mut cm = json!({"metadata": {"name": name, "namespace": "team"}});
+        if finalizer {
+            cm["metadata"]["finalizers"] = json!(["test/keep"]);
+            cm["metadata"]["deletionTimestamp"] = json!(GONE);
+        }
+        serde_json::from_value(cm).unwrap()
+    }
+
+    fn pod(name: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        }))
+        .unwrap()
+    }
+
+    struct Row {
+        name: &'static str,
+        namespace: Namespace,
+        config_maps: Vec<ConfigMap>,
+        pods: Vec<Pod>,
+        /// Writes, sorted.
+        writes: &'static [&'static str],
+        /// Whether the reconcile asks to look again.
+        requeue: bool,
+        /// Whether the namespace is still there afterwards.
+        remains: bool,
+    }
+
+    #[tokio::test]
+    async fn table() {
+        let rows = [
+            Row {
+                name: "an active namespace is left alone",
+                namespace: namespace(false, &[FINALIZER]),
+                config_maps: vec![config_map("cfg", false)],
+                pods: vec![],
+                writes: &[],
+                requeue: false,
+                remains: true,
+            },
+            Row {
+                name: "a deleted namespace is emptied first",
+                namespace: namespace(true, &[FINALIZER]),
+                config_maps: vec![config_map("cfg", false)],
+                pods: vec![pod("p")],
+                writes: &["delete configmaps team/cfg", "delete pods team/p"],
+                requeue: true,
+                remains: true,
+            },
+            Row {
+                name: "objects already being deleted are waited for",
+                namespace: namespace(true, &[FINALIZER]),
+                config_maps: vec![config_map("held", true)],
+                pods: vec![],
+                writes: &[],
+                requeue: true,
+                remains: true,
+            },
+            Row {
+                name: "an empty deleted namespace is finalized and goes",
+                namespace: namespace(true, &[FINALIZER]),
+                config_maps: vec![],
+                pods: vec![],
+                writes: &["update namespaces/finalize team"],
+                requeue: false,
+                remains: false,
+            },
+            Row {
+                name: "another finalizer's namespace keeps it",
+                namespace: namespace(true, &[FINALIZER, "example.com/other"]),
+                config_maps: vec![],
+                pods: vec![],
+                writes: &["update namespaces/finalize team"],
+                requeue: false,
+                remains: true,
+            },
+            Row {
+                name: "without our finalizer there is nothing to do",
+                namespace: namespace(true, &["example.com/other"]),
+                config_maps: vec![config_map("cfg", false)],
+                pods: vec![],
+                writes: &[],
+                requeue: false,
+                remains: true,
+            },
+        ];
+        for row in rows {
+            let fake = FakeCluster::builder().object(&row.namespace).objects(&row.config_maps).objects(&row.pods).build().await;
+            let ctx = Arc::new(Context { client: fake.client(), recheck: Duration::from_secs(7) });
+            let ns: Namespace = fake.get_cluster("team").await.unwrap();
+            let action = reconcile(Arc::new(ns), ctx).await.expect("reconciles");
+            let mut writes = fake.writes();
+            writes.sort();
+            assert_eq!(writes, row.writes, "{}", row.name);
+            let expected = if row.requeue { Action::requeue(Duration::from_secs(7)) } else { Action::await_change() };
+            assert_eq!(action, expected, "{}", row.name);
+            let after = fake.get_cluster::<Namespace>("team").await;
+            assert_eq!(after.is_some(), row.remains, "{}: {after:?}", row.name);
+            if let Some(after) = after
+                && row.writes.iter().any(|w| w.contains("finalize"))
+            {
+                assert_eq!(after.spec.unwrap().finalizers.unwrap(), ["example.com/other"], "{}", row.name);
+            }
+        }
+        // The deletes were real: only the object with a finalizer remains.
+        let fake = FakeCluster::builder()
+            .object(&namespace(true, &[FINALIZER]))
+            .objects(&[config_map("cfg", false), config_map("held", true)])
+            .build()
+            .await;
+        let ctx = Arc::new(Context { client: fake.client(), recheck: Duration::from_secs(7) });
+        reconcile(Arc::new(fake.get_cluster("team").await.unwrap()), ctx).await.unwrap();
+        let left: Vec<String> = fake.list::<ConfigMap>("team").await.into_iter().filter_map(|c| c.metadata.name).collect();
+        assert_eq!(left, ["held"]);
+    }
+}

@@ -70,3 +70,55 @@ pub async fn run(factory: SharedInformerFactory, shutdown: impl Future<Output = 
         .run(reconcile, ctx, shutdown)
         .await;
 }
+
+#[cfg(test)]
+mod tests {
+    //! One reconcile against a [`FakeCluster`](crate::testing::FakeCluster).
+
+    use super::*;
+    use crate::testing::FakeCluster;
+    use serde_json::json;
+
+    fn namespace(phase: &str) -> Namespace {
+        let mut ns = json!({"metadata": {"name": "team"}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": phase}});
+        if phase == "Terminating" {
+            ns["metadata"]["deletionTimestamp"] = json!("1970-01-01T00:00:01Z");
+        }
+        serde_json::from_value(ns).unwrap()
+    }
+
+    fn account(name: &str) -> ServiceAccount {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "team"}})).unwrap()
+    }
+
+    #[tokio::test]
+    async fn table() {
+        let rows: [(&str, Namespace, Vec<ServiceAccount>, &[&str]); 4] = [
+            ("creates default in a new namespace", namespace("Active"), vec![], &["create serviceaccounts team/default"]),
+            ("other accounts do not count", namespace("Active"), vec![account("builder")], &["create serviceaccounts team/default"]),
+            ("default exists: nothing to do", namespace("Active"), vec![account(DEFAULT)], &[]),
+            ("a terminating namespace gets none", namespace("Terminating"), vec![], &[]),
+        ];
+        for (name, ns, accounts, writes) in rows {
+            let fake = FakeCluster::builder().object(&ns).objects(&accounts).build().await;
+            let ctx = Arc::new(Context { client: fake.client(), accounts: fake.informer::<ServiceAccount>().await });
+            let ns: Namespace = fake.get_cluster("team").await.unwrap();
+            let action = reconcile(Arc::new(ns), ctx).await.expect("reconciles");
+            assert_eq!(action, Action::await_change(), "{name}");
+            assert_eq!(fake.writes(), writes, "{name}");
+            let exists = fake.get::<ServiceAccount>("team", DEFAULT).await.is_some();
+            assert_eq!(exists, !writes.is_empty() || accounts.iter().any(|a| a.metadata.name.as_deref() == Some(DEFAULT)), "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stale_cache_is_no_error() {
+        // `default` exists, but the cache (empty here) has not shown it
+        // yet: the create's 409 Conflict is no error.
+        let fake = FakeCluster::builder().object(&namespace("Active")).object(&account(DEFAULT)).build().await;
+        let ctx = Arc::new(Context { client: fake.client(), accounts: Informer::new() });
+        let ns = Arc::new(fake.get_cluster::<Namespace>("team").await.unwrap());
+        assert_eq!(reconcile(ns, ctx).await.expect("reconciles"), Action::await_change());
+        assert_eq!(fake.writes(), ["create serviceaccounts team/default"]);
+    }
+}
