@@ -347,6 +347,167 @@ mod tests {
         })
     }
 
+    mod reconcile {
+        //! One reconcile against a [`FakeCluster`]: objects in, requests
+        //! and objects out.
+
+        use super::super::*;
+        use crate::testing::FakeCluster;
+        use serde_json::json;
+
+        fn service(selector: bool) -> Service {
+            let mut svc = json!({
+                "metadata": {"name": "web", "namespace": "default", "uid": "svc-uid", "labels": {"tier": "front"}},
+                "spec": {"ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+            });
+            if selector {
+                svc["spec"]["selector"] = json!({"app": "web"});
+            }
+            serde_json::from_value(svc).unwrap()
+        }
+
+        /// A pod of `app` at `ip` (no address with `None`) serving `http` on 8080.
+        fn pod(name: &str, app: &str, ip: Option<&str>, ready: bool) -> Pod {
+            let mut pod = json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": app}},
+                "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "i", "ports": [{"name": "http", "containerPort": 8080}]}]},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+            });
+            if let Some(ip) = ip {
+                pod["status"]["podIP"] = json!(ip);
+            }
+            serde_json::from_value(pod).unwrap()
+        }
+
+        async fn context(fake: &FakeCluster) -> Arc<Context> {
+            Arc::new(Context {
+                client: fake.client(),
+                pods: fake.informer::<Pod>().await,
+                endpoints: fake.informer::<Endpoints>().await,
+                slices: fake.informer::<EndpointSlice>().await,
+            })
+        }
+
+        async fn reconcile_web(fake: &FakeCluster, ctx: &Arc<Context>) {
+            let svc: Service = fake.get("default", "web").await.expect("the Service exists");
+            assert_eq!(reconcile(Arc::new(svc), ctx.clone()).await.expect("reconciles"), Action::await_change());
+        }
+
+        /// `(ready IPs, not-ready IPs, ports)` of the Endpoints object.
+        async fn endpoints(fake: &FakeCluster) -> Option<(Vec<String>, Vec<String>, Vec<i32>)> {
+            let ep: Endpoints = fake.get("default", "web").await?;
+            let subsets = ep.subsets.unwrap_or_default();
+            let ips = |f: fn(&EndpointSubset) -> Option<&Vec<EndpointAddress>>| {
+                subsets.iter().flat_map(|s| f(s).into_iter().flatten().map(|a| a.ip.clone())).collect::<Vec<_>>()
+            };
+            let ports = subsets.iter().flat_map(|s| s.ports.iter().flatten().map(|p| p.port)).collect();
+            Some((ips(|s| s.addresses.as_ref()), ips(|s| s.not_ready_addresses.as_ref()), ports))
+        }
+
+        /// `(name, [(ip, ready)])` of every slice of the Service.
+        async fn slices(fake: &FakeCluster) -> Vec<(String, Vec<(String, bool)>)> {
+            fake.list::<EndpointSlice>("default")
+                .await
+                .into_iter()
+                .map(|s| {
+                    assert_eq!(s.metadata.labels.as_ref().unwrap()[SERVICE_NAME], "web");
+                    assert_eq!(s.metadata.labels.as_ref().unwrap()[MANAGED_BY], MANAGER);
+                    assert_eq!(s.metadata.owner_references.as_ref().unwrap()[0].uid, "svc-uid");
+                    let endpoints = s
+                        .endpoints
+                        .iter()
+                        .map(|e| (e.addresses[0].clone(), e.conditions.as_ref().and_then(|c| c.ready) == Some(true)))
+                        .collect();
+                    (s.metadata.name.unwrap(), endpoints)
+                })
+                .collect()
+        }
+
+        type Expected = Option<(Vec<&'static str>, Vec<&'static str>, Vec<i32>)>;
+
+        #[tokio::test]
+        async fn table() {
+            let web = || vec![pod("a", "web", Some("10.0.0.2"), true), pod("b", "web", Some("10.0.0.1"), false)];
+            let rows: Vec<(&str, Service, Vec<Pod>, &[&str], Expected)> = vec![
+                (
+                    "ready and not-ready pods, named target port resolved",
+                    service(true),
+                    [web(), vec![pod("other", "db", Some("10.0.0.9"), true), pod("no-ip", "web", None, true)]].concat(),
+                    &["create endpoints default/web", "create endpointslices default/web-0"],
+                    Some((vec!["10.0.0.2"], vec!["10.0.0.1"], vec![8080])),
+                ),
+                (
+                    "no pods: an empty Endpoints object and no slice",
+                    service(true),
+                    vec![],
+                    &["create endpoints default/web"],
+                    Some((vec![], vec![], vec![])),
+                ),
+                ("no selector: not ours", service(false), web(), &[], None),
+            ];
+            for (name, svc, pods, writes, expected) in rows {
+                let fake = FakeCluster::builder().object(&svc).objects(&pods).build().await;
+                let ctx = context(&fake).await;
+                reconcile_web(&fake, &ctx).await;
+                assert_eq!(fake.writes(), writes, "{name}");
+                let expected = expected.map(|(r, n, p)| {
+                    (r.into_iter().map(String::from).collect::<Vec<_>>(), n.into_iter().map(String::from).collect::<Vec<_>>(), p)
+                });
+                assert_eq!(endpoints(&fake).await, expected, "{name}");
+                if writes.len() == 2 {
+                    let expected = vec![("web-0".to_string(), vec![("10.0.0.2".to_string(), true), ("10.0.0.1".to_string(), false)])];
+                    assert_eq!(slices(&fake).await, expected, "{name}");
+                }
+                let ep: Option<Endpoints> = fake.get("default", "web").await;
+                if let Some(ep) = ep {
+                    // The Service's labels are copied.
+                    assert_eq!(ep.metadata.labels.unwrap()["tier"], "front", "{name}");
+                }
+            }
+        }
+
+        #[tokio::test]
+        async fn up_to_date_objects_are_not_written_again() {
+            let pods = [pod("a", "web", Some("10.0.0.2"), true), pod("b", "web", Some("10.0.0.1"), false)];
+            let fake = FakeCluster::builder().object(&service(true)).objects(&pods).build().await;
+            let ctx = context(&fake).await;
+            reconcile_web(&fake, &ctx).await;
+            assert_eq!(fake.writes().len(), 2);
+            fake.sync::<Endpoints>().await;
+            fake.sync::<EndpointSlice>().await;
+            fake.clear_actions();
+            reconcile_web(&fake, &ctx).await;
+            assert_eq!(fake.writes(), Vec::<String>::new());
+        }
+
+        #[tokio::test]
+        async fn changes_update_and_extra_slices_go() {
+            let pods = [pod("a", "web", Some("10.0.0.2"), true), pod("b", "web", Some("10.0.0.1"), false)];
+            let fake = FakeCluster::builder().object(&service(true)).objects(&pods).build().await;
+            let ctx = context(&fake).await;
+            reconcile_web(&fake, &ctx).await;
+            // b becomes ready, a leftover slice of the Service appears.
+            fake.add(&pod("b", "web", Some("10.0.0.1"), true)).await;
+            let mut extra = slices_of(&service(true), &compute(&service(true), &[Arc::new(pods[0].clone())]));
+            let mut leftover = extra.remove(0);
+            leftover.metadata.name = Some("web-1".into());
+            fake.add(&leftover).await;
+            fake.sync::<Pod>().await;
+            fake.sync::<Endpoints>().await;
+            fake.sync::<EndpointSlice>().await;
+            fake.clear_actions();
+            reconcile_web(&fake, &ctx).await;
+            assert_eq!(fake.writes(), ["update endpoints default/web", "update endpointslices default/web-0", "delete endpointslices default/web-1"]);
+            assert_eq!(endpoints(&fake).await, Some((vec!["10.0.0.1".into(), "10.0.0.2".into()], vec![], vec![8080])));
+            let expected = vec![("web-0".to_string(), vec![("10.0.0.1".to_string(), true), ("10.0.0.2".to_string(), true)])];
+            assert_eq!(slices(&fake).await, expected);
+        }
+
+        fn slices_of(svc: &Service, subsets: &[EndpointSubset]) -> Vec<EndpointSlice> {
+            super::super::slices(svc, subsets)
+        }
+    }
+
     #[test]
     fn ready_and_not_ready_addresses() {
         let pods = vec![
