@@ -205,6 +205,8 @@ async fn a_watch_error_410_after_compaction_relists_and_reports_what_went_meanwh
     seen.sort();
     assert_eq!(seen, ["apply d", "delete b"]);
     until("cache consistent", || names(&informer) == set(&["a", "c", "d"])).await;
+    // The list is counted once it has been applied and told.
+    until("the relist counted", || informer.stats().lists == 2).await;
     let stats = informer.stats();
     assert_eq!(stats.gone, 1, "{stats:?}");
     assert_eq!(stats.lists, 2, "relisted once: {stats:?}");
@@ -234,6 +236,7 @@ async fn a_watch_request_answered_410_relists() {
     events_until(&mut rx, &mut seen, |s| !s.is_empty()).await;
     assert_eq!(seen, ["delete a"]);
     assert_eq!(names(&informer), set(&["b"]));
+    until("the relist counted", || informer.stats().lists >= 2).await;
     let stats = informer.stats();
     assert_eq!((stats.gone, stats.lists), (1, 2), "the 410 made it relist: {stats:?}");
     create(&api, "c").await;
