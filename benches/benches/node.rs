@@ -170,7 +170,8 @@ impl ControlPlane {
         });
         let config =
             ControllerManagerConfig { cluster_cidr: Some(CLUSTER_CIDR.into()), gc_interval, ..Default::default() };
-        let manager = controllers::builtin(SharedInformerFactory::new(client(&server)), config);
+        let manager = controllers::builtin(SharedInformerFactory::new(client(&server)), config)
+            .map_err(|e| format!("controller manager: {e}"))?;
         let manager = tokio::spawn(manager.run(stopped(&stop)));
         Ok(ControlPlane { server, stop, scheduler, manager })
     }

@@ -33,12 +33,33 @@ pub struct Args {
     /// This instance's identity in leader election.
     #[arg(long)]
     identity: Option<String>,
+    /// Controllers to run, as kube-controller-manager's flag: `*` turns on
+    /// every controller on by default, `name` turns one on, `-name` one off
+    /// (e.g. `--controllers '*,-nodeipam'`). Names: replicaset,
+    /// replicationcontroller, deployment, garbagecollector, namespace,
+    /// serviceaccount, nodelifecycle, endpoints, serviceaccount-token,
+    /// nodeipam.
+    #[arg(long, value_delimiter = ',', default_value = "*", allow_hyphen_values = true)]
+    controllers: Vec<String>,
+}
+
+/// The controller manager's configuration from the flags (without the
+/// token controller's key, read separately).
+fn config(args: &Args) -> ControllerManagerConfig {
+    ControllerManagerConfig {
+        cluster_cidr: Some(args.cluster_cidr.clone()),
+        node_cidr_mask_size: args.node_cidr_mask_size,
+        controllers: args.controllers.clone(),
+        ..Default::default()
+    }
 }
 
 /// Runs the controllers (once elected) until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    // An unknown controller name fails before anything else is done.
+    config(&args).enabled()?;
     let client = orchestra_core::client::from_kubeconfig(&args.kubeconfig).await?;
-    let identity = args.identity.unwrap_or_else(super::default_identity);
+    let identity = args.identity.clone().unwrap_or_else(super::default_identity);
     let service_account_tokens = match &args.service_account_private_key_file {
         Some(key) => Some(TokenConfig {
             signer: Arc::new(TokenSigner::load_existing(key, DEFAULT_ISSUER)?),
@@ -46,16 +67,42 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }),
         None => None,
     };
-    let config = ControllerManagerConfig {
-        cluster_cidr: Some(args.cluster_cidr),
-        node_cidr_mask_size: args.node_cidr_mask_size,
-        service_account_tokens,
-        ..Default::default()
-    };
-    let manager = controllers::builtin(SharedInformerFactory::new(client.clone()), config);
+    let config = ControllerManagerConfig { service_account_tokens, ..config(&args) };
+    let manager = controllers::builtin(SharedInformerFactory::new(client.clone()), config)?;
     let elector = Arc::new(LeaderElector::new(client, "kube-system", "kube-controller-manager", &identity));
     println!("orchestra controller-manager {identity} ready ({})", manager.names().join(", "));
     manager.run_elected(elector, super::shutdown_signal()).await?;
     println!("orchestra controller-manager stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(extra: &[&str]) -> Args {
+        let mut argv = vec!["controller-manager", "--kubeconfig", "k"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).expect("parses").args
+    }
+
+    #[test]
+    fn controllers_flag_selects_like_kube_controller_manager() {
+        assert_eq!(parse(&[]).controllers, ["*"]);
+        assert_eq!(parse(&["--controllers", "*,-nodeipam,-garbagecollector"]).controllers, ["*", "-nodeipam", "-garbagecollector"]);
+        assert_eq!(parse(&["--controllers", "-deployment"]).controllers, ["-deployment"]);
+        let enabled = config(&parse(&["--controllers", "deployment,replicaset"])).enabled().unwrap();
+        assert_eq!(enabled, ["replicaset", "deployment"]);
+        let enabled = config(&parse(&["--controllers=*,-nodeipam"])).enabled().unwrap();
+        assert!(!enabled.contains(&"nodeipam") && enabled.contains(&"endpoints"), "{enabled:?}");
+        let error = config(&parse(&["--controllers", "*,bogus"])).enabled().unwrap_err();
+        assert!(error.to_string().contains("\"bogus\" is not in the list of known controllers"), "{error}");
+    }
 }

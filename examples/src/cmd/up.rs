@@ -347,7 +347,13 @@ fn control_plane_runtime(
                     service_account_tokens: Some(tokens),
                     ..Default::default()
                 };
-                let manager = controllers::builtin(SharedInformerFactory::new(client.clone()), config);
+                let manager = match controllers::builtin(SharedInformerFactory::new(client.clone()), config) {
+                    Ok(manager) => manager,
+                    Err(error) => {
+                        ctx.log.line(format!("controller manager: {error}"));
+                        return 1;
+                    }
+                };
                 ctx.log.line(format!("controllers: {}", manager.names().join(", ")));
                 let elector = Arc::new(LeaderElector::new(
                     client,
