@@ -1140,18 +1140,19 @@ mod tests {
 
     #[test]
     fn both_zero_means_one_unavailable() {
-        let mut d = Deployment::default();
-        d.spec = Some(k8s_openapi::api::apps::v1::DeploymentSpec {
-            strategy: Some(k8s_openapi::api::apps::v1::DeploymentStrategy {
-                type_: Some("RollingUpdate".into()),
-                rolling_update: Some(k8s_openapi::api::apps::v1::RollingUpdateDeployment {
-                    max_surge: Some(IntOrString::Int(0)),
-                    max_unavailable: Some(IntOrString::Int(0)),
-                    ..Default::default()
+        let d = Deployment {
+            spec: Some(k8s_openapi::api::apps::v1::DeploymentSpec {
+                strategy: Some(k8s_openapi::api::apps::v1::DeploymentStrategy {
+                    type_: Some("RollingUpdate".into()),
+                    rolling_update: Some(k8s_openapi::api::apps::v1::RollingUpdateDeployment {
+                        max_surge: Some(IntOrString::Int(0)),
+                        max_unavailable: Some(IntOrString::Int(0)),
+                    }),
                 }),
+                ..Default::default()
             }),
             ..Default::default()
-        });
+        };
         assert_eq!(surge_and_unavailable(&d, 3), (0, 1));
     }
 }

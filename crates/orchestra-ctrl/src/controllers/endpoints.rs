@@ -424,11 +424,13 @@ mod tests {
         }
 
         type Expected = Option<(Vec<&'static str>, Vec<&'static str>, Vec<i32>)>;
+        /// Name, Service, pods → writes and the Endpoints' addresses and ports.
+        type Row = (&'static str, Service, Vec<Pod>, &'static [&'static str], Expected);
 
         #[tokio::test]
         async fn table() {
             let web = || vec![pod("a", "web", Some("10.0.0.2"), true), pod("b", "web", Some("10.0.0.1"), false)];
-            let rows: Vec<(&str, Service, Vec<Pod>, &[&str], Expected)> = vec![
+            let rows: Vec<Row> = vec![
                 (
                     "ready and not-ready pods, named target port resolved",
                     service(true),
