@@ -76,17 +76,23 @@ pub fn target_port(port: &k8s_openapi::api::core::v1::ServicePort, pod: &Pod) ->
 }
 
 /// Endpoints of `svc` among `pods`: (ready, not ready) addresses and ports.
+/// Pods that terminated (`Succeeded`, `Failed`), are being deleted or have
+/// no address yet are left out (upstream's `ShouldPodBeInEndpoints`); with
+/// `publishNotReadyAddresses` every other pod counts as ready.
 pub fn compute(svc: &Service, pods: &[Arc<Pod>]) -> Vec<EndpointSubset> {
     let Some(selector) = service_selector(svc) else {
         return Vec::new();
     };
     let ports = svc.spec.as_ref().and_then(|s| s.ports.clone()).unwrap_or_default();
+    let publish_not_ready = svc.spec.as_ref().and_then(|s| s.publish_not_ready_addresses).unwrap_or(false);
     // Group pods by their resolved port list, as upstream does.
     let mut groups: BTreeMap<Vec<(Option<String>, i32, String)>, (Vec<EndpointAddress>, Vec<EndpointAddress>)> =
         BTreeMap::new();
     for pod in pods {
+        let terminal = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
         if !selector_matches(&selector, pod.metadata.labels.as_ref())
             || pod.metadata.deletion_timestamp.is_some()
+            || terminal
         {
             continue;
         }
@@ -112,7 +118,7 @@ pub fn compute(svc: &Service, pods: &[Arc<Pod>]) -> Vec<EndpointSubset> {
             hostname: None,
         };
         let entry = groups.entry(resolved).or_default();
-        if is_ready(pod) {
+        if publish_not_ready || is_ready(pod) {
             entry.0.push(address);
         } else {
             entry.1.push(address);
@@ -379,6 +385,16 @@ mod tests {
             serde_json::from_value(pod).unwrap()
         }
 
+        fn phase(mut pod: Pod, phase: &str) -> Pod {
+            pod.status.as_mut().unwrap().phase = Some(phase.into());
+            pod
+        }
+
+        fn publishing(mut svc: Service) -> Service {
+            svc.spec.as_mut().unwrap().publish_not_ready_addresses = Some(true);
+            svc
+        }
+
         async fn context(fake: &FakeCluster) -> Arc<Context> {
             Arc::new(Context {
                 client: fake.client(),
@@ -446,6 +462,20 @@ mod tests {
                     Some((vec![], vec![], vec![])),
                 ),
                 ("no selector: not ours", service(false), web(), &[], None),
+                (
+                    "terminated pods are left out",
+                    service(true),
+                    [web(), vec![phase(pod("done", "web", Some("10.0.0.7"), false), "Succeeded"), phase(pod("failed", "web", Some("10.0.0.8"), false), "Failed")]].concat(),
+                    &["create endpoints default/web", "create endpointslices default/web-0"],
+                    Some((vec!["10.0.0.2"], vec!["10.0.0.1"], vec![8080])),
+                ),
+                (
+                    "publishNotReadyAddresses: every address is ready",
+                    publishing(service(true)),
+                    web(),
+                    &["create endpoints default/web", "create endpointslices default/web-0"],
+                    Some((vec!["10.0.0.1", "10.0.0.2"], vec![], vec![8080])),
+                ),
             ];
             for (name, svc, pods, writes, expected) in rows {
                 let fake = FakeCluster::builder().object(&svc).objects(&pods).build().await;
@@ -456,9 +486,12 @@ mod tests {
                     (r.into_iter().map(String::from).collect::<Vec<_>>(), n.into_iter().map(String::from).collect::<Vec<_>>(), p)
                 });
                 assert_eq!(endpoints(&fake).await, expected, "{name}");
-                if writes.len() == 2 {
-                    let expected = vec![("web-0".to_string(), vec![("10.0.0.2".to_string(), true), ("10.0.0.1".to_string(), false)])];
-                    assert_eq!(slices(&fake).await, expected, "{name}");
+                if let Some((ready, not_ready, _)) = &expected
+                    && writes.len() == 2
+                {
+                    let endpoints: Vec<(String, bool)> =
+                        ready.iter().map(|ip| (ip.clone(), true)).chain(not_ready.iter().map(|ip| (ip.clone(), false))).collect();
+                    assert_eq!(slices(&fake).await, vec![("web-0".to_string(), endpoints)], "{name}");
                 }
                 let ep: Option<Endpoints> = fake.get("default", "web").await;
                 if let Some(ep) = ep {
