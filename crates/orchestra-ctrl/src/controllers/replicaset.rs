@@ -156,6 +156,7 @@ pub fn pod_from_template(rs: &ReplicaSet, owner: OwnerReference) -> Pod {
             namespace: rs.metadata.namespace.clone(),
             labels: meta.labels,
             annotations: meta.annotations,
+            finalizers: meta.finalizers,
             owner_references: Some(vec![owner]),
             ..Default::default()
         },
@@ -666,6 +667,8 @@ mod tests {
             Ours,
             /// Controlled by nobody.
             Orphan,
+            /// Controlled by another ReplicaSet.
+            Theirs,
         }
 
         fn pod(name: &str, app: &str, owner: Owner, state: State, created: i64) -> Pod {
@@ -678,9 +681,14 @@ mod tests {
                 "spec": {"containers": [{"name": "c", "image": "nginx"}]},
                 "status": {"phase": "Pending"},
             });
-            if let Owner::Ours = owner {
+            let controller = match owner {
+                Owner::Ours => Some(("web", RS_UID)),
+                Owner::Theirs => Some(("other", "other-uid")),
+                Owner::Orphan => None,
+            };
+            if let Some((name, uid)) = controller {
                 pod["metadata"]["ownerReferences"] = json!([{
-                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": RS_UID,
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": uid,
                     "controller": true, "blockOwnerDeletion": true,
                 }]);
             }
@@ -774,6 +782,22 @@ mod tests {
                     events: &[],
                 },
                 Row {
+                    name: "another controller's pod is neither adopted nor counted",
+                    replicas: 1,
+                    pods: vec![pod("theirs", "web", Theirs, Ready, 100)],
+                    writes: &["create pods default/web-", "patch replicasets/status default/web"],
+                    pods_after: &[("theirs", Some("other-uid"))],
+                    events: &[],
+                },
+                Row {
+                    name: "scaled to zero: every pod goes",
+                    replicas: 0,
+                    pods: vec![pod("a", "web", Ours, Ready, 100), pod("b", "web", Ours, Unscheduled, 100)],
+                    writes: &["delete pods default/a", "delete pods default/b", "patch replicasets/status default/web"],
+                    pods_after: &[],
+                    events: &["Normal SuccessfulDelete Deleted pod: a", "Normal SuccessfulDelete Deleted pod: b"],
+                },
+                Row {
                     name: "in sync: writes nothing but status",
                     replicas: 2,
                     pods: vec![pod("a", "web", Ours, Ready, 100), pod("b", "web", Ours, NotReady, 100)],
@@ -836,6 +860,55 @@ mod tests {
             fake.clear_actions();
             reconcile_web(&fake, &ctx).await;
             assert_eq!(fake.writes(), Vec::<String>::new());
+        }
+
+        #[tokio::test]
+        async fn pods_come_from_the_template() {
+            let mut rs = replica_set(1);
+            let meta = rs.spec.as_mut().unwrap().template.as_mut().unwrap().metadata.as_mut().unwrap();
+            meta.annotations = Some([("note".to_string(), "x".to_string())].into());
+            meta.finalizers = Some(vec!["example.com/keep".into()]);
+            let fake = FakeCluster::builder().object(&rs).build().await;
+            let ctx = context(&fake).await;
+            reconcile_web(&fake, &ctx).await;
+            let created = fake.actions().into_iter().find(|a| a.is("create", "pods")).expect("a pod was created");
+            let pod: Pod = created.object().unwrap();
+            assert_eq!(pod.metadata.generate_name.as_deref(), Some("web-"));
+            assert_eq!(pod.metadata.annotations.unwrap()["note"], "x");
+            assert_eq!(pod.metadata.finalizers.unwrap(), ["example.com/keep"]);
+            assert_eq!(pod.spec.unwrap().containers[0].image.as_deref(), Some("nginx"));
+            let owner = &pod.metadata.owner_references.unwrap()[0];
+            assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("ReplicaSet", RS_UID, Some(true)));
+        }
+
+        #[tokio::test]
+        async fn replication_controllers_work_the_same() {
+            let rc: ReplicationController = serde_json::from_value(json!({
+                "metadata": {"name": "legacy", "namespace": "default", "uid": "rc-uid"},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"app": "legacy"},
+                    "template": {
+                        "metadata": {"labels": {"app": "legacy"}},
+                        "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+                    },
+                },
+            }))
+            .unwrap();
+            let mut orphan = pod("orphan", "legacy", Owner::Orphan, State::Ready, 100);
+            orphan.metadata.name = Some("orphan".into());
+            let fake = FakeCluster::builder().object(&rc).object(&orphan).build().await;
+            let ctx = context(&fake).await;
+            let rc: ReplicationController = fake.get("default", "legacy").await.unwrap();
+            reconcile_rc(Arc::new(rc), ctx).await.unwrap();
+            let mut writes = fake.writes();
+            writes.sort();
+            assert_eq!(writes, ["create pods default/legacy-", "patch pods default/orphan", "patch replicationcontrollers/status default/legacy"]);
+            let adopted: Pod = fake.get("default", "orphan").await.unwrap();
+            let owner = controller_of(&adopted).unwrap();
+            assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("ReplicationController", "rc-uid"));
+            let status = fake.get::<ReplicationController>("default", "legacy").await.unwrap().status.unwrap();
+            assert_eq!((status.replicas, status.ready_replicas), (1, Some(1)));
         }
 
         #[tokio::test]
