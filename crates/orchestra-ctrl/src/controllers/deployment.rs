@@ -1036,6 +1036,55 @@ mod tests {
         }
 
         #[tokio::test]
+        async fn a_name_taken_by_another_template_bumps_the_collision_count() {
+            let d: Deployment = serde_json::from_value(deployment(3, "v2")).unwrap();
+            // Someone else's ReplicaSet holds the name the template hashes to.
+            let mut squatter = replica_set("x", 1, 0, (0, 0), 0);
+            squatter.metadata.name = Some(new_name("v2"));
+            squatter.metadata.owner_references = None;
+            squatter.metadata.labels = Some([("app".to_string(), "other".to_string())].into());
+            let fake = FakeCluster::builder().object(&d).object(&squatter).build().await;
+            let action = reconcile_web(&fake).await;
+            assert_eq!(action, Action::requeue(Duration::from_millis(10)));
+            assert_eq!(fake.writes(), [format!("create replicasets default/{}", new_name("v2")), "patch deployments/status default/web".into()]);
+            let d: Deployment = fake.get("default", "web").await.unwrap();
+            assert_eq!(d.status.as_ref().unwrap().collision_count, Some(1));
+            // The next pass hashes with the count: a name of its own.
+            fake.clear_actions();
+            fake.sync::<ReplicaSet>().await;
+            reconcile_web(&fake).await;
+            let hash = template_hash(&d.spec.as_ref().unwrap().template, Some(1));
+            assert_eq!(fake.writes()[0], format!("create replicasets default/web-{hash}"));
+            let rs: ReplicaSet = fake.get("default", &format!("web-{hash}")).await.unwrap();
+            assert_eq!(controller_of(&rs).map(|r| r.uid.as_str()), Some(D_UID));
+            let squatter: ReplicaSet = fake.get("default", &new_name("v2")).await.unwrap();
+            assert!(controller_of(&squatter).is_none());
+        }
+
+        #[tokio::test]
+        async fn its_own_replica_set_missing_from_the_cache_is_waited_for() {
+            // Created by an earlier pass; the cache (empty here) has not
+            // shown it yet: no collision, no second ReplicaSet.
+            let d: Deployment = serde_json::from_value(annotated(deployment(3, "v2"), "1")).unwrap();
+            let mut ours = replica_set("v2", 1, 3, (0, 0), 3);
+            ours.metadata.name = Some(new_name("v2"));
+            let t: PodTemplateSpec = serde_json::from_value(template("v2")).unwrap();
+            ours.spec.as_mut().unwrap().template = Some(t);
+            let fake = FakeCluster::builder().object(&d).object(&ours).build().await;
+            let ctx = Arc::new(Context {
+                client: fake.client(),
+                replica_sets: Informer::new(),
+                recorder: Recorder::new(fake.client(), NAME, NAME),
+            });
+            let d = Arc::new(fake.get::<Deployment>("default", "web").await.unwrap());
+            assert_eq!(reconcile(d, ctx).await.unwrap(), Action::requeue(Duration::from_millis(50)));
+            assert_eq!(fake.writes(), [format!("create replicasets default/{}", new_name("v2"))]);
+            let d: Deployment = fake.get("default", "web").await.unwrap();
+            assert_eq!(d.status.and_then(|s| s.collision_count), None);
+            assert_eq!(fake.list::<ReplicaSet>("default").await.len(), 1);
+        }
+
+        #[tokio::test]
         async fn paused_deployment_reports_paused() {
             let d: Deployment = serde_json::from_value(annotated(with(deployment(3, "v2"), "/spec/paused", json!(true)), "1")).unwrap();
             let fake = FakeCluster::builder().object(&d).object(&replica_set("v1", 1, 3, (3, 3), 3)).build().await;
