@@ -25,6 +25,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -172,6 +173,17 @@ type Log = Arc<Mutex<Vec<ApiAction>>>;
 struct Recording<S> {
     inner: S,
     log: Log,
+    /// Requests sent and not answered yet.
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Counts a request as answered when dropped (answered or abandoned).
+struct Answered(Arc<AtomicUsize>);
+
+impl Drop for Answered {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl<S> tower::Service<http::Request<kube::client::Body>> for Recording<S>
@@ -196,9 +208,12 @@ where
             log.len() - 1
         };
         let log = self.log.clone();
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let answered = Answered(self.in_flight.clone());
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
+            let _answered = answered;
             let (parts, body) = request.into_parts();
             // A body kube-client sends is whole in memory: reading it cannot fail.
             let bytes = body.collect_bytes().await.unwrap_or_default();
@@ -247,10 +262,12 @@ impl FakeClusterBuilder {
             .await
             .expect("the fake API server starts");
         let log: Log = Arc::default();
+        let in_flight: Arc<AtomicUsize> = Arc::default();
         let client = Client::new(
             Recording {
                 inner: server.router(),
                 log: log.clone(),
+                in_flight: in_flight.clone(),
             },
             "default",
         );
@@ -263,6 +280,7 @@ impl FakeClusterBuilder {
             unrecorded,
             factory,
             log,
+            in_flight,
         };
         let mut namespaces = BTreeSet::new();
         let mut seeded = BTreeSet::new();
@@ -314,6 +332,7 @@ pub struct FakeCluster {
     unrecorded: Client,
     factory: SharedInformerFactory,
     log: Log,
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl FakeCluster {
@@ -409,9 +428,30 @@ impl FakeCluster {
             .collect()
     }
 
-    /// Waits until `count` events were recorded in `namespace` and returns
-    /// them as `Type Reason Note` strings, sorted.
+    /// Lets tasks the code under test spawned (event recorders) send their
+    /// requests, then waits until every request of the recording client is
+    /// answered.
+    pub async fn settle(&self) {
+        let in_flight = self.in_flight.clone();
+        eventually(Duration::from_secs(5), "the recording client's requests", || {
+            let in_flight = in_flight.clone();
+            async move {
+                // Requests pass through the client's buffer task before
+                // they are counted: give it and the spawned tasks turns.
+                for _ in 0..20 {
+                    tokio::task::yield_now().await;
+                }
+                in_flight.load(Ordering::SeqCst) == 0
+            }
+        })
+        .await;
+    }
+
+    /// Waits until `count` events were recorded in `namespace` (and, after
+    /// [`settle`](Self::settle), for any more on their way) and returns them
+    /// as `Type Reason Note` strings, sorted.
     pub async fn events(&self, namespace: &str, count: usize) -> Vec<String> {
+        self.settle().await;
         let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.unrecorded.clone(), namespace);
         let found: Arc<Mutex<Vec<String>>> = Arc::default();
         eventually(Duration::from_secs(5), &format!("{count} events in {namespace}"), || {
@@ -592,5 +632,21 @@ mod tests {
         assert_eq!(fake.writes(), ["create configmaps team/cm-".to_string(), format!("patch configmaps team/{name}")]);
         fake.clear_actions();
         assert!(fake.actions().is_empty());
+    }
+
+    #[tokio::test]
+    async fn settle_waits_for_spawned_requests() {
+        let fake = FakeCluster::new().await;
+        let api: Api<ConfigMap> = Api::namespaced(fake.client(), "default");
+        for i in 0..3 {
+            let api = api.clone();
+            tokio::spawn(async move {
+                let cm = ConfigMap { metadata: ObjectMeta { name: Some(format!("cm-{i}")), ..Default::default() }, ..Default::default() };
+                api.create(&PostParams::default(), &cm).await.unwrap();
+            });
+        }
+        fake.settle().await;
+        assert_eq!(fake.writes().len(), 3);
+        assert_eq!(fake.list::<ConfigMap>("default").await.len(), 3);
     }
 }
