@@ -85,9 +85,10 @@ pub fn compute(svc: &Service, pods: &[Arc<Pod>]) -> Vec<EndpointSubset> {
     };
     let ports = svc.spec.as_ref().and_then(|s| s.ports.clone()).unwrap_or_default();
     let publish_not_ready = svc.spec.as_ref().and_then(|s| s.publish_not_ready_addresses).unwrap_or(false);
-    // Group pods by their resolved port list, as upstream does.
-    let mut groups: BTreeMap<Vec<(Option<String>, i32, String)>, (Vec<EndpointAddress>, Vec<EndpointAddress>)> =
-        BTreeMap::new();
+    // Group pods by their resolved port list (name, number, protocol), as
+    // upstream does: (ready, not ready) addresses per group.
+    type Ports = Vec<(Option<String>, i32, String)>;
+    let mut groups: BTreeMap<Ports, (Vec<EndpointAddress>, Vec<EndpointAddress>)> = BTreeMap::new();
     for pod in pods {
         let terminal = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
         if !selector_matches(&selector, pod.metadata.labels.as_ref())

@@ -567,7 +567,9 @@ mod tests {
 
     #[test]
     fn deletion_preference() {
-        let table: Vec<(Vec<Arc<Pod>>, usize, Vec<&str>)> = vec![
+        // (pods, how many to delete) -> the ones deleted, in order.
+        type Row = (Vec<Arc<Pod>>, usize, Vec<&'static str>);
+        let table: Vec<Row> = vec![
             (
                 vec![
                     make_pod("running").node("n").phase("Running").ready().build(),
