@@ -106,6 +106,29 @@ async fn deployment_creates_pods_and_scales() {
     let created = items.iter().find(|e| e.reason.as_deref() == Some("SuccessfulCreate")).unwrap();
     assert!(created.message.as_deref().unwrap_or("").starts_with("Created pod: "), "{created:?}");
     assert_eq!(created.involved_object.kind.as_deref(), Some("ReplicaSet"));
+    // And the Deployment's, as `kubectl describe deployment` shows them.
+    let expected = [
+        format!("Scaled up replica set {set_name} from 0 to 3"),
+        format!("Scaled up replica set {set_name} from 3 to 10"),
+        format!("Scaled down replica set {set_name} from 10 to 3"),
+    ];
+    let scaling = || async {
+        let mut notes: Vec<String> = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("ScalingReplicaSet") && e.involved_object.kind.as_deref() == Some("Deployment"))
+            .filter_map(|e| e.message)
+            .collect();
+        notes.sort();
+        notes
+    };
+    eventually(Duration::from_secs(10), "the deployment's events", || async { scaling().await.len() >= 3 }).await;
+    let mut expected = expected.to_vec();
+    expected.sort();
+    assert_eq!(scaling().await, expected);
 }
 
 /// `spec.replicas` of the ReplicaSets of Deployment `app`, by image.
