@@ -149,9 +149,28 @@ pub fn compute(svc: &Service, pods: &[Arc<Pod>]) -> Vec<EndpointSubset> {
         .collect()
 }
 
-/// The slices for `subsets`, at most [`MAX_PER_SLICE`] endpoints each.
+/// The slices for `subsets`, at most [`MAX_PER_SLICE`] endpoints each;
+/// without any endpoint, one empty placeholder slice, as upstream keeps.
 pub fn slices(svc: &Service, subsets: &[EndpointSubset]) -> Vec<EndpointSlice> {
     let name = svc.metadata.name.clone().unwrap_or_default();
+    let slice = |index: usize, endpoints: Vec<Endpoint>, ports: Vec<SlicePort>| EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}-{index}")),
+            namespace: svc.metadata.namespace.clone(),
+            labels: Some(
+                [
+                    (SERVICE_NAME.to_string(), name.clone()),
+                    (MANAGED_BY.to_string(), MANAGER.to_string()),
+                ]
+                .into(),
+            ),
+            owner_references: Some(vec![owner_reference(svc)]),
+            ..Default::default()
+        },
+        address_type: "IPv4".into(),
+        endpoints,
+        ports: Some(ports),
+    };
     let mut out = Vec::new();
     for subset in subsets {
         let ports: Vec<SlicePort> = subset
@@ -184,26 +203,11 @@ pub fn slices(svc: &Service, subsets: &[EndpointSubset]) -> Vec<EndpointSlice> {
             })
             .collect();
         for chunk in endpoints.chunks(MAX_PER_SLICE) {
-            let index = out.len();
-            out.push(EndpointSlice {
-                metadata: ObjectMeta {
-                    name: Some(format!("{name}-{index}")),
-                    namespace: svc.metadata.namespace.clone(),
-                    labels: Some(
-                        [
-                            (SERVICE_NAME.to_string(), name.clone()),
-                            (MANAGED_BY.to_string(), MANAGER.to_string()),
-                        ]
-                        .into(),
-                    ),
-                    owner_references: Some(vec![owner_reference(svc)]),
-                    ..Default::default()
-                },
-                address_type: "IPv4".into(),
-                endpoints: chunk.to_vec(),
-                ports: Some(ports.clone()),
-            });
+            out.push(slice(out.len(), chunk.to_vec(), ports.clone()));
         }
+    }
+    if out.is_empty() {
+        out.push(slice(0, Vec::new(), Vec::new()));
     }
     out
 }
@@ -456,10 +460,10 @@ mod tests {
                     Some((vec!["10.0.0.2"], vec!["10.0.0.1"], vec![8080])),
                 ),
                 (
-                    "no pods: an empty Endpoints object and no slice",
+                    "no pods: an empty Endpoints object and a placeholder slice",
                     service(true),
                     vec![],
-                    &["create endpoints default/web"],
+                    &["create endpoints default/web", "create endpointslices default/web-0"],
                     Some((vec![], vec![], vec![])),
                 ),
                 ("no selector: not ours", service(false), web(), &[], None),
