@@ -248,4 +248,42 @@ mod tests {
         let again = filled(&out, &account("u-1"), &config);
         assert_eq!(again.data.unwrap()["token"].0, token.as_bytes());
     }
+
+    #[tokio::test]
+    async fn one_reconcile_fills_or_deletes() {
+        use crate::testing::FakeCluster;
+        let signer = Arc::new(TokenSigner::generate(DEFAULT_ISSUER).unwrap());
+        let config = TokenConfig { signer: signer.clone(), root_ca: Some("PEM".into()) };
+        let named = [(ACCOUNT_NAME, "robot")];
+        let rows: [(&str, Option<ServiceAccount>, Secret, &[&str]); 4] = [
+            ("filled for its account", Some(account("u-1")), secret(&named, &[]), &["update secrets ci/robot-token"]),
+            ("deleted without its account", None, secret(&named, &[]), &["delete secrets ci/robot-token"]),
+            (
+                "deleted when its account was recreated",
+                Some(account("u-2")),
+                secret(&[(ACCOUNT_NAME, "robot"), (ACCOUNT_UID, "u-1")], &[("token", "t"), ("namespace", "ci"), ("ca.crt", "PEM")]),
+                &["delete secrets ci/robot-token"],
+            ),
+            ("another Secret is left alone", Some(account("u-1")), Secret { type_: Some("Opaque".into()), ..secret(&named, &[]) }, &[]),
+        ];
+        for (name, account, secret, writes) in rows {
+            let fake = FakeCluster::builder().objects(&account).object(&secret).build().await;
+            let ctx = Arc::new(Context { client: fake.client(), accounts: fake.informer::<ServiceAccount>().await, config: config.clone() });
+            let stored: Secret = fake.get("ci", "robot-token").await.unwrap();
+            assert_eq!(reconcile(Arc::new(stored), ctx).await.unwrap(), Action::await_change(), "{name}");
+            assert_eq!(fake.writes(), writes, "{name}");
+            let after: Option<Secret> = fake.get("ci", "robot-token").await;
+            if writes.first().is_some_and(|w| w.starts_with("delete")) {
+                assert!(after.is_none(), "{name}");
+                // Guarded by the Secret's uid.
+                let delete = fake.actions().into_iter().find(|a| a.verb == "delete").unwrap();
+                assert_eq!(delete.body.unwrap()["preconditions"]["uid"], "uid-robot-token", "{name}");
+            } else if !writes.is_empty() {
+                let data = after.unwrap().data.unwrap();
+                let token = String::from_utf8(data["token"].0.clone()).unwrap();
+                assert!(matches!(signer.verify(&token), Ok(Some(VerifiedToken::Legacy(_)))), "{name}");
+                assert_eq!(data["ca.crt"].0, b"PEM", "{name}");
+            }
+        }
+    }
 }
