@@ -11,6 +11,7 @@
 //! the Deployment on the client side; the matching ReplicaSet then becomes
 //! the new one and gets the next revision.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +42,33 @@ pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
 pub const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
 /// Annotation with replicas + maxSurge on each ReplicaSet.
 pub const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
+/// Annotation listing the revisions a ReplicaSet had before its current
+/// one (comma-separated), kept when a rollback makes it the newest again.
+pub const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";
+
+/// Deployment annotations not copied onto its ReplicaSets (upstream's
+/// `annotationsToSkip`).
+const NOT_COPIED: [&str; 6] = [
+    "kubectl.kubernetes.io/last-applied-configuration",
+    REVISION,
+    REVISION_HISTORY,
+    DESIRED_REPLICAS,
+    MAX_REPLICAS,
+    "deprecated.deployment.rollback.to",
+];
+
+/// The Deployment's annotations its new ReplicaSet carries too, such as
+/// `kubernetes.io/change-cause` (the CHANGE-CAUSE of `kubectl rollout
+/// history`).
+fn copied_annotations(d: &Deployment) -> BTreeMap<String, String> {
+    d.metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| !NOT_COPIED.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
 
 /// What the Deployment reconciler works with.
 pub struct Context {
@@ -422,17 +450,45 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
         .collect();
     let mut progress_reason = "ReplicaSetUpdated";
 
+    if let Some(rs) = &new {
+        // The existing new ReplicaSet follows the Deployment's annotations
+        // and minReadySeconds (upstream's getNewReplicaSet), and, when an
+        // old template came back (rollback), becomes the newest revision.
+        let current = rs.metadata.annotations.clone().unwrap_or_default();
+        let mut annotations: serde_json::Map<String, serde_json::Value> = copied_annotations(&d)
+            .into_iter()
+            .filter(|(k, v)| current.get(k) != Some(v))
+            .map(|(k, v)| (k, v.into()))
+            .collect();
+        let old_revision = revision(rs);
+        if !paused && (old_revision < max_revision || old_revision == 0) {
+            annotations.insert(REVISION.into(), (max_revision + 1).to_string().into());
+            if old_revision > 0 {
+                let history = match current.get(REVISION_HISTORY).filter(|h| !h.is_empty()) {
+                    Some(h) => format!("{h},{old_revision}"),
+                    None => old_revision.to_string(),
+                };
+                annotations.insert(REVISION_HISTORY.into(), history.into());
+            }
+            progress_reason = "FoundNewReplicaSet";
+        }
+        let min_ready = rs.spec.as_ref().and_then(|s| s.min_ready_seconds);
+        let mut patch = serde_json::json!({});
+        if !annotations.is_empty() {
+            patch["metadata"] = serde_json::json!({"annotations": annotations});
+        }
+        if min_ready.unwrap_or(0) != spec.min_ready_seconds.unwrap_or(0) {
+            patch["spec"] = serde_json::json!({"minReadySeconds": spec.min_ready_seconds.unwrap_or(0)});
+        }
+        if patch != serde_json::json!({}) {
+            let updated = rs_api
+                .patch(rs.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            new = Some(Arc::new(updated));
+        }
+    }
     if !paused {
         match &new {
-            Some(rs) if revision(rs) < max_revision || revision(rs) == 0 => {
-                // An old template came back (rollback): it is the newest revision now.
-                let patch = serde_json::json!({"metadata": {"annotations": {REVISION: (max_revision + 1).to_string()}}});
-                let updated = rs_api
-                    .patch(rs.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
-                new = Some(Arc::new(updated));
-                progress_reason = "FoundNewReplicaSet";
-            }
             Some(_) => {}
             None => {
                 let hash = template_hash(&template, collision);
@@ -453,19 +509,18 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
                 } else {
                     new_rs_replicas(replicas, surge, old_total, 0)
                 };
+                let mut annotations = copied_annotations(&d);
+                annotations.extend([
+                    (REVISION.to_string(), (max_revision + 1).to_string()),
+                    (DESIRED_REPLICAS.to_string(), replicas.to_string()),
+                    (MAX_REPLICAS.to_string(), (replicas + surge).to_string()),
+                ]);
                 let rs = ReplicaSet {
                     metadata: ObjectMeta {
                         name: Some(format!("{name}-{hash}")),
                         namespace: Some(namespace.clone()),
                         labels: t.metadata.as_ref().and_then(|m| m.labels.clone()),
-                        annotations: Some(
-                            [
-                                (REVISION.to_string(), (max_revision + 1).to_string()),
-                                (DESIRED_REPLICAS.to_string(), replicas.to_string()),
-                                (MAX_REPLICAS.to_string(), (replicas + surge).to_string()),
-                            ]
-                            .into(),
-                        ),
+                        annotations: Some(annotations),
                         owner_references: Some(vec![owner_reference(d.as_ref())]),
                         ..Default::default()
                     },
@@ -883,9 +938,10 @@ mod tests {
             events: Vec<&'static str>,
         }
 
-        /// `d` with `value` at `path` (whose parent exists).
+        /// `d` with `value` at JSON pointer `path` (whose parent exists).
         fn with(mut d: Value, path: &str, value: Value) -> Value {
             let (parent, key) = path.rsplit_once('/').unwrap();
+            let key = key.replace("~1", "/").replace("~0", "~");
             d.pointer_mut(parent).unwrap_or_else(|| panic!("{path}"))[key] = value;
             d
         }
@@ -1082,6 +1138,45 @@ mod tests {
             let d: Deployment = fake.get("default", "web").await.unwrap();
             assert_eq!(d.status.and_then(|s| s.collision_count), None);
             assert_eq!(fake.list::<ReplicaSet>("default").await.len(), 1);
+        }
+
+        #[tokio::test]
+        async fn replica_sets_carry_the_deployments_annotations() {
+            const CAUSE: &str = "kubernetes.io/change-cause";
+            const APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+            let annotations = |rs: &ReplicaSet| rs.metadata.annotations.clone().unwrap_or_default();
+            // Created with them (but kubectl's last-applied configuration).
+            let d = with(deployment(3, "v2"), "/metadata/annotations", json!({CAUSE: "kubectl create", APPLIED: "{}"}));
+            let fake = FakeCluster::builder().object(&serde_json::from_value::<Deployment>(d).unwrap()).build().await;
+            reconcile_web(&fake).await;
+            let rs: ReplicaSet = fake.get("default", &new_name("v2")).await.unwrap();
+            assert_eq!(annotations(&rs).get(CAUSE).map(String::as_str), Some("kubectl create"));
+            assert!(!annotations(&rs).contains_key(APPLIED));
+
+            // An existing new ReplicaSet follows changes, and minReadySeconds.
+            let d = with(annotated(deployment(3, "v2"), "2"), "/metadata/annotations/kubernetes.io~1change-cause", json!("scaled"));
+            let d = with(d, "/spec/minReadySeconds", json!(5));
+            let sets = [replica_set("v1", 1, 0, (0, 0), 3), replica_set("v2", 2, 3, (3, 3), 3)];
+            let fake = FakeCluster::builder().object(&serde_json::from_value::<Deployment>(d).unwrap()).objects(&sets).build().await;
+            reconcile_web(&fake).await;
+            assert_eq!(fake.writes(), ["patch replicasets default/web-v2", "patch deployments/status default/web"]);
+            let rs: ReplicaSet = fake.get("default", "web-v2").await.unwrap();
+            assert_eq!(annotations(&rs)[CAUSE], "scaled");
+            assert_eq!(annotations(&rs)[REVISION], "2");
+            assert_eq!(rs.spec.unwrap().min_ready_seconds, Some(5));
+            // The old one keeps its own.
+            let old: ReplicaSet = fake.get("default", "web-v1").await.unwrap();
+            assert!(!annotations(&old).contains_key(CAUSE));
+
+            // A rollback records the revisions the ReplicaSet had.
+            let mut v1 = replica_set("v1", 3, 0, (0, 0), 3);
+            v1.metadata.annotations.as_mut().unwrap().insert(REVISION_HISTORY.into(), "1".into());
+            let sets = [v1, replica_set("v2", 4, 3, (3, 3), 3)];
+            let d: Deployment = serde_json::from_value(annotated(deployment(3, "v1"), "4")).unwrap();
+            let fake = FakeCluster::builder().object(&d).objects(&sets).build().await;
+            reconcile_web(&fake).await;
+            let rs: ReplicaSet = fake.get("default", "web-v1").await.unwrap();
+            assert_eq!((annotations(&rs)[REVISION].as_str(), annotations(&rs)[REVISION_HISTORY].as_str()), ("5", "1,3"));
         }
 
         #[tokio::test]
