@@ -63,7 +63,10 @@ async fn kubectl_rollout_status_and_undo() {
         .patch(
             "web",
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:2"}]}}}})),
+            &Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {"kubernetes.io/change-cause": "image nginx:2"}},
+                "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:2"}]}}},
+            })),
         )
         .await
         .unwrap();
@@ -95,4 +98,11 @@ async fn kubectl_rollout_status_and_undo() {
     .unwrap();
     assert!(ok, "{out}\n{err}");
     assert!(out.contains('2') && out.contains('3'), "{out}");
+    // The CHANGE-CAUSE of revision 2, from its ReplicaSet.
+    assert!(out.lines().any(|l| l.starts_with('2') && l.contains("image nginx:2")), "{out}");
+    // kubectl describe shows the Deployment's scaling events.
+    let path = dir.path().to_owned();
+    let (ok, out, err) = tokio::task::spawn_blocking(move || kubectl(&path, &["describe", "deployment", "web"])).await.unwrap();
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("ScalingReplicaSet") && out.contains("Scaled up replica set web-"), "{out}");
 }
