@@ -4,6 +4,7 @@
 //! then remove the `kubernetes` finalizer with `PUT namespaces/<n>/finalize`,
 //! after which the API server removes the namespace.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,9 +30,29 @@ pub struct Context {
     pub recheck: Duration,
 }
 
-/// Deletes what is left in the namespace; `true` once it is empty.
-pub async fn empty(client: &Client, namespace: &str) -> Result<bool, Error> {
-    let mut remaining = 0;
+/// What one pass over a namespace being deleted left in it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Remaining {
+    /// Objects still there (being deleted) per resource, as
+    /// `plural.group` (`pods.`, `widgets.example.com`).
+    pub resources: BTreeMap<String, usize>,
+    /// How many of them each finalizer holds.
+    pub finalizers: BTreeMap<String, usize>,
+    /// Deletes that failed.
+    pub failures: Vec<String>,
+}
+
+impl Remaining {
+    /// Whether nothing is left and nothing failed.
+    pub fn is_empty(&self) -> bool {
+        self.resources.is_empty() && self.failures.is_empty()
+    }
+}
+
+/// Deletes every object in the namespace and reports what is still there
+/// (objects waiting for their finalizers or graceful termination).
+pub async fn sweep(client: &Client, namespace: &str) -> Result<Remaining, Error> {
+    let mut remaining = Remaining::default();
     for r in deletable(client).await?.into_iter().filter(|r| r.namespaced) {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &r.resource);
         let list = match api.list(&ListParams::default()).await {
@@ -39,20 +60,37 @@ pub async fn empty(client: &Client, namespace: &str) -> Result<bool, Error> {
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 405 => continue,
             Err(e) => return Err(e.into()),
         };
+        let resource = format!("{}.{}", r.resource.plural, r.resource.group);
         for object in list.items {
-            remaining += 1;
-            if object.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let name = object.metadata.name.clone().unwrap_or_default();
-            match api.delete(&name, &DeleteParams::background()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => return Err(e.into()),
+            let left = if object.metadata.deletion_timestamp.is_some() {
+                Some(object)
+            } else {
+                let name = object.metadata.name.clone().unwrap_or_default();
+                match api.delete(&name, &DeleteParams::background()).await {
+                    // Deletion under way (finalizers, graceful termination).
+                    Ok(either) => either.left().filter(|o| o.metadata.deletion_timestamp.is_some()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => None,
+                    Err(kube::Error::Api(s)) if s.code == 409 => Some(object),
+                    Err(e) => {
+                        remaining.failures.push(format!("{resource} \"{name}\": {e}"));
+                        Some(object)
+                    }
+                }
+            };
+            if let Some(object) = left {
+                *remaining.resources.entry(resource.clone()).or_default() += 1;
+                for f in object.metadata.finalizers.iter().flatten() {
+                    *remaining.finalizers.entry(f.clone()).or_default() += 1;
+                }
             }
         }
     }
-    Ok(remaining == 0)
+    Ok(remaining)
+}
+
+/// Deletes what is left in the namespace; `true` once it is empty.
+pub async fn empty(client: &Client, namespace: &str) -> Result<bool, Error> {
+    Ok(sweep(client, namespace).await?.is_empty())
 }
 
 /// One reconcile of a Namespace.
@@ -69,7 +107,9 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
         return Ok(Action::await_change());
     }
     let name = ns.metadata.name.clone().unwrap_or_default();
-    if !empty(&ctx.client, &name).await? {
+    let remaining = sweep(&ctx.client, &name).await?;
+    if !remaining.is_empty() {
+        tracing::debug!(namespace = %name, ?remaining, "content remaining");
         return Ok(Action::requeue(ctx.recheck));
     }
     let api: Api<Namespace> = Api::all(ctx.client.clone());
@@ -139,6 +179,13 @@ mod tests {
         .unwrap()
     }
 
+    /// A pod bound to a node: deleted gracefully, it stays a while.
+    fn running_pod(name: &str) -> Pod {
+        let mut pod = pod(name);
+        pod.spec.as_mut().unwrap().node_name = Some("node-1".into());
+        pod
+    }
+
     struct Row {
         name: &'static str,
         namespace: Namespace,
@@ -150,7 +197,12 @@ mod tests {
         requeue: bool,
         /// Whether the namespace is still there afterwards.
         remains: bool,
+        /// What the pass left: `(resource, count)` and `(finalizer, count)`.
+        remaining: (Counts, Counts),
     }
+
+    /// Names with counts.
+    type Counts = &'static [(&'static str, usize)];
 
     #[tokio::test]
     async fn table() {
@@ -163,15 +215,27 @@ mod tests {
                 writes: &[],
                 requeue: false,
                 remains: true,
+                remaining: (&[], &[]),
             },
             Row {
-                name: "a deleted namespace is emptied first",
+                name: "what goes at once goes, then the namespace is finalized",
                 namespace: namespace(true, &[FINALIZER]),
                 config_maps: vec![config_map("cfg", false)],
                 pods: vec![pod("p")],
-                writes: &["delete configmaps team/cfg", "delete pods team/p"],
+                writes: &["delete configmaps team/cfg", "delete pods team/p", "update namespaces/finalize team"],
+                requeue: false,
+                remains: false,
+                remaining: (&[], &[]),
+            },
+            Row {
+                name: "pods terminating gracefully are waited for",
+                namespace: namespace(true, &[FINALIZER]),
+                config_maps: vec![config_map("cfg", false)],
+                pods: vec![running_pod("p"), running_pod("q")],
+                writes: &["delete configmaps team/cfg", "delete pods team/p", "delete pods team/q"],
                 requeue: true,
                 remains: true,
+                remaining: (&[("pods.", 2)], &[]),
             },
             Row {
                 name: "objects already being deleted are waited for",
@@ -181,6 +245,7 @@ mod tests {
                 writes: &[],
                 requeue: true,
                 remains: true,
+                remaining: (&[("configmaps.", 1)], &[("test/keep", 1)]),
             },
             Row {
                 name: "an empty deleted namespace is finalized and goes",
@@ -190,6 +255,7 @@ mod tests {
                 writes: &["update namespaces/finalize team"],
                 requeue: false,
                 remains: false,
+                remaining: (&[], &[]),
             },
             Row {
                 name: "another finalizer's namespace keeps it",
@@ -199,6 +265,7 @@ mod tests {
                 writes: &["update namespaces/finalize team"],
                 requeue: false,
                 remains: true,
+                remaining: (&[], &[]),
             },
             Row {
                 name: "without our finalizer there is nothing to do",
@@ -208,6 +275,7 @@ mod tests {
                 writes: &[],
                 requeue: false,
                 remains: true,
+                remaining: (&[], &[]),
             },
         ];
         for row in rows {
@@ -222,10 +290,19 @@ mod tests {
             assert_eq!(action, expected, "{}", row.name);
             let after = fake.get_cluster::<Namespace>("team").await;
             assert_eq!(after.is_some(), row.remains, "{}: {after:?}", row.name);
-            if let Some(after) = after
+            if let Some(after) = &after
                 && row.writes.iter().any(|w| w.contains("finalize"))
             {
-                assert_eq!(after.spec.unwrap().finalizers.unwrap(), ["example.com/other"], "{}", row.name);
+                assert_eq!(after.spec.clone().unwrap().finalizers.unwrap(), ["example.com/other"], "{}", row.name);
+            }
+            let ours = row.namespace.spec.as_ref().and_then(|s| s.finalizers.as_ref()).is_some_and(|f| f.iter().any(|f| f == FINALIZER));
+            if row.namespace.metadata.deletion_timestamp.is_some() && ours {
+                // A second pass sees what the first left.
+                let remaining = sweep(&fake.unrecorded(), "team").await.unwrap();
+                let count = |m: &BTreeMap<String, usize>| m.iter().map(|(k, n)| (k.clone(), *n)).collect::<Vec<_>>();
+                let owned = |l: &[(&str, usize)]| l.iter().map(|(k, n)| (k.to_string(), *n)).collect::<Vec<_>>();
+                assert_eq!(count(&remaining.resources), owned(row.remaining.0), "{}", row.name);
+                assert_eq!(count(&remaining.finalizers), owned(row.remaining.1), "{}", row.name);
             }
         }
         // The deletes were real: only the object with a finalizer remains.
@@ -238,5 +315,10 @@ mod tests {
         reconcile(Arc::new(fake.get_cluster("team").await.unwrap()), ctx).await.unwrap();
         let left: Vec<String> = fake.list::<ConfigMap>("team").await.into_iter().filter_map(|c| c.metadata.name).collect();
         assert_eq!(left, ["held"]);
+        // Nothing changed since: the next pass writes no status.
+        fake.clear_actions();
+        let ctx = Arc::new(Context { client: fake.client(), recheck: Duration::from_secs(7) });
+        reconcile(Arc::new(fake.get_cluster("team").await.unwrap()), ctx).await.unwrap();
+        assert_eq!(fake.writes(), Vec::<String>::new());
     }
 }
