@@ -598,6 +598,11 @@ fn merge_update(target: &Target, old: &Value, mut new: Value, subresource: Optio
     new
 }
 
+/// Whether `target` is core/v1 namespaces.
+fn is_namespace(target: &Target) -> bool {
+    target.resource.group.is_empty() && target.resource.plural == "namespaces"
+}
+
 /// Writes `new` over the stored `old` (at `old_revision`), finishing the
 /// deletion of an object whose last finalizer went away.
 async fn store_update(
@@ -627,7 +632,14 @@ async fn store_update(
         && new
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
-            .is_none_or(Vec::is_empty);
+            .is_none_or(Vec::is_empty)
+        // A namespace also waits for its `spec.finalizers` (upstream's
+        // `ShouldDeleteNamespaceDuringUpdate`): only `finalize` clears them.
+        && !(is_namespace(target)
+            && new
+                .pointer("/spec/finalizers")
+                .and_then(Value::as_array)
+                .is_some_and(|f| !f.is_empty()));
     if !finalized && crate::api::apply::is_noop(old, &new) {
         return Ok(old.clone());
     }
@@ -880,7 +892,7 @@ async fn delete_once(
         finalizers.push(crate::api::crd::CLEANUP_FINALIZER.into());
     }
     finalizers.dedup();
-    let is_namespace = target.resource.group.is_empty() && target.resource.plural == "namespaces";
+    let is_namespace = is_namespace(target);
     let graceful_pod = target.resource.group.is_empty()
         && target.resource.plural == "pods"
         && object

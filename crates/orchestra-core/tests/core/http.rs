@@ -206,6 +206,22 @@ async fn namespace_lifecycle_gates_creates() {
         let (status, _, body) = call(&server, create_cm(&format!("b{round}"))).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "round {round}: {body}");
         assert!(body["message"].as_str().unwrap().contains("because it is being terminated"), "{body}");
+        // A status write on the terminating namespace keeps it: only
+        // `finalize` may take its last `spec.finalizers` away.
+        let status_update = Request::put("/api/v1/namespaces/life/status")
+            .header("content-type", "application/json")
+            .body(Body::from(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "life"},
+                       "status": {"phase": "Terminating", "conditions": [{"type": "NamespaceContentRemaining",
+                       "status": "True", "reason": "SomeResourcesRemain", "message": "configmaps has 1 object"}]}})
+                .to_string(),
+            ))
+            .unwrap();
+        let (status, _, body) = call(&server, status_update).await;
+        assert_eq!(status, StatusCode::OK, "round {round}: {body}");
+        let (status, _, body) = call(&server, get("/api/v1/namespaces/life", "application/json")).await;
+        assert_eq!(status, StatusCode::OK, "round {round}: the namespace survives its status write");
+        assert_eq!(body["status"]["conditions"][0]["type"], "NamespaceContentRemaining", "{body}");
         // Empty it and drop the finalizer (the namespace controller's job).
         let (status, _, body) = call(&server, delete(&format!("/api/v1/namespaces/life/configmaps/a{round}"))).await;
         assert_eq!(status, StatusCode::OK, "round {round}: {body}");
