@@ -2,15 +2,18 @@
 //! the `kubernetes` finalizer in `spec.finalizers`), delete every namespaced
 //! object inside through the API — objects with finalizers are waited for —
 //! then remove the `kubernetes` finalizer with `PUT namespaces/<n>/finalize`,
-//! after which the API server removes the namespace.
+//! after which the API server removes the namespace. Meanwhile the
+//! namespace's status conditions tell what is left, as upstream's
+//! (`NamespaceContentRemaining`, `NamespaceFinalizersRemaining`, ...).
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 use super::discovery::deletable;
@@ -93,6 +96,74 @@ pub async fn empty(client: &Client, namespace: &str) -> Result<bool, Error> {
     Ok(sweep(client, namespace).await?.is_empty())
 }
 
+/// The deletion conditions upstream's namespace controller reports, for
+/// what a pass left.
+pub fn conditions(remaining: &Remaining) -> Vec<(&'static str, bool, &'static str, String)> {
+    let counted = |m: &BTreeMap<String, usize>, f: &dyn Fn(&str, usize) -> String| {
+        m.iter().map(|(k, n)| f(k, *n)).collect::<Vec<_>>().join(", ")
+    };
+    let mut out = vec![
+        ("NamespaceDeletionDiscoveryFailure", false, "ResourcesDiscovered", "All resources successfully discovered".to_string()),
+        ("NamespaceDeletionGroupVersionParsingFailure", false, "ParsedGroupVersions", "All legacy kube types successfully parsed".to_string()),
+    ];
+    out.push(if remaining.failures.is_empty() {
+        ("NamespaceDeletionContentFailure", false, "ContentDeleted", "All content successfully deleted, may be waiting on finalization".into())
+    } else {
+        ("NamespaceDeletionContentFailure", true, "ContentDeletionFailed", format!("Failed to delete all resource types, {} remaining: {}", remaining.failures.len(), remaining.failures.join(", ")))
+    });
+    out.push(if remaining.resources.is_empty() {
+        ("NamespaceContentRemaining", false, "ContentRemoved", "All content successfully removed".into())
+    } else {
+        let what = counted(&remaining.resources, &|r, n| format!("{r} has {n} resource instances"));
+        ("NamespaceContentRemaining", true, "SomeResourcesRemain", format!("Some resources are remaining: {what}"))
+    });
+    out.push(if remaining.finalizers.is_empty() {
+        ("NamespaceFinalizersRemaining", false, "ContentHasNoFinalizers", "All content-preserving finalizers finished".into())
+    } else {
+        let what = counted(&remaining.finalizers, &|f, n| format!("{f} in {n} resource instances"));
+        ("NamespaceFinalizersRemaining", true, "SomeFinalizersRemain", format!("Some content in the namespace has finalizers remaining: {what}"))
+    });
+    out
+}
+
+/// Writes the deletion conditions into the namespace's status (only when
+/// they changed; a condition's transition time moves with its status).
+async fn report(client: &Client, ns: &Namespace, remaining: &Remaining) -> Result<(), Error> {
+    let old = ns.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let mut changed = false;
+    let mut next: Vec<NamespaceCondition> = old
+        .iter()
+        .filter(|c| !c.type_.starts_with("NamespaceDeletion") && !c.type_.ends_with("Remaining"))
+        .cloned()
+        .collect();
+    for (type_, status, reason, message) in conditions(remaining) {
+        let status = if status { "True" } else { "False" };
+        let previous = old.iter().find(|c| c.type_ == type_);
+        let same = previous.is_some_and(|c| c.status == status && c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(&message));
+        changed |= !same;
+        let transition = previous.filter(|c| c.status == status).and_then(|c| c.last_transition_time.clone());
+        next.push(NamespaceCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            message: Some(message),
+            last_transition_time: Some(transition.unwrap_or_else(|| now.clone())),
+        });
+    }
+    if !changed {
+        return Ok(());
+    }
+    let api: Api<Namespace> = Api::all(client.clone());
+    let name = ns.metadata.name.clone().unwrap_or_default();
+    let patch = serde_json::json!({"status": {"conditions": next}});
+    match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// One reconcile of a Namespace.
 pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, Error> {
     if ns.metadata.deletion_timestamp.is_none() {
@@ -108,8 +179,8 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
     }
     let name = ns.metadata.name.clone().unwrap_or_default();
     let remaining = sweep(&ctx.client, &name).await?;
+    report(&ctx.client, &ns, &remaining).await?;
     if !remaining.is_empty() {
-        tracing::debug!(namespace = %name, ?remaining, "content remaining");
         return Ok(Action::requeue(ctx.recheck));
     }
     let api: Api<Namespace> = Api::all(ctx.client.clone());
@@ -186,6 +257,15 @@ mod tests {
         pod
     }
 
+    /// `(type, status, message)` of the namespace's conditions.
+    fn conditions_of(ns: &Namespace) -> Vec<(String, String, String)> {
+        ns.status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .map(|c| (c.type_.clone(), c.status.clone(), c.message.clone().unwrap_or_default()))
+            .collect()
+    }
+
     struct Row {
         name: &'static str,
         namespace: Namespace,
@@ -197,12 +277,9 @@ mod tests {
         requeue: bool,
         /// Whether the namespace is still there afterwards.
         remains: bool,
-        /// What the pass left: `(resource, count)` and `(finalizer, count)`.
-        remaining: (Counts, Counts),
+        /// Messages of the conditions that are `True` afterwards.
+        conditions: &'static [&'static str],
     }
-
-    /// Names with counts.
-    type Counts = &'static [(&'static str, usize)];
 
     #[tokio::test]
     async fn table() {
@@ -215,57 +292,60 @@ mod tests {
                 writes: &[],
                 requeue: false,
                 remains: true,
-                remaining: (&[], &[]),
+                conditions: &[],
             },
             Row {
                 name: "what goes at once goes, then the namespace is finalized",
                 namespace: namespace(true, &[FINALIZER]),
                 config_maps: vec![config_map("cfg", false)],
                 pods: vec![pod("p")],
-                writes: &["delete configmaps team/cfg", "delete pods team/p", "update namespaces/finalize team"],
+                writes: &["delete configmaps team/cfg", "delete pods team/p", "patch namespaces/status team", "update namespaces/finalize team"],
                 requeue: false,
                 remains: false,
-                remaining: (&[], &[]),
+                conditions: &[],
             },
             Row {
                 name: "pods terminating gracefully are waited for",
                 namespace: namespace(true, &[FINALIZER]),
                 config_maps: vec![config_map("cfg", false)],
                 pods: vec![running_pod("p"), running_pod("q")],
-                writes: &["delete configmaps team/cfg", "delete pods team/p", "delete pods team/q"],
+                writes: &["delete configmaps team/cfg", "delete pods team/p", "delete pods team/q", "patch namespaces/status team"],
                 requeue: true,
                 remains: true,
-                remaining: (&[("pods.", 2)], &[]),
+                conditions: &["Some resources are remaining: pods. has 2 resource instances"],
             },
             Row {
                 name: "objects already being deleted are waited for",
                 namespace: namespace(true, &[FINALIZER]),
                 config_maps: vec![config_map("held", true)],
                 pods: vec![],
-                writes: &[],
+                writes: &["patch namespaces/status team"],
                 requeue: true,
                 remains: true,
-                remaining: (&[("configmaps.", 1)], &[("test/keep", 1)]),
+                conditions: &[
+                    "Some resources are remaining: configmaps. has 1 resource instances",
+                    "Some content in the namespace has finalizers remaining: test/keep in 1 resource instances",
+                ],
             },
             Row {
                 name: "an empty deleted namespace is finalized and goes",
                 namespace: namespace(true, &[FINALIZER]),
                 config_maps: vec![],
                 pods: vec![],
-                writes: &["update namespaces/finalize team"],
+                writes: &["patch namespaces/status team", "update namespaces/finalize team"],
                 requeue: false,
                 remains: false,
-                remaining: (&[], &[]),
+                conditions: &[],
             },
             Row {
                 name: "another finalizer's namespace keeps it",
                 namespace: namespace(true, &[FINALIZER, "example.com/other"]),
                 config_maps: vec![],
                 pods: vec![],
-                writes: &["update namespaces/finalize team"],
+                writes: &["patch namespaces/status team", "update namespaces/finalize team"],
                 requeue: false,
                 remains: true,
-                remaining: (&[], &[]),
+                conditions: &[],
             },
             Row {
                 name: "without our finalizer there is nothing to do",
@@ -275,7 +355,7 @@ mod tests {
                 writes: &[],
                 requeue: false,
                 remains: true,
-                remaining: (&[], &[]),
+                conditions: &[],
             },
         ];
         for row in rows {
@@ -295,14 +375,13 @@ mod tests {
             {
                 assert_eq!(after.spec.clone().unwrap().finalizers.unwrap(), ["example.com/other"], "{}", row.name);
             }
-            let ours = row.namespace.spec.as_ref().and_then(|s| s.finalizers.as_ref()).is_some_and(|f| f.iter().any(|f| f == FINALIZER));
-            if row.namespace.metadata.deletion_timestamp.is_some() && ours {
-                // A second pass sees what the first left.
-                let remaining = sweep(&fake.unrecorded(), "team").await.unwrap();
-                let count = |m: &BTreeMap<String, usize>| m.iter().map(|(k, n)| (k.clone(), *n)).collect::<Vec<_>>();
-                let owned = |l: &[(&str, usize)]| l.iter().map(|(k, n)| (k.to_string(), *n)).collect::<Vec<_>>();
-                assert_eq!(count(&remaining.resources), owned(row.remaining.0), "{}", row.name);
-                assert_eq!(count(&remaining.finalizers), owned(row.remaining.1), "{}", row.name);
+            if let Some(after) = &after
+                && row.writes.iter().any(|w| w.contains("namespaces/status"))
+            {
+                let conditions = conditions_of(after);
+                assert_eq!(conditions.len(), 5, "{}: {conditions:?}", row.name);
+                let true_ones: Vec<&str> = conditions.iter().filter(|c| c.1 == "True").map(|c| c.2.as_str()).collect();
+                assert_eq!(true_ones, row.conditions, "{}", row.name);
             }
         }
         // The deletes were real: only the object with a finalizer remains.
