@@ -8,6 +8,12 @@
 
 mod cmd;
 
+/// The control plane in one process allocates and frees small objects
+/// (decoded API objects, JSON buffers) from many threads: mimalloc spends
+/// less CPU on that than glibc's allocator and returns freed memory sooner.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 /// The Orchestra reference assembly.

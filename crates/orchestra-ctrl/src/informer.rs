@@ -102,6 +102,19 @@ impl<K> Clone for Event<K> {
 /// A function computing the index values of an object.
 pub type IndexFn<K> = Arc<dyn Fn(&K) -> Vec<String> + Send + Sync>;
 
+/// A change an informer makes to every object before caching it and
+/// handing it to subscribers (client-go's `TransformFunc`).
+pub type TransformFn<K> = Arc<dyn Fn(&mut K) + Send + Sync>;
+
+/// The transform every informer starts with: drops `metadata.managedFields`,
+/// which controllers do not read and which, decoded, is most of a cached
+/// object's memory (a pod that three managers wrote carries a field tree per
+/// manager). kube-controller-manager and kube-scheduler trim their informers
+/// the same way.
+pub fn strip_managed_fields<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
 /// The bound a kind needs to be informed on.
 pub trait Kind:
     Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static
@@ -159,6 +172,7 @@ pub struct Informer<K> {
     subscribers: Mutex<Vec<mpsc::UnboundedSender<Event<K>>>>,
     synced: watch::Sender<bool>,
     stats: Mutex<InformerStats>,
+    transform: RwLock<Option<TransformFn<K>>>,
 }
 
 /// Counters of an informer.
@@ -212,7 +226,23 @@ impl<K: Kind> Informer<K> {
             subscribers: Mutex::new(Vec::new()),
             synced: watch::channel(false).0,
             stats: Mutex::new(InformerStats::default()),
+            transform: RwLock::new(Some(Arc::new(strip_managed_fields::<K>))),
         })
+    }
+
+    /// Sets the transform applied to every object from now on (`None`: keep
+    /// objects as the API server sends them). Informers start with
+    /// [`strip_managed_fields`]; set `None` before the first list to cache
+    /// `metadata.managedFields` too.
+    pub fn set_transform(&self, transform: Option<TransformFn<K>>) {
+        *self.transform.write() = transform;
+    }
+
+    fn transformed(&self, mut object: K) -> K {
+        if let Some(transform) = self.transform.read().as_ref() {
+            transform(&mut object);
+        }
+        object
     }
 
     /// Adds (or replaces) an indexer; the cached objects are indexed at once.
@@ -322,7 +352,7 @@ impl<K: Kind> Informer<K> {
 
     /// Applies a created or changed object to the cache and tells subscribers.
     pub fn apply(&self, object: K) {
-        let object = Arc::new(object);
+        let object = Arc::new(self.transformed(object));
         let mut subscribers = self.subscribers.lock();
         let old = {
             let mut state = self.state.write();
@@ -343,6 +373,7 @@ impl<K: Kind> Informer<K> {
 
     /// Removes a deleted object from the cache and tells subscribers.
     pub fn delete(&self, object: K) {
+        let object = self.transformed(object);
         let key = ObjectKey::of(&object);
         let mut subscribers = self.subscribers.lock();
         let old = {
@@ -368,6 +399,7 @@ impl<K: Kind> Informer<K> {
             let mut state = self.state.write();
             let mut seen = HashSet::new();
             for object in objects {
+                let object = self.transformed(object);
                 let key = ObjectKey::of(&object);
                 seen.insert(key.clone());
                 let unchanged = state.objects.get(&key).is_some_and(|o| {
@@ -667,6 +699,36 @@ mod tests {
         informer.delete(pod("a", "p1", &[], "4"));
         assert!(informer.by_namespace("a").is_empty());
         assert_eq!(informer.resource_version(), "4");
+    }
+
+    #[test]
+    fn managed_fields_are_dropped_unless_the_transform_is_replaced() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let with_fields = |name: &str, rv: &str| {
+            let mut p = pod("a", name, &[("app", "x")], rv);
+            p.metadata.managed_fields = Some(vec![ManagedFieldsEntry { manager: Some("kubectl".into()), ..Default::default() }]);
+            p
+        };
+        let informer = Informer::<Pod>::new();
+        let mut rx = informer.subscribe();
+        informer.apply(with_fields("p1", "1"));
+        informer.replace(vec![with_fields("p1", "2"), with_fields("p2", "2")], "2".into());
+        for p in informer.list() {
+            assert_eq!(p.metadata.managed_fields, None, "{:?}", p.metadata.name);
+            assert_eq!(p.metadata.labels.as_ref().unwrap()["app"], "x");
+        }
+        while let Ok(Event::Apply { new, .. }) = rx.try_recv() {
+            assert_eq!(new.metadata.managed_fields, None);
+        }
+        informer.set_transform(None);
+        informer.apply(with_fields("p3", "3"));
+        let kept = informer.get(&ObjectKey::new("a", "p3")).unwrap();
+        assert_eq!(kept.metadata.managed_fields.as_ref().map(Vec::len), Some(1));
+        // A transform of one's own runs instead.
+        informer.set_transform(Some(Arc::new(|p: &mut Pod| p.metadata.labels = None)));
+        informer.apply(with_fields("p4", "4"));
+        let p4 = informer.get(&ObjectKey::new("a", "p4")).unwrap();
+        assert!(p4.metadata.labels.is_none() && p4.metadata.managed_fields.is_some());
     }
 
     #[test]

@@ -330,7 +330,7 @@ impl Scheduler {
         let s = self.clone();
         tokio::spawn(async move {
             let api: Api<Node> = Api::all(s.shared.client.clone());
-            let mut known: HashMap<String, Node> = HashMap::new();
+            let mut known: HashMap<String, Arc<Node>> = HashMap::new();
             let mut seen: HashSet<String> = HashSet::new();
             let mut stream = watcher(api, watcher::Config::default()).boxed();
             while let Some(ev) = stream.next().await {
@@ -524,17 +524,22 @@ impl Scheduler {
         rx
     }
 
-    fn on_node(&self, known: &mut HashMap<String, Node>, node: Node) {
+    fn on_node(&self, known: &mut HashMap<String, Arc<Node>>, mut node: Node) {
+        // Like kube-scheduler's informers, the cache drops managedFields:
+        // nothing here reads them and they are most of a decoded object.
+        node.metadata.managed_fields = None;
         let name = node.metadata.name.clone().unwrap_or_default();
-        let flags = node_event(known.get(&name), &node);
+        let flags = node_event(known.get(&name).map(|n| n.as_ref()), &node);
+        let node = Arc::new(node);
         known.insert(name, node.clone());
-        self.shared.cache.upsert_node(Arc::new(node));
+        self.shared.cache.upsert_node(node);
         if flags != 0 {
             self.shared.queue.on_event(ClusterEvent::new(EventResource::Node, flags));
         }
     }
 
-    fn on_pod(&self, pod: Pod) {
+    fn on_pod(&self, mut pod: Pod) {
+        pod.metadata.managed_fields = None;
         let uid = pod_uid(&pod).to_owned();
         if terminal(&pod) {
             self.on_pod_gone(&uid);

@@ -26,7 +26,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-use super::util::{controller_of, ignore_not_found, owner_reference, selector_matches, template_hash};
+use super::util::{can_adopt, controller_of, ignore_not_found, owner_reference, selector_matches, template_hash};
 use crate::events::{EventType, Recorder, reference};
 use crate::informer::{Informer, ObjectKey, SharedInformerFactory};
 use crate::workqueue::{RateLimit, WorkQueue};
@@ -392,6 +392,7 @@ async fn claim_replica_sets(d: &Deployment, ctx: &Context, api: &Api<ReplicaSet>
     let selects_nothing = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
         && selector.match_expressions.as_ref().is_none_or(|e| e.is_empty());
     let mut owned = Vec::new();
+    let mut adoptable = None;
     for rs in ctx.replica_sets.by_namespace(&namespace) {
         let matches = !selects_nothing && selector_matches(selector, rs.metadata.labels.as_ref());
         let name = rs.metadata.name.clone().unwrap_or_default();
@@ -403,6 +404,12 @@ async fn claim_replica_sets(d: &Deployment, ctx: &Context, api: &Api<ReplicaSet>
                 ignore_not_found(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
             }
             None if matches && rs.metadata.deletion_timestamp.is_none() => {
+                if adoptable.is_none() {
+                    adoptable = Some(can_adopt(&ctx.client, &namespace, &owner_reference(d)).await?);
+                }
+                if adoptable == Some(false) {
+                    continue;
+                }
                 let mut refs = rs.metadata.owner_references.clone().unwrap_or_default();
                 refs.push(owner_reference(d));
                 // The uid guards against adopting a namesake created since.

@@ -341,6 +341,12 @@ fn watch(client: &Client, resource: Deletable, tx: mpsc::Sender<(String, watcher
             let node = |meta: PartialObjectMeta<DynamicObject>| {
                 let mut object = DynamicObject::new("", &resource.resource);
                 object.metadata = meta.metadata;
+                // The graph needs identity, owners, finalizers and deletion
+                // state; what else an object's metadata carries would be
+                // most of the graph's memory.
+                object.metadata.managed_fields = None;
+                object.metadata.annotations = None;
+                object.metadata.labels = None;
                 Node { object, resource: resource.clone() }
             };
             let event = match event {

@@ -16,7 +16,7 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 
-use super::util::{controller_of, ignore_not_found, is_active, is_available, is_ready, owner_reference, selector_matches};
+use super::util::{can_adopt, controller_of, ignore_not_found, is_active, is_available, is_ready, owner_reference, selector_matches};
 use crate::informer::{Event, Informer, Kind, ObjectKey, SharedInformerFactory};
 use crate::events::{EventType, Recorder};
 use crate::workqueue::{RateLimit, WorkQueue};
@@ -300,6 +300,7 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
 
     // Claim: keep owned matching pods, release owned non-matching, adopt orphans.
     let mut owned = Vec::new();
+    let mut adoptable = None;
     for pod in candidates(&ctx.pods, &namespace, &uid, &spec.selector) {
         let matches = selector_matches(&spec.selector, pod.metadata.labels.as_ref());
         match controller_of(pod.as_ref()) {
@@ -321,6 +322,12 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
                 }
             }
             None if matches && !deleting && pod.metadata.deletion_timestamp.is_none() => {
+                if adoptable.is_none() {
+                    adoptable = Some(can_adopt(&ctx.client, &namespace, &owner).await?);
+                }
+                if adoptable == Some(false) {
+                    continue;
+                }
                 let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
                 refs.push(owner.clone());
                 let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
@@ -911,6 +918,30 @@ mod tests {
             assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("ReplicationController", "rc-uid"));
             let status = fake.get::<ReplicationController>("default", "legacy").await.unwrap().status.unwrap();
             assert_eq!((status.replicas, status.ready_replicas), (1, Some(1)));
+        }
+
+        /// The ReplicaSet's cached copy may not show its deletion yet (an
+        /// orphaning delete, whose collector just released the pods): it
+        /// reads itself from the API server before adopting, and adopts
+        /// nothing when it is going away.
+        #[tokio::test]
+        async fn a_deleting_owner_adopts_nothing_even_when_its_cache_is_stale() {
+            let mut stored = replica_set(2);
+            stored.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+            stored.metadata.finalizers = Some(vec!["orphan".into()]);
+            let orphan = pod("orphan", "web", Owner::Orphan, State::Ready, 100);
+            let fake = FakeCluster::builder().object(&stored).object(&orphan).build().await;
+            let ctx = context(&fake).await;
+            let mut stale: ReplicaSet = fake.get("default", "web").await.unwrap();
+            stale.metadata.deletion_timestamp = None;
+            reconcile(Arc::new(stale.clone()), ctx.clone()).await.unwrap();
+            assert!(!fake.writes().iter().any(|w| w == "patch pods default/orphan"), "{:?}", fake.writes());
+            assert_eq!(controller_uid(&fake.get::<Pod>("default", "orphan").await.unwrap()), None);
+            // The same owner, not being deleted, adopts it.
+            let fake = FakeCluster::builder().object(&replica_set(2)).object(&orphan).build().await;
+            let ctx = context(&fake).await;
+            reconcile_web(&fake, &ctx).await;
+            assert_eq!(controller_uid(&fake.get::<Pod>("default", "orphan").await.unwrap()).as_deref(), Some(RS_UID));
         }
 
         #[tokio::test]

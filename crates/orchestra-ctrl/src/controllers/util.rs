@@ -47,6 +47,26 @@ pub(crate) fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<Option<T>
     }
 }
 
+/// Whether the controller `owner` (in `namespace`) may adopt orphans: read
+/// from the API server, not a cache, it still exists under the same UID and
+/// is not being deleted (upstream's `RecheckDeletionTimestamp`). Without
+/// this, an owner whose cached copy does not show its deletion yet would
+/// adopt again what the garbage collector has just orphaned. Controllers
+/// ask once per sync, and only when there is an orphan to adopt.
+pub async fn can_adopt(client: &kube::Client, namespace: &str, owner: &OwnerReference) -> Result<bool, crate::Error> {
+    let (group, version) = match owner.api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", owner.api_version.as_str()),
+    };
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, &owner.kind);
+    let plural = format!("{}s", owner.kind.to_ascii_lowercase());
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, &plural);
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(client.clone(), namespace, &resource);
+    Ok(ignore_not_found(api.get(&owner.name).await)?.is_some_and(|fresh| {
+        fresh.metadata.uid.as_deref() == Some(owner.uid.as_str()) && fresh.metadata.deletion_timestamp.is_none()
+    }))
+}
+
 /// The controller owner reference of `object`, if any.
 pub fn controller_of(object: &impl Resource) -> Option<&OwnerReference> {
     object
