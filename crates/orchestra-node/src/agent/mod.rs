@@ -435,9 +435,16 @@ impl NodeAgent {
             static_pods: HashMap::new(),
             static_seen: false,
             mirror_busy: Arc::new(AtomicBool::new(false)),
-            housekeeping_busy: Arc::new(AtomicBool::new(false)),
+            housekeeping: None,
         };
         let result = dispatcher.run(shutdown, pod_events, static_rx, done_rx).await;
+        // The orphan sweep ends before the workers go: with no workers left
+        // it would take every sandbox for an orphan and stop containers
+        // that must outlive the agent.
+        if let Some(sweep) = dispatcher.housekeeping.take() {
+            sweep.abort();
+            let _ = sweep.await;
+        }
         for task in tasks {
             task.abort();
         }
@@ -482,7 +489,8 @@ struct Dispatcher {
     static_pods: HashMap<String, StaticPod>,
     static_seen: bool,
     mirror_busy: Arc<AtomicBool>,
-    housekeeping_busy: Arc<AtomicBool>,
+    /// The orphan sweep in progress, if any (one at a time).
+    housekeeping: Option<tokio::task::JoinHandle<()>>,
 }
 
 fn significant_change(old: &Pod, new: &Pod) -> bool {
@@ -665,18 +673,14 @@ impl Dispatcher {
         });
     }
 
-    fn housekeeping(&self) {
+    fn housekeeping(&mut self) {
         if self.static_seen && self.pods.has_synced() {
             if self.shared.config.static_pod_path.is_some() || !self.static_pods.is_empty() {
                 self.reconcile_mirrors();
             }
-            if !self.housekeeping_busy.swap(true, Ordering::AcqRel) {
-                let busy = self.housekeeping_busy.clone();
+            if self.housekeeping.as_ref().is_none_or(|sweep| sweep.is_finished()) {
                 let shared = self.shared.clone();
-                tokio::spawn(async move {
-                    remove_orphans(&shared).await;
-                    busy.store(false, Ordering::Release);
-                });
+                self.housekeeping = Some(tokio::spawn(async move { remove_orphans(&shared).await }));
             }
         }
     }
