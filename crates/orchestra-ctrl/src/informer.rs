@@ -6,6 +6,10 @@
 //! resourceVersion with bookmarks; a 410 Gone relists, a closed watch resumes
 //! from the last resourceVersion seen). A subscriber that arrives late is first
 //! served the cached objects, then the live events, in order.
+//!
+//! Every object passes a transform before it is cached (client-go's
+//! `SetTransform`); the default, [`strip_managed_fields`], drops
+//! `metadata.managedFields`. [`Informer::set_transform`] replaces it.
 
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};

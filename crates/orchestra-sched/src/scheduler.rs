@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVo
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch as tokio_watch;
 
 use crate::algorithm::{Algorithm, AlgorithmOptions, Decision, FitError};
@@ -19,6 +19,7 @@ use crate::cache::Cache;
 use crate::config::SchedulerConfiguration;
 use crate::events::{EventRecorder, Record, pod_ref};
 use crate::framework::*;
+use orchestra_ctrl::informer::strip_managed_fields;
 use orchestra_ctrl::leader::{ElectionConfig, LeaderElector};
 use crate::listers::object_key;
 use crate::metrics::Metrics;
@@ -161,6 +162,16 @@ pub struct Scheduler {
 
 fn terminal(pod: &Pod) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded") | Some("Failed"))
+}
+
+/// A watch of every `K` for the scheduler's caches. Like kube-scheduler's
+/// informers, the objects come without managedFields: nothing here reads
+/// them, and they are most of a decoded object.
+fn cached<K>(api: Api<K>) -> futures::stream::BoxStream<'static, watcher::Result<watcher::Event<K>>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    watcher(api, watcher::Config::default()).modify(strip_managed_fields).boxed()
 }
 
 fn node_event(old: Option<&Node>, new: &Node) -> u32 {
@@ -332,7 +343,7 @@ impl Scheduler {
             let api: Api<Node> = Api::all(s.shared.client.clone());
             let mut known: HashMap<String, Arc<Node>> = HashMap::new();
             let mut seen: HashSet<String> = HashSet::new();
-            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            let mut stream = cached(api);
             while let Some(ev) = stream.next().await {
                 match ev {
                     Ok(watcher::Event::Init) => seen.clear(),
@@ -367,7 +378,7 @@ impl Scheduler {
             let api: Api<Pod> = Api::all(s.shared.client.clone());
             let mut seen: HashSet<String> = HashSet::new();
             let mut known: HashSet<String> = HashSet::new();
-            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            let mut stream = cached(api);
             while let Some(ev) = stream.next().await {
                 match ev {
                     Ok(watcher::Event::Init) => seen.clear(),
@@ -487,7 +498,7 @@ impl Scheduler {
             let api: Api<K> = Api::all(s.shared.client.clone());
             let mut known: HashSet<String> = HashSet::new();
             let mut seen: HashSet<String> = HashSet::new();
-            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            let mut stream = cached(api);
             while let Some(ev) = stream.next().await {
                 match ev {
                     Ok(watcher::Event::Init) => seen.clear(),
@@ -524,10 +535,7 @@ impl Scheduler {
         rx
     }
 
-    fn on_node(&self, known: &mut HashMap<String, Arc<Node>>, mut node: Node) {
-        // Like kube-scheduler's informers, the cache drops managedFields:
-        // nothing here reads them and they are most of a decoded object.
-        node.metadata.managed_fields = None;
+    fn on_node(&self, known: &mut HashMap<String, Arc<Node>>, node: Node) {
         let name = node.metadata.name.clone().unwrap_or_default();
         let flags = node_event(known.get(&name).map(|n| n.as_ref()), &node);
         let node = Arc::new(node);
@@ -538,8 +546,7 @@ impl Scheduler {
         }
     }
 
-    fn on_pod(&self, mut pod: Pod) {
-        pod.metadata.managed_fields = None;
+    fn on_pod(&self, pod: Pod) {
         let uid = pod_uid(&pod).to_owned();
         if terminal(&pod) {
             self.on_pod_gone(&uid);

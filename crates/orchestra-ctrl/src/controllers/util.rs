@@ -52,7 +52,9 @@ pub(crate) fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<Option<T>
 /// is not being deleted (upstream's `RecheckDeletionTimestamp`). Without
 /// this, an owner whose cached copy does not show its deletion yet would
 /// adopt again what the garbage collector has just orphaned. Controllers
-/// ask once per sync, and only when there is an orphan to adopt.
+/// ask once per sync, and only when there is an orphan to adopt. The owner's
+/// resource is its kind in lower case plus `s` (replicasets, deployments,
+/// replicationcontrollers): the workload kinds that adopt.
 pub async fn can_adopt(client: &kube::Client, namespace: &str, owner: &OwnerReference) -> Result<bool, crate::Error> {
     let (group, version) = match owner.api_version.split_once('/') {
         Some((group, version)) => (group, version),
