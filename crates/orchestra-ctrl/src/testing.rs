@@ -7,7 +7,7 @@
 //! read through a second, unrecorded client, so that
 //! [`actions`](FakeCluster::actions) holds what the controller under test
 //! did and nothing its caches did. Behind the client runs the real
-//! in-process API server on a [`MemStore`](orchestra_store::MemStore), so
+//! in-process API server on a [`MemStore`], so
 //! writes are validated, `generateName` is honoured and a reconcile's
 //! results can be read back.
 //!
