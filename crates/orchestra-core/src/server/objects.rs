@@ -93,9 +93,50 @@ pub(crate) fn decode_served(resource: &ResourceInfo, kv: &KeyValue) -> Result<Va
 /// Encodes an object for storage: in its stored form, without its resource
 /// version, which the store's revision provides.
 pub(crate) fn encode(resource: &ResourceInfo, object: &Value) -> Bytes {
-    let mut object = resource.to_storage(object.clone());
-    metadata_mut(&mut object).remove("resourceVersion");
-    Bytes::from(serde_json::to_vec(&object).expect("JSON values serialize"))
+    let bytes = if resource.storage.is_some() {
+        let mut object = resource.to_storage(object.clone());
+        metadata_mut(&mut object).remove("resourceVersion");
+        serde_json::to_vec(&object)
+    } else {
+        serde_json::to_vec(&WithoutResourceVersion(object))
+    };
+    Bytes::from(bytes.expect("JSON values serialize"))
+}
+
+/// Serializes an object as it is but for `metadata.resourceVersion`
+/// (without copying it to remove that field).
+struct WithoutResourceVersion<'a>(&'a Value);
+
+impl serde::Serialize for WithoutResourceVersion<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let Value::Object(map) = self.0 else {
+            return self.0.serialize(serializer);
+        };
+        let mut out = serializer.serialize_map(Some(map.len()))?;
+        for (key, value) in map {
+            match value {
+                Value::Object(metadata) if key == "metadata" => {
+                    let kept = metadata.iter().filter(|(field, _)| *field != "resourceVersion");
+                    out.serialize_entry(key, &Fields(kept))?;
+                }
+                _ => out.serialize_entry(key, value)?,
+            }
+        }
+        out.end()
+    }
+}
+
+/// A map serialized from an iterator of its entries.
+struct Fields<I>(I);
+
+impl<'a, I> serde::Serialize for Fields<I>
+where
+    I: Iterator<Item = (&'a String, &'a Value)> + Clone,
+{
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.clone())
+    }
 }
 
 fn parse_revision(value: &str) -> Result<Revision, ApiError> {

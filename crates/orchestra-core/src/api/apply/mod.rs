@@ -95,19 +95,14 @@ impl ManagedEntry {
     }
 
     fn to_json(&self) -> Value {
-        let mut entry = Map::new();
-        entry.insert("manager".into(), self.manager.clone().into());
-        entry.insert("operation".into(), self.operation.clone().into());
-        entry.insert("apiVersion".into(), self.api_version.clone().into());
-        if let Some(time) = &self.time {
-            entry.insert("time".into(), time.clone().into());
-        }
-        entry.insert("fieldsType".into(), "FieldsV1".into());
-        entry.insert("fieldsV1".into(), self.fields.to_fields_v1());
-        if let Some(sub) = &self.subresource {
-            entry.insert("subresource".into(), sub.clone().into());
-        }
-        Value::Object(entry)
+        entry_json(
+            &self.manager,
+            &self.operation,
+            &self.api_version,
+            self.time.as_deref(),
+            self.subresource.as_deref(),
+            self.fields.to_fields_v1(),
+        )
     }
 
     fn from_json(value: &Value) -> Option<ManagedEntry> {
@@ -121,6 +116,30 @@ impl ManagedEntry {
             fields: FieldSet::from_fields_v1(value.get("fieldsV1").unwrap_or(&json!({}))).ok()?,
         })
     }
+}
+
+/// One `managedFields` entry as JSON.
+fn entry_json(
+    manager: &str,
+    operation: &str,
+    api_version: &str,
+    time: Option<&str>,
+    subresource: Option<&str>,
+    fields_v1: Value,
+) -> Value {
+    let mut entry = Map::new();
+    entry.insert("manager".into(), manager.into());
+    entry.insert("operation".into(), operation.into());
+    entry.insert("apiVersion".into(), api_version.into());
+    if let Some(time) = time {
+        entry.insert("time".into(), time.into());
+    }
+    entry.insert("fieldsType".into(), "FieldsV1".into());
+    entry.insert("fieldsV1".into(), fields_v1);
+    if let Some(sub) = subresource {
+        entry.insert("subresource".into(), sub.into());
+    }
+    Value::Object(entry)
 }
 
 /// The `managedFields` entries of an object (unreadable entries are dropped).
@@ -257,6 +276,31 @@ fn added_maps(
 /// which other managers lose. Managed fields the writer sent explicitly
 /// (different from the stored ones) replace the stored ones first.
 pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
+    if old.is_none() && new.pointer("/metadata/managedFields").is_none() {
+        if let Some(fields) = created_fields_v1(new, ctx) {
+            let metadata = meta::metadata_mut(new);
+            if fields.as_object().is_some_and(Map::is_empty) {
+                metadata.remove("managedFields");
+            } else {
+                let time = meta::now_rfc3339();
+                let entry = entry_json(
+                    ctx.manager,
+                    UPDATE,
+                    ctx.api_version,
+                    Some(&time),
+                    ctx.subresource,
+                    fields,
+                );
+                metadata.insert("managedFields".into(), Value::Array(vec![entry]));
+            }
+            return;
+        }
+    }
+    record_with_field_sets(old, new, ctx);
+}
+
+/// [`record_update`] in general: with the field sets of both objects.
+fn record_with_field_sets(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
     let sent = new.pointer("/metadata/managedFields").cloned();
     let stored = old
         .and_then(|o| o.pointer("/metadata/managedFields"))
@@ -313,6 +357,107 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
     }
     cap_update_managers(&mut entries);
     set_managed_fields(new, entries);
+}
+
+/// The `fieldsV1` a create of `object` through `ctx` records, rendered
+/// straight from the object: what [`record_update`] computes with field
+/// sets when there is no old object (every owned field, plus each added
+/// map itself), without building them. `None` when a list holds two items
+/// with the same key, which only the field-set path merges.
+fn created_fields_v1(object: &Value, ctx: &Context<'_>) -> Option<Value> {
+    let Value::Object(top) = object else {
+        return Some(Value::Object(Map::new()));
+    };
+    let mut root = Map::new();
+    for (key, child) in top {
+        let owned = if ctx.subresource == Some("status") {
+            key == "status"
+        } else {
+            !matches!(key.as_str(), "apiVersion" | "kind") && !(ctx.has_status && key == "status")
+        };
+        if !owned {
+            continue;
+        }
+        let (shape, field_meta) = ctx.shape.field(key);
+        let rendered = if key == "metadata" {
+            let Value::Object(metadata) = child else {
+                root.insert(format!("f:{key}"), Value::Object(Map::new()));
+                continue;
+            };
+            // Only what the writer owns: no server-set metadata.
+            let mut node = Map::new();
+            for (field, value) in metadata {
+                if !SERVER_METADATA.contains(&field.as_str()) {
+                    let (child_shape, child_meta) = shape.field(field);
+                    node.insert(
+                        format!("f:{field}"),
+                        rendered_fields(value, child_shape, &child_meta)?,
+                    );
+                }
+            }
+            if node.is_empty() {
+                continue;
+            }
+            if shape.is_map() {
+                node.insert(".".into(), Value::Object(Map::new()));
+            }
+            Value::Object(node)
+        } else {
+            rendered_fields(child, shape, &field_meta)?
+        };
+        root.insert(format!("f:{key}"), rendered);
+    }
+    Some(Value::Object(root))
+}
+
+/// The `fieldsV1` node of a field's `value` (see [`created_fields_v1`]).
+fn rendered_fields(value: &Value, shape: Shape<'_>, field_meta: &FieldMeta) -> Option<Value> {
+    let mut node = Map::new();
+    match value {
+        Value::Object(map) if field_meta.atomic_map || map.is_empty() => {}
+        Value::Object(map) => {
+            // An added map is owned itself too (`".": {}`), a struct is not.
+            if shape.is_map() {
+                node.insert(".".into(), Value::Object(Map::new()));
+            }
+            for (key, child) in map {
+                let (child_shape, child_meta) = shape.field(key);
+                node.insert(format!("f:{key}"), rendered_fields(child, child_shape, &child_meta)?);
+            }
+        }
+        Value::Array(items) => match &field_meta.list {
+            ListType::Atomic => {}
+            ListType::Set => {
+                for item in items {
+                    node.insert(format!("v:{item}"), Value::Object(Map::new()));
+                }
+            }
+            ListType::Map(keys) => {
+                let item_shape = shape.items();
+                for item in items {
+                    let mut rendered = Map::new();
+                    if let Value::Object(fields) = item {
+                        for (key, child) in fields {
+                            let (child_shape, child_meta) = item_shape.field(key);
+                            rendered.insert(
+                                format!("f:{key}"),
+                                rendered_fields(child, child_shape, &child_meta)?,
+                            );
+                        }
+                    }
+                    if !rendered.is_empty() {
+                        rendered.insert(".".into(), Value::Object(Map::new()));
+                    }
+                    let key = item_key(item, keys).encode();
+                    if node.insert(key, Value::Object(rendered)).is_some() {
+                        return None;
+                    }
+                }
+            }
+        },
+        _ => {}
+    }
+    Some(Value::Object(node))
 }
 
 /// Most `Update` entries kept, like upstream; older ones merge into

@@ -468,3 +468,77 @@ fn custom_resources_use_their_schema_extensions() {
         "Apply failed with 1 conflict: conflict with \"one\": .spec.items[id=\"a\"].v"
     );
 }
+
+/// A create's `managedFields`, rendered straight from the object, are what
+/// the field-set computation gives, for built-in and custom kinds, the main
+/// resource and `status`.
+#[test]
+fn created_fields_match_the_field_set_computation() {
+    use crate::api::KindSchema;
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    let without_time = |mut object: Value| {
+        if let Some(entries) = object.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) {
+            for entry in entries {
+                entry.as_object_mut().unwrap().remove("time");
+            }
+        }
+        object.pointer("/metadata/managedFields").cloned()
+    };
+    let pod = ResourceInfo::of::<Pod>();
+    let config_map = ResourceInfo::of::<ConfigMap>();
+    let crd = KindSchema::Json(std::sync::Arc::new(json!({"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {
+            "items": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"],
+                      "items": {"type": "object", "properties": {"id": {"type": "string"}}}},
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "opts": {"type": "object", "additionalProperties": {"type": "string"}},
+            "blob": {"type": "object", "x-kubernetes-map-type": "atomic"}}}}})));
+    let kinds = [
+        (Schemas::of(pod.schema.as_ref().unwrap()), "v1", "Pod", true),
+        (Schemas::of(config_map.schema.as_ref().unwrap()), "v1", "ConfigMap", false),
+        (schemas(), "apps/v1", "Deployment", true),
+        (Schemas::of(&crd), "example.com/v1", "Widget", false),
+    ];
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "d", "uid": "u", "generation": 1,
+                         "labels": {"app": "web", "tier": "f"}, "annotations": {}, "finalizers": ["a", "b"],
+                         "ownerReferences": [{"uid": "o", "name": "rs", "kind": "ReplicaSet", "apiVersion": "apps/v1"}]},
+            "spec": {"nodeName": null, "containers": [
+                {"name": "c", "image": "nginx", "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}],
+                 "env": [{"name": "A", "value": "1"}], "resources": {"limits": {"cpu": "1"}}, "args": ["x", "y"]},
+                {"name": "d", "image": "busybox"}],
+                "volumes": [], "nodeSelector": {"disk": "ssd"}, "tolerations": [{"key": "k", "operator": "Exists"}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}}),
+        json!({"metadata": {"name": "only-server-metadata", "creationTimestamp": "t"}}),
+        json!({"metadata": {"name": "c", "labels": {"a": "b"}}, "data": {"k": "v", "e": ""}, "binaryData": {}}),
+        json!({"spec": {"items": [{"id": "a"}, {"id": "b", "extra": {"x": 1}}, {}], "tags": ["t", "u"],
+                        "opts": {"o": "1"}, "blob": {"any": {"thing": 1}}, "other": [1, [2]]}}),
+        json!({"spec": {"items": [{"id": "a"}, {"id": "a", "x": 1}]}}),
+        json!({"spec": "not an object", "metadata": 7}),
+        json!({}),
+    ];
+    for (schemas, api_version, kind, has_status) in &kinds {
+        for subresource in [None, Some("status")] {
+            let ctx = Context {
+                manager: "m",
+                api_version,
+                kind,
+                subresource,
+                has_status: *has_status,
+                shape: schemas.root(),
+            };
+            for object in &objects {
+                let mut fast = object.clone();
+                record_update(None, &mut fast, &ctx);
+                let mut general = object.clone();
+                record_with_field_sets(None, &mut general, &ctx);
+                assert_eq!(
+                    without_time(fast),
+                    without_time(general),
+                    "{kind} {subresource:?} {object}"
+                );
+            }
+        }
+    }
+}

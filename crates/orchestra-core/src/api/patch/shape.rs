@@ -12,7 +12,7 @@ use crate::api::KindSchema;
 /// A kind's schema with its named definitions, ready to walk.
 #[derive(Debug, Clone)]
 pub struct Schemas {
-    root: Value,
+    root: Arc<Value>,
     definitions: Map<String, Value>,
     /// True for schemas of built-in types (named definitions, the curated
     /// table applies); false for self-contained JSON schemas (CRDs), which
@@ -39,7 +39,7 @@ impl Schemas {
                 let root = generate(&mut generator).to_value();
                 let definitions = generator.definitions().clone();
                 let schemas = Arc::new(Schemas {
-                    root,
+                    root: Arc::new(root),
                     definitions,
                     typed: true,
                 });
@@ -50,7 +50,7 @@ impl Schemas {
                 schemas
             }
             KindSchema::Json(value) => Arc::new(Schemas {
-                root: (**value).clone(),
+                root: value.clone(),
                 definitions: Map::new(),
                 typed: false,
             }),
