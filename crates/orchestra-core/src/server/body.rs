@@ -79,7 +79,11 @@ pub(crate) fn json(status: u16, value: &Value) -> Response {
 
 /// A JSON response with a specific content type.
 pub(crate) fn json_with_type(status: u16, value: &Value, content_type: &'static str) -> Response {
-    let body = serde_json::to_vec(value).expect("JSON values serialize");
+    json_bytes(status, serde_json::to_vec(value).expect("JSON values serialize"), content_type)
+}
+
+/// A response of JSON already serialized.
+pub(crate) fn json_bytes(status: u16, body: Vec<u8>, content_type: &'static str) -> Response {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() =
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

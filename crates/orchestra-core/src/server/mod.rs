@@ -26,6 +26,7 @@ mod objects;
 mod openapi;
 mod patching;
 mod protobuf;
+mod raw;
 mod reviews;
 mod route;
 mod state;
@@ -355,6 +356,12 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
             match method {
                 Method::GET if query.watch => {
                     watch::watch(state.clone(), target, query, output).await
+                }
+                Method::GET if output == table::Output::Json => {
+                    match objects::list_json(&state, &target, &query).await {
+                        Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
+                        Err(e) => body::error(&e),
+                    }
                 }
                 Method::GET => table::respond(
                     objects::list(&state, &target, &query).await,

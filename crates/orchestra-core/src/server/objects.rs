@@ -10,6 +10,7 @@ use orchestra_store::{Error as StoreError, KeyRange, KeyValue, RangeRequest, Rev
 use serde_json::{Map, Value, json};
 
 use super::body;
+use super::raw;
 use super::namespaces::{Phase, phase_of};
 use super::patching;
 use super::route::Query;
@@ -174,8 +175,8 @@ pub(crate) async fn get(state: &State, target: &Target, name: &str) -> Result<Va
 }
 
 /// A list: items, the revision it was read at, and the continuation.
-pub(crate) struct Listed {
-    pub items: Vec<Value>,
+pub(crate) struct Listed<T = Value> {
+    pub items: Vec<T>,
     pub revision: Revision,
     pub continue_token: Option<String>,
     pub remaining: Option<usize>,
@@ -250,6 +251,21 @@ pub(crate) async fn list_items(
     target: &Target,
     query: &Query,
 ) -> Result<Listed, ApiError> {
+    list_with(state, target, query, |kv, labels, fields| {
+        let object = decode_served(&target.resource, kv)?;
+        Ok((labels.matches_object(&object) && fields.matches_object(&object)).then_some(object))
+    })
+    .await
+}
+
+/// Reads a (possibly paginated) list: `accept` turns each stored object
+/// into an item, or `None` if the selectors leave it out.
+async fn list_with<T>(
+    state: &State,
+    target: &Target,
+    query: &Query,
+    mut accept: impl FnMut(&KeyValue, &LabelSelector, &FieldSelector) -> Result<Option<T>, ApiError>,
+) -> Result<Listed<T>, ApiError> {
     let labels = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))?;
     let fields = FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?
         .for_kind(&target.resource.group, &target.resource.kind)?;
@@ -283,9 +299,8 @@ pub(crate) async fn list_items(
         })?;
         listed.revision = response.revision;
         for (i, kv) in response.kvs.iter().enumerate() {
-            let object = decode_served(&target.resource, kv)?;
-            if labels.matches_object(&object) && fields.matches_object(&object) {
-                listed.items.push(object);
+            if let Some(item) = accept(kv, &labels, &fields)? {
+                listed.items.push(item);
             }
             let full = limit > 0 && listed.items.len() >= limit;
             let more_after = i + 1 < response.kvs.len() || response.more;
@@ -304,22 +319,73 @@ pub(crate) async fn list_items(
     }
 }
 
-/// GET of a collection (not a watch).
-pub(crate) async fn list(state: &State, target: &Target, query: &Query) -> Result<Value, ApiError> {
-    let listed = list_items(state, target, query).await?;
+/// The list's own `metadata`.
+fn list_metadata<T>(listed: &Listed<T>) -> Value {
     let mut metadata = json!({"resourceVersion": listed.revision.to_string()});
-    if let Some(token) = listed.continue_token {
-        metadata["continue"] = token.into();
+    if let Some(token) = &listed.continue_token {
+        metadata["continue"] = token.clone().into();
     }
     if let Some(remaining) = listed.remaining {
         metadata["remainingItemCount"] = remaining.into();
     }
+    metadata
+}
+
+/// GET of a collection (not a watch).
+pub(crate) async fn list(state: &State, target: &Target, query: &Query) -> Result<Value, ApiError> {
+    let listed = list_items(state, target, query).await?;
     Ok(json!({
         "apiVersion": target.resource.api_version(),
         "kind": target.resource.list_kind,
-        "metadata": metadata,
+        "metadata": list_metadata(&listed),
         "items": listed.items,
     }))
+}
+
+/// GET of a collection as JSON, serialized as it is read: each item's
+/// stored bytes are served with their resource version spliced in
+/// ([`raw`]) rather than decoded and encoded again, where the kind allows.
+/// The bytes are those [`list`]'s value serializes to.
+pub(crate) async fn list_json(state: &State, target: &Target, query: &Query) -> Result<Vec<u8>, ApiError> {
+    let raw = raw::is_servable(&target.resource);
+    let listed = list_with(state, target, query, |kv, labels, fields| {
+        let mut item = Vec::with_capacity(kv.value.len() + 32);
+        if raw && fields.is_empty() {
+            if !raw::labels_match(kv, labels)? {
+                return Ok(None);
+            }
+            raw::write_stamped(kv, &mut item)?;
+        } else {
+            let object = decode_served(&target.resource, kv)?;
+            if !(labels.matches_object(&object) && fields.matches_object(&object)) {
+                return Ok(None);
+            }
+            serde_json::to_writer(&mut item, &object).expect("JSON values serialize");
+        }
+        Ok(Some(item))
+    })
+    .await?;
+    let size: usize = listed.items.iter().map(|item| item.len() + 1).sum();
+    let mut out = Vec::with_capacity(size + 256);
+    let text = |out: &mut Vec<u8>, value: &str| {
+        serde_json::to_writer(out, value).expect("writing to a Vec cannot fail")
+    };
+    // The keys in the order a JSON map sorts them, as `list` gives them.
+    out.extend_from_slice(b"{\"apiVersion\":");
+    text(&mut out, &target.resource.api_version());
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in listed.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(item);
+    }
+    out.extend_from_slice(b"],\"kind\":");
+    text(&mut out, &target.resource.list_kind);
+    out.extend_from_slice(b",\"metadata\":");
+    serde_json::to_writer(&mut out, &list_metadata(&listed)).expect("JSON values serialize");
+    out.push(b'}');
+    Ok(out)
 }
 
 /// Runs the admission chain on a write; returns the (possibly mutated) object.
@@ -372,6 +438,13 @@ fn validate(
 ) -> Result<(), ApiError> {
     let resource = &target.resource;
     let error_target = target.error_target(name);
+    // Null maps decode as absent, as upstream's typed decoding does.
+    let metadata = metadata_mut(object);
+    for field in ["labels", "annotations"] {
+        if metadata.get(field).is_some_and(Value::is_null) {
+            metadata.remove(field);
+        }
+    }
     let api_version = resource.api_version();
     match object.get("apiVersion").and_then(Value::as_str) {
         None | Some("") => object["apiVersion"] = api_version.clone().into(),

@@ -282,3 +282,72 @@ async fn binding_assigns_once_and_marks_the_pod_scheduled() {
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body["message"].as_str().unwrap().contains("already assigned"), "{body}");
 }
+
+/// Lists served as JSON (stored bytes with the resource version spliced in,
+/// or decoded where the kind converts) hold what the decoding path serves
+/// (the same lists as YAML), with selectors and pages.
+#[tokio::test]
+async fn json_lists_match_decoded_lists() {
+    let server = support::server().await;
+    for (i, labels) in [json!({"app": "web"}), json!({"app": "db", "tier": "x"}), json!(null), json!({"app": "web"})].iter().enumerate() {
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("c{i}"), "labels": labels, "annotations": {"a": "é \"q\""}},
+            "data": {"k": format!("v{i}")}});
+        let (status, _, body) = call(&server, post("/api/v1/namespaces/default/configmaps", "application/json", object.to_string())).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e1"},
+        "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "c", "reportingInstance": "i",
+        "action": "A", "reason": "R", "regarding": {"kind": "Pod", "name": "p"}, "type": "Normal"});
+    let (status, _, body) = call(&server, post("/apis/events.k8s.io/v1/namespaces/default/events", "application/json", event.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let yaml = |uri: &str| {
+        let request = get(uri, "application/yaml");
+        let server = &server;
+        async move {
+            let response = server.router().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            serde_yaml::from_slice::<Value>(&bytes).unwrap()
+        }
+    };
+    let queries = [
+        "/api/v1/namespaces/default/configmaps",
+        "/api/v1/configmaps?labelSelector=app%3Dweb",
+        "/api/v1/namespaces/default/configmaps?labelSelector=app%21%3Dweb",
+        "/api/v1/namespaces/default/configmaps?fieldSelector=metadata.name%3Dc1",
+        "/api/v1/namespaces/default/configmaps?labelSelector=app&fieldSelector=metadata.name%21%3Dc0",
+        "/api/v1/namespaces/default/configmaps?limit=3",
+        "/api/v1/namespaces/default/events",
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+    ];
+    for uri in queries {
+        let (status, content_type, json_list) = call(&server, get(uri, "application/json")).await;
+        assert_eq!(status, StatusCode::OK, "{uri}: {json_list}");
+        assert_eq!(content_type, "application/json");
+        let mut decoded = yaml(uri).await;
+        // A continue token names the revision; both lists were read at the same one.
+        assert_eq!(json_list, decoded, "{uri}");
+        if let Some(token) = json_list["metadata"]["continue"].as_str() {
+            let next = format!("{uri}&continue={token}");
+            let (_, _, page) = call(&server, get(&next, "application/json")).await;
+            decoded = yaml(&next).await;
+            assert_eq!(page, decoded, "{next}");
+            assert_eq!(page["items"].as_array().unwrap().len(), 1, "{page}");
+        }
+    }
+    let (_, _, all) = call(&server, get("/api/v1/namespaces/default/configmaps", "application/json")).await;
+    let items = all["items"].as_array().unwrap();
+    assert_eq!(items.len(), 4);
+    for item in items {
+        let name = item["metadata"]["name"].as_str().unwrap();
+        let (_, _, one) = call(&server, get(&format!("/api/v1/namespaces/default/configmaps/{name}"), "application/json")).await;
+        assert_eq!(item, &one, "a listed item is what a GET serves");
+        assert_ne!(item["metadata"].get("labels"), Some(&Value::Null), "null labels are dropped");
+        assert!(item["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap() > 0);
+    }
+    let (_, _, web) = call(&server, get("/api/v1/configmaps?labelSelector=app%3Dweb", "application/json")).await;
+    assert_eq!(web["items"].as_array().unwrap().len(), 2, "{web}");
+    assert_eq!(web["kind"], "ConfigMapList");
+    assert_eq!(web["apiVersion"], "v1");
+}
