@@ -348,38 +348,37 @@ pub(crate) async fn list(state: &State, target: &Target, query: &Query) -> Resul
 /// The bytes are those [`list`]'s value serializes to.
 pub(crate) async fn list_json(state: &State, target: &Target, query: &Query) -> Result<Vec<u8>, ApiError> {
     let raw = raw::is_servable(&target.resource);
-    let listed = list_with(state, target, query, |kv, labels, fields| {
-        let mut item = Vec::with_capacity(kv.value.len() + 32);
-        if raw && fields.is_empty() {
-            if !raw::labels_match(kv, labels)? {
-                return Ok(None);
-            }
-            raw::write_stamped(kv, &mut item)?;
-        } else {
-            let object = decode_served(&target.resource, kv)?;
-            if !(labels.matches_object(&object) && fields.matches_object(&object)) {
-                return Ok(None);
-            }
-            serde_json::to_writer(&mut item, &object).expect("JSON values serialize");
-        }
-        Ok(Some(item))
-    })
-    .await?;
-    let size: usize = listed.items.iter().map(|item| item.len() + 1).sum();
-    let mut out = Vec::with_capacity(size + 256);
     let text = |out: &mut Vec<u8>, value: &str| {
         serde_json::to_writer(out, value).expect("writing to a Vec cannot fail")
     };
-    // The keys in the order a JSON map sorts them, as `list` gives them.
+    // The keys in the order a JSON map sorts them, as `list` gives them;
+    // items are written as they are read.
+    let mut out = Vec::with_capacity(4096);
     out.extend_from_slice(b"{\"apiVersion\":");
     text(&mut out, &target.resource.api_version());
     out.extend_from_slice(b",\"items\":[");
-    for (i, item) in listed.items.iter().enumerate() {
-        if i > 0 {
+    let listed = list_with(state, target, query, |kv, labels, fields| {
+        let start = out.len();
+        if *out.last().expect("the list has begun") != b'[' {
             out.push(b',');
         }
-        out.extend_from_slice(item);
-    }
+        if raw && fields.is_empty() {
+            if !raw::labels_match(kv, labels)? {
+                out.truncate(start);
+                return Ok(None);
+            }
+            raw::write_stamped(kv, &mut out)?;
+        } else {
+            let object = decode_served(&target.resource, kv)?;
+            if !(labels.matches_object(&object) && fields.matches_object(&object)) {
+                out.truncate(start);
+                return Ok(None);
+            }
+            serde_json::to_writer(&mut out, &object).expect("JSON values serialize");
+        }
+        Ok(Some(()))
+    })
+    .await?;
     out.extend_from_slice(b"],\"kind\":");
     text(&mut out, &target.resource.list_kind);
     out.extend_from_slice(b",\"metadata\":");

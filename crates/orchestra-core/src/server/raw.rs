@@ -10,10 +10,12 @@
 //! stored (sorted) order and the resource version goes where a sorted map
 //! puts it.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use orchestra_store::KeyValue;
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -25,122 +27,133 @@ pub(crate) fn is_servable(resource: &ResourceInfo) -> bool {
     resource.storage.is_none() && resource.custom.is_none()
 }
 
-/// The entries of a JSON object in their order, values unparsed.
-struct Entries<'a>(Vec<(String, &'a RawValue)>);
+/// An object key, borrowed from the stored bytes unless it has escapes.
+struct Key<'a>(Cow<'a, str>);
 
-impl<'de> serde::Deserialize<'de> for Entries<'de> {
+impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct EntriesVisitor;
-        impl<'de> Visitor<'de> for EntriesVisitor {
-            type Value = Entries<'de>;
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
+                f.write_str("an object key")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries<'de>, A::Error> {
-                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
-                    entries.push(entry);
-                }
-                Ok(Entries(entries))
+            fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(key)))
+            }
+            fn visit_str<E>(self, key: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(key.to_owned())))
             }
         }
-        deserializer.deserialize_map(EntriesVisitor)
+        deserializer.deserialize_str(KeyVisitor)
     }
-}
-
-fn corrupt(error: serde_json::Error) -> ApiError {
-    ApiError::internal(format!("stored object is corrupt: {error}"))
-}
-
-fn write_key(out: &mut Vec<u8>, key: &str) {
-    serde_json::to_writer(&mut *out, key).expect("writing to a Vec cannot fail");
-    out.push(b':');
 }
 
 /// Appends the stored object `kv` to `out` with its resource version set:
 /// the bytes `serde_json::to_vec` gives for the decoded object.
 pub(crate) fn write_stamped(kv: &KeyValue, out: &mut Vec<u8>) -> Result<(), ApiError> {
-    let Entries(top) = serde_json::from_slice(&kv.value).map_err(corrupt)?;
+    let start = out.len();
     let version = kv.mod_revision.to_string();
-    out.push(b'{');
-    let mut first = true;
-    let mut stamped = false;
-    let mut separate = |out: &mut Vec<u8>| {
-        if !std::mem::take(&mut first) {
-            out.push(b',');
+    let mut deserializer = serde_json::Deserializer::from_slice(&kv.value);
+    let streamed = deserializer
+        .deserialize_map(Stamp { out: &mut *out, version: &version, metadata: false })
+        .and_then(|()| deserializer.end());
+    if streamed.is_err() {
+        // Metadata that is not an object, or a corrupt object: the
+        // decoding path replaces the one and reports the other.
+        out.truncate(start);
+        let object = super::objects::decode_stored(kv)?;
+        serde_json::to_writer(out, &object).expect("JSON values serialize");
+    }
+    Ok(())
+}
+
+/// Copies an object (the stored object, or its `metadata` if `metadata`)
+/// to `out` entry by entry, values unparsed, with `metadata` and its
+/// `resourceVersion` put where a sorted map has them.
+struct Stamp<'o, 'v> {
+    out: &'o mut Vec<u8>,
+    version: &'v str,
+    metadata: bool,
+}
+
+impl Stamp<'_, '_> {
+    fn key(&mut self, first: &mut bool, key: &str) {
+        if !std::mem::take(first) {
+            self.out.push(b',');
         }
-    };
-    for (key, value) in &top {
-        if key == "metadata" {
-            separate(out);
-            write_key(out, key);
-            if value.get().starts_with('{') {
-                write_metadata(value, &version, out)?;
-            } else {
-                // Decoding replaces metadata that is not an object.
-                write_metadata_of(&[], &version, out);
-            }
-            stamped = true;
+        serde_json::to_writer(&mut *self.out, key).expect("writing to a Vec cannot fail");
+        self.out.push(b':');
+    }
+
+    /// Writes what goes before `next` (`None`: the end) if not yet written.
+    fn stamp_before(&mut self, first: &mut bool, stamped: &mut bool, next: Option<&str>) {
+        let (name, value): (&str, &[u8]) = if self.metadata {
+            ("resourceVersion", b"")
         } else {
-            if !stamped && key.as_str() > "metadata" {
-                // No metadata stored: decoding creates it here.
-                separate(out);
-                write_key(out, "metadata");
-                write_metadata_of(&[], &version, out);
+            ("metadata", b"{\"resourceVersion\":")
+        };
+        if *stamped || next.is_some_and(|next| next <= name) {
+            return;
+        }
+        *stamped = true;
+        self.key(first, name);
+        self.out.extend_from_slice(value);
+        serde_json::to_writer(&mut *self.out, self.version).expect("writing to a Vec cannot fail");
+        if !self.metadata {
+            self.out.push(b'}');
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for Stamp<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        self.out.push(b'{');
+        let (mut first, mut stamped) = (true, false);
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            if self.metadata && key == "resourceVersion" {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            self.stamp_before(&mut first, &mut stamped, Some(&key));
+            self.key(&mut first, &key);
+            if !self.metadata && key == "metadata" {
+                map.next_value_seed(MetadataSeed(Stamp {
+                    out: &mut *self.out,
+                    version: self.version,
+                    metadata: true,
+                }))?;
                 stamped = true;
+            } else {
+                let value: &RawValue = map.next_value()?;
+                self.out.extend_from_slice(value.get().as_bytes());
             }
-            separate(out);
-            write_key(out, key);
-            out.extend_from_slice(value.get().as_bytes());
         }
+        self.stamp_before(&mut first, &mut stamped, None);
+        self.out.push(b'}');
+        Ok(())
     }
-    if !stamped {
-        separate(out);
-        write_key(out, "metadata");
-        write_metadata_of(&[], &version, out);
-    }
-    out.push(b'}');
-    Ok(())
 }
 
-fn write_metadata(metadata: &RawValue, version: &str, out: &mut Vec<u8>) -> Result<(), ApiError> {
-    let Entries(fields) = serde_json::from_str(metadata.get()).map_err(corrupt)?;
-    write_metadata_of(&fields, version, out);
-    Ok(())
+/// The stored `metadata`, copied by [`Stamp`].
+struct MetadataSeed<'o, 'v>(Stamp<'o, 'v>);
+
+impl<'de> DeserializeSeed<'de> for MetadataSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self.0)
+    }
 }
 
-/// Writes metadata `fields` with `resourceVersion` in its sorted place
-/// (replacing any stored one).
-fn write_metadata_of(fields: &[(String, &RawValue)], version: &str, out: &mut Vec<u8>) {
-    out.push(b'{');
-    let mut first = true;
-    let mut stamped = false;
-    for (key, value) in fields {
-        if key == "resourceVersion" {
-            continue;
-        }
-        if !stamped && key.as_str() > "resourceVersion" {
-            if !std::mem::take(&mut first) {
-                out.push(b',');
-            }
-            write_key(out, "resourceVersion");
-            serde_json::to_writer(&mut *out, version).expect("writing to a Vec cannot fail");
-            stamped = true;
-        }
-        if !std::mem::take(&mut first) {
-            out.push(b',');
-        }
-        write_key(out, key);
-        out.extend_from_slice(value.get().as_bytes());
-    }
-    if !stamped {
-        if !first {
-            out.push(b',');
-        }
-        write_key(out, "resourceVersion");
-        serde_json::to_writer(&mut *out, version).expect("writing to a Vec cannot fail");
-    }
-    out.push(b'}');
+fn corrupt(error: serde_json::Error) -> ApiError {
+    ApiError::internal(format!("stored object is corrupt: {error}"))
 }
 
 /// True if the stored object's labels satisfy `selector` (read from its
