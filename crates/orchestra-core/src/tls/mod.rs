@@ -4,6 +4,7 @@
 //! agent uses it for its own endpoint (logs, exec) without compiling the
 //! API server (feature `tls` alone).
 
+mod coalesce;
 mod listener;
 pub mod pki;
 
