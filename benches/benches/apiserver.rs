@@ -26,6 +26,19 @@
 //! end but not decoded, so the figures are the server's cost, not a client
 //! library's. Each line prints the API mode's figures, the store's at the same
 //! point and the ratio (API / store throughput).
+//!
+//! The throughput ratio understates the server, because in the `https` modes
+//! the load generator (hyper client, TLS, HTTP framing) shares the 2 CPUs with
+//! it. So those clients run on a runtime of their own (threads `bench-client*`)
+//! and the CPU time of every thread is read over each measured window:
+//! `server_cpu_us_per_op` is that of all other threads per operation,
+//! `client_cpu_us_per_op` the load generator's, `store_cpu_us_per_op` the
+//! whole process's in store mode (the bare store plus its tiny closed loop),
+//! and `cpu_ratio` = store / server CPU per operation: the throughput ratio
+//! if both were CPU-bound with their clients on other machines (informational:
+//! the bare store's creates wait on the WAL sync more than on the CPU; the
+//! targets stay on measured throughput). In `inproc` the clients run the
+//! handlers inline, so no such split exists there.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -43,7 +56,7 @@ use orchestra_benches::args::Args;
 use orchestra_benches::harness;
 use orchestra_benches::load::{LoopResult, closed_loop};
 use orchestra_benches::stats::{Latencies, fmt_ms, fmt_rate, median};
-use orchestra_benches::sys;
+use orchestra_benches::sys::{self, ThreadCpuMeter, ThreadCpuWindow};
 use orchestra_core::auth::{
     AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, ExtensionAuthenticator,
     Identity, PublicInfoViewer, UserInfo,
@@ -82,6 +95,13 @@ const READ_OBJECTS: usize = 1000;
 const WATCHES_PER_CONNECTION: usize = 100;
 /// The admin's in-process identity.
 const ADMIN: &str = "orchestra-admin";
+/// Names of the threads of the load generator's runtime in the `https` modes;
+/// every other thread's CPU time is the server's.
+const CLIENT_THREADS: &str = "bench-client";
+/// Worker threads of the load generator's runtime.
+const CLIENT_WORKERS: usize = 2;
+/// The thread that measures the CPU time of the others (not counted itself).
+const METER_THREAD: &str = "bench-cpu-meter";
 
 /// 200 characters of ConfigMap data: objects of a realistic small size.
 fn payload() -> String {
@@ -168,7 +188,24 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    harness::run_in_scratch("apiserver", async |scratch| run(&config, scratch).await)
+    // The load generator of the `https` modes runs here, apart from the
+    // server's runtime, so that its threads' CPU time can be told apart.
+    let clients = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(CLIENT_WORKERS)
+        .thread_name(CLIENT_THREADS)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("cannot start the load generator's runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let handle = clients.handle().clone();
+    let code = harness::run_in_scratch("apiserver", async |scratch| run(&config, &handle, scratch).await);
+    clients.shutdown_timeout(Duration::from_secs(1));
+    code
 }
 
 /// A connection to the API server.
@@ -239,6 +276,7 @@ impl ApiConn {
 }
 
 /// The HTTPS endpoint and its client TLS configurations.
+#[derive(Clone)]
 struct Https {
     address: std::net::SocketAddr,
     h2: Arc<rustls::ClientConfig>,
@@ -297,6 +335,22 @@ impl Https {
         tokio::spawn(connection);
         Ok(ApiConn::H1(Arc::new(tokio::sync::Mutex::new(send))))
     }
+
+    /// `clients` connections of `mode` (`https` connections are shared); their
+    /// connection tasks run on the runtime this is called on.
+    async fn conns(&self, mode: &str, clients: usize) -> Result<Vec<ApiConn>, String> {
+        match mode {
+            "https" => Ok(vec![self.h2().await?; clients]),
+            "https1" => {
+                let mut conns = Vec::with_capacity(clients);
+                for _ in 0..clients {
+                    conns.push(self.h1().await?);
+                }
+                Ok(conns)
+            }
+            other => Err(format!("unknown HTTPS mode {other}")),
+        }
+    }
 }
 
 /// Everything the phases share.
@@ -305,6 +359,8 @@ struct Bench {
     store: RocksStore,
     router: axum::Router,
     https: Https,
+    /// The load generator's runtime for the `https` modes.
+    clients: tokio::runtime::Handle,
     /// The bytes the store holds for a created ConfigMap: what the bare store
     /// create writes, so both write the same size.
     stored_value: Bytes,
@@ -313,60 +369,42 @@ struct Bench {
 }
 
 impl Bench {
-    /// `clients` connections of `mode` (`https` connections are shared).
-    async fn conns(&self, mode: &str, clients: usize) -> Result<Vec<ApiConn>, String> {
-        match mode {
-            "inproc" => Ok(vec![ApiConn::InProc(self.router.clone()); clients]),
-            "https" => Ok(vec![self.https.h2().await?; clients]),
-            "https1" => {
-                let mut conns = Vec::with_capacity(clients);
-                for _ in 0..clients {
-                    conns.push(self.https.h1().await?);
-                }
-                Ok(conns)
-            }
-            other => Err(format!("unknown mode {other}")),
-        }
-    }
-
-    async fn api_point(&self, op: &str, mode: &str, clients: usize) -> Result<LoopResult, String> {
-        let conns = self.conns(mode, clients).await?;
+    /// One point of `op` in API `mode`: in the `https` modes, the connections
+    /// and the closed loop run on the load generator's runtime.
+    async fn api_point(&self, op: &str, mode: &str, clients: usize) -> Result<Measured, String> {
         let (warmup, duration) = (self.config.warmup, self.config.duration);
-        Ok(match op {
-            "create" => {
-                let run = self.run_counter.fetch_add(1, Ordering::Relaxed);
-                let path: Arc<str> = format!("/api/v1/namespaces/{NS_CREATE}/configmaps").into();
-                closed_loop(conns, warmup, duration, move |conn, c, n| {
-                    let path = path.clone();
-                    async move {
-                        let body = Bytes::from(configmap(&format!("c{run}-{c}-{n}"), None));
-                        let r = conn.expect(Method::POST, &path, body, StatusCode::CREATED).await.map(drop);
-                        (conn, r)
-                    }
-                })
-                .await
+        let run = if op == "create" { self.run_counter.fetch_add(1, Ordering::Relaxed) } else { 0 };
+        let (started, start) = tokio::sync::oneshot::channel();
+        let load = async {
+            if mode == "inproc" {
+                let conns = vec![ApiConn::InProc(self.router.clone()); clients];
+                let _ = started.send(Instant::now());
+                api_load(op, conns, warmup, duration, run).await
+            } else {
+                let (https, op, mode) = (self.https.clone(), op.to_owned(), mode.to_owned());
+                self.clients
+                    .spawn(async move {
+                        let conns = https.conns(&mode, clients).await?;
+                        let _ = started.send(Instant::now());
+                        api_load(&op, conns, warmup, duration, run).await
+                    })
+                    .await
+                    .map_err(|e| format!("load generator: {e}"))?
             }
-            "get" => {
-                closed_loop(conns, warmup, duration, |conn, c, n| async move {
-                    let path = format!("/api/v1/namespaces/{NS_READ}/configmaps/{}", read_name(c, n));
-                    let r = conn.expect(Method::GET, &path, Bytes::new(), StatusCode::OK).await.map(drop);
-                    (conn, r)
-                })
-                .await
-            }
-            "list" => {
-                closed_loop(conns, warmup, duration, |conn, _, _| async move {
-                    let path = format!("/api/v1/namespaces/{NS_READ}/configmaps");
-                    let r = conn.expect(Method::GET, &path, Bytes::new(), StatusCode::OK).await.map(drop);
-                    (conn, r)
-                })
-                .await
-            }
-            other => return Err(format!("unknown operation {other}")),
-        })
+        };
+        let (result, cpu) = tokio::join!(load, measure_window(start, warmup, duration));
+        Ok(Measured { result: result?, cpu })
     }
 
-    async fn store_point(&self, op: &str, clients: usize) -> Result<LoopResult, String> {
+    async fn store_point(&self, op: &str, clients: usize) -> Result<Measured, String> {
+        let (started, start) = tokio::sync::oneshot::channel();
+        let _ = started.send(Instant::now());
+        let (warmup, duration) = (self.config.warmup, self.config.duration);
+        let (result, cpu) = tokio::join!(self.store_load(op, clients), measure_window(start, warmup, duration));
+        Ok(Measured { result: result?, cpu })
+    }
+
+    async fn store_load(&self, op: &str, clients: usize) -> Result<LoopResult, String> {
         let stores = vec![self.store.clone(); clients];
         let (warmup, duration) = (self.config.warmup, self.config.duration);
         Ok(match op {
@@ -412,6 +450,117 @@ impl Bench {
     }
 }
 
+/// The closed loop of `op` (create, get or list) through `conns`; `run`
+/// distinguishes the names of this run's creates.
+async fn api_load(
+    op: &str,
+    conns: Vec<ApiConn>,
+    warmup: Duration,
+    duration: Duration,
+    run: usize,
+) -> Result<LoopResult, String> {
+    Ok(match op {
+        "create" => {
+            let path: Arc<str> = format!("/api/v1/namespaces/{NS_CREATE}/configmaps").into();
+            closed_loop(conns, warmup, duration, move |conn, c, n| {
+                let path = path.clone();
+                async move {
+                    let body = Bytes::from(configmap(&format!("c{run}-{c}-{n}"), None));
+                    let r = conn.expect(Method::POST, &path, body, StatusCode::CREATED).await.map(drop);
+                    (conn, r)
+                }
+            })
+            .await
+        }
+        "get" => {
+            closed_loop(conns, warmup, duration, |conn, c, n| async move {
+                let path = format!("/api/v1/namespaces/{NS_READ}/configmaps/{}", read_name(c, n));
+                let r = conn.expect(Method::GET, &path, Bytes::new(), StatusCode::OK).await.map(drop);
+                (conn, r)
+            })
+            .await
+        }
+        "list" => {
+            closed_loop(conns, warmup, duration, |conn, _, _| async move {
+                let path = format!("/api/v1/namespaces/{NS_READ}/configmaps");
+                let r = conn.expect(Method::GET, &path, Bytes::new(), StatusCode::OK).await.map(drop);
+                (conn, r)
+            })
+            .await
+        }
+        other => return Err(format!("unknown operation {other}")),
+    })
+}
+
+/// The CPU time of every thread over the measured window (warm-up excluded)
+/// of a closed loop that starts at the instant `start` receives; `None` if it
+/// never does. Timed on a thread of its own ([`METER_THREAD`]), not with
+/// tokio's timers: a bare store get never yields, so while the clients run
+/// no worker would fire a timer.
+fn measure_window(
+    start: tokio::sync::oneshot::Receiver<Instant>,
+    warmup: Duration,
+    duration: Duration,
+) -> impl Future<Output = Option<ThreadCpuWindow>> {
+    let (done, window) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new().name(METER_THREAD.into()).spawn(move || {
+        let Ok(start) = start.blocking_recv() else { return };
+        let sleep_until = |t: Instant| std::thread::sleep(t.saturating_duration_since(Instant::now()));
+        sleep_until(start + warmup);
+        let meter = ThreadCpuMeter::start();
+        sleep_until(start + warmup + duration);
+        let _ = done.send(meter.read());
+    });
+    async move {
+        spawned.ok()?;
+        window.await.ok()
+    }
+}
+
+/// One closed-loop run and the CPU time of the threads in its measured window.
+struct Measured {
+    result: LoopResult,
+    cpu: Option<ThreadCpuWindow>,
+}
+
+impl Measured {
+    /// CPU time per operation in the measured window: the rate of CPU time
+    /// over the rate of operations.
+    fn cpu_per_op(&self) -> Option<CpuPerOp> {
+        let window = self.cpu.as_ref()?;
+        let ops = self.result.throughput() * window.seconds;
+        if ops <= 0.0 {
+            return None;
+        }
+        let us = |ns: u64| ns as f64 / 1e3 / ops;
+        let client = window.cpu_ns(|name| name.starts_with(CLIENT_THREADS));
+        let process = window.cpu_ns(|name| name != METER_THREAD);
+        Some(CpuPerOp { process: us(process), server: us(process - client), client: us(client) })
+    }
+}
+
+/// CPU microseconds per operation.
+#[derive(Debug, Clone, Copy)]
+struct CpuPerOp {
+    /// All threads of the process (but the meter's).
+    process: f64,
+    /// All threads but the load generator's.
+    server: f64,
+    /// The load generator's threads (`bench-client*`; idle outside the `https` modes).
+    client: f64,
+}
+
+/// Formats CPU microseconds per operation: `3.42`, `61.5`, `2310`.
+fn fmt_us(us: f64) -> String {
+    if us < 10.0 {
+        format!("{us:.2}")
+    } else if us < 1000.0 {
+        format!("{us:.1}")
+    } else {
+        format!("{us:.0}")
+    }
+}
+
 fn read_name(client: usize, n: u64) -> String {
     format!("r-{}", (client as u64 * 7919 + n) % READ_OBJECTS as u64)
 }
@@ -424,16 +573,28 @@ struct Point {
     p99: Duration,
     errors: u64,
     first_error: Option<String>,
+    /// CPU per operation (each field the median over the runs), if measured in every run.
+    cpu: Option<CpuPerOp>,
+    /// Threads that exited during a measured window (their CPU time is lost).
+    exited_threads: usize,
 }
 
-fn point(results: &[LoopResult]) -> Point {
-    let pick = |f: &dyn Fn(&LoopResult) -> f64| median(&results.iter().map(f).collect::<Vec<_>>());
+fn point(measured: &[Measured]) -> Point {
+    let results: Vec<&LoopResult> = measured.iter().map(|m| &m.result).collect();
+    let pick = |f: &dyn Fn(&LoopResult) -> f64| median(&results.iter().map(|r| f(r)).collect::<Vec<_>>());
+    let cpu: Option<Vec<CpuPerOp>> = measured.iter().map(Measured::cpu_per_op).collect();
+    let cpu = cpu.filter(|c| !c.is_empty()).map(|c| {
+        let pick = |f: fn(&CpuPerOp) -> f64| median(&c.iter().map(f).collect::<Vec<_>>());
+        CpuPerOp { process: pick(|c| c.process), server: pick(|c| c.server), client: pick(|c| c.client) }
+    });
     Point {
         throughput: pick(&|r| r.throughput()),
         p50: Duration::from_secs_f64(pick(&|r| r.latencies.percentile(50.0).as_secs_f64())),
         p99: Duration::from_secs_f64(pick(&|r| r.latencies.percentile(99.0).as_secs_f64())),
         errors: results.iter().map(|r| r.errors).sum(),
         first_error: results.iter().find_map(|r| r.first_error.clone()),
+        cpu,
+        exited_threads: measured.iter().filter_map(|m| m.cpu.as_ref()).map(|w| w.exited).sum(),
     }
 }
 
@@ -441,11 +602,13 @@ fn point(results: &[LoopResult]) -> Point {
 struct Summary {
     /// (mode, clients) → API create / store create throughput.
     create_ratios: Vec<(String, usize, f64, f64, f64)>,
+    /// (mode, clients) → server and store CPU µs per create, their ratio (`https` modes).
+    create_cpu: Vec<(String, usize, f64, f64, f64)>,
     problems: Vec<String>,
     notes: Vec<String>,
 }
 
-async fn run(config: &Config, scratch: &Path) -> Result<(), String> {
+async fn run(config: &Config, clients: &tokio::runtime::Handle, scratch: &Path) -> Result<(), String> {
     let started = Instant::now();
     let rocks_dir = scratch.join("store");
     let store = RocksStore::open_with(RocksOptions::new(&rocks_dir).store_options(StoreOptions::default()))
@@ -517,7 +680,15 @@ async fn run(config: &Config, scratch: &Path) -> Result<(), String> {
         }
     }
 
-    let bench = Bench { config: config.clone(), store, router, https, stored_value, run_counter: AtomicUsize::new(0) };
+    let bench = Bench {
+        config: config.clone(),
+        store,
+        router,
+        https,
+        clients: clients.clone(),
+        stored_value,
+        run_counter: AtomicUsize::new(0),
+    };
     print_header(config, scratch, bench.stored_value.len());
     let mut summary = Summary::default();
 
@@ -529,7 +700,7 @@ async fn run(config: &Config, scratch: &Path) -> Result<(), String> {
         for &clients in clients_list {
             // Alternating: store, then each API mode, `runs` times.
             let mut store_runs = Vec::new();
-            let mut api_runs: HashMap<&str, Vec<LoopResult>> = HashMap::new();
+            let mut api_runs: HashMap<&str, Vec<Measured>> = HashMap::new();
             for _ in 0..config.runs {
                 store_runs.push(bench.store_point(op, clients).await?);
                 for mode in &config.modes {
@@ -539,13 +710,36 @@ async fn run(config: &Config, scratch: &Path) -> Result<(), String> {
             }
             let store_point = point(&store_runs);
             check_errors(op, "store", clients, &store_point, &mut summary.problems);
+            check_exited(op, "store", clients, &store_point, &mut summary.notes);
+            // The bare store's CPU is the whole process's.
+            let store_cpu = store_point.cpu.map(|c| c.process);
             for mode in &config.modes {
                 let p = point(&api_runs[mode.as_str()]);
                 check_errors(op, mode, clients, &p, &mut summary.problems);
                 let ratio = p.throughput / store_point.throughput.max(1e-9);
+                let mut cpu = String::new();
+                let split = if mode == "inproc" { None } else { p.cpu };
+                if let Some(split) = split {
+                    check_exited(op, mode, clients, &p, &mut summary.notes);
+                    cpu += &format!(
+                        " server_cpu_us_per_op={} client_cpu_us_per_op={}",
+                        fmt_us(split.server),
+                        fmt_us(split.client)
+                    );
+                }
+                if let Some(store) = store_cpu {
+                    cpu += &format!(" store_cpu_us_per_op={}", fmt_us(store));
+                }
+                if let (Some(split), Some(store)) = (split, store_cpu) {
+                    let cpu_ratio = store / split.server.max(1e-9);
+                    cpu += &format!(" cpu_ratio={cpu_ratio:.2}");
+                    if op == "create" {
+                        summary.create_cpu.push((mode.clone(), clients, split.server, store, cpu_ratio));
+                    }
+                }
                 println!(
                     "apiserver op={op} mode={mode} clients={clients} ops_per_s={} p50_ms={} p99_ms={} \
-                     store_ops_per_s={} store_p50_ms={} store_p99_ms={} ratio={ratio:.2}",
+                     store_ops_per_s={} store_p50_ms={} store_p99_ms={} ratio={ratio:.2}{cpu}",
                     fmt_rate(p.throughput),
                     fmt_ms(p.p50),
                     fmt_ms(p.p99),
@@ -601,6 +795,18 @@ fn check_errors(op: &str, mode: &str, clients: usize, p: &Point, problems: &mut 
     }
 }
 
+/// Notes threads that exited during a measured window: the CPU they used in
+/// it is missing from the figures.
+fn check_exited(op: &str, mode: &str, clients: usize, p: &Point, notes: &mut Vec<String>) {
+    if p.exited_threads > 0 {
+        notes.push(format!(
+            "op={op} mode={mode} clients={clients}: {} thread(s) exited during a measured window; \
+             their CPU time there is not counted",
+            p.exited_threads
+        ));
+    }
+}
+
 fn print_header(config: &Config, scratch: &Path, stored_len: usize) {
     let mount = sys::mount_of(scratch);
     let mode = if config.quick { "quick" } else { "full" };
@@ -632,6 +838,12 @@ fn print_header(config: &Config, scratch: &Path, stored_len: usize) {
         "# modes: https = HTTP/2 over TLS, one shared connection, admin client certificate; https1 = HTTP/1.1 over \
          TLS, one connection per client; inproc = tower oneshot on the router; store = the bare Store calls"
     );
+    println!(
+        "# cpu: CPU time of each thread (/proc/self/task/*/schedstat) over each measured window, per operation; in \
+         https and https1 the load generator runs on its own {CLIENT_WORKERS}-thread runtime ({CLIENT_THREADS}*): \
+         client_cpu = its threads, server_cpu = all others (API server, TLS, store); store_cpu = the whole process \
+         in store mode; cpu_ratio = store_cpu / server_cpu (informational)"
+    );
     if config.runs("watch") {
         println!(
             "# watch: {} watchers, 1 writer creating {} stamped ConfigMaps at {:.0}/s (in process for the API modes); \
@@ -653,6 +865,17 @@ fn print_footer(summary: &Summary, elapsed: Duration, bytes: u64) {
              ratio={ratio:.2} {verdict}",
             fmt_rate(*api),
             fmt_rate(*store),
+        );
+    }
+    for (mode, clients, server, store, ratio) in &summary.create_cpu {
+        if Some(*clients) != max_clients {
+            continue;
+        }
+        println!(
+            "# server CPU per create at {clients} clients: mode={mode} server={}us/op store={}us/op \
+             cpu_ratio={ratio:.2} (informational: load generator excluded)",
+            fmt_us(*server),
+            fmt_us(*store),
         );
     }
     for note in &summary.notes {

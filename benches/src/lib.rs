@@ -11,9 +11,9 @@
 //!   one operation after the other for a fixed time, every latency recorded.
 //! * [`stats`] — latency percentiles and medians.
 //! * [`sys`] — machine facts for report headers, this process's RSS and CPU
-//!   time (and the whole machine's, to tell other users' load apart), and a
-//!   scratch directory on a real disk (not tmpfs), so durable writes are
-//!   measured as durable.
+//!   time (in all, per thread, and the whole machine's, to tell other users'
+//!   load apart), and a scratch directory on a real disk (not tmpfs), so
+//!   durable writes are measured as durable.
 //! * [`args`] — the tiny command-line parser the benchmarks share.
 //! * [`harness`] — what every benchmark's `main` does: parse arguments, run
 //!   in a scratch directory on a runtime, stop on Ctrl-C or SIGTERM.

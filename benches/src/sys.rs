@@ -1,4 +1,5 @@
-//! Machine facts for report headers, and scratch directories on a real disk.
+//! Machine facts for report headers, CPU time (of the process, of each of its
+//! threads and of the machine), and scratch directories on a real disk.
 
 use std::path::{Path, PathBuf};
 
@@ -137,6 +138,106 @@ impl CpuMeter {
     }
 }
 
+/// One thread of this process and the CPU time it has used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadCpu {
+    /// The thread's id (its directory under `/proc/self/task`).
+    pub tid: u32,
+    /// Its name (`comm`, at most 15 bytes: what `std::thread::Builder::name`
+    /// or tokio's `thread_name` set, cut short).
+    pub name: String,
+    /// CPU time (user + system) in nanoseconds.
+    pub cpu_ns: u64,
+}
+
+/// Every thread of this process with its name and CPU time, from
+/// `/proc/self/task/<tid>/comm` and `/proc/self/task/<tid>/schedstat` (first
+/// field: nanoseconds on a CPU), or where the kernel has no schedstat,
+/// `utime + stime` of `/proc/self/task/<tid>/stat` (clock ticks of 10 ms). A
+/// thread that exits while it is read is left out.
+pub fn thread_cpu_times() -> Vec<ThreadCpu> {
+    let Ok(entries) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let tid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let dir = entry.path();
+            let name = std::fs::read_to_string(dir.join("comm")).ok()?.trim_end_matches('\n').to_owned();
+            let cpu_ns = match std::fs::read_to_string(dir.join("schedstat")) {
+                Ok(s) => s.split_whitespace().next()?.parse().ok()?,
+                Err(_) => {
+                    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+                    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+                    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+                    ((ticks(11) + ticks(12)) / USER_HZ * 1e9) as u64
+                }
+            };
+            Some(ThreadCpu { tid, name, cpu_ns })
+        })
+        .collect()
+}
+
+/// Measures the CPU time of each thread of this process over a window, to
+/// tell apart the CPU of threads by their names (a load generator on its own
+/// runtime from the server it loads, say).
+///
+/// A thread that starts in the window counts from zero. A thread that exits
+/// in the window is left out, with its CPU time since the start
+/// ([`ThreadCpuWindow::exited`] counts them): for tokio's blocking threads,
+/// which exit after 10 s idle, that loses nothing in a shorter window.
+#[derive(Debug, Clone)]
+pub struct ThreadCpuMeter {
+    start: std::collections::HashMap<u32, u64>,
+    wall: std::time::Instant,
+}
+
+/// What a [`ThreadCpuMeter`] saw.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadCpuWindow {
+    /// Each thread alive at the end with the CPU time it used in the window.
+    pub threads: Vec<ThreadCpu>,
+    /// Threads alive at the start but not at the end.
+    pub exited: usize,
+    /// Wall-clock seconds measured.
+    pub seconds: f64,
+}
+
+impl ThreadCpuMeter {
+    /// Starts measuring now.
+    pub fn start() -> ThreadCpuMeter {
+        let start = thread_cpu_times().into_iter().map(|t| (t.tid, t.cpu_ns)).collect();
+        ThreadCpuMeter { start, wall: std::time::Instant::now() }
+    }
+
+    /// The CPU time of every thread since [`ThreadCpuMeter::start`].
+    pub fn read(&self) -> ThreadCpuWindow {
+        let seconds = self.wall.elapsed().as_secs_f64();
+        ThreadCpuWindow::between(&self.start, thread_cpu_times(), seconds)
+    }
+}
+
+impl ThreadCpuWindow {
+    /// The window from the CPU times at its start (by thread id) to the threads at its end.
+    fn between(start: &std::collections::HashMap<u32, u64>, end: Vec<ThreadCpu>, seconds: f64) -> ThreadCpuWindow {
+        let exited = start.keys().filter(|tid| !end.iter().any(|t| t.tid == **tid)).count();
+        let threads = end
+            .into_iter()
+            .map(|t| ThreadCpu { cpu_ns: t.cpu_ns.saturating_sub(start.get(&t.tid).copied().unwrap_or(0)), ..t })
+            .collect();
+        ThreadCpuWindow { threads, exited, seconds }
+    }
+
+    /// CPU nanoseconds of the threads whose name `select` accepts.
+    pub fn cpu_ns(&self, select: impl Fn(&str) -> bool) -> u64 {
+        self.threads.iter().filter(|t| select(&t.name)).map(|t| t.cpu_ns).sum()
+    }
+
+    /// CPU nanoseconds of all threads.
+    pub fn total_ns(&self) -> u64 {
+        self.cpu_ns(|_| true)
+    }
+}
+
 /// The mount a path lives on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
@@ -224,5 +325,51 @@ mod tests {
             x = x.wrapping_mul(31).wrapping_add(i);
         }
         assert!(x != 1 && meter.read().process_pct >= 0.0 && cpu_seconds() > 0.0);
+    }
+
+    #[test]
+    fn thread_cpu_by_name() {
+        let meter = ThreadCpuMeter::start();
+        let spin = || {
+            let started = std::time::Instant::now();
+            let mut x = 0u64;
+            while started.elapsed() < std::time::Duration::from_millis(50) {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+            }
+            x
+        };
+        // A thread that starts in the window and is still alive at its end.
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let (ready, spun) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::Builder::new()
+            .name("cpu-test-spin".into())
+            .spawn(move || {
+                spin();
+                ready.send(()).unwrap();
+                wait.recv().unwrap();
+            })
+            .unwrap();
+        spun.recv().unwrap();
+        let window = meter.read();
+        done.send(()).unwrap();
+        worker.join().unwrap();
+        let spinner = window.cpu_ns(|name| name.starts_with("cpu-test-spin"));
+        // At least a little of its 50 ms, even on a busy machine; at most the window.
+        assert!(spinner >= 1_000_000 && spinner as f64 <= window.seconds * 1e9 + 2e7, "{window:?}");
+        assert!(window.total_ns() >= spinner && window.seconds >= 0.05);
+        assert!(thread_cpu_times().iter().any(|t| t.tid == std::process::id()));
+    }
+
+    #[test]
+    fn thread_windows_count_new_threads_from_zero() {
+        let start = [(1, 500), (2, 100)].into_iter().collect();
+        let end = vec![
+            ThreadCpu { tid: 1, name: "a".into(), cpu_ns: 800 },
+            ThreadCpu { tid: 3, name: "bench-client".into(), cpu_ns: 40 },
+        ];
+        let window = ThreadCpuWindow::between(&start, end, 1.0);
+        assert_eq!(window.exited, 1);
+        assert_eq!(window.total_ns(), 340);
+        assert_eq!(window.cpu_ns(|n| n.starts_with("bench-client")), 40);
     }
 }
