@@ -16,8 +16,6 @@ use tower::ServiceExt as _;
 
 use rustls::pki_types::CertificateDer;
 
-use super::coalesce::Coalesce;
-
 /// The certificate chain a client presented during the TLS handshake, already
 /// verified against the configured CA by the listener; carried as a request
 /// extension of every request of the connection.
@@ -89,11 +87,7 @@ pub async fn serve(
                         }
                         request
                     });
-                    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                        watcher.watch(connection(Coalesce::new(TokioIo::new(stream)), router)).await
-                    } else {
-                        watcher.watch(connection(TokioIo::new(stream), router)).await
-                    }
+                    watcher.watch(connection(TokioIo::new(stream), router)).await
                 }
             };
             if let Err(error) = result {

@@ -4,7 +4,6 @@
 //! agent uses it for its own endpoint (logs, exec) without compiling the
 //! API server (feature `tls` alone).
 
-mod coalesce;
 mod listener;
 pub mod pki;
 
