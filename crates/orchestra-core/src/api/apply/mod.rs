@@ -276,25 +276,26 @@ fn added_maps(
 /// which other managers lose. Managed fields the writer sent explicitly
 /// (different from the stored ones) replace the stored ones first.
 pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
-    if old.is_none() && new.pointer("/metadata/managedFields").is_none() {
-        if let Some(fields) = created_fields_v1(new, ctx) {
-            let metadata = meta::metadata_mut(new);
-            if fields.as_object().is_some_and(Map::is_empty) {
-                metadata.remove("managedFields");
-            } else {
-                let time = meta::now_rfc3339();
-                let entry = entry_json(
-                    ctx.manager,
-                    UPDATE,
-                    ctx.api_version,
-                    Some(&time),
-                    ctx.subresource,
-                    fields,
-                );
-                metadata.insert("managedFields".into(), Value::Array(vec![entry]));
-            }
-            return;
+    if old.is_none()
+        && new.pointer("/metadata/managedFields").is_none()
+        && let Some(fields) = created_fields_v1(new, ctx)
+    {
+        let metadata = meta::metadata_mut(new);
+        if fields.as_object().is_some_and(Map::is_empty) {
+            metadata.remove("managedFields");
+        } else {
+            let time = meta::now_rfc3339();
+            let entry = entry_json(
+                ctx.manager,
+                UPDATE,
+                ctx.api_version,
+                Some(&time),
+                ctx.subresource,
+                fields,
+            );
+            metadata.insert("managedFields".into(), Value::Array(vec![entry]));
         }
+        return;
     }
     record_with_field_sets(old, new, ctx);
 }
@@ -373,7 +374,7 @@ fn created_fields_v1(object: &Value, ctx: &Context<'_>) -> Option<Value> {
         let owned = if ctx.subresource == Some("status") {
             key == "status"
         } else {
-            !matches!(key.as_str(), "apiVersion" | "kind") && !(ctx.has_status && key == "status")
+            !matches!(key.as_str(), "apiVersion" | "kind") && (!ctx.has_status || key != "status")
         };
         if !owned {
             continue;
