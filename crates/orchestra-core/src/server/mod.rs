@@ -452,6 +452,10 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
             checked.finish(match (sub, &method) {
                 (None | Some("status"), &Method::GET) => {
                     match table::negotiate(headers, parts.uri.query(), false) {
+                        Ok(table::Output::Json) => match objects::get_json(&state, &target, &name).await {
+                            Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
+                            Err(e) => body::error(&e),
+                        },
                         Ok(output) => table::respond(
                             objects::get(&state, &target, &name).await,
                             output,

@@ -174,6 +174,26 @@ pub(crate) async fn get(state: &State, target: &Target, name: &str) -> Result<Va
     load(state, target, name).await.map(|(object, _)| object)
 }
 
+/// GET of one object as JSON: its stored bytes with the resource version
+/// spliced in ([`raw`]) where the kind allows, the bytes [`get`]'s value
+/// serializes to.
+pub(crate) async fn get_json(state: &State, target: &Target, name: &str) -> Result<Vec<u8>, ApiError> {
+    if !raw::is_servable(&target.resource) {
+        let object = get(state, target, name).await?;
+        return Ok(serde_json::to_vec(&object).expect("JSON values serialize"));
+    }
+    let error_target = target.error_target(name);
+    let kv = target
+        .store(state)
+        .get(&target.key(name))
+        .await
+        .map_err(|e| store_error(e, &error_target))?
+        .ok_or_else(|| ApiError::not_found(&error_target))?;
+    let mut out = Vec::with_capacity(kv.value.len() + 32);
+    raw::write_stamped(&kv, &mut out)?;
+    Ok(out)
+}
+
 /// A list: items, the revision it was read at, and the continuation.
 pub(crate) struct Listed<T = Value> {
     pub items: Vec<T>,

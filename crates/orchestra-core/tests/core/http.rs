@@ -283,9 +283,9 @@ async fn binding_assigns_once_and_marks_the_pod_scheduled() {
     assert!(body["message"].as_str().unwrap().contains("already assigned"), "{body}");
 }
 
-/// Lists served as JSON (stored bytes with the resource version spliced in,
-/// or decoded where the kind converts) hold what the decoding path serves
-/// (the same lists as YAML), with selectors and pages.
+/// Lists and objects served as JSON (stored bytes with the resource version
+/// spliced in, or decoded where the kind converts) hold what the decoding
+/// path serves (the same as YAML), with selectors and pages.
 #[tokio::test]
 async fn json_lists_match_decoded_lists() {
     let server = support::server().await;
@@ -343,9 +343,18 @@ async fn json_lists_match_decoded_lists() {
         let name = item["metadata"]["name"].as_str().unwrap();
         let (_, _, one) = call(&server, get(&format!("/api/v1/namespaces/default/configmaps/{name}"), "application/json")).await;
         assert_eq!(item, &one, "a listed item is what a GET serves");
+        let uri = format!("/api/v1/namespaces/default/configmaps/{name}");
+        assert_eq!(one, yaml(&uri).await, "a GET as JSON serves what the decoding path does");
         assert_ne!(item["metadata"].get("labels"), Some(&Value::Null), "null labels are dropped");
         assert!(item["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap() > 0);
     }
+    for uri in ["/apis/events.k8s.io/v1/namespaces/default/events/e1", "/api/v1/namespaces/default/events/e1"] {
+        let (status, _, event) = call(&server, get(uri, "application/json")).await;
+        assert_eq!(status, StatusCode::OK, "{event}");
+        assert_eq!(event, yaml(uri).await, "{uri}");
+    }
+    let (status, _, missing) = call(&server, get("/api/v1/namespaces/default/configmaps/nope", "application/json")).await;
+    assert_eq!((status, missing["reason"].as_str()), (StatusCode::NOT_FOUND, Some("NotFound")));
     let (_, _, web) = call(&server, get("/api/v1/configmaps?labelSelector=app%3Dweb", "application/json")).await;
     assert_eq!(web["items"].as_array().unwrap().len(), 2, "{web}");
     assert_eq!(web["kind"], "ConfigMapList");
