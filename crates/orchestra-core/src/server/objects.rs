@@ -488,9 +488,14 @@ fn validate(
     // missing field is a 422 with causes rather than a decoding error.
     let custom_errors = crate::api::crd::prepare(resource, object, old)?;
     if let Some(check) = resource.decode_check.filter(|_| custom_errors.is_empty()) {
-        check(object).map_err(|e| {
-            ApiError::bad_request(format!("{} in body is invalid: {e}", resource.kind))
-        })?;
+        // managedFields are the server's own rendering by now (from the
+        // field sets it parsed), so only what the client sent is checked.
+        let managed = metadata_mut(object).remove("managedFields");
+        let checked = check(object);
+        if let Some(managed) = managed {
+            metadata_mut(object).insert("managedFields".into(), managed);
+        }
+        checked.map_err(|e| ApiError::bad_request(format!("{} in body is invalid: {e}", resource.kind)))?;
     }
     let mut errors = if meta::requires_label_name(&resource.group, &resource.plural) {
         meta::validate_label("metadata.name", name)
