@@ -125,8 +125,25 @@ pub fn validate_labels(object: &Value) -> Vec<FieldError> {
 pub fn now_rfc3339() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let time = k8s_openapi::jiff::Timestamp::from_second(now.as_secs() as i64).unwrap_or_default();
+        .unwrap_or_default()
+        .as_secs() as i64;
+    // Every write stamps the time, often several times a second: each
+    // thread formats a second once.
+    thread_local! {
+        static LAST: std::cell::RefCell<(i64, String)> = const { std::cell::RefCell::new((i64::MIN, String::new())) };
+    }
+    LAST.with_borrow_mut(|(second, text)| {
+        if *second != now {
+            *second = now;
+            *text = rfc3339(now);
+        }
+        text.clone()
+    })
+}
+
+/// A Unix time in seconds as Kubernetes writes timestamps (`2026-11-30T20:40:01Z`).
+fn rfc3339(second: i64) -> String {
+    let time = k8s_openapi::jiff::Timestamp::from_second(second).unwrap_or_default();
     serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(time))
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -137,6 +154,16 @@ pub fn now_rfc3339() -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn timestamps_are_rfc3339_seconds() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_796_071_201), "2026-11-30T20:40:01Z");
+        let now = now_rfc3339();
+        assert_eq!(now.len(), 20, "{now}");
+        assert!(now.ends_with('Z') && now.as_bytes()[10] == b'T', "{now}");
+        assert!(now_rfc3339() >= now, "the cached second moves on");
+    }
 
     #[test]
     fn names() {
