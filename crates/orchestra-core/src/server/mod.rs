@@ -382,12 +382,15 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     )?;
                     Ok(checked.with_body(bytes))
                 }) {
-                    Ok((checked, bytes)) => checked.finish(respond_write(
-                        objects::create(&state, &target, &query, headers, &bytes).await,
-                        true,
-                        output,
-                        &target,
-                    )),
+                    Ok((checked, bytes)) => {
+                        let created = objects::create(&state, &target, &query, headers, &bytes).await;
+                        checked.finish(match created {
+                            Ok(created) if output == table::Output::Json => {
+                                body::json_bytes(201, created.json(&target.resource), "application/json")
+                            }
+                            other => respond_write(other.map(|c| c.object), true, output, &target),
+                        })
+                    }
                     Err(e) => body::error(&e),
                 },
                 Method::DELETE => match read(body_stream).await {

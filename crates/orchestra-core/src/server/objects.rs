@@ -590,6 +590,28 @@ fn prepare_create(target: &Target, object: &mut Value, name: &str) {
     }
 }
 
+/// A created object, with what the store holds for it (none on a dry run).
+pub(crate) struct Created {
+    /// The object as served.
+    pub object: Value,
+    stored: Option<KeyValue>,
+}
+
+impl Created {
+    /// The object as JSON: the stored bytes with the resource version
+    /// spliced in ([`raw`]) where the kind allows, the bytes the object
+    /// serializes to.
+    pub(crate) fn json(&self, resource: &ResourceInfo) -> Vec<u8> {
+        if let Some(kv) = self.stored.as_ref().filter(|_| raw::is_servable(resource)) {
+            let mut out = Vec::with_capacity(kv.value.len() + 32);
+            if raw::write_stamped(kv, &mut out).is_ok() {
+                return out;
+            }
+        }
+        serde_json::to_vec(&self.object).expect("JSON values serialize")
+    }
+}
+
 /// POST to a collection.
 pub(crate) async fn create(
     state: &State,
@@ -597,9 +619,9 @@ pub(crate) async fn create(
     query: &Query,
     headers: &HeaderMap,
     bytes: &[u8],
-) -> Result<Value, ApiError> {
+) -> Result<Created, ApiError> {
     let object = body::decode_object(bytes, headers)?;
-    create_object(state, target, query, headers, object, true).await
+    create_stored(state, target, query, headers, object, true).await
 }
 
 /// Creates `object`; `track` records the write in `managedFields` (an apply
@@ -609,9 +631,21 @@ async fn create_object(
     target: &Target,
     query: &Query,
     headers: &HeaderMap,
-    mut object: Value,
+    object: Value,
     track: bool,
 ) -> Result<Value, ApiError> {
+    Ok(create_stored(state, target, query, headers, object, track).await?.object)
+}
+
+/// [`create_object`], with what the store holds.
+async fn create_stored(
+    state: &State,
+    target: &Target,
+    query: &Query,
+    headers: &HeaderMap,
+    mut object: Value,
+    track: bool,
+) -> Result<Created, ApiError> {
     if let (Some(url_ns), Some(body_ns)) = (&target.namespace, meta_str(&object, "namespace"))
         && !body_ns.is_empty()
         && body_ns != url_ns
@@ -655,7 +689,7 @@ async fn create_object(
     .expect("admission keeps the object of a create");
     validate(target, &mut object, &name, None)?;
     if query.dry_run {
-        return Ok(object);
+        return Ok(Created { object, stored: None });
     }
     let kv = target
         .store(state)
@@ -663,7 +697,7 @@ async fn create_object(
         .await
         .map_err(|e| store_error(e, &target.error_target(&name)))?;
     metadata_mut(&mut object).insert("resourceVersion".into(), kv.mod_revision.to_string().into());
-    Ok(object)
+    Ok(Created { object, stored: Some(kv) })
 }
 
 /// The object without `metadata` and `status`: what `generation` tracks.

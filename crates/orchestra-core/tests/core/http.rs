@@ -295,6 +295,9 @@ async fn json_lists_match_decoded_lists() {
             "data": {"k": format!("v{i}")}});
         let (status, _, body) = call(&server, post("/api/v1/namespaces/default/configmaps", "application/json", object.to_string())).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
+        let (_, _, stored) = call(&server, get(&format!("/api/v1/namespaces/default/configmaps/c{i}"), "application/json")).await;
+        assert_eq!(body, stored, "a create answers with the object as stored");
+        assert_eq!(body["data"]["k"], format!("v{i}"));
     }
     let event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e1"},
         "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "c", "reportingInstance": "i",
