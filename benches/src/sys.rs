@@ -320,9 +320,14 @@ mod tests {
         assert!(nproc() >= 1);
         assert!(rss_mb() > 0.0 && peak_rss_mb() >= rss_mb());
         let meter = CpuMeter::start();
+        // Work until the kernel has counted a tick (10 ms), whatever the
+        // optimizer makes of the loop.
+        let started = std::time::Instant::now();
         let mut x = 0u64;
-        for i in 0..2_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
+        while cpu_seconds() == 0.0 && started.elapsed() < std::time::Duration::from_secs(5) {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
         }
         assert!(x != 1 && meter.read().process_pct >= 0.0 && cpu_seconds() > 0.0);
     }
