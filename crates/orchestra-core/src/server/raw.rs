@@ -1,9 +1,10 @@
 //! Serving stored objects without decoding them.
 //!
 //! The store holds each object as compact JSON without its
-//! `resourceVersion` (the store's revision is that). A list or watch of a
-//! kind whose stored form is its served form (no conversion, no custom
-//! resource defaults) only has to put `metadata.resourceVersion` back: it is
+//! `resourceVersion` (the store's revision is that). A list, a GET or a
+//! create's answer of a kind whose stored form is its served form (no
+//! conversion, no custom resource defaults) only has to put
+//! `metadata.resourceVersion` back: it is
 //! spliced into the stored bytes, with the object's fields left unparsed
 //! ([`RawValue`]), instead of building a [`Value`] tree and serializing it
 //! again. The bytes are those the decoding path gives: keys stay in the
