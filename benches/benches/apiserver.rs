@@ -552,13 +552,7 @@ struct CpuPerOp {
 
 /// Formats CPU microseconds per operation: `3.42`, `61.5`, `2310`.
 fn fmt_us(us: f64) -> String {
-    if us < 10.0 {
-        format!("{us:.2}")
-    } else if us < 1000.0 {
-        format!("{us:.1}")
-    } else {
-        format!("{us:.0}")
-    }
+    orchestra_benches::stats::fmt_sized(us, 2)
 }
 
 fn read_name(client: usize, n: u64) -> String {

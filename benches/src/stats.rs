@@ -54,9 +54,14 @@ pub fn ms(d: Duration) -> f64 {
 /// Formats milliseconds with a precision that suits their size
 /// (`0.412`, `12.3`, `1234`).
 pub fn fmt_ms(d: Duration) -> String {
-    let v = ms(d);
+    fmt_sized(ms(d), 3)
+}
+
+/// Formats a figure with `small` decimals below 10, one below 1000 and
+/// none above.
+pub fn fmt_sized(v: f64, small: usize) -> String {
     if v < 10.0 {
-        format!("{v:.3}")
+        format!("{v:.small$}")
     } else if v < 1000.0 {
         format!("{v:.1}")
     } else {

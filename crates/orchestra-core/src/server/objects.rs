@@ -158,15 +158,20 @@ pub(crate) async fn load(
     target: &Target,
     name: &str,
 ) -> Result<(Value, Revision), ApiError> {
+    let kv = load_stored(state, target, name).await?;
+    let object = decode_served(&target.resource, &kv)?;
+    Ok((object, kv.mod_revision))
+}
+
+/// Reads the stored form of the addressed object (404 if absent).
+async fn load_stored(state: &State, target: &Target, name: &str) -> Result<KeyValue, ApiError> {
     let error_target = target.error_target(name);
-    let kv = target
+    target
         .store(state)
         .get(&target.key(name))
         .await
-        .map_err(|e| store_error(e, &error_target))?;
-    let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
-    let object = decode_served(&target.resource, &kv)?;
-    Ok((object, kv.mod_revision))
+        .map_err(|e| store_error(e, &error_target))?
+        .ok_or_else(|| ApiError::not_found(&error_target))
 }
 
 /// GET of one object.
@@ -182,16 +187,7 @@ pub(crate) async fn get_json(state: &State, target: &Target, name: &str) -> Resu
         let object = get(state, target, name).await?;
         return Ok(serde_json::to_vec(&object).expect("JSON values serialize"));
     }
-    let error_target = target.error_target(name);
-    let kv = target
-        .store(state)
-        .get(&target.key(name))
-        .await
-        .map_err(|e| store_error(e, &error_target))?
-        .ok_or_else(|| ApiError::not_found(&error_target))?;
-    let mut out = Vec::with_capacity(kv.value.len() + 32);
-    raw::write_stamped(&kv, &mut out)?;
-    Ok(out)
+    raw::stamped(&load_stored(state, target, name).await?)
 }
 
 /// A list: items, the revision it was read at, and the continuation.
@@ -602,13 +598,10 @@ impl Created {
     /// spliced in ([`raw`]) where the kind allows, the bytes the object
     /// serializes to.
     pub(crate) fn json(&self, resource: &ResourceInfo) -> Vec<u8> {
-        if let Some(kv) = self.stored.as_ref().filter(|_| raw::is_servable(resource)) {
-            let mut out = Vec::with_capacity(kv.value.len() + 32);
-            if raw::write_stamped(kv, &mut out).is_ok() {
-                return out;
-            }
+        match self.stored.as_ref().filter(|_| raw::is_servable(resource)).map(raw::stamped) {
+            Some(Ok(bytes)) => bytes,
+            _ => serde_json::to_vec(&self.object).expect("JSON values serialize"),
         }
-        serde_json::to_vec(&self.object).expect("JSON values serialize")
     }
 }
 

@@ -50,6 +50,13 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
+/// The stored object `kv` with its resource version set (see [`write_stamped`]).
+pub(crate) fn stamped(kv: &KeyValue) -> Result<Vec<u8>, ApiError> {
+    let mut out = Vec::with_capacity(kv.value.len() + 32);
+    write_stamped(kv, &mut out)?;
+    Ok(out)
+}
+
 /// Appends the stored object `kv` to `out` with its resource version set:
 /// the bytes `serde_json::to_vec` gives for the decoded object.
 pub(crate) fn write_stamped(kv: &KeyValue, out: &mut Vec<u8>) -> Result<(), ApiError> {

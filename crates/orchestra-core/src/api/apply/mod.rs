@@ -386,16 +386,7 @@ fn created_fields_v1(object: &Value, ctx: &Context<'_>) -> Option<Value> {
                 continue;
             };
             // Only what the writer owns: no server-set metadata.
-            let mut node = Map::new();
-            for (field, value) in metadata {
-                if !SERVER_METADATA.contains(&field.as_str()) {
-                    let (child_shape, child_meta) = shape.field(field);
-                    node.insert(
-                        format!("f:{field}"),
-                        rendered_fields(value, child_shape, &child_meta)?,
-                    );
-                }
-            }
+            let mut node = rendered_members(metadata, shape, |field| !SERVER_METADATA.contains(&field))?;
             if node.is_empty() {
                 continue;
             }
@@ -411,6 +402,20 @@ fn created_fields_v1(object: &Value, ctx: &Context<'_>) -> Option<Value> {
     Some(Value::Object(root))
 }
 
+/// The `fieldsV1` nodes (`f:<field>`) of the fields of `map` that `keep` accepts.
+fn rendered_members(
+    map: &Map<String, Value>,
+    shape: Shape<'_>,
+    keep: impl Fn(&str) -> bool,
+) -> Option<Map<String, Value>> {
+    let mut node = Map::new();
+    for (key, child) in map.iter().filter(|(key, _)| keep(key)) {
+        let (child_shape, child_meta) = shape.field(key);
+        node.insert(format!("f:{key}"), rendered_fields(child, child_shape, &child_meta)?);
+    }
+    Some(node)
+}
+
 /// The `fieldsV1` node of a field's `value` (see [`created_fields_v1`]).
 fn rendered_fields(value: &Value, shape: Shape<'_>, field_meta: &FieldMeta) -> Option<Value> {
     let mut node = Map::new();
@@ -418,12 +423,9 @@ fn rendered_fields(value: &Value, shape: Shape<'_>, field_meta: &FieldMeta) -> O
         Value::Object(map) if field_meta.atomic_map || map.is_empty() => {}
         Value::Object(map) => {
             // An added map is owned itself too (`".": {}`), a struct is not.
+            node = rendered_members(map, shape, |_| true)?;
             if shape.is_map() {
                 node.insert(".".into(), Value::Object(Map::new()));
-            }
-            for (key, child) in map {
-                let (child_shape, child_meta) = shape.field(key);
-                node.insert(format!("f:{key}"), rendered_fields(child, child_shape, &child_meta)?);
             }
         }
         Value::Array(items) => match &field_meta.list {
@@ -436,16 +438,10 @@ fn rendered_fields(value: &Value, shape: Shape<'_>, field_meta: &FieldMeta) -> O
             ListType::Map(keys) => {
                 let item_shape = shape.items();
                 for item in items {
-                    let mut rendered = Map::new();
-                    if let Value::Object(fields) = item {
-                        for (key, child) in fields {
-                            let (child_shape, child_meta) = item_shape.field(key);
-                            rendered.insert(
-                                format!("f:{key}"),
-                                rendered_fields(child, child_shape, &child_meta)?,
-                            );
-                        }
-                    }
+                    let mut rendered = match item {
+                        Value::Object(fields) => rendered_members(fields, item_shape, |_| true)?,
+                        _ => Map::new(),
+                    };
                     if !rendered.is_empty() {
                         rendered.insert(".".into(), Value::Object(Map::new()));
                     }
