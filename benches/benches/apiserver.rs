@@ -29,7 +29,7 @@
 //!
 //! The throughput ratio understates the server, because in the `https` modes
 //! the load generator (hyper client, TLS, HTTP framing) shares the 2 CPUs with
-//! it. So those clients run on a runtime of their own (threads `bench-client*`)
+//! it. So those clients run on a one-thread runtime of their own (`bench-client*`)
 //! and the CPU time of every thread is read over each measured window:
 //! `server_cpu_us_per_op` is that of all other threads per operation,
 //! `client_cpu_us_per_op` the load generator's, `store_cpu_us_per_op` the
@@ -38,7 +38,8 @@
 //! if both were CPU-bound with their clients on other machines (informational:
 //! the bare store's creates wait on the WAL sync more than on the CPU; the
 //! targets stay on measured throughput). In `inproc` the clients run the
-//! handlers inline, so no such split exists there.
+//! handlers inline, so no such split exists there: `process_cpu_us_per_op`
+//! is the whole process's, to set beside `store_cpu_us_per_op`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -98,8 +99,12 @@ const ADMIN: &str = "orchestra-admin";
 /// Names of the threads of the load generator's runtime in the `https` modes;
 /// every other thread's CPU time is the server's.
 const CLIENT_THREADS: &str = "bench-client";
-/// Worker threads of the load generator's runtime.
-const CLIENT_WORKERS: usize = 2;
+/// Worker threads of the load generator's runtime: one. The machine has two
+/// cores; a second client thread measured no more throughput in either mode
+/// and cost the server its share of a core in wake-ups and context switches
+/// (HTTP/2 creates at 64 clients: 17-18k/s with two, 18-22k/s with one, and
+/// the load generator's CPU per create went from 26 to 17 µs).
+const CLIENT_WORKERS: usize = 1;
 /// The thread that measures the CPU time of the others (not counted itself).
 const METER_THREAD: &str = "bench-cpu-meter";
 
@@ -721,6 +726,11 @@ async fn run(config: &Config, clients: &tokio::runtime::Handle, scratch: &Path) 
                         fmt_us(split.client)
                     );
                 }
+                if mode == "inproc"
+                    && let Some(all) = p.cpu
+                {
+                    cpu += &format!(" process_cpu_us_per_op={}", fmt_us(all.process));
+                }
                 if let Some(store) = store_cpu {
                     cpu += &format!(" store_cpu_us_per_op={}", fmt_us(store));
                 }
@@ -835,8 +845,9 @@ fn print_header(config: &Config, scratch: &Path, stored_len: usize) {
     println!(
         "# cpu: CPU time of each thread (/proc/self/task/*/schedstat) over each measured window, per operation; in \
          https and https1 the load generator runs on its own {CLIENT_WORKERS}-thread runtime ({CLIENT_THREADS}*): \
-         client_cpu = its threads, server_cpu = all others (API server, TLS, store); store_cpu = the whole process \
-         in store mode; cpu_ratio = store_cpu / server_cpu (informational)"
+         client_cpu = its threads, server_cpu = all others (API server, TLS, store); process_cpu = the whole \
+         process in inproc mode (clients and handlers share the tasks); store_cpu = the whole process in store mode; \
+         cpu_ratio = store_cpu / server_cpu (informational)"
     );
     if config.runs("watch") {
         println!(
