@@ -8,7 +8,8 @@
 //! apiserver` binary uses (client certificates, anonymous allowed only for
 //! public paths), serves it over HTTPS on a loopback port with the
 //! certificates `Pki::load_or_create` makes, and measures, point by point and
-//! alternating the modes, closed-loop load at C clients (1, 16, 64):
+//! alternating the modes, closed-loop load at C clients (1, 16, 64), each
+//! run starting on a settled store (tables flushed, background work done):
 //!
 //! * **create** — `POST` of a new ConfigMap (about 340 bytes of JSON) vs
 //!   `store.create(key, value)` of the same stored bytes;
@@ -373,10 +374,30 @@ struct Bench {
     run_counter: AtomicUsize,
 }
 
+/// Longest wait for the engine's background work between points.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 impl Bench {
+    /// Readies the store for a measured point: its in-memory tables flushed
+    /// and its background flushes and compactions finished, so that no point
+    /// pays for the writes of the one before (creates write about 100 MiB a
+    /// point, and the modes alternate).
+    async fn settle(&self) -> Result<(), String> {
+        self.store.flush().await.map_err(|e| format!("flush: {e}"))?;
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        while self.store.background_busy().map_err(|e| e.to_string())? {
+            if Instant::now() > deadline {
+                return Err(format!("the store is still busy {SETTLE_TIMEOUT:?} after a flush"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
     /// One point of `op` in API `mode`: in the `https` modes, the connections
     /// and the closed loop run on the load generator's runtime.
     async fn api_point(&self, op: &str, mode: &str, clients: usize) -> Result<Measured, String> {
+        self.settle().await?;
         let (warmup, duration) = (self.config.warmup, self.config.duration);
         let run = if op == "create" { self.run_counter.fetch_add(1, Ordering::Relaxed) } else { 0 };
         let (started, start) = tokio::sync::oneshot::channel();
@@ -402,6 +423,7 @@ impl Bench {
     }
 
     async fn store_point(&self, op: &str, clients: usize) -> Result<Measured, String> {
+        self.settle().await?;
         let (started, start) = tokio::sync::oneshot::channel();
         let _ = started.send(Instant::now());
         let (warmup, duration) = (self.config.warmup, self.config.duration);
@@ -832,7 +854,8 @@ fn print_header(config: &Config, scratch: &Path, stored_len: usize) {
     );
     println!(
         "# load: closed loop in this process (clients, server and store share the machine), {:.2}s per point after \
-         {:.2}s warm-up, {} run(s) per mode per point (medians), modes alternate; ConfigMaps of {stored_len} stored \
+         {:.2}s warm-up, {} run(s) per mode per point (medians), modes alternate, the store flushed and its \
+         background work done before each run; ConfigMaps of {stored_len} stored \
          bytes; get of 1 of {READ_OBJECTS}, list of {READ_OBJECTS}",
         config.duration.as_secs_f64(),
         config.warmup.as_secs_f64(),

@@ -47,6 +47,8 @@ const CF_HIST: &str = "hist";
 const CF_LOG: &str = "log";
 const CF_TTL: &str = "ttl";
 const CF_META: &str = "meta";
+/// Every column family.
+const COLUMN_FAMILIES: [&str; 5] = [CF_KV, CF_HIST, CF_LOG, CF_TTL, CF_META];
 
 /// Most transactions in one commit group.
 const MAX_GROUP: usize = 1024;
@@ -176,6 +178,37 @@ impl RocksStore {
     /// The directory the store lives in.
     pub fn path(&self) -> &Path {
         self.shared.core.db.path()
+    }
+
+    /// Writes the engine's in-memory tables to disk files and waits until
+    /// they are written. Every acknowledged write is durable without this
+    /// (the write-ahead log holds it); it is for callers that want the engine
+    /// in a settled state, such as benchmarks between measured runs.
+    pub async fn flush(&self) -> Result<()> {
+        let core = self.shared.core.clone();
+        tokio::task::spawn_blocking(move || {
+            let families: Vec<_> = COLUMN_FAMILIES.iter().map(|name| core.cf(name)).collect();
+            core.db.flush_cfs_opt(&families, &rocksdb::FlushOptions::default()).map_err(storage)
+        })
+        .await
+        .map_err(|e| Error::Storage(format!("flush task failed: {e}")))?
+    }
+
+    /// Whether the engine has background work running or due: table
+    /// flushes and the engine's own compactions (not the revision history
+    /// compaction of [`crate::Store::compact`]).
+    pub fn background_busy(&self) -> Result<bool> {
+        let core = &self.shared.core;
+        let int = |value: std::result::Result<Option<u64>, rocksdb::Error>| value.map(|v| v.unwrap_or(0)).map_err(storage);
+        let running = int(core.db.property_int_value("rocksdb.num-running-flushes"))?
+            + int(core.db.property_int_value("rocksdb.num-running-compactions"))?;
+        let mut pending = 0;
+        for name in COLUMN_FAMILIES {
+            let cf = core.cf(name);
+            pending += int(core.db.property_int_value_cf(cf, "rocksdb.mem-table-flush-pending"))?
+                + int(core.db.property_int_value_cf(cf, "rocksdb.compaction-pending"))?;
+        }
+        Ok(running + pending > 0)
     }
 }
 
