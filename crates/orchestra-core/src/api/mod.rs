@@ -19,6 +19,7 @@ pub mod schema;
 pub mod review;
 mod selector;
 pub mod table;
+mod triple;
 pub mod validation;
 
 pub use error::{ApiError, ErrorTarget, FieldError};

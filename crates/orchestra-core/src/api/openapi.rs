@@ -914,9 +914,7 @@ impl OpenApi {
     /// The schema of a served kind (or of a subresource's kind, such as
     /// `autoscaling/v1` `Scale`).
     pub fn kind_schema(&self, group: &str, version: &str, kind: &str) -> Option<SchemaView<'_>> {
-        let name = self
-            .kinds
-            .get(&(group.to_owned(), version.to_owned(), kind.to_owned()))?;
+        let name = self.kinds.get(super::triple::key(&(group, version, kind)))?;
         SchemaView::reference(&self.definitions, name)
     }
 

@@ -210,9 +210,7 @@ impl Registry {
 
     /// The kind served at `group`/`version`/`plural`.
     pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
-        self.resources
-            .get(&(group.to_owned(), version.to_owned(), plural.to_owned()))
-            .cloned()
+        self.resources.get(super::triple::key(&(group, version, plural))).cloned()
     }
 
     /// The kind with this group, version and kind name.

@@ -94,50 +94,97 @@ pub(crate) fn decode_served(resource: &ResourceInfo, kv: &KeyValue) -> Result<Va
 /// Encodes an object for storage: in its stored form, without its resource
 /// version, which the store's revision provides.
 pub(crate) fn encode(resource: &ResourceInfo, object: &Value) -> Bytes {
-    let bytes = if resource.storage.is_some() {
+    encode_with_splice(resource, object).0
+}
+
+/// [`encode`], and the offset in the bytes where `metadata.resourceVersion`
+/// belongs when the stored form is the served form (see [`splice_version`]);
+/// `None` for kinds stored in another form.
+fn encode_with_splice(resource: &ResourceInfo, object: &Value) -> (Bytes, Option<usize>) {
+    if resource.storage.is_some() {
         let mut object = resource.to_storage(object.clone());
         metadata_mut(&mut object).remove("resourceVersion");
-        serde_json::to_vec(&object)
-    } else {
-        serde_json::to_vec(&WithoutResourceVersion(object))
+        let bytes = serde_json::to_vec(&object).expect("JSON values serialize");
+        return (Bytes::from(bytes), None);
+    }
+    let mut out = Vec::with_capacity(512);
+    let splice = write_without_resource_version(object, &mut out);
+    (Bytes::from(out), splice)
+}
+
+/// Writes `object` as `serde_json::to_vec` would, but for
+/// `metadata.resourceVersion`, and returns the offset where that field
+/// belongs: after the metadata fields that sort before it (maps are sorted).
+/// `None` if `metadata` is not an object.
+fn write_without_resource_version(object: &Value, out: &mut Vec<u8>) -> Option<usize> {
+    let Value::Object(map) = object else {
+        write(out, object);
+        return None;
     };
-    Bytes::from(bytes.expect("JSON values serialize"))
-}
-
-/// Serializes an object as it is but for `metadata.resourceVersion`
-/// (without copying it to remove that field).
-struct WithoutResourceVersion<'a>(&'a Value);
-
-impl serde::Serialize for WithoutResourceVersion<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap as _;
-        let Value::Object(map) = self.0 else {
-            return self.0.serialize(serializer);
-        };
-        let mut out = serializer.serialize_map(Some(map.len()))?;
-        for (key, value) in map {
-            match value {
-                Value::Object(metadata) if key == "metadata" => {
-                    let kept = metadata.iter().filter(|(field, _)| *field != "resourceVersion");
-                    out.serialize_entry(key, &Fields(kept))?;
-                }
-                _ => out.serialize_entry(key, value)?,
-            }
+    let mut splice = None;
+    out.push(b'{');
+    for (i, (key, value)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
         }
-        out.end()
+        write(out, key);
+        out.push(b':');
+        let Value::Object(metadata) = value else {
+            write(out, value);
+            continue;
+        };
+        if key != "metadata" {
+            write(out, value);
+            continue;
+        }
+        out.push(b'{');
+        let mut first = true;
+        for (field, value) in metadata {
+            if field == "resourceVersion" {
+                continue;
+            }
+            if splice.is_none() && field.as_str() > "resourceVersion" {
+                splice = Some(out.len());
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            write(out, field);
+            out.push(b':');
+            write(out, value);
+        }
+        splice.get_or_insert(out.len());
+        out.push(b'}');
     }
+    out.push(b'}');
+    splice
 }
 
-/// A map serialized from an iterator of its entries.
-struct Fields<I>(I);
+/// Appends the compact JSON of a key or a value.
+fn write<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    serde_json::to_writer(out, value).expect("strings and JSON values serialize");
+}
 
-impl<'a, I> serde::Serialize for Fields<I>
-where
-    I: Iterator<Item = (&'a String, &'a Value)> + Clone,
-{
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.0.clone())
+/// The stored bytes of an object with `"resourceVersion":"<revision>"`
+/// inserted at `at`, the offset [`encode_with_splice`] gave: the bytes
+/// `serde_json::to_vec` gives for the object with its resource version.
+fn splice_version(stored: &[u8], at: usize, revision: Revision) -> Vec<u8> {
+    let (before, after) = stored.split_at(at);
+    let mut out = Vec::with_capacity(stored.len() + 40);
+    out.extend_from_slice(before);
+    // A field before it needs a comma before; one after, a comma after.
+    if before.last() != Some(&b'{') {
+        out.push(b',');
     }
+    out.extend_from_slice(b"\"resourceVersion\":\"");
+    out.extend_from_slice(revision.to_string().as_bytes());
+    out.push(b'"');
+    if before.last() == Some(&b'{') && after.first() != Some(&b'}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(after);
+    out
 }
 
 fn parse_revision(value: &str) -> Result<Revision, ApiError> {
@@ -591,15 +638,17 @@ pub(crate) struct Created {
     /// The object as served.
     pub object: Value,
     stored: Option<KeyValue>,
+    /// Where the resource version goes in the stored bytes ([`encode_with_splice`]).
+    splice: Option<usize>,
 }
 
 impl Created {
-    /// The object as JSON: the stored bytes with the resource version
-    /// spliced in ([`raw`]) where the kind allows, the bytes the object
-    /// serializes to.
+    /// The object as JSON: where the kind serves what it stores, the stored
+    /// bytes with the resource version spliced in; otherwise the bytes the
+    /// object serializes to.
     pub(crate) fn json(&self, resource: &ResourceInfo) -> Vec<u8> {
-        match self.stored.as_ref().filter(|_| raw::is_servable(resource)).map(raw::stamped) {
-            Some(Ok(bytes)) => bytes,
+        match (&self.stored, self.splice) {
+            (Some(kv), Some(at)) if raw::is_servable(resource) => splice_version(&kv.value, at, kv.mod_revision),
             _ => serde_json::to_vec(&self.object).expect("JSON values serialize"),
         }
     }
@@ -682,15 +731,16 @@ async fn create_stored(
     .expect("admission keeps the object of a create");
     validate(target, &mut object, &name, None)?;
     if query.dry_run {
-        return Ok(Created { object, stored: None });
+        return Ok(Created { object, stored: None, splice: None });
     }
+    let (bytes, splice) = encode_with_splice(&target.resource, &object);
     let kv = target
         .store(state)
-        .create(&target.key(&name), encode(&target.resource, &object), target.resource.ttl)
+        .create(&target.key(&name), bytes, target.resource.ttl)
         .await
         .map_err(|e| store_error(e, &target.error_target(&name)))?;
     metadata_mut(&mut object).insert("resourceVersion".into(), kv.mod_revision.to_string().into());
-    Ok(Created { object, stored: Some(kv) })
+    Ok(Created { object, stored: Some(kv), splice })
 }
 
 /// The object without `metadata` and `status`: what `generation` tracks.
@@ -1171,5 +1221,54 @@ pub(crate) fn respond(result: Result<Value, ApiError>, created: bool) -> Respons
     match result {
         Ok(object) => body::json(if created { 201 } else { 200 }, &object),
         Err(error) => body::error(&error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subset of metadata fields around `resourceVersion`, with
+    /// escapes, nesting and other top-level keys: the stored bytes are the
+    /// object's without its resource version, and the splice gives the
+    /// object's with it.
+    #[test]
+    fn stored_bytes_and_spliced_version_match_serde_json() {
+        let fields = [
+            ("annotations", json!({"a\"b": "line\nbreak", "é": "ü"})),
+            ("creationTimestamp", json!("2026-11-30T00:00:00Z")),
+            ("name", json!("x")),
+            ("resourceVersion", json!("stale")),
+            ("uid", json!("u-1")),
+            ("zzz", json!([1, {"b": null}])),
+        ];
+        let resource = ResourceInfo::new("", "v1", "Thing", "things", true);
+        for mask in 0..(1u32 << fields.len()) {
+            let metadata: Map<String, Value> = fields
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, (k, v))| (k.to_string(), v.clone()))
+                .collect();
+            let object = json!({"apiVersion": "v1", "data": {"k": "v"}, "kind": "Thing", "metadata": metadata, "z": 1});
+            let (bytes, splice) = encode_with_splice(&resource, &object);
+            let mut without = object.clone();
+            metadata_mut(&mut without).remove("resourceVersion");
+            assert_eq!(bytes, serde_json::to_vec(&without).unwrap(), "mask {mask:b}");
+            let mut with = without.clone();
+            metadata_mut(&mut with).insert("resourceVersion".into(), "42".into());
+            let spliced = splice_version(&bytes, splice.expect("metadata is a map"), 42);
+            assert_eq!(String::from_utf8(spliced).unwrap(), serde_json::to_string(&with).unwrap(), "mask {mask:b}");
+        }
+    }
+
+    #[test]
+    fn objects_without_metadata_maps_have_no_splice() {
+        let resource = ResourceInfo::new("", "v1", "Thing", "things", true);
+        for object in [json!({"kind": "Thing"}), json!({"metadata": "odd"}), json!([1, 2])] {
+            let (bytes, splice) = encode_with_splice(&resource, &object);
+            assert_eq!(bytes, serde_json::to_vec(&object).unwrap());
+            assert_eq!(splice, None);
+        }
     }
 }
