@@ -781,9 +781,11 @@ async fn run(config: &Config, clients: &tokio::runtime::Handle, scratch: &Path) 
     }
 
     if config.runs("watch") {
+        bench.settle().await?;
         let store_outcome = watch_store(&bench).await?;
         report_watch("store", &store_outcome, None, config, &mut summary);
         for mode in &config.modes {
+            bench.settle().await?;
             let outcome = watch_api(&bench, mode).await?;
             report_watch(mode, &outcome, Some(&store_outcome), config, &mut summary);
         }
