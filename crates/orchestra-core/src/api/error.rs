@@ -18,7 +18,9 @@ pub struct ApiError {
     /// Human-readable message.
     pub message: String,
     /// `Status.details`: the object concerned and, for `Invalid`, the causes.
-    pub details: Option<StatusDetails>,
+    /// Boxed: most errors have none, and every `Result<_, ApiError>` on the
+    /// request path is as large as its error.
+    pub details: Option<Box<StatusDetails>>,
 }
 
 /// The object an error is about: resource (plural) and group, name, kind.
@@ -111,7 +113,7 @@ impl ApiError {
     }
 
     fn with_details(mut self, details: StatusDetails) -> ApiError {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 
@@ -281,7 +283,7 @@ impl ApiError {
             status: Some("Failure".into()),
             message: Some(self.message.clone()),
             reason: Some(self.reason.into()),
-            details: self.details.clone(),
+            details: self.details.as_deref().cloned(),
             code: Some(self.code.into()),
             ..Default::default()
         }

@@ -19,14 +19,14 @@ const TOO_MANY: &str = "Cannot evict pod as it would violate the pod's disruptio
 /// The 429 upstream answers, with a `DisruptionBudget` cause.
 fn too_many_requests(cause: String) -> ApiError {
     let mut error = ApiError::too_many_requests(TOO_MANY);
-    error.details = Some(StatusDetails {
+    error.details = Some(Box::new(StatusDetails {
         causes: Some(vec![StatusCause {
             reason: Some("DisruptionBudget".into()),
             message: Some(cause),
             field: None,
         }]),
         ..Default::default()
-    });
+    }));
     error
 }
 

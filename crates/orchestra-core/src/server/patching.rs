@@ -64,7 +64,7 @@ fn invalid_options(field: &str, reason: &str, message: &str) -> ApiError {
         code: 422,
         reason: "Invalid",
         message: format!("PatchOptions.meta.k8s.io \"\" is invalid: {field}: {message}"),
-        details: Some(StatusDetails {
+        details: Some(Box::new(StatusDetails {
             group: Some("meta.k8s.io".into()),
             kind: Some("PatchOptions".into()),
             causes: Some(vec![StatusCause {
@@ -73,7 +73,7 @@ fn invalid_options(field: &str, reason: &str, message: &str) -> ApiError {
                 field: Some(field.into()),
             }]),
             ..Default::default()
-        }),
+        })),
     }
 }
 

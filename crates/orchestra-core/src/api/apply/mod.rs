@@ -562,7 +562,7 @@ pub fn conflict_error(conflicts: &[Conflict]) -> ApiError {
         code: 409,
         reason: "Conflict",
         message,
-        details: Some(StatusDetails {
+        details: Some(Box::new(StatusDetails {
             causes: Some(
                 conflicts
                     .iter()
@@ -574,7 +574,7 @@ pub fn conflict_error(conflicts: &[Conflict]) -> ApiError {
                     .collect(),
             ),
             ..Default::default()
-        }),
+        })),
     }
 }
 
