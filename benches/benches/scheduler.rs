@@ -86,7 +86,7 @@ fn init_pod(i: usize) -> Pod {
 }
 fn affinity_node(i: usize) -> Node {
     let mut n = basic_node(i);
-    n.metadata.labels.as_mut().unwrap().insert("disktype".into(), if i % 2 == 0 { "ssd" } else { "hdd" }.into());
+    n.metadata.labels.as_mut().unwrap().insert("disktype".into(), if i.is_multiple_of(2) { "ssd" } else { "hdd" }.into());
     n
 }
 fn node_affinity_pod(i: usize) -> Pod {

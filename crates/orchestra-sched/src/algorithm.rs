@@ -406,7 +406,7 @@ impl Algorithm {
                 ties = 1;
             } else if *t == totals[best] {
                 ties += 1;
-                if self.random() % ties == 0 {
+                if self.random().is_multiple_of(ties) {
                     best = i;
                 }
             }

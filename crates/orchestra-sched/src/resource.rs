@@ -143,10 +143,10 @@ fn parse_f64(s: &str) -> f64 {
 pub fn parse_quantity(s: &str) -> i64 {
     let (num, suffix) = split_suffix(s.trim());
     // Fast path for plain integers with binary or decimal suffixes.
-    if let (Ok(n), Some(m)) = (num.parse::<i64>(), scale(suffix)) {
-        if m >= 1.0 {
-            return n.saturating_mul(m as i64);
-        }
+    if let (Ok(n), Some(m)) = (num.parse::<i64>(), scale(suffix))
+        && m >= 1.0
+    {
+        return n.saturating_mul(m as i64);
     }
     parse_f64(s).ceil() as i64
 }

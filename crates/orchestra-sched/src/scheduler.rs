@@ -411,8 +411,7 @@ impl Scheduler {
                 }
             }
         });
-        let mut others = vec![
-            self.spawn_watch::<PersistentVolumeClaim>(
+        let mut others = [self.spawn_watch::<PersistentVolumeClaim>(
                 |s, pvc| {
                     let old = s.shared.handle.listers.pvcs.insert(pvc);
                     s.object_event(EventResource::PersistentVolumeClaim, old.is_some());
@@ -463,8 +462,7 @@ impl Scheduler {
                 |s, key| {
                     s.shared.handle.namespaces.write().remove(key);
                 },
-            ),
-        ];
+            )];
         async move {
             let _ = node_rx.wait_for(|v| *v).await;
             let _ = pod_rx.wait_for(|v| *v).await;

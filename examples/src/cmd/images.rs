@@ -30,7 +30,7 @@ pub fn catalog() -> Result<ImageCatalog, Box<dyn std::error::Error>> {
 
 /// Prints the catalog: image, what it runs, what it is.
 pub async fn run(_args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    println!("{:<20} {}", "IMAGE", "DESCRIPTION");
+    println!("{:<20} DESCRIPTION", "IMAGE");
     for (name, about) in super::image::IMAGES {
         println!("{name:<20} {about}");
     }

@@ -240,12 +240,12 @@ impl<'a> SchemaView<'a> {
         for raw in pointer.split('/').skip(1) {
             let segment = raw.replace("~1", "/").replace("~0", "~");
             let array = current.and_then(|s| s.items());
-            if array.is_some() || segment.parse::<usize>().is_ok() || segment == "-" {
-                if array.is_some() || current.is_none_or(|s| !s.has_properties()) {
-                    path.push_str(&format!("[{segment}]"));
-                    current = array;
-                    continue;
-                }
+            if (array.is_some() || segment.parse::<usize>().is_ok() || segment == "-")
+                && (array.is_some() || current.is_none_or(|s| !s.has_properties()))
+            {
+                path.push_str(&format!("[{segment}]"));
+                current = array;
+                continue;
             }
             path = child_path(&path, &segment);
             current = match entry_schema(current, &segment) {

@@ -310,7 +310,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
         let result = match read(body_stream).await {
             Ok(bytes) => {
                 reviews::serve(
-                    &state, resource, review, &method, collection, &user, headers, &bytes,
+                    state, resource, review, &method, collection, &user, headers, &bytes,
                 )
                 .await
             }
@@ -358,13 +358,13 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     watch::watch(state.clone(), target, query, output).await
                 }
                 Method::GET if output == table::Output::Json => {
-                    match objects::list_json(&state, &target, &query).await {
+                    match objects::list_json(state, &target, &query).await {
                         Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
                         Err(e) => body::error(&e),
                     }
                 }
                 Method::GET => table::respond(
-                    objects::list(&state, &target, &query).await,
+                    objects::list(state, &target, &query).await,
                     output,
                     &table::printer_of(&target.resource),
                     true,
@@ -383,7 +383,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     Ok(checked.with_body(bytes))
                 }) {
                     Ok((checked, bytes)) => {
-                        let created = objects::create(&state, &target, &query, headers, &bytes).await;
+                        let created = objects::create(state, &target, &query, headers, &bytes).await;
                         checked.finish(match created {
                             Ok(created) if output == table::Output::Json => {
                                 body::json_bytes(201, created.json(&target.resource), "application/json")
@@ -395,7 +395,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                 },
                 Method::DELETE => match read(body_stream).await {
                     Ok(bytes) => respond(
-                        objects::delete_collection(&state, &target, &query, &bytes).await,
+                        objects::delete_collection(state, &target, &query, &bytes).await,
                         false,
                     ),
                     Err(e) => body::error(&e),
@@ -455,12 +455,12 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
             checked.finish(match (sub, &method) {
                 (None | Some("status"), &Method::GET) => {
                     match table::negotiate(headers, parts.uri.query(), false) {
-                        Ok(table::Output::Json) => match objects::get_json(&state, &target, &name).await {
+                        Ok(table::Output::Json) => match objects::get_json(state, &target, &name).await {
                             Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
                             Err(e) => body::error(&e),
                         },
                         Ok(output) => table::respond(
-                            objects::get(&state, &target, &name).await,
+                            objects::get(state, &target, &name).await,
                             output,
                             &table::printer_of(&target.resource),
                             false,
@@ -469,14 +469,14 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     }
                 }
                 (None | Some("status"), &Method::PUT) => respond_write(
-                    objects::update(&state, &target, &name, sub, &query, headers, &bytes).await,
+                    objects::update(state, &target, &name, sub, &query, headers, &bytes).await,
                     false,
                     write_output,
                     &target,
                 ),
                 (None | Some("status"), &Method::PATCH) => {
                     let result =
-                        objects::patch(&state, &target, &name, sub, &query, headers, &bytes).await;
+                        objects::patch(state, &target, &name, sub, &query, headers, &bytes).await;
                     let created = matches!(result, Ok((_, true)));
                     respond_write(
                         result.map(|(object, _)| object),
@@ -486,38 +486,38 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     )
                 }
                 (None, &Method::DELETE) => respond(
-                    objects::delete(&state, &target, &name, &query, &bytes).await,
+                    objects::delete(state, &target, &name, &query, &bytes).await,
                     false,
                 ),
                 (Some("finalize"), &Method::PUT) => respond(
-                    subresources::finalize(&state, &target, &name, headers, &bytes).await,
+                    subresources::finalize(state, &target, &name, headers, &bytes).await,
                     false,
                 ),
                 (Some("token"), &Method::POST) => respond(
-                    token::create(&state, &target, &name, headers, &bytes).await,
+                    token::create(state, &target, &name, headers, &bytes).await,
                     true,
                 ),
                 (Some("binding"), &Method::POST) => respond(
-                    subresources::bind(&state, &target, &name, headers, &bytes).await,
+                    subresources::bind(state, &target, &name, headers, &bytes).await,
                     true,
                 ),
                 (Some("eviction"), &Method::POST) => respond(
-                    eviction::evict(&state, &target, &name, &query, headers, &bytes).await,
+                    eviction::evict(state, &target, &name, &query, headers, &bytes).await,
                     true,
                 ),
                 (Some("log"), &Method::GET) => {
-                    node_proxy::pod_log(&state, &target, &name, parts.uri.query()).await.unwrap_or_else(|e| body::error(&e))
+                    node_proxy::pod_log(state, &target, &name, parts.uri.query()).await.unwrap_or_else(|e| body::error(&e))
                 }
                 (Some("exec"), &Method::GET | &Method::POST) => {
                     let upgrade = parts.extensions.get::<hyper::upgrade::OnUpgrade>().cloned();
-                    node_proxy::pod_exec(&state, &target, &name, parts.uri.query(), headers, upgrade)
+                    node_proxy::pod_exec(state, &target, &name, parts.uri.query(), headers, upgrade)
                         .await
                         .unwrap_or_else(|e| body::error(&e))
                 }
                 (Some("scale"), &Method::GET) => {
                     match table::negotiate(headers, parts.uri.query(), false) {
                         Ok(output) => table::respond(
-                            subresources::get_scale(&state, &target, &name).await,
+                            subresources::get_scale(state, &target, &name).await,
                             output,
                             &crate::api::table::scale_printer(),
                             false,
@@ -526,7 +526,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     }
                 }
                 (Some("scale"), &Method::PUT | &Method::PATCH) => respond(
-                    subresources::update_scale(&state, &target, &name, &method, &query, headers, &bytes)
+                    subresources::update_scale(state, &target, &name, &method, &query, headers, &bytes)
                         .await,
                     false,
                 ),

@@ -284,7 +284,7 @@ async fn list_revision(state: &State, query: &Query) -> Result<Revision, ApiErro
                     .store
                     .status()
                     .await
-                    .map_err(|e| ApiError::internal(e))?
+                    .map_err(ApiError::internal)?
                     .revision;
                 if current >= requested {
                     return Ok(0);

@@ -161,10 +161,10 @@ impl WaitingPods {
     }
     /// Plugin `plugin` rejects `uid`.
     pub fn reject(&self, uid: &str, plugin: &'static str, message: &str) {
-        if let Some(mut w) = self.pods.lock().remove(uid) {
-            if let Some(tx) = w.done.take() {
-                let _ = tx.send(Status::unschedulable(message).with_plugin(plugin));
-            }
+        if let Some(mut w) = self.pods.lock().remove(uid)
+            && let Some(tx) = w.done.take()
+        {
+            let _ = tx.send(Status::unschedulable(message).with_plugin(plugin));
         }
     }
     /// UIDs of the waiting pods.

@@ -149,10 +149,10 @@ impl PreFilter for InterPodAffinity {
             // Existing pods' required anti-affinity against the incoming pod.
             for existing in &node.pods_with_required_anti_affinity {
                 for term in affinity_terms(&existing.pod).1 {
-                    if self.term_matches(term, &existing.pod, &pod.pod) {
-                        if let Some(v) = node.label(&term.topology_key) {
-                            *st.existing_anti.entry((term.topology_key.clone(), v.to_owned())).or_default() += 1;
-                        }
+                    if self.term_matches(term, &existing.pod, &pod.pod)
+                        && let Some(v) = node.label(&term.topology_key)
+                    {
+                        *st.existing_anti.entry((term.topology_key.clone(), v.to_owned())).or_default() += 1;
                     }
                 }
             }
@@ -161,17 +161,17 @@ impl PreFilter for InterPodAffinity {
             }
             for existing in &node.pods {
                 for term in aff {
-                    if self.term_matches(term, &pod.pod, &existing.pod) {
-                        if let Some(v) = node.label(&term.topology_key) {
-                            *st.affinity.entry((term.topology_key.clone(), v.to_owned())).or_default() += 1;
-                        }
+                    if self.term_matches(term, &pod.pod, &existing.pod)
+                        && let Some(v) = node.label(&term.topology_key)
+                    {
+                        *st.affinity.entry((term.topology_key.clone(), v.to_owned())).or_default() += 1;
                     }
                 }
                 for term in anti {
-                    if self.term_matches(term, &pod.pod, &existing.pod) {
-                        if let Some(v) = node.label(&term.topology_key) {
-                            *st.anti.entry((term.topology_key.clone(), v.to_owned())).or_default() += 1;
-                        }
+                    if self.term_matches(term, &pod.pod, &existing.pod)
+                        && let Some(v) = node.label(&term.topology_key)
+                    {
+                        *st.anti.entry((term.topology_key.clone(), v.to_owned())).or_default() += 1;
                     }
                 }
             }
@@ -204,18 +204,18 @@ impl Filter for InterPodAffinity {
             }
         }
         for t in &st.anti_terms {
-            if let Some(v) = node.label(&t.topology_key) {
-                if st.anti.get(&(t.topology_key.clone(), v.to_owned())).copied().unwrap_or(0) > 0 {
-                    return Status::unschedulable(ERR_ANTI_AFFINITY);
-                }
+            if let Some(v) = node.label(&t.topology_key)
+                && st.anti.get(&(t.topology_key.clone(), v.to_owned())).copied().unwrap_or(0) > 0
+            {
+                return Status::unschedulable(ERR_ANTI_AFFINITY);
             }
         }
-        if !st.existing_anti.is_empty() {
-            if let Some(labels) = node.labels() {
-                for (k, v) in labels {
-                    if st.existing_anti.get(&(k.clone(), v.clone())).copied().unwrap_or(0) > 0 {
-                        return Status::unschedulable(ERR_EXISTING_ANTI_AFFINITY);
-                    }
+        if !st.existing_anti.is_empty()
+            && let Some(labels) = node.labels()
+        {
+            for (k, v) in labels {
+                if st.existing_anti.get(&(k.clone(), v.clone())).copied().unwrap_or(0) > 0 {
+                    return Status::unschedulable(ERR_EXISTING_ANTI_AFFINITY);
                 }
             }
         }

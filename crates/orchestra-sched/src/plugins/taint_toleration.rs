@@ -28,10 +28,10 @@ impl Plugin for TaintToleration {
 /// Whether `t` tolerates `taint` (Kubernetes' rules: empty effect matches
 /// all effects, Exists with an empty key matches every taint).
 pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(e) = t.effect.as_deref().filter(|e| !e.is_empty()) {
-        if e != taint.effect {
-            return false;
-        }
+    if let Some(e) = t.effect.as_deref().filter(|e| !e.is_empty())
+        && e != taint.effect
+    {
+        return false;
     }
     let key = t.key.as_deref().unwrap_or("");
     let op = t.operator.as_deref().unwrap_or("Equal");

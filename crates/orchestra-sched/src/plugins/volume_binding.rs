@@ -150,10 +150,10 @@ pub fn volume_matches(pv: &PersistentVolume, bound_to: Option<&str>, pvc: &Persi
     if !matches!(phase, "Available" | "Pending") {
         return false;
     }
-    if let Some(sel) = pvc.spec.as_ref().and_then(|s| s.selector.as_ref()) {
-        if !selector_matches(sel, pv.metadata.labels.as_ref()) {
-            return false;
-        }
+    if let Some(sel) = pvc.spec.as_ref().and_then(|s| s.selector.as_ref())
+        && !selector_matches(sel, pv.metadata.labels.as_ref())
+    {
+        return false;
     }
     if volume_class(pv) != claim_class(pvc) || !affinity_ok {
         return false;

@@ -58,20 +58,20 @@ fn is_disk(v: &Volume) -> bool {
 fn disk_conflict(v: &Volume, existing: &Pod) -> bool {
     let ro = |b: Option<bool>| b.unwrap_or(false);
     existing.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten().any(|e| {
-        if let (Some(a), Some(b)) = (&v.gce_persistent_disk, &e.gce_persistent_disk) {
-            if a.pd_name == b.pd_name && !(ro(a.read_only) && ro(b.read_only)) {
-                return true;
-            }
+        if let (Some(a), Some(b)) = (&v.gce_persistent_disk, &e.gce_persistent_disk)
+            && a.pd_name == b.pd_name && !(ro(a.read_only) && ro(b.read_only))
+        {
+            return true;
         }
-        if let (Some(a), Some(b)) = (&v.aws_elastic_block_store, &e.aws_elastic_block_store) {
-            if a.volume_id == b.volume_id {
-                return true;
-            }
+        if let (Some(a), Some(b)) = (&v.aws_elastic_block_store, &e.aws_elastic_block_store)
+            && a.volume_id == b.volume_id
+        {
+            return true;
         }
-        if let (Some(a), Some(b)) = (&v.iscsi, &e.iscsi) {
-            if a.iqn == b.iqn && !(ro(a.read_only) && ro(b.read_only)) {
-                return true;
-            }
+        if let (Some(a), Some(b)) = (&v.iscsi, &e.iscsi)
+            && a.iqn == b.iqn && !(ro(a.read_only) && ro(b.read_only))
+        {
+            return true;
         }
         if let (Some(a), Some(b)) = (&v.rbd, &e.rbd) {
             let pool = |p: &Option<String>| p.clone().unwrap_or_else(|| "rbd".into());

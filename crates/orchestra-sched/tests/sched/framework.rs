@@ -257,8 +257,8 @@ async fn permit_reject_while_waiting_is_unschedulable() {
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let lp = ListParams::default().fields("involvedObject.name=denied");
     for _ in 0..200 {
-        let failed = events.list(&lp).await.unwrap().items.into_iter().filter(|e| e.reason.as_deref() == Some("FailedScheduling"));
-        if let Some(e) = failed.last() {
+        let mut failed = events.list(&lp).await.unwrap().items.into_iter().filter(|e| e.reason.as_deref() == Some("FailedScheduling"));
+        if let Some(e) = failed.next_back() {
             assert_eq!(e.message.as_deref(), Some("0/1 nodes are available: 1 denied by the test."));
             assert_eq!(e.type_.as_deref(), Some("Warning"));
             return;

@@ -43,10 +43,10 @@ pub async fn create_pod(client: &kube::Client, mut pod: Pod) -> Pod {
 pub async fn wait_pod(client: &kube::Client, ns: &str, name: &str, check: impl Fn(&Pod) -> bool) -> Pod {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     for _ in 0..200 {
-        if let Ok(p) = api.get(name).await {
-            if check(&p) {
-                return p;
-            }
+        if let Ok(p) = api.get(name).await
+            && check(&p)
+        {
+            return p;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

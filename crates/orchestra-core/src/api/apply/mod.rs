@@ -926,15 +926,14 @@ fn update_last_applied(object: &mut Value, config: &Value) {
         return;
     }
     let mut applied = config.clone();
-    if let Some(metadata) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
-        if let Some(annotations) = metadata
+    if let Some(metadata) = applied.get_mut("metadata").and_then(Value::as_object_mut)
+        && let Some(annotations) = metadata
             .get_mut("annotations")
             .and_then(Value::as_object_mut)
-        {
-            annotations.remove(LAST_APPLIED);
-            if annotations.is_empty() {
-                metadata.remove("annotations");
-            }
+    {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            metadata.remove("annotations");
         }
     }
     if let Some(annotations) = object
