@@ -25,6 +25,6 @@ pub mod validation;
 pub use error::{ApiError, ErrorTarget, FieldError};
 pub use openapi::OpenApi;
 pub use registry::{EVENT_TTL, Registry};
-pub use resource::{KindSchema, RESOURCE_VERBS, ResourceInfo, Scope, SubresourceInfo};
+pub use resource::{DecodeCheck, KindSchema, RESOURCE_VERBS, ResourceInfo, Scope, SubresourceInfo};
 pub use schema::{Ordered, SchemaView};
 pub use selector::{FieldSelector, LabelSelector};

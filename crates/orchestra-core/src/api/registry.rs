@@ -234,7 +234,7 @@ impl Registry {
                 versions.push(v.clone());
             }
         }
-        versions.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         versions
     }
 

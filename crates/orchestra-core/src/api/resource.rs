@@ -35,6 +35,9 @@ pub struct SubresourceInfo {
     pub verbs: Vec<String>,
 }
 
+/// Checks that an object decodes as a kind's type; the error is the decoder's.
+pub type DecodeCheck = fn(&serde_json::Value) -> Result<(), String>;
+
 /// One served resource: group, version, kind, names, scope and subresources.
 #[derive(Debug, Clone)]
 pub struct ResourceInfo {
@@ -63,7 +66,7 @@ pub struct ResourceInfo {
     pub verbs: Vec<String>,
     /// Checks that an object decodes as the kind's type (a type error is a
     /// 400, like upstream's JSON decoding errors).
-    pub decode_check: Option<fn(&serde_json::Value) -> Result<(), String>>,
+    pub decode_check: Option<DecodeCheck>,
     /// The kind's own validation (422 with causes).
     pub validate: Option<fn(&serde_json::Value) -> Vec<super::FieldError>>,
     /// The kind's schema, if known.

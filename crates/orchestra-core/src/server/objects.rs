@@ -451,6 +451,7 @@ pub(crate) async fn list_json(state: &State, target: &Target, query: &Query) -> 
 }
 
 /// Runs the admission chain on a write; returns the (possibly mutated) object.
+#[allow(clippy::too_many_arguments)]
 async fn admit(
     state: &State,
     target: &Target,

@@ -327,7 +327,9 @@ mod tests {
     #[test]
     fn negotiation() {
         let table = |version, include| Ok(Output::Table { version, include });
-        let cases: Vec<(&str, Option<&str>, bool, Result<Output, u16>)> = vec![
+        // (Accept, query, watch, expected output or status code)
+        type Case<'a> = (&'a str, Option<&'a str>, bool, Result<Output, u16>);
+        let cases: Vec<Case<'_>> = vec![
             ("", None, false, Ok(Output::Json)),
             (TBL, None, false, table("v1", IncludeObject::Metadata)),
             (

@@ -26,9 +26,8 @@ struct ReadOnlyUnlessAdmin;
 #[async_trait]
 impl Authorizer for ReadOnlyUnlessAdmin {
     async fn authorize(&self, attributes: &Attributes) -> Decision {
-        if attributes.user.groups.iter().any(|g| g == "system:masters") {
-            Decision::Allow
-        } else if matches!(attributes.verb.as_str(), "get" | "list" | "watch")
+        if attributes.user.groups.iter().any(|g| g == "system:masters")
+            || matches!(attributes.verb.as_str(), "get" | "list" | "watch")
             || !attributes.resource_request
         {
             Decision::Allow

@@ -184,7 +184,9 @@ mod tests {
             }]),
             ..Default::default()
         };
-        let table: &[(&LabelSelector, &[(&str, &str)], bool)] = &[
+        // (selector, labels, matches)
+        type Case<'a> = (&'a LabelSelector, &'a [(&'a str, &'a str)], bool);
+        let table: &[Case<'_>] = &[
             (&by_app, &[("app", "x")], true),
             (&by_app, &[("app", "x"), ("other", "1")], true),
             (&by_app, &[("app", "y")], false),

@@ -67,12 +67,11 @@ pub async fn cluster(ready_after: Duration) -> Cluster {
     let client = orchestra_core::client::in_process(&server, "default");
     let (stop, rx) = watch::channel(false);
     let factory = SharedInformerFactory::new(client.clone());
-    let mut tasks = Vec::new();
-    tasks.push(tokio::spawn(orchestra_ctrl::controllers::replicaset::run(
+    let mut tasks = vec![tokio::spawn(orchestra_ctrl::controllers::replicaset::run(
         factory.clone(),
         4,
         stopped(&rx),
-    )));
+    ))];
     tasks.push(tokio::spawn(orchestra_ctrl::controllers::deployment::run(
         factory.clone(),
         4,

@@ -51,13 +51,16 @@ pub trait NodeAuthorizer: Send + Sync + 'static {
     async fn allowed(&self, user: &CertificateSubject, verb: &str, subresource: &str) -> Result<bool, String>;
 }
 
+/// What a cached review decided on: user, groups, verb and subresource.
+type ReviewKey = (String, Vec<String>, String, String);
+
 /// Asks the API server (`SubjectAccessReview`) and caches each answer for a
 /// while, as the kubelet's webhook authorizer does.
 pub struct DelegatingAuthorizer {
     client: kube::Client,
     node_name: String,
     ttl: Duration,
-    cache: Mutex<HashMap<(String, Vec<String>, String, String), (bool, Instant)>>,
+    cache: Mutex<HashMap<ReviewKey, (bool, Instant)>>,
 }
 
 impl DelegatingAuthorizer {
@@ -200,7 +203,7 @@ async fn attempts(inner: &Inner, namespace: &str, pod: &str, container: &str) ->
         .list_containers(&ContainerFilter { labels, ..Default::default() })
         .await
         .map_err(|e| status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", e.to_string()))?;
-    found.sort_by(|a, b| (b.attempt, b.created_at).cmp(&(a.attempt, a.created_at)));
+    found.sort_by_key(|c| std::cmp::Reverse((c.attempt, c.created_at)));
     Ok(found)
 }
 

@@ -513,7 +513,9 @@ mod tests {
                     .build(),
             )]
         };
-        let cases: Vec<(&str, PodBuilder, Vec<(&str, Pod)>, Vec<bool>)> = vec![
+        // (case, incoming pod, existing pods by node, feasible per node)
+        type Case<'a> = (&'a str, PodBuilder, Vec<(&'a str, Pod)>, Vec<bool>);
+        let cases: Vec<Case<'_>> = vec![
             ("affinity without keys: both webs", p(Some("v2")).pod_affinity(&[("app", "web")], "zone"), webs(), vec![true, true, false]),
             (
                 "affinity, matchLabelKeys: same version only",
@@ -599,7 +601,9 @@ mod tests {
         let with = |name: &str, app: &str| PodBuilder::new(name).label("app", app);
         // The incoming pod is app=p; existing pods' terms select it or not.
         let p = || PodBuilder::new("p").label("app", "p");
-        let cases: Vec<(&str, Option<i64>, PodBuilder, Vec<(&str, Pod)>, Vec<i64>)> = vec![
+        // (case, hardPodAffinityWeight, incoming pod, existing pods by zone, scores)
+        type Case<'a> = (&'a str, Option<i64>, PodBuilder, Vec<(&'a str, Pod)>, Vec<i64>);
+        let cases: Vec<Case<'_>> = vec![
             // The incoming pod's preferred anti-affinity: a -10, b -5, c 0.
             (
                 "preferred anti-affinity, weights per term",

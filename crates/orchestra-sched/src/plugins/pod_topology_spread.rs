@@ -464,7 +464,9 @@ mod tests {
             ]
         };
         let spread = |key: &str| PodBuilder::new("p").label("app", "x").spread(1, key, "ScheduleAnyway", &[("app", "x")]);
-        let cases: Vec<(&str, PodBuilder, Vec<NodeInfo>, &[&str], Vec<i64>)> = vec![
+        // (case, incoming pod, nodes, the feasible ones, scores)
+        type Case<'a> = (&'a str, PodBuilder, Vec<NodeInfo>, &'a [&'a str], Vec<i64>);
+        let cases: Vec<Case<'_>> = vec![
             // weight ln(2 domains + 2): a1 round(3 * 1.39) = 4, b1 1 -> 100 * (4 + 1 - s) / 4.
             ("infeasible node's pods count", spread("zone"), nodes(None), &["a1", "b1"], vec![25, 100]),
             ("tainted node counts (taints Ignore)", spread("zone"), nodes(Some("NoSchedule")), &["a1", "b1"], vec![25, 100]),

@@ -93,6 +93,10 @@ impl PodVolumes {
     }
 }
 
+/// A volume that may bind a delayed claim, with the claim key it is
+/// (assumed) bound to, if any.
+type Candidate = (Arc<PersistentVolume>, Option<String>);
+
 struct State {
     /// Bound claims with their volume (None: the volume does not exist).
     bound: Vec<(Arc<PersistentVolumeClaim>, Option<Arc<PersistentVolume>>)>,
@@ -101,7 +105,7 @@ struct State {
     delayed: Vec<(Arc<PersistentVolumeClaim>, Option<String>)>,
     /// Candidate volumes per class for the delayed claims, with the claim key
     /// each is (assumed) bound to.
-    volumes: HashMap<String, Vec<(Arc<PersistentVolume>, Option<String>)>>,
+    volumes: HashMap<String, Vec<Candidate>>,
     /// The decision per node, for Reserve and PreBind.
     by_node: Mutex<HashMap<String, PodVolumes>>,
 }
@@ -348,7 +352,7 @@ impl PreFilter for VolumeBinding {
             return (None, Status::unresolvable(ERR_UNBOUND_IMMEDIATE));
         }
         delayed.sort_by_key(|(c, _)| claim_request(c));
-        let mut volumes: HashMap<String, Vec<(Arc<PersistentVolume>, Option<String>)>> = HashMap::new();
+        let mut volumes: HashMap<String, Vec<Candidate>> = HashMap::new();
         if !delayed.is_empty() {
             let assumed = self.assumed_pvs.lock().clone();
             for pv in self.listers.pvs.list() {

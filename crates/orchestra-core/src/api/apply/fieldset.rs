@@ -171,8 +171,10 @@ pub fn remove_at(value: &mut Value, path: &[PathElement]) -> bool {
             items.len() != before
         }
         (PathElement::Value(text), Value::Array(items)) => {
+            // `text` is the JSON of a set member; text that is not JSON names none.
+            let Ok(member) = serde_json::from_str::<Value>(text) else { return false };
             let before = items.len();
-            items.retain(|item| item.to_string() != *text);
+            items.retain(|item| *item != member);
             items.len() != before
         }
         (PathElement::Index(index), Value::Array(items)) if *index < items.len() => {

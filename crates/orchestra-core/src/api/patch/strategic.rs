@@ -355,7 +355,8 @@ mod tests {
     #[test]
     fn patches_like_upstream() {
         let schemas = Schemas::of(ResourceInfo::of::<Pod>().schema.as_ref().unwrap());
-        let cases: Vec<(&str, Value, Box<dyn Fn(&Value)>)> = vec![
+        type Check = Box<dyn Fn(&Value)>;
+        let cases: Vec<(&str, Value, Check)> = vec![
             (
                 "containers merge by name",
                 json!({"spec": {"containers": [{"name": "c", "image": "nginx:2"}, {"name": "e", "image": "e"}]}}),

@@ -157,7 +157,7 @@ fn evaluate<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
             Step::Filter(field, expected) => current.as_array()?.iter().find(|item| {
                 item.get(field.as_str()).is_some_and(|v| match v {
                     Value::String(s) => *s == expected,
-                    other => other.to_string() == expected,
+                    other => serde_json::from_str::<Value>(&expected).is_ok_and(|e| e == *other),
                 })
             })?,
         };

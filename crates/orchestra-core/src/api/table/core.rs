@@ -11,7 +11,7 @@ use super::{ColumnDefinition as Col, FnPrinter, Timestamp, other};
 
 /// The printer of a core kind.
 pub(super) fn printer(kind: &str) -> Option<FnPrinter> {
-    let (columns, cells): (fn() -> Vec<Col>, fn(&Value, Timestamp) -> Vec<Value>) = match kind {
+    let (columns, cells): (super::ColumnsFn, super::CellsFn) = match kind {
         "Pod" => {
             return Some(FnPrinter {
                 columns: pod_columns,

@@ -183,13 +183,19 @@ impl TablePrinter for DefaultPrinter {
     }
 }
 
+/// The column definitions of a kind's Table.
+pub type ColumnsFn = fn() -> Vec<ColumnDefinition>;
+
+/// The cells of one object's row, given the time the row is printed at.
+pub type CellsFn = fn(&Value, Timestamp) -> Vec<Value>;
+
 /// A printer made of two functions (how the built-in kinds are printed).
 #[derive(Clone, Copy)]
 pub struct FnPrinter {
     /// The column definitions.
-    pub columns: fn() -> Vec<ColumnDefinition>,
+    pub columns: ColumnsFn,
     /// The cells of one object.
-    pub cells: fn(&Value, Timestamp) -> Vec<Value>,
+    pub cells: CellsFn,
     /// The row conditions of one object.
     pub conditions: Option<fn(&Value) -> Option<Value>>,
 }

@@ -73,7 +73,7 @@ fn scale_cells(scale: &Value, now: Timestamp) -> Vec<Value> {
 
 /// The printer of a kind in another group.
 pub(super) fn printer(group: &str, kind: &str) -> Option<FnPrinter> {
-    let (columns, cells): (fn() -> Vec<Col>, fn(&Value, Timestamp) -> Vec<Value>) =
+    let (columns, cells): (super::ColumnsFn, super::CellsFn) =
         match (group, kind) {
             ("discovery.k8s.io", "EndpointSlice") => (slice_columns, slice_cells),
             ("coordination.k8s.io", "Lease") => (lease_columns, lease_cells),

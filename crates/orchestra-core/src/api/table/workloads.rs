@@ -10,7 +10,7 @@ use super::{ColumnDefinition as Col, FnPrinter, Timestamp};
 
 /// The printer of an apps or batch kind.
 pub(super) fn printer(kind: &str) -> Option<FnPrinter> {
-    let (columns, cells): (fn() -> Vec<Col>, fn(&Value, Timestamp) -> Vec<Value>) = match kind {
+    let (columns, cells): (super::ColumnsFn, super::CellsFn) = match kind {
         "Deployment" => (deployment_columns, deployment_cells),
         "ReplicaSet" => (replica_set_columns, replica_set_cells),
         "StatefulSet" => (stateful_set_columns, stateful_set_cells),
