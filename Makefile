@@ -35,6 +35,7 @@ store-demo: deps
 ## on both backends, the crash test), and doc tests.
 test: deps
 	$(CARGO) test --workspace --all-features
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 
 ## The benchmarks against their baselines (etcd for the store, the bare
 ## store for the API server, the Kubernetes limits and SLOs for the nodes).
