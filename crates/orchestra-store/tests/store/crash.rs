@@ -1,7 +1,8 @@
 //! Crash recovery: a child process with many concurrent writers is SIGKILLed
-//! mid-stream, several times, at different points. After every restart each
-//! acknowledged write must be present and the revision must not have gone
-//! backwards.
+//! mid-stream, several times, at different points, while its tables are
+//! flushed (so write-ahead log files are retired and reused). After every
+//! restart each acknowledged write must be present and the revision must not
+//! have gone backwards.
 //!
 //! The child is this same test binary, re-executed with
 //! `ORCHESTRA_CRASH_CHILD` set; it prints one `ack` line per acknowledged
@@ -63,6 +64,15 @@ fn child(dir: String, round: String) {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async move {
         let store = Arc::new(RocksStore::open_with(options(dir.as_ref())).await.expect("child opens the store"));
+        // Frequent table flushes retire write-ahead log files, so later
+        // commits go to recycled ones and the kills land in those too.
+        let flusher = store.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                flusher.flush().await.expect("flush");
+            }
+        });
         let mut tasks = Vec::new();
         for writer in 0..WRITERS {
             let store = store.clone();
