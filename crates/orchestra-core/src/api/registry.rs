@@ -240,7 +240,13 @@ impl Registry {
 
     /// True if at least one kind is served at `group`/`version`.
     pub fn serves(&self, group: &str, version: &str) -> bool {
-        self.resources.keys().any(|(g, v, _)| g == group && v == version)
+        // The first key from (group, version, "") on, in key order.
+        let from = (group, version, "");
+        let from = super::triple::key(&from);
+        self.resources
+            .range::<dyn super::triple::Triple, _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
+            .next()
+            .is_some_and(|((g, v, _), _)| g == group && v == version)
     }
 
     /// The kinds of one group version, sorted by plural.
@@ -276,6 +282,18 @@ fn version_priority(version: &str) -> (u8, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn serves_exactly_the_registered_group_versions() {
+        let r = Registry::builtin();
+        for (group, version) in [("", "v1"), ("apps", "v1"), ("batch", "v1"), ("events.k8s.io", "v1")] {
+            assert!(r.serves(group, version), "{group}/{version}");
+        }
+        // Neighbours in key order, prefixes and extensions are not served.
+        for (group, version) in [("", "v"), ("", "v2"), ("app", "v1"), ("apps", "v1beta1"), ("apps", ""), ("zzz", "v1")] {
+            assert!(!r.serves(group, version), "{group}/{version}");
+        }
+    }
 
     #[test]
     fn builtin_kinds_are_served() {
