@@ -259,6 +259,30 @@ async fn owners_gone(client: &Client, kinds: &Kinds, node: &Node) -> Option<bool
     Some(true)
 }
 
+/// Whether the API server holds an object owned by `node`, which the graph
+/// has none of: `Some(true)` one exists, `Some(false)` none, `None` a list
+/// failed. The graph learns of each resource's objects from its own watch,
+/// so under load an owner's deletion can arrive before its dependents do;
+/// removing the `orphan` finalizer then would leave them owned by a deleted
+/// object, and collected instead of released. A namespaced owner's
+/// dependents are in its namespace; a cluster-scoped owner's anywhere.
+async fn dependents_listed(client: &Client, kinds: &Kinds, node: &Node) -> Option<bool> {
+    let uid = node.uid();
+    let namespace = node.object.metadata.namespace.as_deref().filter(|_| node.resource.namespaced);
+    for resource in kinds.values() {
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) if resource.namespaced => Api::namespaced_with(client.clone(), ns, &resource.resource),
+            Some(_) => continue,
+            None => Api::all_with(client.clone(), &resource.resource),
+        };
+        let listed = api.list_metadata(&kube::api::ListParams::default()).await.ok()?;
+        if listed.items.iter().any(|o| o.metadata.owner_references.iter().flatten().any(|r| r.uid == uid)) {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
 /// Carries out `plan` (decided on `graph`); returns the UIDs to try again
 /// (a write or an owner lookup that failed), having done all the rest.
 pub async fn apply(client: &Client, graph: &Graph, kinds: &Kinds, plan: &Plan) -> Vec<String> {
@@ -295,6 +319,21 @@ pub async fn apply(client: &Client, graph: &Graph, kinds: &Kinds, plan: &Plan) -
     }
     for (uid, finalizer) in &plan.finalize {
         let Some(n) = graph.get(uid) else { continue };
+        // Released dependents the graph has not seen yet are released first
+        // (the retry decides again on the graph, which will have them).
+        if finalizer == ORPHAN {
+            match dependents_listed(client, kinds, n).await {
+                Some(false) => {}
+                Some(true) => {
+                    outcome(uid, Err(Error::Other(format!("{} has dependents the graph has not seen yet", n.name()))));
+                    continue;
+                }
+                None => {
+                    outcome(uid, Err(Error::Other(format!("cannot list the dependents of {}", n.name()))));
+                    continue;
+                }
+            }
+        }
         let finalizers: Vec<String> = n.object.metadata.finalizers.iter().flatten().filter(|f| *f != finalizer).cloned().collect();
         let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": n.object.metadata.resource_version}});
         outcome(uid, ok_if_absent(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await));

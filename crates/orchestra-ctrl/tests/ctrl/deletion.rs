@@ -204,3 +204,72 @@ async fn namespace_deletion_empties_it() {
     })
     .await;
 }
+
+/// The graph can learn of an owner's orphaning deletion before its
+/// dependents' watch delivers them. The `orphan` finalizer must then stay
+/// until they are released, or they would be left owned by a deleted object
+/// and collected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphaning_waits_for_dependents_the_graph_has_not_seen() {
+    use kube::api::DynamicObject;
+    use orchestra_ctrl::controllers::discovery::deletable;
+    use orchestra_ctrl::controllers::garbage_collector::{Graph, Node, ORPHAN, apply, kinds};
+
+    let server = support::server().await;
+    let client = orchestra_core::client::in_process(&server, "default");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let owner = ConfigMap {
+        metadata: ObjectMeta { name: Some("owner".into()), finalizers: Some(vec![ORPHAN.into()]), ..Default::default() },
+        ..Default::default()
+    };
+    let owner = maps.create(&PostParams::default(), &owner).await.unwrap();
+    let owner_uid = owner.metadata.uid.clone().unwrap();
+    let dependent = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("dependent".into()),
+            owner_references: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: "owner".into(),
+                uid: owner_uid.clone(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let dependent = maps.create(&PostParams::default(), &dependent).await.unwrap();
+    maps.delete("owner", &DeleteParams::default()).await.unwrap();
+
+    let resources: Vec<_> = deletable(&client).await.unwrap().into_iter().filter(|r| r.watchable).collect();
+    let kinds = kinds(&resources);
+    let configmaps = resources.iter().find(|r| r.resource.plural == "configmaps" && r.resource.group.is_empty()).unwrap().clone();
+    let node = |object: &ConfigMap| Node {
+        object: DynamicObject { types: None, metadata: object.metadata.clone(), data: serde_json::Value::Null },
+        resource: configmaps.clone(),
+    };
+    let deleting = maps.get("owner").await.unwrap();
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+
+    // The graph has the deleting owner only: it would remove the finalizer at once.
+    let mut graph = Graph::of([node(&deleting)]);
+    let plan = graph.plan();
+    assert_eq!(plan.finalize, [(owner_uid.clone(), ORPHAN.to_owned())]);
+    // The API server still holds a dependent: the finalizer stays, the owner is tried again.
+    assert_eq!(apply(&client, &graph, &kinds, &plan).await, [owner_uid.clone()]);
+    assert_eq!(maps.get("owner").await.unwrap().metadata.finalizers, Some(vec![ORPHAN.to_owned()]));
+
+    // Once the graph has the dependent: it is released, then the owner goes.
+    graph.upsert(node(&dependent));
+    let plan = graph.plan();
+    assert!(plan.finalize.is_empty());
+    assert!(apply(&client, &graph, &kinds, &plan).await.is_empty());
+    let released = maps.get("dependent").await.unwrap();
+    assert!(released.metadata.owner_references.as_ref().is_none_or(|r| r.is_empty()));
+    graph.upsert(node(&released));
+    let plan = graph.plan();
+    assert_eq!(plan.finalize, [(owner_uid.clone(), ORPHAN.to_owned())]);
+    assert!(apply(&client, &graph, &kinds, &plan).await.is_empty());
+    assert!(maps.get_opt("owner").await.unwrap().is_none());
+    assert!(maps.get_opt("dependent").await.unwrap().is_some());
+}
