@@ -256,7 +256,7 @@ async fn orphaning_waits_for_dependents_the_graph_has_not_seen() {
     let plan = graph.plan();
     assert_eq!(plan.finalize, [(owner_uid.clone(), ORPHAN.to_owned())]);
     // The API server still holds a dependent: the finalizer stays, the owner is tried again.
-    assert_eq!(apply(&client, &graph, &kinds, &plan).await, [owner_uid.clone()]);
+    assert_eq!(apply(&client, &graph, &kinds, &plan).await, std::slice::from_ref(&owner_uid));
     assert_eq!(maps.get("owner").await.unwrap().metadata.finalizers, Some(vec![ORPHAN.to_owned()]));
 
     // Once the graph has the dependent: it is released, then the owner goes.
