@@ -93,6 +93,10 @@ pub struct Recorder {
     controller: String,
     instance: String,
     series: Arc<Mutex<SeriesCache>>,
+    /// Held while an event is published: two repeats published at once
+    /// would otherwise both find no series and create two Events (controllers
+    /// publish from tasks of their own).
+    publishing: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// A reference to `object` for an Event's `regarding`.
@@ -117,6 +121,7 @@ impl Recorder {
             controller: controller.into(),
             instance: instance.into(),
             series: Arc::default(),
+            publishing: Arc::default(),
         }
     }
 
@@ -142,6 +147,7 @@ impl Recorder {
             action: action.into(),
             note: note.into(),
         };
+        let _one_at_a_time = self.publishing.lock().await;
         let now = MicroTime(Timestamp::now());
         let existing = self.series.lock().get(&key, Instant::now());
         if let Some(series) = existing {

@@ -111,3 +111,26 @@ async fn repeated_events_are_aggregated() {
     assert_eq!(failed.series.as_ref().unwrap().count, 3);
     assert_eq!(failed.regarding.as_ref().unwrap().name.as_deref(), Some("cm"));
 }
+
+/// Controllers publish from tasks of their own: repeats published at the
+/// same time still make one Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_repeats_are_aggregated() {
+    let server = support::server().await;
+    let client = orchestra_core::client::in_process(&server, "default");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let cm = ConfigMap { metadata: ObjectMeta { name: Some("cm".into()), ..Default::default() }, ..Default::default() };
+    let cm = maps.create(&PostParams::default(), &cm).await.unwrap();
+    let recorder = Recorder::new(client.clone(), "test-controller", "test-1");
+    let publishes = (0..8).map(|_| {
+        let (recorder, regarding) = (recorder.clone(), reference(&cm));
+        tokio::spawn(async move { recorder.publish(regarding, EventType::Normal, "Scaled", "Scale", "from 3 to 10").await })
+    });
+    for publish in futures::future::join_all(publishes).await {
+        publish.unwrap().unwrap();
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let list = events.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(list.len(), 1, "one Event for eight repeats: {list:?}");
+    assert_eq!(list[0].series.as_ref().map(|s| s.count), Some(8));
+}
