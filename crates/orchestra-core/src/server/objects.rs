@@ -98,7 +98,7 @@ pub(crate) fn encode(resource: &ResourceInfo, object: &Value) -> Bytes {
 }
 
 /// [`encode`], and the offset in the bytes where `metadata.resourceVersion`
-/// belongs when the stored form is the served form (see [`splice_version`]);
+/// belongs when the stored form is the served form (see [`raw::spliced`]);
 /// `None` for kinds stored in another form.
 fn encode_with_splice(resource: &ResourceInfo, object: &Value) -> (Bytes, Option<usize>) {
     if resource.storage.is_some() {
@@ -164,27 +164,6 @@ fn write_without_resource_version(object: &Value, out: &mut Vec<u8>) -> Option<u
 /// Appends the compact JSON of a key or a value.
 fn write<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     serde_json::to_writer(out, value).expect("strings and JSON values serialize");
-}
-
-/// The stored bytes of an object with `"resourceVersion":"<revision>"`
-/// inserted at `at`, the offset [`encode_with_splice`] gave: the bytes
-/// `serde_json::to_vec` gives for the object with its resource version.
-fn splice_version(stored: &[u8], at: usize, revision: Revision) -> Vec<u8> {
-    let (before, after) = stored.split_at(at);
-    let mut out = Vec::with_capacity(stored.len() + 40);
-    out.extend_from_slice(before);
-    // A field before it needs a comma before; one after, a comma after.
-    if before.last() != Some(&b'{') {
-        out.push(b',');
-    }
-    out.extend_from_slice(b"\"resourceVersion\":\"");
-    out.extend_from_slice(revision.to_string().as_bytes());
-    out.push(b'"');
-    if before.last() == Some(&b'{') && after.first() != Some(&b'}') {
-        out.push(b',');
-    }
-    out.extend_from_slice(after);
-    out
 }
 
 fn parse_revision(value: &str) -> Result<Revision, ApiError> {
@@ -649,7 +628,7 @@ impl Created {
     /// object serializes to.
     pub(crate) fn json(&self, resource: &ResourceInfo) -> Vec<u8> {
         match (&self.stored, self.splice) {
-            (Some(kv), Some(at)) if raw::is_servable(resource) => splice_version(&kv.value, at, kv.mod_revision),
+            (Some(kv), Some(at)) if raw::is_servable(resource) => raw::spliced(kv, at),
             _ => serde_json::to_vec(&self.object).expect("JSON values serialize"),
         }
     }
@@ -1258,7 +1237,8 @@ mod tests {
             assert_eq!(bytes, serde_json::to_vec(&without).unwrap(), "mask {mask:b}");
             let mut with = without.clone();
             metadata_mut(&mut with).insert("resourceVersion".into(), "42".into());
-            let spliced = splice_version(&bytes, splice.expect("metadata is a map"), 42);
+            let kv = KeyValue { key: "k".into(), value: bytes.clone(), create_revision: 42, mod_revision: 42, version: 1, expires_at_ms: None };
+            let spliced = raw::spliced(&kv, splice.expect("metadata is a map"));
             assert_eq!(String::from_utf8(spliced).unwrap(), serde_json::to_string(&with).unwrap(), "mask {mask:b}");
         }
     }

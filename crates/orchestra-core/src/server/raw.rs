@@ -9,7 +9,8 @@
 //! ([`RawValue`]), instead of building a [`Value`] tree and serializing it
 //! again. The bytes are those the decoding path gives: keys stay in the
 //! stored (sorted) order and the resource version goes where a sorted map
-//! puts it.
+//! puts it. A create's answer skips even that parse: its encoder recorded
+//! where the field goes ([`spliced`]).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -55,6 +56,27 @@ pub(crate) fn stamped(kv: &KeyValue) -> Result<Vec<u8>, ApiError> {
     let mut out = Vec::with_capacity(kv.value.len() + 32);
     write_stamped(kv, &mut out)?;
     Ok(out)
+}
+
+/// The stored object `kv` with `"resourceVersion":"<revision>"` inserted at
+/// `at`, the offset its encoder recorded (where a sorted `metadata` puts the
+/// field): [`stamped`] without parsing the bytes.
+pub(crate) fn spliced(kv: &KeyValue, at: usize) -> Vec<u8> {
+    let (before, after) = kv.value.split_at(at);
+    let mut out = Vec::with_capacity(kv.value.len() + 40);
+    out.extend_from_slice(before);
+    // A field before it needs a comma before; one after, a comma after.
+    if before.last() != Some(&b'{') {
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"resourceVersion\":\"");
+    out.extend_from_slice(kv.mod_revision.to_string().as_bytes());
+    out.push(b'"');
+    if before.last() == Some(&b'{') && after.first() != Some(&b'}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(after);
+    out
 }
 
 /// Appends the stored object `kv` to `out` with its resource version set:
