@@ -48,10 +48,7 @@ impl Node {
         self.object.metadata.uid.clone().unwrap_or_default()
     }
     fn api(&self, client: &Client) -> Api<DynamicObject> {
-        match (&self.object.metadata.namespace, self.resource.namespaced) {
-            (Some(ns), true) => Api::namespaced_with(client.clone(), ns, &self.resource.resource),
-            _ => Api::all_with(client.clone(), &self.resource.resource),
-        }
+        api_in(client, &self.resource, self.object.metadata.namespace.as_deref())
     }
     fn name(&self) -> String {
         self.object.metadata.name.clone().unwrap_or_default()
@@ -66,6 +63,15 @@ impl Node {
     }
     fn deleting(&self) -> bool {
         self.object.metadata.deletion_timestamp.is_some()
+    }
+}
+
+/// The API of `resource`'s objects in `namespace` (all of them for a
+/// cluster-scoped resource, or with no namespace).
+fn api_in(client: &Client, resource: &Deletable, namespace: Option<&str>) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) if resource.namespaced => Api::namespaced_with(client.clone(), ns, &resource.resource),
+        _ => Api::all_with(client.clone(), &resource.resource),
     }
 }
 
@@ -246,10 +252,7 @@ async fn owners_gone(client: &Client, kinds: &Kinds, node: &Node) -> Option<bool
     for r in node.object.metadata.owner_references.iter().flatten() {
         let group = r.api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
         let resource = kinds.get(&(group.to_owned(), r.kind.clone()))?;
-        let api: Api<DynamicObject> = match (&node.object.metadata.namespace, resource.namespaced) {
-            (Some(ns), true) => Api::namespaced_with(client.clone(), ns, &resource.resource),
-            _ => Api::all_with(client.clone(), &resource.resource),
-        };
+        let api = api_in(client, resource, node.object.metadata.namespace.as_deref());
         match api.get_metadata_opt(&r.name).await {
             Ok(Some(owner)) if owner.metadata.uid.as_deref() == Some(r.uid.as_str()) => return Some(false),
             Ok(_) => {}
@@ -270,11 +273,10 @@ async fn dependents_listed(client: &Client, kinds: &Kinds, node: &Node) -> Optio
     let uid = node.uid();
     let namespace = node.object.metadata.namespace.as_deref().filter(|_| node.resource.namespaced);
     for resource in kinds.values() {
-        let api: Api<DynamicObject> = match namespace {
-            Some(ns) if resource.namespaced => Api::namespaced_with(client.clone(), ns, &resource.resource),
-            Some(_) => continue,
-            None => Api::all_with(client.clone(), &resource.resource),
-        };
+        if namespace.is_some() && !resource.namespaced {
+            continue;
+        }
+        let api = api_in(client, resource, namespace);
         let listed = api.list_metadata(&kube::api::ListParams::default()).await.ok()?;
         if listed.items.iter().any(|o| o.metadata.owner_references.iter().flatten().any(|r| r.uid == uid)) {
             return Some(true);
