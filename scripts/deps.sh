@@ -3,6 +3,8 @@
 # benchmarks need, when they are missing:
 #   libclang-dev      rocksdb's bindgen
 #   protobuf-compiler etcd-client (benchmarks against etcd)
+#   libprotobuf-dev   the well-known .proto files etcd-client's protos import
+#                     (protobuf-compiler only recommends it)
 #   etcd-server       the etcd baseline of the store benchmark
 # and, with pip, the Python `kubernetes` client (orchestra-core's
 # tests/core/python.rs drives it against the API server).
@@ -15,7 +17,7 @@ if ! python3 -c 'import kubernetes' 2>/dev/null; then
 fi
 
 missing=()
-for pkg in libclang-dev protobuf-compiler etcd-server; do
+for pkg in libclang-dev protobuf-compiler libprotobuf-dev etcd-server; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$pkg")
   fi
