@@ -64,7 +64,7 @@ use orchestra_core::auth::{
     Identity, PublicInfoViewer, UserInfo,
 };
 use orchestra_core::server::pki::Pki;
-use orchestra_core::server::{ApiServer, ListenOptions, serve};
+use orchestra_core::server::{ApiServer, CopiedWrites, ListenOptions, serve};
 use orchestra_store::{KeyRange, RangeRequest, RocksOptions, RocksStore, Store, StoreOptions, WatchRequest};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -313,7 +313,7 @@ impl Https {
         Ok(Https { address, h2: config(b"h2")?, h1: config(b"http/1.1")? })
     }
 
-    async fn tls(&self, config: &Arc<rustls::ClientConfig>) -> Result<TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>, String> {
+    async fn tls(&self, config: &Arc<rustls::ClientConfig>) -> Result<TokioIo<CopiedWrites<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>>, String> {
         let tcp = tokio::net::TcpStream::connect(self.address).await.map_err(|e| format!("connect: {e}"))?;
         tcp.set_nodelay(true).map_err(|e| e.to_string())?;
         let name = ServerName::try_from("127.0.0.1").expect("an IP address").to_owned();
@@ -321,7 +321,7 @@ impl Https {
             .connect(name, tcp)
             .await
             .map_err(|e| format!("TLS handshake: {e}"))?;
-        Ok(TokioIo::new(tls))
+        Ok(TokioIo::new(CopiedWrites(tls)))
     }
 
     async fn h2(&self) -> Result<ApiConn, String> {

@@ -46,7 +46,7 @@ use orchestra_store::{Error as StoreError, Store};
 use serde_json::json;
 
 pub use discovery::KUBERNETES_VERSION;
-pub use crate::tls::{ListenOptions, pki, serve};
+pub use crate::tls::{CopiedWrites, ListenOptions, pki, serve};
 pub use node_proxy::KubeletClient;
 
 use self::objects::{Target, respond};

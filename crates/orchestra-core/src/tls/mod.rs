@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-pub use listener::{ListenOptions, PeerCertificates, serve};
+pub use listener::{CopiedWrites, ListenOptions, PeerCertificates, serve};
 use pki::{Credential, PkiError};
 
 /// Whether a server asks clients for a certificate.

@@ -97,7 +97,7 @@ async fn deployment_creates_pods_and_scales() {
             .filter(|e| e.reason.as_deref() == Some(reason) && e.involved_object.name.as_deref() == Some(set_name.as_str()))
             .count()
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10) * support::SLACK;
     loop {
         let items = events.list(&ListParams::default()).await.unwrap().items;
         let (created, deleted) = (count(&items, "SuccessfulCreate"), count(&items, "SuccessfulDelete"));

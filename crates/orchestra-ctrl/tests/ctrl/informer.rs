@@ -21,6 +21,8 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 use tower::{Service, ServiceExt};
 
+use super::support;
+
 /// What the gate does with watch requests.
 struct GateState {
     /// While true, watch requests wait at the gate.
@@ -142,9 +144,9 @@ fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|n| n.to_string()).collect()
 }
 
-/// Polls `check` every 10 ms for up to 5 s.
+/// Polls `check` every 10 ms for up to 5 s (times [`support::SLACK`]).
 async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5) * support::SLACK;
     while !check() {
         assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -157,7 +159,7 @@ async fn events_until(
     seen: &mut Vec<String>,
     done: impl Fn(&[String]) -> bool,
 ) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5) * support::SLACK;
     while !done(seen) {
         let event = tokio::time::timeout_at(deadline, rx.recv()).await.expect("events in time").expect("open");
         seen.push(match event {

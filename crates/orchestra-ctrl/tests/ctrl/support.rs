@@ -145,13 +145,23 @@ pub async fn fake_node_agent(client: Client, ready_after: Duration) {
     }
 }
 
-/// Polls `check` every 20 ms until it holds or `timeout` passes.
+/// How much longer than its stated bound a wait may take before it fails.
+///
+/// The bounds in these tests are what an idle machine needs with room to
+/// spare; CI runs every test binary of the workspace on 2 cores, and under
+/// that load a controller chain (informer, queue, reconcile, write, watch)
+/// has been seen to take 2-3 times longer. A wait that never completes (a
+/// lost event, a missing reconcile) fails just the same, only later.
+pub const SLACK: u32 = 3;
+
+/// Polls `check` every 20 ms until it holds or `timeout` (times [`SLACK`])
+/// passes.
 pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = tokio::time::Instant::now() + timeout * SLACK;
     loop {
         if check().await {
             return;
