@@ -148,10 +148,11 @@ pub async fn fake_node_agent(client: Client, ready_after: Duration) {
 /// How much longer than its stated bound a wait may take before it fails.
 ///
 /// The bounds in these tests are what an idle machine needs with room to
-/// spare; CI runs every test binary of the workspace on 2 cores, and under
-/// that load a controller chain (informer, queue, reconcile, write, watch)
-/// has been seen to take 2-3 times longer. A wait that never completes (a
-/// lost event, a missing reconcile) fails just the same, only later.
+/// spare; on 2 busy cores (CI, or a build alongside) a controller chain
+/// (informer, queue, reconcile, write, watch) has been seen to miss bounds it
+/// always meets when idle, and the whole binary to take nearly twice as long.
+/// A wait that never completes (a lost event, a missing reconcile) fails just
+/// the same, only later.
 pub const SLACK: u32 = 3;
 
 /// Polls `check` every 20 ms until it holds or `timeout` (times [`SLACK`])
