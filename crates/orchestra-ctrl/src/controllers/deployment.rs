@@ -304,6 +304,12 @@ impl Scaler<'_> {
 }
 
 /// Writes `rs`'s size and annotations; `false` if they were already so.
+///
+/// The patch pins `rs`'s resourceVersion, as upstream's update of the cached
+/// object does: a size decided from a cache that has not yet seen the
+/// ReplicaSet's last write (a scale racing a rollout's step) is refused
+/// with 409 and decided again from the fresh object, instead of landing
+/// and leaving a split no later sync corrects.
 async fn scale(api: &Api<ReplicaSet>, rs: &ReplicaSet, replicas: i32, d_replicas: i32, surge: i32) -> Result<bool, Error> {
     if spec_replicas(rs) == replicas
         && annotation(rs, DESIRED_REPLICAS) == Some(d_replicas)
@@ -315,10 +321,13 @@ async fn scale(api: &Api<ReplicaSet>, rs: &ReplicaSet, replicas: i32, d_replicas
         DESIRED_REPLICAS: d_replicas.to_string(),
         MAX_REPLICAS: (d_replicas + surge).to_string(),
     });
-    let patch = serde_json::json!({
+    let mut patch = serde_json::json!({
         "metadata": {"annotations": annotations},
         "spec": {"replicas": replicas},
     });
+    if let Some(version) = &rs.metadata.resource_version {
+        patch["metadata"]["resourceVersion"] = version.as_str().into();
+    }
     api.patch(
         rs.metadata.name.as_deref().unwrap_or_default(),
         &PatchParams::default(),
