@@ -97,20 +97,18 @@ async fn deployment_creates_pods_and_scales() {
             .filter(|e| e.reason.as_deref() == Some(reason) && e.involved_object.name.as_deref() == Some(set_name.as_str()))
             .count()
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10) * support::SLACK;
-    loop {
+    support::eventually_explained(Duration::from_secs(10), || async {
         let items = events.list(&ListParams::default()).await.unwrap().items;
         let (created, deleted) = (count(&items, "SuccessfulCreate"), count(&items, "SuccessfulDelete"));
         if (created, deleted) == (10, 7) {
-            break;
+            return Ok(());
         }
         let notes: Vec<_> = items.iter().map(|e| (e.reason.clone(), e.message.clone(), e.count)).collect();
-        assert!(
-            tokio::time::Instant::now() < deadline,
+        Err(format!(
             "the replica set's events: {created} SuccessfulCreate and {deleted} SuccessfulDelete, not 10 and 7; all events: {notes:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        ))
+    })
+    .await;
     let items = events.list(&ListParams::default()).await.unwrap().items;
     let created = items.iter().find(|e| e.reason.as_deref() == Some("SuccessfulCreate")).unwrap();
     assert!(created.message.as_deref().unwrap_or("").starts_with("Created pod: "), "{created:?}");

@@ -162,12 +162,26 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
+    eventually_explained(timeout, || {
+        let holds = check();
+        async move { if holds.await { Ok(()) } else { Err(what.to_owned()) } }
+    })
+    .await
+}
+
+/// [`eventually`] for a check that says what it saw when it does not hold:
+/// the last such explanation is the failure's message.
+pub async fn eventually_explained<F, Fut>(timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
     let deadline = tokio::time::Instant::now() + timeout * SLACK;
     loop {
-        if check().await {
-            return;
+        match check().await {
+            Ok(()) => return,
+            Err(seen) => assert!(tokio::time::Instant::now() < deadline, "timed out: {seen}"),
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
