@@ -75,6 +75,10 @@ impl Service<http::Request<kube::client::Body>> for Gate {
             if query_param(&query, "watch").as_deref() != Some("true") {
                 return router.oneshot(request).await;
             }
+            // Subscribed before the request is seen in `watch_rvs`: a cut
+            // the test makes once it sees the request ends this stream.
+            let mut cut = state.cut.subscribe();
+            cut.borrow_and_update();
             state.watch_rvs.lock().push(query_param(&query, "resourceVersion").unwrap_or_default());
             let _ = state.hold.subscribe().wait_for(|h| !*h).await;
             if state.gone_next.swap(false, Ordering::SeqCst) {
@@ -88,8 +92,6 @@ impl Service<http::Request<kube::client::Body>> for Gate {
                     .body(Body::from(status.to_string()))
                     .unwrap());
             }
-            let mut cut = state.cut.subscribe();
-            cut.borrow_and_update();
             let response = router.oneshot(request).await?;
             let (parts, body) = response.into_parts();
             let data = body.into_data_stream();
