@@ -64,7 +64,7 @@ use orchestra_core::auth::{
     Identity, PublicInfoViewer, UserInfo,
 };
 use orchestra_core::server::pki::Pki;
-use orchestra_core::server::{ApiServer, CopiedWrites, ListenOptions, serve};
+use orchestra_core::server::{ApiServer, CoalescedWrites, CopiedWrites, ListenOptions, serve};
 use orchestra_store::{KeyRange, RangeRequest, RocksOptions, RocksStore, Store, StoreOptions, WatchRequest};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -281,6 +281,9 @@ impl ApiConn {
     }
 }
 
+/// A client's TLS connection.
+type ClientTls = tokio_rustls::client::TlsStream<CoalescedWrites<tokio::net::TcpStream>>;
+
 /// The HTTPS endpoint and its client TLS configurations.
 #[derive(Clone)]
 struct Https {
@@ -313,14 +316,18 @@ impl Https {
         Ok(Https { address, h2: config(b"h2")?, h1: config(b"http/1.1")? })
     }
 
-    async fn tls(&self, config: &Arc<rustls::ClientConfig>) -> Result<TokioIo<CopiedWrites<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>>, String> {
+    async fn tls(&self, config: &Arc<rustls::ClientConfig>) -> Result<TokioIo<CopiedWrites<ClientTls>>, String> {
         let tcp = tokio::net::TcpStream::connect(self.address).await.map_err(|e| format!("connect: {e}"))?;
         tcp.set_nodelay(true).map_err(|e| e.to_string())?;
         let name = ServerName::try_from("127.0.0.1").expect("an IP address").to_owned();
-        let tls = tokio_rustls::TlsConnector::from(config.clone())
-            .connect(name, tcp)
+        let mut tls = tokio_rustls::TlsConnector::from(config.clone())
+            .connect(name, CoalescedWrites::new(tcp))
             .await
             .map_err(|e| format!("TLS handshake: {e}"))?;
+        // Requests of the streams sharing an HTTP/2 connection leave
+        // together, as the server's answers do.
+        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+        tls.get_mut().0.coalesce(h2);
         Ok(TokioIo::new(CopiedWrites(tls)))
     }
 

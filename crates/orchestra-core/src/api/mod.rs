@@ -1,6 +1,6 @@
 //! The types-only layer: resource descriptions and the registry, Status
-//! errors, selectors, object-meta helpers, validation, OpenAPI documents and
-//! the schema view. No I/O.
+//! errors, selectors, object-meta helpers, validation, OpenAPI documents,
+//! the schema view and strict decoding. No I/O.
 
 pub mod apply;
 pub mod conversion;
@@ -18,6 +18,7 @@ mod resource;
 pub mod schema;
 pub mod review;
 mod selector;
+pub mod strict;
 pub mod table;
 mod triple;
 pub mod validation;
@@ -26,5 +27,5 @@ pub use error::{ApiError, ErrorTarget, FieldError};
 pub use openapi::OpenApi;
 pub use registry::{EVENT_TTL, Registry};
 pub use resource::{DecodeCheck, KindSchema, RESOURCE_VERBS, ResourceInfo, Scope, SubresourceInfo};
-pub use schema::{Ordered, SchemaView};
+pub use schema::SchemaView;
 pub use selector::{FieldSelector, LabelSelector};

@@ -1,5 +1,5 @@
-//! A resolved view of OpenAPI v3 schemas, and the unknown/duplicate field
-//! walker behind `fieldValidation`.
+//! A resolved view of OpenAPI v3 schemas, and the unknown field walker
+//! behind `fieldValidation` (repeated fields: [`super::strict`]).
 //!
 //! A [`SchemaView`] is one node of a schema together with the definitions
 //! (`components.schemas`) its `$ref`s point into. It follows `$ref` and the
@@ -255,24 +255,6 @@ impl<'a> SchemaView<'a> {
         }
         Ok((current, path))
     }
-
-    /// The strict decoding problems of a JSON (or YAML) document, in document
-    /// order: `unknown field "spec.foo"` and `duplicate field "spec.x"`, as
-    /// the upstream API server words them. A field both unknown and repeated
-    /// is reported once, as unknown.
-    pub fn strict_problems(&self, document: &Ordered) -> Vec<String> {
-        let mut found = Vec::new();
-        walk_ordered(Some(*self), document, &mut String::new(), &mut found);
-        found
-    }
-}
-
-/// The `duplicate field` problems of a document, with no schema (every
-/// repeated key of every object), in document order.
-pub fn duplicate_fields(document: &Ordered) -> Vec<String> {
-    let mut found = Vec::new();
-    walk_ordered(None, document, &mut String::new(), &mut found);
-    found
 }
 
 fn child_path(path: &str, name: &str) -> String {
@@ -285,7 +267,7 @@ fn child_path(path: &str, name: &str) -> String {
 
 /// What the schema says about the entry `key` of an object: its schema, or
 /// `Err(())` if the key is unknown. `Ok(None)` means "anything goes".
-fn entry_schema<'a>(
+pub(super) fn entry_schema<'a>(
     schema: Option<SchemaView<'a>>,
     key: &str,
 ) -> Result<Option<SchemaView<'a>>, ()> {
@@ -409,186 +391,12 @@ fn prune_value(
     }
 }
 
-fn walk_ordered(
-    schema: Option<SchemaView<'_>>,
-    value: &Ordered,
-    path: &mut String,
-    found: &mut Vec<String>,
-) {
-    if schema.is_some_and(|s| s.is_int_or_string()) {
-        return;
-    }
-    match value {
-        Ordered::Object(entries) => {
-            let mut seen: Vec<&str> = Vec::with_capacity(entries.len());
-            let mut reported: Vec<&str> = Vec::new();
-            let parent = path.len();
-            for (key, child) in entries {
-                // The path grows in place and shrinks back after each entry.
-                if parent > 0 {
-                    path.push('.');
-                }
-                path.push_str(key);
-                let repeated = seen.contains(&key.as_str());
-                seen.push(key);
-                match entry_schema(schema, key) {
-                    Err(()) => {
-                        if !reported.contains(&key.as_str()) {
-                            reported.push(key);
-                            found.push(format!("unknown field {path:?}"));
-                        }
-                    }
-                    Ok(sub) => {
-                        if repeated && !reported.contains(&key.as_str()) {
-                            reported.push(key);
-                            found.push(format!("duplicate field {path:?}"));
-                        }
-                        walk_ordered(sub, child, path, found);
-                    }
-                }
-                path.truncate(parent);
-            }
-        }
-        Ordered::Array(items) => {
-            let item_schema = match schema {
-                Some(s) => match s.items() {
-                    Some(items) => Some(items),
-                    // An array where the schema has none: not ours to judge.
-                    None => return,
-                },
-                None => None,
-            };
-            let parent = path.len();
-            for (i, item) in items.iter().enumerate() {
-                use std::fmt::Write as _;
-                let _ = write!(path, "[{i}]");
-                walk_ordered(item_schema, item, path, found);
-                path.truncate(parent);
-            }
-        }
-        Ordered::Scalar => {}
-    }
-}
-
-/// A parsed JSON or YAML document that keeps object entries in document
-/// order, repeated keys included (what `serde_json::Value` cannot show).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Ordered {
-    /// An object's entries, in order, duplicates kept.
-    Object(Vec<(String, Ordered)>),
-    /// An array.
-    Array(Vec<Ordered>),
-    /// Any scalar (the value is not kept).
-    Scalar,
-}
-
-impl Ordered {
-    /// Parses JSON.
-    pub fn from_json(bytes: &[u8]) -> Result<Ordered, serde_json::Error> {
-        serde_json::from_slice(bytes)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Ordered {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Ordered, D::Error> {
-        deserializer.deserialize_any(OrderedVisitor)
-    }
-}
-
-struct OrderedVisitor;
-
-impl<'de> serde::de::Visitor<'de> for OrderedVisitor {
-    type Value = Ordered;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Ordered, E> {
-        Ok(Ordered::Scalar)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Ordered, E> {
-        Ok(Ordered::Scalar)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Ordered, E> {
-        Ok(Ordered::Scalar)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Ordered, E> {
-        Ok(Ordered::Scalar)
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Ordered, E> {
-        Ok(Ordered::Scalar)
-    }
-    fn visit_unit<E>(self) -> Result<Ordered, E> {
-        Ok(Ordered::Scalar)
-    }
-    fn visit_none<E>(self) -> Result<Ordered, E> {
-        Ok(Ordered::Scalar)
-    }
-    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Ordered, D::Error> {
-        serde::Deserialize::deserialize(d)
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Ordered, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Ordered::Array(items))
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Ordered, A::Error> {
-        let mut entries = Vec::new();
-        while let Some((key, value)) = map.next_entry::<KeyString, Ordered>()? {
-            entries.push((key.0, value));
-        }
-        Ok(Ordered::Object(entries))
-    }
-}
-
-/// A map key; YAML keys may be numbers or booleans, kept as their text.
-struct KeyString(String);
-
-impl<'de> serde::Deserialize<'de> for KeyString {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<KeyString, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = KeyString;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a map key")
-            }
-            fn visit_str<E>(self, v: &str) -> Result<KeyString, E> {
-                Ok(KeyString(v.to_owned()))
-            }
-            fn visit_string<E>(self, v: String) -> Result<KeyString, E> {
-                Ok(KeyString(v))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<KeyString, E> {
-                Ok(KeyString(v.to_string()))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<KeyString, E> {
-                Ok(KeyString(v.to_string()))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<KeyString, E> {
-                Ok(KeyString(v.to_string()))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<KeyString, E> {
-                Ok(KeyString(v.to_string()))
-            }
-            fn visit_unit<E>(self) -> Result<KeyString, E> {
-                Ok(KeyString("null".into()))
-            }
-        }
-        deserializer.deserialize_any(V)
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
 
-    fn definitions() -> Map<String, Value> {
+    pub(crate) fn definitions() -> Map<String, Value> {
         json!({
             "Kind": {
                 "type": "object",
@@ -763,49 +571,6 @@ mod tests {
             pruned
                 .pointer("/spec/$setElementOrder~1containers")
                 .is_some()
-        );
-    }
-
-    #[test]
-    fn strict_problems_in_document_order() {
-        let defs = definitions();
-        let kind = SchemaView::reference(&defs, "Kind").unwrap();
-        let body = br#"{"metadata": {"name": "a", "name": "b", "unknownMeta": 1},
-            "spec": {"zzz": 1, "dupe": 1, "dupe": 2,
-                     "containers": [{"name": "c", "image": "x", "image": "y", "bad": 1}]}}"#;
-        let document = Ordered::from_json(body).unwrap();
-        assert_eq!(
-            kind.strict_problems(&document),
-            [
-                r#"duplicate field "metadata.name""#,
-                r#"unknown field "metadata.unknownMeta""#,
-                r#"unknown field "spec.zzz""#,
-                r#"unknown field "spec.dupe""#,
-                r#"duplicate field "spec.containers[0].image""#,
-                r#"unknown field "spec.containers[0].bad""#,
-            ]
-        );
-        assert_eq!(
-            duplicate_fields(&document),
-            [
-                r#"duplicate field "metadata.name""#,
-                r#"duplicate field "spec.dupe""#,
-                r#"duplicate field "spec.containers[0].image""#,
-            ]
-        );
-        let yaml: Ordered = serde_yaml::from_str("a: 1\nb: [1, {c: 2}]\n").unwrap();
-        assert_eq!(
-            yaml,
-            Ordered::Object(vec![
-                ("a".into(), Ordered::Scalar),
-                (
-                    "b".into(),
-                    Ordered::Array(vec![
-                        Ordered::Scalar,
-                        Ordered::Object(vec![("c".into(), Ordered::Scalar)])
-                    ])
-                ),
-            ])
         );
     }
 }

@@ -48,21 +48,39 @@ pub(crate) fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
+/// The text formats an object body may come in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// JSON (also when no media type is given).
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// The text format of an object body of media type `media`; `None` for
+/// protobuf and for media types objects are not accepted in.
+pub(crate) fn object_format(media: &str) -> Option<Format> {
+    match media {
+        "" | "application/json" | "*/*" => Some(Format::Json),
+        "application/yaml" | "application/x-yaml" | "text/yaml" => Some(Format::Yaml),
+        _ => None,
+    }
+}
+
 /// Decodes a JSON, YAML or Kubernetes protobuf object body.
 pub(crate) fn decode_object(bytes: &[u8], headers: &HeaderMap) -> Result<Value, ApiError> {
     let media = content_type(headers);
-    let value: Value = match media.as_str() {
-        "" | "application/json" | "*/*" => serde_json::from_slice(bytes).map_err(|e| {
+    let value: Value = match object_format(&media) {
+        Some(Format::Json) => serde_json::from_slice(bytes).map_err(|e| {
             ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
         })?,
-        super::protobuf::MEDIA_TYPE => super::protobuf::decode(bytes)?,
-        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(bytes)
-            .map_err(|e| {
-                ApiError::bad_request(format!(
-                    "the body of the request could not be decoded as YAML: {e}"
-                ))
-            })?,
-        other => return Err(ApiError::unsupported_media_type(other)),
+        Some(Format::Yaml) => serde_yaml::from_slice(bytes).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request could not be decoded as YAML: {e}"
+            ))
+        })?,
+        None if media == super::protobuf::MEDIA_TYPE => super::protobuf::decode(bytes)?,
+        None => return Err(ApiError::unsupported_media_type(&media)),
     };
     if !value.is_object() {
         return Err(ApiError::bad_request(

@@ -17,8 +17,8 @@ use serde_json::Value;
 use super::body;
 use super::openapi::OpenApiCache;
 use super::route::Query;
-use crate::api::schema::duplicate_fields;
-use crate::api::{ApiError, ErrorTarget, FieldError, Ordered, Registry, ResourceInfo, SchemaView};
+use crate::api::strict::{self, Decoded};
+use crate::api::{ApiError, ErrorTarget, FieldError, Registry, ResourceInfo, SchemaView};
 
 /// What the client asked for with `fieldValidation`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,12 +46,14 @@ impl Directive {
 }
 
 /// The outcome of a check that let the request through: warnings for the
-/// response and the body to use instead of the request's (unknown fields
-/// dropped), if it changed.
+/// response, the body to use instead of the request's (unknown fields
+/// dropped) if it changed, and the object the body holds if the check
+/// decoded it.
 #[derive(Debug, Default)]
 pub(crate) struct Checked {
     warnings: Vec<String>,
     body: Option<Bytes>,
+    object: Option<Value>,
 }
 
 impl Checked {
@@ -60,6 +62,15 @@ impl Checked {
     pub(crate) fn with_body(mut self, original: Bytes) -> (Checked, Bytes) {
         let body = self.body.take().unwrap_or(original);
         (self, body)
+    }
+
+    /// The object of a create or update body, unknown fields dropped:
+    /// decoded by the check if it could, else from `bytes`.
+    pub(crate) fn object(&mut self, bytes: &[u8], headers: &HeaderMap) -> Result<Value, ApiError> {
+        match self.object.take() {
+            Some(object) => Ok(object),
+            None => body::decode_object(bytes, headers),
+        }
     }
 
     /// Adds the warnings to a response: `Warning: 299 - "<text>"` each.
@@ -90,10 +101,12 @@ fn decide(
         Directive::Warn => Ok(Checked {
             warnings: problems,
             body,
+            object: None,
         }),
         _ => Ok(Checked {
             warnings: Vec::new(),
             body,
+            object: None,
         }),
     }
 }
@@ -105,19 +118,13 @@ fn is_yaml(media: &str) -> bool {
     )
 }
 
-fn parse_ordered(bytes: &[u8], yaml: bool) -> Option<Ordered> {
+/// Decodes `bytes` in one pass (see [`strict`]); `None` if they do not
+/// parse, which is the handler's to refuse.
+fn decode(schema: Option<SchemaView<'_>>, bytes: &[u8], yaml: bool) -> Option<Decoded> {
     if yaml {
-        serde_yaml::from_slice(bytes).ok()
+        strict::decode_yaml(schema, bytes).ok()
     } else {
-        Ordered::from_json(bytes).ok()
-    }
-}
-
-fn parse_value(bytes: &[u8], yaml: bool) -> Option<Value> {
-    if yaml {
-        serde_yaml::from_slice(bytes).ok()
-    } else {
-        serde_json::from_slice(bytes).ok()
+        strict::decode_json(schema, bytes).ok()
     }
 }
 
@@ -167,7 +174,8 @@ pub(crate) fn check(
 }
 
 /// Checks a create or update body (the whole object) of kind
-/// `expected.0` at version `expected.1`.
+/// `expected.0` at version `expected.1`. The object decoded on the way is
+/// handed on, so the handler does not decode the body again.
 fn check_object(
     schema: SchemaView<'_>,
     directive: Directive,
@@ -175,39 +183,25 @@ fn check_object(
     headers: &HeaderMap,
     bytes: &[u8],
 ) -> Result<Checked, ApiError> {
-    let yaml = is_yaml(&body::content_type(headers));
-    // The ordered parse finds every problem; the body is parsed as a value
-    // (to prune it) only when a field is unknown, which is rare.
-    let problems = parse_ordered(bytes, yaml).map(|document| schema.strict_problems(&document));
-    if problems
-        .as_ref()
-        .is_some_and(|p| p.iter().all(|p| !p.starts_with("unknown field")))
-    {
-        let problems = problems.expect("checked");
-        if problems.is_empty() {
-            return Ok(Checked::default());
-        }
-        let refuse = |error: String| match parse_value(bytes, yaml) {
-            Some(object) => refuse_object(&object, expected, error),
-            None => ApiError::bad_request(error),
-        };
-        return decide(directive, problems, refuse, None);
-    }
-    // Bodies that do not parse are the handler's to refuse.
-    let Some(mut object) = parse_value(bytes, yaml) else {
+    // Media the handler does not decode as JSON or YAML (protobuf, or
+    // unsupported and refused there) pass unchecked.
+    let Some(format) = body::object_format(&body::content_type(headers)) else {
         return Ok(Checked::default());
     };
-    let unknown = schema.prune_unknown_fields(&mut object);
-    let pruned = !unknown.is_empty();
-    let problems = problems.unwrap_or_else(|| {
-        // Not parsed in order (a YAML quirk): unknown fields still count.
-        unknown
-            .into_iter()
-            .map(|p| format!("unknown field {p:?}"))
-            .collect()
-    });
-    let body = if pruned { encode(&object) } else { None };
-    decide(directive, problems, |error| refuse_object(&object, expected, error), body)
+    let Some(decoded) = decode(Some(schema), bytes, format == body::Format::Yaml) else {
+        return Ok(Checked::default());
+    };
+    let object = decoded.value;
+    // Handlers of subresources decode the bytes themselves.
+    let body = if decoded.pruned { encode(&object) } else { None };
+    let mut checked = decide(
+        directive,
+        decoded.problems,
+        |error| refuse_object(&object, expected, error),
+        body,
+    )?;
+    checked.object = Some(object).filter(Value::is_object);
+    Ok(checked)
 }
 
 /// The error refusing `object`, a body expected to be of kind `expected.0`
@@ -241,11 +235,14 @@ fn check_patch(
 ) -> Result<Checked, ApiError> {
     let media = body::content_type(headers);
     let yaml = is_yaml(&media);
-    let Some(mut patch) = parse_value(bytes, yaml) else {
+    let Some(Decoded {
+        value: mut patch,
+        mut problems,
+        ..
+    }) = decode(None, bytes, yaml)
+    else {
         return Ok(Checked::default());
     };
-    let document = parse_ordered(bytes, yaml).unwrap_or(Ordered::Scalar);
-    let mut problems = duplicate_fields(&document);
     let mut unknown = Vec::new();
     if media == "application/json-patch+json" {
         problems = problems

@@ -46,7 +46,7 @@ use orchestra_store::{Error as StoreError, Store};
 use serde_json::json;
 
 pub use discovery::KUBERNETES_VERSION;
-pub use crate::tls::{CopiedWrites, ListenOptions, pki, serve};
+pub use crate::tls::{CoalescedWrites, CopiedWrites, ListenOptions, pki, serve};
 pub use node_proxy::KubeletClient;
 
 use self::objects::{Target, respond};
@@ -382,8 +382,11 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     )?;
                     Ok(checked.with_body(bytes))
                 }) {
-                    Ok((checked, bytes)) => {
-                        let created = objects::create(state, &target, &query, headers, &bytes).await;
+                    Ok((mut checked, bytes)) => {
+                        let created = match checked.object(&bytes, headers) {
+                            Ok(object) => objects::create(state, &target, &query, headers, object).await,
+                            Err(e) => Err(e),
+                        };
                         checked.finish(match created {
                             Ok(created) if output == table::Output::Json => {
                                 body::json_bytes(201, created.json(&target.resource), "application/json")
@@ -439,7 +442,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                 }
                 _ => table::Output::Json,
             };
-            let (checked, bytes) = match field_validation::check(
+            let (mut checked, bytes) = match field_validation::check(
                 &state.openapi,
                 &registry,
                 &target.resource,
@@ -452,7 +455,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                 Ok(checked) => checked.with_body(bytes),
                 Err(e) => return body::error(&e),
             };
-            checked.finish(match (sub, &method) {
+            let response = match (sub, &method) {
                 (None | Some("status"), &Method::GET) => {
                     match table::negotiate(headers, parts.uri.query(), false) {
                         Ok(table::Output::Json) => match objects::get_json(state, &target, &name).await {
@@ -469,7 +472,10 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     }
                 }
                 (None | Some("status"), &Method::PUT) => respond_write(
-                    objects::update(state, &target, &name, sub, &query, headers, &bytes).await,
+                    match checked.object(&bytes, headers) {
+                        Ok(new) => objects::update(state, &target, &name, sub, &query, headers, new).await,
+                        Err(e) => Err(e),
+                    },
                     false,
                     write_output,
                     &target,
@@ -535,7 +541,8 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     target.resource.plural,
                     sub.map(|s| format!("/{s}")).unwrap_or_default()
                 ))),
-            })
+            };
+            checked.finish(response)
         }
         _ => body::error(&ApiError::method_not_allowed(format!(
             "{method} is not supported on {}",

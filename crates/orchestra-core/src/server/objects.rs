@@ -640,9 +640,8 @@ pub(crate) async fn create(
     target: &Target,
     query: &Query,
     headers: &HeaderMap,
-    bytes: &[u8],
+    object: Value,
 ) -> Result<Created, ApiError> {
-    let object = body::decode_object(bytes, headers)?;
     create_stored(state, target, query, headers, object, true).await
 }
 
@@ -866,9 +865,8 @@ pub(crate) async fn update(
     subresource: Option<&str>,
     query: &Query,
     headers: &HeaderMap,
-    bytes: &[u8],
+    new: Value,
 ) -> Result<Value, ApiError> {
-    let new = body::decode_object(bytes, headers)?;
     if let Some(body_name) = meta_str(&new, "name").filter(|n| !n.is_empty())
         && body_name != name
     {

@@ -16,6 +16,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt as _;
 
+use super::CoalescedWrites;
+
 use rustls::pki_types::CertificateDer;
 
 /// The certificate chain a client presented during the TLS handshake, already
@@ -77,7 +79,11 @@ pub async fn serve(
             let result = match acceptor {
                 None => watcher.watch(connection(TokioIo::new(CopiedWrites(stream)), router)).await,
                 Some(acceptor) => {
-                    let Some(stream) = handshake(&acceptor, stream).await else { return };
+                    let Some(mut stream) = handshake(&acceptor, stream).await else { return };
+                    // Many streams share an HTTP/2 connection: their answers
+                    // leave together (see `CoalescedWrites`).
+                    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                    stream.get_mut().0.coalesce(h2);
                     let chain = stream
                         .get_ref()
                         .1
@@ -110,8 +116,8 @@ pub async fn serve(
 async fn handshake(
     acceptor: &tokio_rustls::TlsAcceptor,
     stream: TcpStream,
-) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+) -> Option<tokio_rustls::server::TlsStream<CoalescedWrites<TcpStream>>> {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(CoalescedWrites::new(stream))).await {
         Ok(Ok(stream)) => Some(stream),
         Ok(Err(error)) => {
             tracing::debug!(%error, "TLS handshake failed");

@@ -4,6 +4,7 @@
 //! agent uses it for its own endpoint (logs, exec) without compiling the
 //! API server (feature `tls` alone).
 
+mod coalesce;
 mod listener;
 pub mod pki;
 
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+pub use coalesce::CoalescedWrites;
 pub use listener::{CopiedWrites, ListenOptions, PeerCertificates, serve};
 use pki::{Credential, PkiError};
 

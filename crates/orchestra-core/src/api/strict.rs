@@ -1,0 +1,350 @@
+//! Strict decoding: a JSON or YAML document decoded into a
+//! [`serde_json::Value`] in one pass, together with the problems upstream's
+//! strict decoder reports — fields the schema does not know and fields
+//! given twice — in document order.
+//!
+//! `serde_json::Value` keeps the last of repeated keys and cannot show that
+//! there were several, and the problems must come in the order the document
+//! has them, so they are found while the document is read: the decoder
+//! follows the schema down the document beside the parser. Unknown fields
+//! are skipped, not kept (what the server stores in every `fieldValidation`
+//! mode), so the value needs no pruning afterwards.
+//!
+//! ```
+//! use orchestra_core::api::{SchemaView, strict};
+//! use serde_json::json;
+//!
+//! let defs = json!({"Pod": {"type": "object", "properties": {"name": {"type": "string"}}}});
+//! let defs = defs.as_object().unwrap();
+//! let pod = SchemaView::reference(defs, "Pod").unwrap();
+//! let decoded = strict::decode_json(Some(pod), br#"{"name": "a", "foo": 1, "name": "b"}"#).unwrap();
+//! assert_eq!(decoded.value, json!({"name": "b"}));
+//! assert_eq!(decoded.problems, [r#"unknown field "foo""#, r#"duplicate field "name""#]);
+//! ```
+
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+use super::schema::{SchemaView, entry_schema};
+
+/// A decoded document and its strict decoding problems.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    /// The document, without the fields the schema does not know; of
+    /// repeated keys the last is kept (as `serde_json` does).
+    pub value: Value,
+    /// `unknown field "spec.foo"` and `duplicate field "spec.x"`, worded as
+    /// upstream words them, in document order. A field both unknown and
+    /// repeated is reported once, as unknown.
+    pub problems: Vec<String>,
+    /// True if unknown fields were left out of [`value`](Self::value).
+    pub pruned: bool,
+}
+
+/// Decodes a document against `schema`; with no schema only repeated
+/// fields are problems and nothing is left out.
+pub fn decode<'de, D: Deserializer<'de>>(
+    schema: Option<SchemaView<'_>>,
+    deserializer: D,
+) -> Result<Decoded, D::Error> {
+    let mut walk = Walk::default();
+    let value = Strict {
+        scope: Scope::of(schema),
+        walk: &mut walk,
+    }
+    .deserialize(deserializer)?;
+    Ok(Decoded {
+        value,
+        problems: walk.problems,
+        pruned: walk.pruned,
+    })
+}
+
+/// [`decode`] for JSON.
+pub fn decode_json(schema: Option<SchemaView<'_>>, bytes: &[u8]) -> Result<Decoded, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let decoded = decode(schema, &mut deserializer)?;
+    deserializer.end()?;
+    Ok(decoded)
+}
+
+/// [`decode`] for YAML (one document).
+pub fn decode_yaml(schema: Option<SchemaView<'_>>, bytes: &[u8]) -> Result<Decoded, serde_yaml::Error> {
+    decode(schema, serde_yaml::Deserializer::from_slice(bytes))
+}
+
+/// What is known at one place of the document.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    /// A schema: fields it does not know are problems, and so are
+    /// repeated ones.
+    Schema(SchemaView<'a>),
+    /// No schema (anything goes): repeated fields are still problems.
+    Free,
+    /// Not judged at all: an int-or-string, or an array whose schema says
+    /// nothing of its items.
+    Unchecked,
+}
+
+impl<'a> Scope<'a> {
+    fn of(schema: Option<SchemaView<'a>>) -> Scope<'a> {
+        match schema {
+            Some(schema) if schema.is_int_or_string() => Scope::Unchecked,
+            Some(schema) => Scope::Schema(schema),
+            None => Scope::Free,
+        }
+    }
+}
+
+/// What one decode collects on its way through the document.
+#[derive(Default)]
+struct Walk {
+    /// The path of the field being read (`spec.containers[0]`); grows in
+    /// place and shrinks back after each entry.
+    path: String,
+    problems: Vec<String>,
+    pruned: bool,
+}
+
+/// Decodes one value in a scope.
+struct Strict<'w, 'a> {
+    scope: Scope<'a>,
+    walk: &'w mut Walk,
+}
+
+impl<'de> DeserializeSeed<'de> for Strict<'_, '_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        match self.scope {
+            Scope::Unchecked => serde::Deserialize::deserialize(deserializer),
+            _ => deserializer.deserialize_any(self),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for Strict<'_, '_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        self.deserialize(deserializer)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let scope = match self.scope {
+            Scope::Schema(schema) => match schema.items() {
+                Some(items) => Scope::of(Some(items)),
+                // An array where the schema has none: not ours to judge.
+                None => Scope::Unchecked,
+            },
+            other => other,
+        };
+        let walk = self.walk;
+        let parent = walk.path.len();
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        loop {
+            use fmt::Write as _;
+            let _ = write!(walk.path, "[{}]", items.len());
+            let item = seq.next_element_seed(Strict { scope, walk: &mut *walk })?;
+            walk.path.truncate(parent);
+            match item {
+                Some(item) => items.push(item),
+                None => return Ok(Value::Array(items)),
+            }
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let schema = match self.scope {
+            Scope::Schema(schema) => Some(schema),
+            _ => None,
+        };
+        let walk = self.walk;
+        let parent = walk.path.len();
+        let mut object = Map::new();
+        // Keys already reported in this object, so each is reported once.
+        let mut reported: Vec<String> = Vec::new();
+        while let Some(KeyString(key)) = map.next_key()? {
+            if parent > 0 {
+                walk.path.push('.');
+            }
+            walk.path.push_str(&key);
+            match entry_schema(schema, &key) {
+                Err(()) => {
+                    map.next_value::<IgnoredAny>()?;
+                    walk.pruned = true;
+                    if !reported.contains(&key) {
+                        walk.problems.push(format!("unknown field {:?}", walk.path));
+                        reported.push(key);
+                    }
+                }
+                Ok(sub) => {
+                    if object.contains_key(&key) && !reported.contains(&key) {
+                        walk.problems.push(format!("duplicate field {:?}", walk.path));
+                        reported.push(key.clone());
+                    }
+                    let value = map.next_value_seed(Strict {
+                        scope: Scope::of(sub),
+                        walk: &mut *walk,
+                    })?;
+                    object.insert(key, value);
+                }
+            }
+            walk.path.truncate(parent);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+/// A map key; YAML keys may be numbers or booleans, kept as their text.
+struct KeyString(String);
+
+impl<'de> serde::Deserialize<'de> for KeyString {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<KeyString, D::Error> {
+        struct Key;
+        impl Visitor<'_> for Key {
+            type Value = KeyString;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map key")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<KeyString, E> {
+                Ok(KeyString(v.to_owned()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<KeyString, E> {
+                Ok(KeyString(v))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<KeyString, E> {
+                Ok(KeyString(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<KeyString, E> {
+                Ok(KeyString(v.to_string()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<KeyString, E> {
+                Ok(KeyString(v.to_string()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<KeyString, E> {
+                Ok(KeyString(v.to_string()))
+            }
+            fn visit_unit<E>(self) -> Result<KeyString, E> {
+                Ok(KeyString("null".into()))
+            }
+        }
+        deserializer.deserialize_any(Key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::schema::tests::definitions;
+    use serde_json::json;
+
+    #[test]
+    fn problems_in_document_order_and_unknown_fields_left_out() {
+        let defs = definitions();
+        let kind = SchemaView::reference(&defs, "Kind").unwrap();
+        let body = br#"{"metadata": {"name": "a", "name": "b", "unknownMeta": 1},
+            "spec": {"zzz": {"deep": [1]}, "dupe": 1, "dupe": 2,
+                     "containers": [{"name": "c", "image": "x", "image": "y", "bad": 1}],
+                     "port": {"a": 1, "a": 2}, "raw": {"r": 1, "r": 2}}}"#;
+        let decoded = decode_json(Some(kind), body).unwrap();
+        assert_eq!(
+            decoded.problems,
+            [
+                r#"duplicate field "metadata.name""#,
+                r#"unknown field "metadata.unknownMeta""#,
+                r#"unknown field "spec.zzz""#,
+                r#"unknown field "spec.dupe""#,
+                r#"duplicate field "spec.containers[0].image""#,
+                r#"unknown field "spec.containers[0].bad""#,
+                // free-form: no unknown fields, but still no repeats
+                r#"duplicate field "spec.raw.r""#,
+            ]
+        );
+        assert!(decoded.pruned);
+        assert_eq!(
+            decoded.value,
+            json!({"metadata": {"name": "b"}, "spec": {
+                "containers": [{"name": "c", "image": "y"}],
+                "port": {"a": 2}, "raw": {"r": 2}}})
+        );
+        let clean = decode_json(Some(kind), br#"{"spec": {"containers": [{"name": "c"}]}}"#).unwrap();
+        assert!(clean.problems.is_empty() && !clean.pruned);
+    }
+
+    #[test]
+    fn without_a_schema_only_repeats_are_problems() {
+        let decoded = decode_json(None, br#"{"a": {"b": 1, "b": [{"c": 1, "c": 2}]}, "z": 1.5}"#).unwrap();
+        assert_eq!(
+            decoded.problems,
+            [r#"duplicate field "a.b""#, r#"duplicate field "a.b[0].c""#]
+        );
+        assert_eq!(decoded.value, json!({"a": {"b": [{"c": 2}]}, "z": 1.5}));
+        assert!(!decoded.pruned);
+    }
+
+    #[test]
+    fn yaml_decodes_the_same_way() {
+        let defs = definitions();
+        let kind = SchemaView::reference(&defs, "Kind").unwrap();
+        let yaml = b"spec:\n  foo: 1\n  containers:\n  - name: c\n    image: i\n    image: j\nmetadata:\n  labels:\n    1: true\n";
+        let decoded = decode_yaml(Some(kind), yaml).unwrap();
+        assert_eq!(
+            decoded.problems,
+            [r#"unknown field "spec.foo""#, r#"duplicate field "spec.containers[0].image""#]
+        );
+        assert_eq!(
+            decoded.value,
+            json!({"spec": {"containers": [{"name": "c", "image": "j"}]}, "metadata": {"labels": {"1": true}}})
+        );
+    }
+
+    #[test]
+    fn agrees_with_serde_json_on_what_it_keeps() {
+        let body = br#"{"n": [1, -2, 3.5, 1e400, null, true, "s\u00e9"], "o": {"x": {}}, "e": []}"#;
+        let expected: Result<Value, _> = serde_json::from_slice(body);
+        match expected {
+            Ok(expected) => assert_eq!(decode_json(None, body).unwrap().value, expected),
+            // serde_json refuses numbers out of range; so must this.
+            Err(_) => assert!(decode_json(None, body).is_err()),
+        }
+        let body = br#"{"n": [1, -2, 3.5, null, true, "s\u00e9"], "o": {"x": {}}, "e": []}"#;
+        assert_eq!(
+            decode_json(None, body).unwrap().value,
+            serde_json::from_slice::<Value>(body).unwrap()
+        );
+        for bad in [&b"{"[..], b"{\"a\": 1} x", b"[1,]", b""] {
+            assert!(decode_json(None, bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}

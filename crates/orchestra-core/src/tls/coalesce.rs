@@ -1,0 +1,209 @@
+//! [`CoalescedWrites`]: a socket adapter that sends what several tasks
+//! finish at about the same time in one write.
+//!
+//! An HTTP/2 connection carries many streams, each answered by its own task.
+//! The connection's task writes whatever frames are ready each time it runs
+//! and then flushes, and under TLS every flush is at least one record and one
+//! `write` to the socket. When a batch of answers completes together (a
+//! store commit group answers all its writers at once), the connection task
+//! is woken by the first and flushes it alone, then again for the next few,
+//! and so on: on loopback each of those `write`s also runs the receiver's TCP
+//! stack and wakes it, and together they were the largest single cost of
+//! the connection task.
+//!
+//! The adapter sits between the TLS stream and the socket. Writes go to a
+//! buffer; a flush first yields to the scheduler once (like
+//! [`tokio::task::yield_now`]), which lets the tasks that are ready to run —
+//! the other answers — queue their frames, and the connection task, run
+//! again, encodes them and flushes once for all of them. A lone answer waits
+//! for one pass of the scheduler and no more.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Buffered bytes past which a write drains the buffer before taking more.
+const MAX_BUFFERED: usize = 256 * 1024;
+
+/// A socket whose writes are buffered and whose flushes yield to the
+/// scheduler once before they write (see the module docs). Created passing
+/// writes straight through; [`coalesce`](Self::coalesce) turns buffering on
+/// (after a TLS handshake, for connections that multiplex, such as HTTP/2).
+pub struct CoalescedWrites<T> {
+    inner: T,
+    coalesce: bool,
+    buffer: Vec<u8>,
+    /// How much of `buffer` has been written.
+    written: usize,
+    /// The pending yield of a flush, once started.
+    yielding: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl<T> CoalescedWrites<T> {
+    /// Wraps `inner`, passing writes straight through.
+    pub fn new(inner: T) -> CoalescedWrites<T> {
+        CoalescedWrites {
+            inner,
+            coalesce: false,
+            buffer: Vec::new(),
+            written: 0,
+            yielding: None,
+        }
+    }
+
+    /// Turns coalescing on or off. Turn it off only with nothing buffered
+    /// (after a flush).
+    pub fn coalesce(&mut self, on: bool) {
+        self.coalesce = on;
+    }
+
+    /// The wrapped socket.
+    pub fn get_ref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<T: AsyncWrite + Unpin> CoalescedWrites<T> {
+    /// Writes out the whole buffer.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.written < self.buffer.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buffer[self.written..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.written += n;
+        }
+        self.buffer.clear();
+        self.written = 0;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Makes room for more: drains the buffer if it holds too much.
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.buffer.len() >= MAX_BUFFERED {
+            ready!(self.poll_drain(cx))?;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for CoalescedWrites<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescedWrites<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if !self.coalesce && self.buffer.is_empty() {
+            return Pin::new(&mut self.inner).poll_write(cx, buf);
+        }
+        ready!(self.poll_room(cx))?;
+        self.buffer.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if !self.coalesce && self.buffer.is_empty() {
+            return Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        }
+        ready!(self.poll_room(cx))?;
+        let mut n = 0;
+        for buf in bufs {
+            self.buffer.extend_from_slice(buf);
+            n += buf.len();
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        // Buffered slices are copied either way; passed through, the
+        // socket's own answer holds.
+        self.coalesce || self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.coalesce && this.written == 0 && !this.buffer.is_empty() {
+            let yielding = this.yielding.get_or_insert_with(|| Box::pin(tokio::task::yield_now()));
+            ready!(yielding.as_mut().poll(cx));
+            this.yielding = None;
+        }
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_drain(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::AsyncWriteExt as _;
+
+    /// A socket recording each write it is given.
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<Vec<u8>>>>);
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            // At most 5 bytes a call: draining must loop.
+            let n = buf.len().min(5);
+            self.0.lock().unwrap().push(buf[..n].to_vec());
+            Poll::Ready(Ok(n))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn writes(recorder: &Recorder) -> Vec<String> {
+        recorder.0.lock().unwrap().iter().map(|w| String::from_utf8_lossy(w).into_owned()).collect()
+    }
+
+    #[tokio::test]
+    async fn writes_wait_for_the_flush_and_leave_together() {
+        let recorder = Recorder::default();
+        let mut socket = CoalescedWrites::new(recorder.clone());
+        socket.write_all(b"ab").await.unwrap();
+        assert_eq!(writes(&recorder), ["ab"], "passed straight through before coalescing");
+        socket.coalesce(true);
+        socket.write_all(b"hello ").await.unwrap();
+        socket.write_all(b"world").await.unwrap();
+        assert_eq!(writes(&recorder).len(), 1, "nothing written before the flush");
+        socket.flush().await.unwrap();
+        assert_eq!(writes(&recorder)[1..], ["hello", " worl", "d"]);
+        socket.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_flush_lets_the_tasks_ready_to_run_go_first() {
+        let recorder = Recorder::default();
+        let mut socket = CoalescedWrites::new(recorder.clone());
+        socket.coalesce(true);
+        socket.write_all(b"one").await.unwrap();
+        // Ready to run when the flush starts (this runtime has one thread,
+        // so only a yield lets it run).
+        let other = tokio::spawn({
+            let recorder = recorder.clone();
+            async move { recorder.0.lock().unwrap().push(b"other".to_vec()) }
+        });
+        socket.flush().await.unwrap();
+        assert_eq!(writes(&recorder), ["other", "one"]);
+        other.await.unwrap();
+    }
+}
