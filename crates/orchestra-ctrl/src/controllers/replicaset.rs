@@ -297,6 +297,13 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
     let uid = rs.metadata.uid.clone().unwrap_or_default();
     let spec = rs.spec.clone().unwrap_or_default();
     let deleting = rs.metadata.deletion_timestamp.is_some();
+    // Expectations first, the cache second (upstream's order): the observer
+    // lowers them only after the informer has cached the pod, so once they
+    // are satisfied every pod they waited for is in the cache read below.
+    // Read after the cache, they could be met by pods that read missed
+    // (the claim below may even await the API server in between), and the
+    // missing pods would be created again.
+    let needs_sync = ctx.expectations.satisfied(&key);
 
     // Claim: keep owned matching pods, release owned non-matching, adopt orphans.
     let mut owned = Vec::new();
@@ -348,7 +355,7 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
         .count() as i32;
     let active: Vec<Arc<Pod>> = owned.into_iter().filter(|p| is_active(p)).collect();
 
-    if ctx.expectations.satisfied(&key) && !deleting {
+    if needs_sync && !deleting {
         let want = spec.replicas.unwrap_or(1).max(0) as usize;
         if active.len() < want {
             let missing = (want - active.len()).min(BURST_REPLICAS);
@@ -377,7 +384,7 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
                             ctx.record(namespace, &owner, EventType::Normal, "SuccessfulCreate", "Create", format!("Created pod: {name}"));
                         }
                         Err(e) => {
-                            ctx.expectations.creation_observed(&key);
+                            // Lowered below with the skipped ones (`created..missing`).
                             ctx.record(namespace, &owner, EventType::Warning, "FailedCreate", "Create", format!("Error creating: {e}"));
                             failure = Some(e);
                         }
@@ -961,6 +968,121 @@ mod tests {
             assert_eq!(fake.writes(), ["patch replicasets/status default/web"]);
             let status = fake.get::<ReplicaSet>("default", "web").await.unwrap().status.unwrap();
             assert_eq!((status.replicas, status.terminating_replicas), (1, Some(1)));
+        }
+
+        type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+        /// A client sending through `fake.client()` (so requests are
+        /// recorded) that first runs `hook` on each request: the hook may
+        /// change the world mid-reconcile, or fail the request.
+        fn hooked_client(
+            fake: &FakeCluster,
+            hook: impl Fn(&http::Request<kube::client::Body>) -> Result<(), BoxError> + Send + Sync + 'static,
+        ) -> Client {
+            let inner = fake.client();
+            let hook = Arc::new(hook);
+            let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+                let inner = inner.clone();
+                let hooked = hook(&request);
+                async move {
+                    hooked?;
+                    inner.send(request).await.map_err(BoxError::from)
+                }
+            });
+            Client::new(service, "default")
+        }
+
+        /// The pods of an earlier scale-up reach the cache (and, after it,
+        /// lower the expectations) while a reconcile is between reading the
+        /// cache and checking the expectations, here while it adopts an
+        /// orphan. The reconcile must not create those pods again.
+        #[tokio::test]
+        async fn pods_cached_after_the_read_are_not_created_again() {
+            use Owner::*;
+            use State::*;
+            let earlier = [pod("p1", "web", Ours, Ready, 100), pod("p2", "web", Ours, Ready, 100)];
+            let orphan = pod("orphan", "web", Orphan, Ready, 100);
+            let fake = FakeCluster::builder().object(&replica_set(3)).objects(&earlier).object(&orphan).build().await;
+            let stored = |name: &str| {
+                let api: Api<Pod> = Api::namespaced(fake.unrecorded(), "default");
+                let name = name.to_owned();
+                async move { api.get(&name).await.unwrap() }
+            };
+            let (p1, p2, orphan) = (stored("p1").await, stored("p2").await, stored("orphan").await);
+            // The cache holds the orphan only: p1 and p2, created by the
+            // previous reconcile, are not observed yet.
+            let pods = Informer::<Pod>::new();
+            pods.replace(vec![orphan], String::new());
+            let key = ObjectKey::new("default", "web");
+            let ctx_slot: Arc<Mutex<Option<Arc<Context>>>> = Arc::default();
+            let client = {
+                let (pods, ctx_slot, key) = (pods.clone(), ctx_slot.clone(), key.clone());
+                let earlier = Mutex::new(Some(vec![p1, p2]));
+                hooked_client(&fake, move |request| {
+                    // `can_adopt` reads the ReplicaSet: meanwhile the watch
+                    // delivers p1 and p2, and the observer lowers the
+                    // expectations after the cache has them.
+                    if request.method() == http::Method::GET && request.uri().path().ends_with("/replicasets/web")
+                        && let Some(earlier) = earlier.lock().take()
+                    {
+                        let ctx = ctx_slot.lock().clone().unwrap();
+                        for p in earlier {
+                            pods.apply(p);
+                            ctx.expectations.creation_observed(&key);
+                        }
+                    }
+                    Ok(())
+                })
+            };
+            let ctx = Arc::new(Context {
+                client,
+                pods: pods.clone(),
+                expectations: Expectations::default(),
+                recorder: Recorder::new(fake.client(), NAME, NAME),
+            });
+            *ctx_slot.lock() = Some(ctx.clone());
+            ctx.expectations.expect(&key, 2, 0);
+            reconcile_web(&fake, &ctx).await;
+            assert!(fake.writes().iter().any(|w| w == "patch pods default/orphan"), "{:?}", fake.writes());
+            let creates = fake.writes().iter().filter(|w| w.starts_with("create pods")).count();
+            assert_eq!(creates, 0, "p1, p2 and the adopted orphan make 3: {:?}", fake.writes());
+            // The next reconcile sees all three and has nothing to create.
+            assert!(ctx.expectations.satisfied(&key));
+            fake.clear_actions();
+            reconcile_web(&fake, &ctx).await;
+            assert!(!fake.writes().iter().any(|w| w.starts_with("create")), "{:?}", fake.writes());
+        }
+
+        /// A failed create lowers the expectations once, not twice: the
+        /// pods that were created are still awaited.
+        #[tokio::test]
+        async fn a_failed_create_is_unexpected_once() {
+            let fake = FakeCluster::builder().object(&replica_set(3)).build().await;
+            let posts = std::sync::atomic::AtomicUsize::new(0);
+            let client = hooked_client(&fake, move |request| {
+                if request.method() == http::Method::POST && request.uri().path().ends_with("/pods")
+                    && posts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1
+                {
+                    return Err("injected failure".into());
+                }
+                Ok(())
+            });
+            let ctx = Arc::new(Context {
+                client,
+                pods: fake.informer::<Pod>().await,
+                expectations: Expectations::default(),
+                recorder: Recorder::new(fake.client(), NAME, NAME),
+            });
+            let rs: ReplicaSet = fake.get("default", "web").await.unwrap();
+            assert!(reconcile(Arc::new(rs), ctx.clone()).await.is_err());
+            // Batches of 1 then 2, the second of which failed once: 2 created.
+            let created = fake.list::<Pod>("default").await.len();
+            assert_eq!(created, 2);
+            let key = ObjectKey::new("default", "web");
+            ctx.expectations.creation_observed(&key);
+            assert!(!ctx.expectations.satisfied(&key), "one created pod is still unobserved");
+            ctx.expectations.creation_observed(&key);
+            assert!(ctx.expectations.satisfied(&key));
         }
 
         #[tokio::test]
