@@ -6,7 +6,13 @@ use super::error::FieldError;
 
 /// `metadata.<field>` as a string, if present.
 pub fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
-    object.get("metadata")?.get(field)?.as_str()
+    meta_value(object, field)?.as_str()
+}
+
+/// `metadata.<field>` of an object: `object.pointer("/metadata/<field>")`
+/// without the pointer's parsing (which allocates for every segment).
+pub fn meta_value<'a>(object: &'a Value, field: &str) -> Option<&'a Value> {
+    object.get("metadata")?.get(field)
 }
 
 /// The object's `metadata`, created if missing.
@@ -14,7 +20,10 @@ pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
     if !object.get("metadata").is_some_and(Value::is_object) {
         object["metadata"] = Value::Object(Map::new());
     }
-    object["metadata"].as_object_mut().expect("just ensured")
+    match object.get_mut("metadata") {
+        Some(Value::Object(metadata)) => metadata,
+        _ => unreachable!("just ensured"),
+    }
 }
 
 /// Checks a DNS-1123 subdomain name (most kinds): at most 253 characters of
@@ -76,7 +85,7 @@ pub fn requires_label_name(group: &str, plural: &str) -> bool {
 /// characters for labels.
 pub fn validate_labels(object: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    let Some(labels) = object.pointer("/metadata/labels") else {
+    let Some(labels) = meta_value(object, "labels") else {
         return errors;
     };
     let Some(labels) = labels.as_object() else {
@@ -101,7 +110,7 @@ pub fn validate_labels(object: &Value) -> Vec<FieldError> {
             && name.len() <= 63
             && name
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
             && name.starts_with(|c: char| c.is_ascii_alphanumeric())
             && name.ends_with(|c: char| c.is_ascii_alphanumeric());
         if !name_ok {
@@ -111,7 +120,7 @@ pub fn validate_labels(object: &Value) -> Vec<FieldError> {
             || (value.len() <= 63
                 && value
                     .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
                 && value.starts_with(|c: char| c.is_ascii_alphanumeric())
                 && value.ends_with(|c: char| c.is_ascii_alphanumeric()));
         if !value_ok {

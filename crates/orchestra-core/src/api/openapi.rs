@@ -19,9 +19,9 @@
 //! and are costly (hundreds of kilobytes each): keep one `OpenApi` per
 //! registry.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use k8s_openapi::api::{
@@ -35,6 +35,7 @@ use serde_json::{Map, Value, json};
 use super::Registry;
 use super::resource::{KindSchema, ResourceInfo};
 use super::schema::{OBJECT_META, REF_PREFIX, SchemaView};
+use super::strict::StrictSchema;
 
 const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
 const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
@@ -66,6 +67,8 @@ pub struct OpenApi {
     group_versions: Vec<(String, String, Vec<Arc<ResourceInfo>>)>,
     server_version: String,
     built: OnceLock<Built>,
+    /// Kind schemas compiled for strict decoding, by schema name, on first use.
+    strict: Mutex<HashMap<String, Arc<StrictSchema>>>,
 }
 
 #[derive(Debug)]
@@ -802,6 +805,7 @@ impl OpenApi {
             group_versions,
             server_version: server_version.to_owned(),
             built: OnceLock::new(),
+            strict: Mutex::default(),
         }
     }
 
@@ -916,6 +920,19 @@ impl OpenApi {
     pub fn kind_schema(&self, group: &str, version: &str, kind: &str) -> Option<SchemaView<'_>> {
         let name = self.kinds.get(super::triple::key(&(group, version, kind)))?;
         SchemaView::reference(&self.definitions, name)
+    }
+
+    /// [`kind_schema`](Self::kind_schema) compiled for strict decoding
+    /// (compiled once, then shared).
+    pub fn strict_schema(&self, group: &str, version: &str, kind: &str) -> Option<Arc<StrictSchema>> {
+        let name = self.kinds.get(super::triple::key(&(group, version, kind)))?;
+        let mut compiled = self.strict.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(schema) = compiled.get(name) {
+            return Some(schema.clone());
+        }
+        let schema = Arc::new(StrictSchema::compile(SchemaView::reference(&self.definitions, name)?));
+        compiled.insert(name.clone(), schema.clone());
+        Some(schema)
     }
 
     /// The schema of a served resource's kind.

@@ -85,6 +85,11 @@ impl<'a> SchemaView<'a> {
         self.node
     }
 
+    /// The node as written, before references were followed.
+    pub fn written(&self) -> &'a Value {
+        self.outer
+    }
+
     /// The definitions references resolve against.
     pub fn definitions(&self) -> &'a Map<String, Value> {
         self.definitions
@@ -267,7 +272,7 @@ fn child_path(path: &str, name: &str) -> String {
 
 /// What the schema says about the entry `key` of an object: its schema, or
 /// `Err(())` if the key is unknown. `Ok(None)` means "anything goes".
-pub(super) fn entry_schema<'a>(
+fn entry_schema<'a>(
     schema: Option<SchemaView<'a>>,
     key: &str,
 ) -> Result<Option<SchemaView<'a>>, ()> {

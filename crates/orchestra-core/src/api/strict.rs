@@ -10,24 +10,29 @@
 //! are skipped, not kept (what the server stores in every `fieldValidation`
 //! mode), so the value needs no pruning afterwards.
 //!
+//! The schema is first compiled ([`StrictSchema`]): each node's fields in a
+//! hash map, references resolved, so that following it costs a lookup per
+//! field rather than a walk of the OpenAPI document.
+//!
 //! ```
 //! use orchestra_core::api::{SchemaView, strict};
 //! use serde_json::json;
 //!
 //! let defs = json!({"Pod": {"type": "object", "properties": {"name": {"type": "string"}}}});
 //! let defs = defs.as_object().unwrap();
-//! let pod = SchemaView::reference(defs, "Pod").unwrap();
-//! let decoded = strict::decode_json(Some(pod), br#"{"name": "a", "foo": 1, "name": "b"}"#).unwrap();
+//! let pod = strict::StrictSchema::compile(SchemaView::reference(defs, "Pod").unwrap());
+//! let decoded = strict::decode_json(Some(&pod), br#"{"name": "a", "foo": 1, "name": "b"}"#).unwrap();
 //! assert_eq!(decoded.value, json!({"name": "b"}));
 //! assert_eq!(decoded.problems, [r#"unknown field "foo""#, r#"duplicate field "name""#]);
 //! ```
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-use super::schema::{SchemaView, entry_schema};
+use super::schema::{OBJECT_META, SchemaView};
 
 /// A decoded document and its strict decoding problems.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,12 +51,12 @@ pub struct Decoded {
 /// Decodes a document against `schema`; with no schema only repeated
 /// fields are problems and nothing is left out.
 pub fn decode<'de, D: Deserializer<'de>>(
-    schema: Option<SchemaView<'_>>,
+    schema: Option<&StrictSchema>,
     deserializer: D,
 ) -> Result<Decoded, D::Error> {
     let mut walk = Walk::default();
     let value = Strict {
-        scope: Scope::of(schema),
+        scope: schema.map_or(Scope::Free, |schema| schema.scope(ROOT)),
         walk: &mut walk,
     }
     .deserialize(deserializer)?;
@@ -63,7 +68,7 @@ pub fn decode<'de, D: Deserializer<'de>>(
 }
 
 /// [`decode`] for JSON.
-pub fn decode_json(schema: Option<SchemaView<'_>>, bytes: &[u8]) -> Result<Decoded, serde_json::Error> {
+pub fn decode_json(schema: Option<&StrictSchema>, bytes: &[u8]) -> Result<Decoded, serde_json::Error> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let decoded = decode(schema, &mut deserializer)?;
     deserializer.end()?;
@@ -71,31 +76,159 @@ pub fn decode_json(schema: Option<SchemaView<'_>>, bytes: &[u8]) -> Result<Decod
 }
 
 /// [`decode`] for YAML (one document).
-pub fn decode_yaml(schema: Option<SchemaView<'_>>, bytes: &[u8]) -> Result<Decoded, serde_yaml::Error> {
+pub fn decode_yaml(schema: Option<&StrictSchema>, bytes: &[u8]) -> Result<Decoded, serde_yaml::Error> {
     decode(schema, serde_yaml::Deserializer::from_slice(bytes))
+}
+
+/// A schema compiled for strict decoding: for each node, what it says of an
+/// object's fields and an array's items, with references resolved.
+#[derive(Debug)]
+pub struct StrictSchema {
+    /// The nodes; the root is [`ROOT`].
+    nodes: Vec<Node>,
+}
+
+/// The root node's index.
+const ROOT: usize = 0;
+
+/// One schema node.
+#[derive(Debug, Default)]
+struct Node {
+    /// `x-kubernetes-int-or-string`: not judged below.
+    int_or_string: bool,
+    /// `x-kubernetes-embedded-resource`: `metadata` is an `ObjectMeta`,
+    /// `apiVersion` and `kind` are free.
+    embedded: Option<Embedded>,
+    /// Declared properties.
+    properties: HashMap<String, usize>,
+    /// The schema of undeclared fields (a map's values).
+    additional: Option<usize>,
+    /// Undeclared fields are unknown.
+    closed: bool,
+    /// The schema of an array's items.
+    items: Option<usize>,
+}
+
+/// What an embedded object's `metadata` is.
+#[derive(Debug, Clone, Copy)]
+struct Embedded {
+    /// The `ObjectMeta` node, if the definitions have it.
+    metadata: Option<usize>,
+}
+
+/// Where a field leads.
+enum Entry {
+    /// A field the schema does not know.
+    Unknown,
+    /// No schema (anything goes).
+    Free,
+    /// The field's schema node.
+    Node(usize),
+}
+
+impl StrictSchema {
+    /// Compiles `schema` and everything it refers to.
+    pub fn compile(schema: SchemaView<'_>) -> StrictSchema {
+        let mut compiler = Compiler {
+            nodes: Vec::new(),
+            seen: HashMap::new(),
+            object_meta: None,
+        };
+        compiler.node(schema);
+        StrictSchema { nodes: compiler.nodes }
+    }
+
+    fn scope(&self, node: usize) -> Scope<'_> {
+        if self.nodes[node].int_or_string {
+            Scope::Unchecked
+        } else {
+            Scope::Node(self, node)
+        }
+    }
+
+    /// What node `node` says of the field `key` of an object.
+    fn entry(&self, node: usize, key: &str) -> Entry {
+        let node = &self.nodes[node];
+        if let Some(embedded) = node.embedded {
+            match (key, embedded.metadata) {
+                ("metadata", Some(meta)) => return Entry::Node(meta),
+                ("apiVersion" | "kind", _) => return Entry::Free,
+                _ => {}
+            }
+        }
+        if let Some(&field) = node.properties.get(key) {
+            return Entry::Node(field);
+        }
+        match node.additional {
+            Some(values) => Entry::Node(values),
+            None if node.closed => Entry::Unknown,
+            None => Entry::Free,
+        }
+    }
+}
+
+/// Builds [`StrictSchema`] nodes, each schema node (as written and as
+/// resolved) once, so recursive schemas end.
+struct Compiler {
+    nodes: Vec<Node>,
+    seen: HashMap<(*const Value, *const Value), usize>,
+    object_meta: Option<Option<usize>>,
+}
+
+impl Compiler {
+    fn node(&mut self, schema: SchemaView<'_>) -> usize {
+        let identity = (schema.written() as *const Value, schema.schema() as *const Value);
+        if let Some(&index) = self.seen.get(&identity) {
+            return index;
+        }
+        let index = self.nodes.len();
+        self.nodes.push(Node::default());
+        self.seen.insert(identity, index);
+        let embedded = schema
+            .extension("x-kubernetes-embedded-resource")
+            .and_then(Value::as_bool)
+            == Some(true);
+        let embedded = embedded.then(|| Embedded {
+            metadata: self.object_meta(schema),
+        });
+        let properties = schema
+            .properties()
+            .map(|(name, field)| (name.to_owned(), self.node(field)))
+            .collect();
+        let additional = schema.additional_properties().map(|values| self.node(values));
+        let items = schema.items().map(|items| self.node(items));
+        self.nodes[index] = Node {
+            int_or_string: schema.is_int_or_string(),
+            embedded,
+            properties,
+            additional,
+            closed: schema.is_closed_object(),
+            items,
+        };
+        index
+    }
+
+    fn object_meta(&mut self, schema: SchemaView<'_>) -> Option<usize> {
+        if let Some(meta) = self.object_meta {
+            return meta;
+        }
+        let meta = SchemaView::reference(schema.definitions(), OBJECT_META).map(|meta| self.node(meta));
+        self.object_meta = Some(meta);
+        meta
+    }
 }
 
 /// What is known at one place of the document.
 #[derive(Clone, Copy)]
-enum Scope<'a> {
-    /// A schema: fields it does not know are problems, and so are
+enum Scope<'s> {
+    /// A schema node: fields it does not know are problems, and so are
     /// repeated ones.
-    Schema(SchemaView<'a>),
+    Node(&'s StrictSchema, usize),
     /// No schema (anything goes): repeated fields are still problems.
     Free,
     /// Not judged at all: an int-or-string, or an array whose schema says
     /// nothing of its items.
     Unchecked,
-}
-
-impl<'a> Scope<'a> {
-    fn of(schema: Option<SchemaView<'a>>) -> Scope<'a> {
-        match schema {
-            Some(schema) if schema.is_int_or_string() => Scope::Unchecked,
-            Some(schema) => Scope::Schema(schema),
-            None => Scope::Free,
-        }
-    }
 }
 
 /// What one decode collects on its way through the document.
@@ -162,8 +295,8 @@ impl<'de> Visitor<'de> for Strict<'_, '_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let scope = match self.scope {
-            Scope::Schema(schema) => match schema.items() {
-                Some(items) => Scope::of(Some(items)),
+            Scope::Node(schema, node) => match schema.nodes[node].items {
+                Some(items) => schema.scope(items),
                 // An array where the schema has none: not ours to judge.
                 None => Scope::Unchecked,
             },
@@ -186,7 +319,7 @@ impl<'de> Visitor<'de> for Strict<'_, '_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let schema = match self.scope {
-            Scope::Schema(schema) => Some(schema),
+            Scope::Node(schema, node) => Some((schema, node)),
             _ => None,
         };
         let walk = self.walk;
@@ -199,8 +332,14 @@ impl<'de> Visitor<'de> for Strict<'_, '_> {
                 walk.path.push('.');
             }
             walk.path.push_str(&key);
-            match entry_schema(schema, &key) {
-                Err(()) => {
+            let entry = schema.map_or(Entry::Free, |(schema, node)| schema.entry(node, &key));
+            let scope = match entry {
+                Entry::Unknown => None,
+                Entry::Free => Some(Scope::Free),
+                Entry::Node(node) => schema.map(|(schema, _)| schema.scope(node)),
+            };
+            match scope {
+                None => {
                     map.next_value::<IgnoredAny>()?;
                     walk.pruned = true;
                     if !reported.contains(&key) {
@@ -208,13 +347,13 @@ impl<'de> Visitor<'de> for Strict<'_, '_> {
                         reported.push(key);
                     }
                 }
-                Ok(sub) => {
+                Some(scope) => {
                     if object.contains_key(&key) && !reported.contains(&key) {
                         walk.problems.push(format!("duplicate field {:?}", walk.path));
                         reported.push(key.clone());
                     }
                     let value = map.next_value_seed(Strict {
-                        scope: Scope::of(sub),
+                        scope,
                         walk: &mut *walk,
                     })?;
                     object.insert(key, value);
@@ -272,7 +411,8 @@ mod tests {
     #[test]
     fn problems_in_document_order_and_unknown_fields_left_out() {
         let defs = definitions();
-        let kind = SchemaView::reference(&defs, "Kind").unwrap();
+        let kind = StrictSchema::compile(SchemaView::reference(&defs, "Kind").unwrap());
+        let kind = &kind;
         let body = br#"{"metadata": {"name": "a", "name": "b", "unknownMeta": 1},
             "spec": {"zzz": {"deep": [1]}, "dupe": 1, "dupe": 2,
                      "containers": [{"name": "c", "image": "x", "image": "y", "bad": 1}],
@@ -316,7 +456,8 @@ mod tests {
     #[test]
     fn yaml_decodes_the_same_way() {
         let defs = definitions();
-        let kind = SchemaView::reference(&defs, "Kind").unwrap();
+        let kind = StrictSchema::compile(SchemaView::reference(&defs, "Kind").unwrap());
+        let kind = &kind;
         let yaml = b"spec:\n  foo: 1\n  containers:\n  - name: c\n    image: i\n    image: j\nmetadata:\n  labels:\n    1: true\n";
         let decoded = decode_yaml(Some(kind), yaml).unwrap();
         assert_eq!(

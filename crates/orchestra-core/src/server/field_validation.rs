@@ -17,7 +17,7 @@ use serde_json::Value;
 use super::body;
 use super::openapi::OpenApiCache;
 use super::route::Query;
-use crate::api::strict::{self, Decoded};
+use crate::api::strict::{self, Decoded, StrictSchema};
 use crate::api::{ApiError, ErrorTarget, FieldError, Registry, ResourceInfo, SchemaView};
 
 /// What the client asked for with `fieldValidation`.
@@ -120,7 +120,7 @@ fn is_yaml(media: &str) -> bool {
 
 /// Decodes `bytes` in one pass (see [`strict`]); `None` if they do not
 /// parse, which is the handler's to refuse.
-fn decode(schema: Option<SchemaView<'_>>, bytes: &[u8], yaml: bool) -> Option<Decoded> {
+fn decode(schema: Option<&StrictSchema>, bytes: &[u8], yaml: bool) -> Option<Decoded> {
     if yaml {
         strict::decode_yaml(schema, bytes).ok()
     } else {
@@ -163,13 +163,16 @@ pub(crate) fn check(
         },
     };
     let openapi = cache.get(registry);
-    let Some(schema) = openapi.kind_schema(group, version, kind) else {
-        return Ok(Checked::default());
-    };
     if patch {
+        let Some(schema) = openapi.kind_schema(group, version, kind) else {
+            return Ok(Checked::default());
+        };
         check_patch(schema, directive, headers, bytes)
     } else {
-        check_object(schema, directive, (kind, version), headers, bytes)
+        let Some(schema) = openapi.strict_schema(group, version, kind) else {
+            return Ok(Checked::default());
+        };
+        check_object(&schema, directive, (kind, version), headers, bytes)
     }
 }
 
@@ -177,7 +180,7 @@ pub(crate) fn check(
 /// `expected.0` at version `expected.1`. The object decoded on the way is
 /// handed on, so the handler does not decode the body again.
 fn check_object(
-    schema: SchemaView<'_>,
+    schema: &StrictSchema,
     directive: Directive,
     expected: (&str, &str),
     headers: &HeaderMap,

@@ -822,7 +822,7 @@ async fn store_update(
     .await?
     .expect("admission keeps the object of an update");
     validate(target, &mut new, name, Some(old))?;
-    let finalized = new.pointer("/metadata/deletionTimestamp").is_some()
+    let finalized = meta::meta_value(&new, "deletionTimestamp").is_some()
         && new
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
@@ -939,7 +939,7 @@ pub(crate) async fn patch(
         }
         let applied = patch
             .is_apply()
-            .then(|| new.pointer("/metadata/managedFields").cloned());
+            .then(|| meta::meta_value(&new, "managedFields").cloned());
         let mut merged = merge_update(target, &old, new, subresource);
         match applied {
             Some(managed) => patching::keep_managed_fields(&mut merged, managed),
@@ -1118,7 +1118,7 @@ async fn delete_once(
         }
         return Ok(Some(object));
     }
-    if object.pointer("/metadata/deletionTimestamp").is_some() {
+    if meta::meta_value(&object, "deletionTimestamp").is_some() {
         return Ok(Some(object));
     }
     let grace = if graceful_pod {

@@ -277,7 +277,7 @@ fn added_maps(
 /// (different from the stored ones) replace the stored ones first.
 pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
     if old.is_none()
-        && new.pointer("/metadata/managedFields").is_none()
+        && meta::meta_value(new, "managedFields").is_none()
         && let Some(fields) = created_fields_v1(new, ctx)
     {
         let metadata = meta::metadata_mut(new);
@@ -302,9 +302,9 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
 
 /// [`record_update`] in general: with the field sets of both objects.
 fn record_with_field_sets(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
-    let sent = new.pointer("/metadata/managedFields").cloned();
+    let sent = meta::meta_value(new, "managedFields").cloned();
     let stored = old
-        .and_then(|o| o.pointer("/metadata/managedFields"))
+        .and_then(|o| meta::meta_value(o, "managedFields"))
         .cloned();
     let mut entries = match (&sent, old) {
         (Some(sent), _) if Some(sent) != stored.as_ref() => managed_fields(new),
@@ -382,7 +382,7 @@ fn created_fields_v1(object: &Value, ctx: &Context<'_>) -> Option<Value> {
         let (shape, field_meta) = ctx.shape.field(key);
         let rendered = if key == "metadata" {
             let Value::Object(metadata) = child else {
-                root.insert(format!("f:{key}"), Value::Object(Map::new()));
+                root.insert(field_node_key(key), Value::Object(Map::new()));
                 continue;
             };
             // Only what the writer owns: no server-set metadata.
@@ -397,9 +397,17 @@ fn created_fields_v1(object: &Value, ctx: &Context<'_>) -> Option<Value> {
         } else {
             rendered_fields(child, shape, &field_meta)?
         };
-        root.insert(format!("f:{key}"), rendered);
+        root.insert(field_node_key(key), rendered);
     }
     Some(Value::Object(root))
+}
+
+/// The `fieldsV1` key of field `name`: `f:<name>`.
+fn field_node_key(name: &str) -> String {
+    let mut key = String::with_capacity(name.len() + 2);
+    key.push_str("f:");
+    key.push_str(name);
+    key
 }
 
 /// The `fieldsV1` nodes (`f:<field>`) of the fields of `map` that `keep` accepts.
@@ -411,7 +419,7 @@ fn rendered_members(
     let mut node = Map::new();
     for (key, child) in map.iter().filter(|(key, _)| keep(key)) {
         let (child_shape, child_meta) = shape.field(key);
-        node.insert(format!("f:{key}"), rendered_fields(child, child_shape, &child_meta)?);
+        node.insert(field_node_key(key), rendered_fields(child, child_shape, &child_meta)?);
     }
     Some(node)
 }
@@ -788,7 +796,7 @@ pub fn apply(
     })?;
     let mut entries = live.map(managed_fields).unwrap_or_default();
     if let Some(live) = live
-        && live.pointer("/metadata/managedFields").is_none()
+        && meta::meta_value(live, "managedFields").is_none()
     {
         // Fields of objects nobody tracked yet belong to a stand-in
         // manager, so that the first applier conflicts with them.

@@ -517,9 +517,16 @@ pub const ATOMIC_TYPES: &[&str] = &[
 /// The patch metadata of `field` in the schema type `type_name`, if it is
 /// not the default (atomic lists, granular maps).
 pub fn field_strategy(type_name: &str, field: &str) -> Option<&'static FieldStrategy> {
-    FIELD_STRATEGIES
-        .iter()
-        .find(|s| s.field == field && s.type_name == type_name)
+    // Looked up for every field a write touches: indexed once by type.
+    type ByType = std::collections::HashMap<&'static str, Vec<&'static FieldStrategy>>;
+    static BY_TYPE: std::sync::LazyLock<ByType> = std::sync::LazyLock::new(|| {
+        let mut by_type = ByType::new();
+        for strategy in FIELD_STRATEGIES {
+            by_type.entry(strategy.type_name).or_default().push(strategy);
+        }
+        by_type
+    });
+    BY_TYPE.get(type_name)?.iter().copied().find(|s| s.field == field)
 }
 
 /// True if the struct type is owned and replaced whole by server-side apply.

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::schemars::SchemaGenerator;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::meta::{self, Strategy};
 use crate::api::KindSchema;
@@ -13,7 +13,7 @@ use crate::api::KindSchema;
 #[derive(Debug, Clone)]
 pub struct Schemas {
     root: Arc<Value>,
-    definitions: Map<String, Value>,
+    definitions: HashMap<String, Value>,
     /// True for schemas of built-in types (named definitions, the curated
     /// table applies); false for self-contained JSON schemas (CRDs), which
     /// carry their own `x-kubernetes-*` extensions.
@@ -37,7 +37,7 @@ impl Schemas {
                 }
                 let mut generator = SchemaGenerator::default();
                 let root = generate(&mut generator).to_value();
-                let definitions = generator.definitions().clone();
+                let definitions = generator.definitions().clone().into_iter().collect();
                 let schemas = Arc::new(Schemas {
                     root: Arc::new(root),
                     definitions,
@@ -51,7 +51,7 @@ impl Schemas {
             }
             KindSchema::Json(value) => Arc::new(Schemas {
                 root: value.clone(),
-                definitions: Map::new(),
+                definitions: HashMap::new(),
                 typed: false,
             }),
         }
