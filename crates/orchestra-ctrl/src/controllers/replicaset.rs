@@ -3,7 +3,7 @@
 //! ownerReferences, deletes the least useful pods first, reports status, and
 //! keeps expectations so a slow watch never makes it create or delete twice.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,31 +32,62 @@ pub const BURST_REPLICAS: usize = 500;
 
 const EXPECTATIONS_TTL: Duration = Duration::from_secs(300);
 
-/// Creations and deletions a controller waits to observe, per owner.
+/// Creations and deletions a controller waits to observe, per owner
+/// (upstream's UIDTrackingControllerExpectations): creations are counted,
+/// deletions are tracked by pod key, so each expected deletion is lowered
+/// once however often it is reported (a terminating update, then the
+/// delete event, or a delete answered 404 and then the watch's event).
 #[derive(Default)]
 pub struct Expectations {
-    pending: Mutex<HashMap<ObjectKey, (i64, i64, Instant)>>,
+    pending: Mutex<HashMap<ObjectKey, Pending>>,
+}
+
+/// What one owner waits for.
+struct Pending {
+    /// Creations not observed yet.
+    adds: i64,
+    /// Keys of the pods whose deletion is not observed yet.
+    dels: HashSet<ObjectKey>,
+    /// When these expectations were set.
+    at: Instant,
 }
 
 impl Expectations {
-    /// Expect `adds` creations and `dels` deletions for `key`.
-    pub fn expect(&self, key: &ObjectKey, adds: i64, dels: i64) {
-        self.pending
-            .lock()
-            .insert(key.clone(), (adds, dels, Instant::now()));
+    /// Expect `adds` creations for `key` (and no deletions).
+    pub fn expect_creations(&self, key: &ObjectKey, adds: i64) {
+        self.set(key, adds, HashSet::new());
+    }
+
+    /// Expect the deletion of the pods keyed `pods` for `key` (and no
+    /// creations).
+    pub fn expect_deletions(&self, key: &ObjectKey, pods: impl IntoIterator<Item = ObjectKey>) {
+        self.set(key, 0, pods.into_iter().collect());
+    }
+
+    fn set(&self, key: &ObjectKey, adds: i64, dels: HashSet<ObjectKey>) {
+        self.pending.lock().insert(
+            key.clone(),
+            Pending {
+                adds,
+                dels,
+                at: Instant::now(),
+            },
+        );
     }
 
     /// One expected creation was observed (or will never happen).
     pub fn creation_observed(&self, key: &ObjectKey) {
         if let Some(e) = self.pending.lock().get_mut(key) {
-            e.0 -= 1;
+            e.adds -= 1;
         }
     }
 
-    /// One expected deletion was observed (or will never happen).
-    pub fn deletion_observed(&self, key: &ObjectKey) {
+    /// The deletion of the pod keyed `pod` was observed (or will never
+    /// happen). Lowers the expectations only if that deletion is awaited,
+    /// and only the first time.
+    pub fn deletion_observed(&self, key: &ObjectKey, pod: &ObjectKey) {
         if let Some(e) = self.pending.lock().get_mut(key) {
-            e.1 -= 1;
+            e.dels.remove(pod);
         }
     }
 
@@ -64,11 +95,13 @@ impl Expectations {
     pub fn satisfied(&self, key: &ObjectKey) -> bool {
         match self.pending.lock().get(key) {
             None => true,
-            Some((a, d, at)) => (*a <= 0 && *d <= 0) || at.elapsed() > EXPECTATIONS_TTL,
+            Some(e) => (e.adds <= 0 && e.dels.is_empty()) || e.at.elapsed() > EXPECTATIONS_TTL,
         }
     }
 
-    /// Forgets `key`.
+    /// Forgets `key`: its owner was deleted, and one created under the same
+    /// name must not wait for what it waited for (upstream's
+    /// `DeleteExpectations`).
     pub fn remove(&self, key: &ObjectKey) {
         self.pending.lock().remove(key);
     }
@@ -82,8 +115,8 @@ pub struct Context {
     pub pods: Arc<Informer<Pod>>,
     /// Pending creations and deletions.
     pub expectations: Expectations,
-    /// Records SuccessfulCreate / SuccessfulDelete / FailedCreate events on
-    /// the owner, as upstream's controller does (`kubectl describe rs`).
+    /// Records SuccessfulCreate / FailedCreate / SuccessfulDelete /
+    /// FailedDelete events on the owner, as upstream's controller does (`kubectl describe rs`).
     pub recorder: Recorder,
 }
 
@@ -359,7 +392,7 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
         let want = spec.replicas.unwrap_or(1).max(0) as usize;
         if active.len() < want {
             let missing = (want - active.len()).min(BURST_REPLICAS);
-            ctx.expectations.expect(&key, missing as i64, 0);
+            ctx.expectations.expect_creations(&key, missing as i64);
             let pod = pod_from_template(rs, owner.clone());
             // Slow start: batches of 1, 2, 4, ... stop at the first failure.
             let mut created = 0;
@@ -401,31 +434,37 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
         } else if active.len() > want {
             let extra = (active.len() - want).min(BURST_REPLICAS);
             let victims = pods_to_delete(active.clone(), extra);
-            ctx.expectations.expect(&key, 0, victims.len() as i64);
+            ctx.expectations.expect_deletions(&key, victims.iter().map(|p| ObjectKey::of(p.as_ref())));
             let results = futures::future::join_all(victims.iter().map(|p| {
                 let name = p.metadata.name.clone().unwrap_or_default();
                 let api = pods_api.clone();
                 async move { api.delete(&name, &DeleteParams::default()).await }
             }))
             .await;
+            // Every delete was sent: account for each answer before failing
+            // (upstream waits for all of them too), or the deletions whose
+            // answers were not looked at would stay expected until the
+            // expectations expire.
+            let namespace = rs.metadata.namespace.as_deref();
+            let mut failure = None;
             for (r, victim) in results.into_iter().zip(&victims) {
                 let name = victim.metadata.name.as_deref().unwrap_or_default();
                 match r {
-                    Ok(_) => ctx.record(
-                        rs.metadata.namespace.as_deref(),
-                        &owner,
-                        EventType::Normal,
-                        "SuccessfulDelete",
-                        "Delete",
-                        format!("Deleted pod: {name}"),
-                    ),
+                    Ok(_) => ctx.record(namespace, &owner, EventType::Normal, "SuccessfulDelete", "Delete", format!("Deleted pod: {name}")),
                     Err(e) => {
-                        ctx.expectations.deletion_observed(&key);
+                        // The watch will not report this deletion (a 404: it
+                        // is gone already, and a report of it no longer
+                        // counts), or not now: stop awaiting it.
+                        ctx.expectations.deletion_observed(&key, &ObjectKey::of(victim.as_ref()));
                         if !matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                            return Err(e.into());
+                            ctx.record(namespace, &owner, EventType::Warning, "FailedDelete", "Delete", format!("Error deleting: {e}"));
+                            failure.get_or_insert(e);
                         }
                     }
                 }
+            }
+            if let Some(e) = failure {
+                return Err(e.into());
             }
         }
     }
@@ -443,7 +482,8 @@ pub async fn run(
     run_with_queue(factory, workers, queue, shutdown).await
 }
 
-/// Wakes owners of kind `K` on pod changes, lowering their expectations.
+/// Wakes owners of kind `K` on pod changes, lowering their expectations,
+/// and forgets the expectations of deleted owners.
 fn observe<K: Kind>(
     pods: &Informer<Pod>,
     owners: Arc<Informer<K>>,
@@ -451,38 +491,70 @@ fn observe<K: Kind>(
     queue: Arc<WorkQueue<ObjectKey>>,
 ) -> tokio::task::JoinHandle<()> {
     let mut rx = pods.subscribe();
+    let mut owner_rx = owners.subscribe();
     tokio::spawn(async move {
-        while let Some(event) = rx.recv().await {
-            let (pod, created, deleted) = match &event {
-                Event::Apply { old: None, new } => (new.clone(), true, false),
-                Event::Apply { old: Some(old), new } => (
-                    new.clone(),
-                    false,
-                    old.metadata.deletion_timestamp.is_none()
-                        && new.metadata.deletion_timestamp.is_some(),
-                ),
-                Event::Delete(old) => (old.clone(), false, old.metadata.deletion_timestamp.is_none()),
-            };
-            let Some(owner) = crate::controller::controller_owner_key::<K>(pod.as_ref()) else {
-                if controller_of(pod.as_ref()).is_none()
-                    && let Some(ns) = &pod.metadata.namespace
-                {
-                    // An orphan may be adopted by any owner in its namespace.
-                    for o in owners.by_namespace(ns) {
-                        queue.add(ObjectKey::of(o.as_ref()));
-                    }
-                }
-                continue;
-            };
-            if created {
-                ctx.expectations.creation_observed(&owner);
+        let pod_changes = async {
+            while let Some(event) = rx.recv().await {
+                pod_changed(&event, &owners, &ctx, &queue);
             }
-            if deleted {
-                ctx.expectations.deletion_observed(&owner);
+        };
+        let owner_changes = async {
+            while let Some(event) = owner_rx.recv().await {
+                owner_changed(&event, &ctx, &queue);
             }
-            queue.add(owner);
-        }
+        };
+        tokio::join!(pod_changes, owner_changes);
     })
+}
+
+/// Lowers the expectations of the controller (of kind `K`) of the pod
+/// `event` is about and wakes it; wakes every owner in the namespace of an
+/// orphan.
+fn pod_changed<K: Kind>(event: &Event<Pod>, owners: &Informer<K>, ctx: &Context, queue: &WorkQueue<ObjectKey>) {
+    let (pod, created, deleted) = match event {
+        Event::Apply { old: None, new } => (new.clone(), true, false),
+        Event::Apply { old: Some(old), new } => (
+            new.clone(),
+            false,
+            old.metadata.deletion_timestamp.is_none() && new.metadata.deletion_timestamp.is_some(),
+        ),
+        // Also when its terminating update was seen: a deletion is lowered
+        // once however often it is reported.
+        Event::Delete(old) => (old.clone(), false, true),
+    };
+    let Some(owner) = crate::controller::controller_owner_key::<K>(pod.as_ref()) else {
+        if controller_of(pod.as_ref()).is_none()
+            && let Some(ns) = &pod.metadata.namespace
+        {
+            // An orphan may be adopted by any owner in its namespace.
+            for o in owners.by_namespace(ns) {
+                queue.add(ObjectKey::of(o.as_ref()));
+            }
+        }
+        return;
+    };
+    if created {
+        ctx.expectations.creation_observed(&owner);
+    }
+    if deleted {
+        ctx.expectations.deletion_observed(&owner, &ObjectKey::of(pod.as_ref()));
+    }
+    queue.add(owner);
+}
+
+/// Forgets the expectations of a deleted owner (upstream's `deleteRS`), also
+/// when the delete was missed and the cache went straight to an owner of the
+/// same name with another uid, then wakes the key: what is under that name
+/// now starts from no expectations.
+fn owner_changed<K: Kind>(event: &Event<K>, ctx: &Context, queue: &WorkQueue<ObjectKey>) {
+    let gone = match event {
+        Event::Delete(old) => old,
+        Event::Apply { old: Some(old), new } if old.meta().uid != new.meta().uid => old,
+        Event::Apply { .. } => return,
+    };
+    let key = ObjectKey::of(gone.as_ref());
+    ctx.expectations.remove(&key);
+    queue.add(key);
 }
 
 /// [`run`] with a queue the caller keeps (to read its metrics).
@@ -632,7 +704,7 @@ mod tests {
         let e = Expectations::default();
         let k = ObjectKey::new("default", "rs");
         assert!(e.satisfied(&k));
-        e.expect(&k, 2, 0);
+        e.expect_creations(&k, 2);
         assert!(!e.satisfied(&k));
         e.creation_observed(&k);
         assert!(!e.satisfied(&k));
@@ -1041,7 +1113,7 @@ mod tests {
                 recorder: Recorder::new(fake.client(), NAME, NAME),
             });
             *ctx_slot.lock() = Some(ctx.clone());
-            ctx.expectations.expect(&key, 2, 0);
+            ctx.expectations.expect_creations(&key, 2);
             reconcile_web(&fake, &ctx).await;
             assert!(fake.writes().iter().any(|w| w == "patch pods default/orphan"), "{:?}", fake.writes());
             let creates = fake.writes().iter().filter(|w| w.starts_with("create pods")).count();
@@ -1083,6 +1155,130 @@ mod tests {
             assert!(!ctx.expectations.satisfied(&key), "one created pod is still unobserved");
             ctx.expectations.creation_observed(&key);
             assert!(ctx.expectations.satisfied(&key));
+        }
+
+        /// A victim someone else deleted first answers 404: its deletion is
+        /// unexpected then, and the watch's report of it (once or twice)
+        /// lowers nothing more, so the other victim's is still awaited.
+        #[tokio::test]
+        async fn a_victim_already_gone_is_unexpected_once() {
+            use Owner::*;
+            use State::*;
+            let (a, b, c) = (pod("a", "web", Ours, Ready, 100), pod("b", "web", Ours, Unscheduled, 100), pod("c", "web", Ours, NotReady, 100));
+            // b is still cached, but gone from the API server.
+            let fake = FakeCluster::builder().object(&replica_set(1)).object(&a).object(&c).build().await;
+            let pods = Informer::<Pod>::new();
+            pods.replace(vec![a, b.clone(), c.clone()], String::new());
+            let ctx = Arc::new(Context {
+                client: fake.client(),
+                pods,
+                expectations: Expectations::default(),
+                recorder: Recorder::new(fake.client(), NAME, NAME),
+            });
+            reconcile_web(&fake, &ctx).await;
+            let mut writes = fake.writes();
+            writes.sort();
+            assert_eq!(writes, ["delete pods default/b", "delete pods default/c", "patch replicasets/status default/web"]);
+            let key = ObjectKey::new("default", "web");
+            assert!(!ctx.expectations.satisfied(&key), "c's deletion is awaited");
+            // The watch reports b's deletion, as a terminating update and
+            // then as a delete.
+            let (owners, queue) = (Informer::<ReplicaSet>::new(), WorkQueue::new(RateLimit::default()));
+            let mut terminating = b.clone();
+            terminating.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+            pod_changed(&Event::Apply { old: Some(Arc::new(b.clone())), new: Arc::new(terminating) }, &owners, &ctx, &queue);
+            pod_changed(&Event::Delete(Arc::new(b)), &owners, &ctx, &queue);
+            assert!(!ctx.expectations.satisfied(&key), "c's deletion is still awaited");
+            pod_changed(&Event::Delete(Arc::new(c)), &owners, &ctx, &queue);
+            assert!(ctx.expectations.satisfied(&key));
+        }
+
+        /// Failed deletes are unexpected (the watch will not report them)
+        /// and reported as FailedDelete events; the answers after the first
+        /// failure are still looked at, and the reconcile fails, to be
+        /// retried.
+        #[tokio::test]
+        async fn failed_deletes_are_unexpected_and_reported() {
+            use Owner::*;
+            use State::*;
+            // Deleted in this order: x and y fail, z goes.
+            let pods = [pod("x", "web", Ours, Unscheduled, 100), pod("y", "web", Ours, NotReady, 100), pod("z", "web", Ours, Ready, 100)];
+            let fake = FakeCluster::builder().object(&replica_set(0)).objects(&pods).build().await;
+            let client = hooked_client(&fake, |request| {
+                if request.method() == http::Method::DELETE && !request.uri().path().ends_with("/pods/z") {
+                    return Err("injected failure".into());
+                }
+                Ok(())
+            });
+            let ctx = Arc::new(Context {
+                client,
+                pods: fake.informer::<Pod>().await,
+                expectations: Expectations::default(),
+                recorder: Recorder::new(fake.client(), NAME, NAME),
+            });
+            let rs: ReplicaSet = fake.get("default", "web").await.unwrap();
+            assert!(reconcile(Arc::new(rs), ctx.clone()).await.is_err());
+            let left: Vec<String> = fake
+                .list::<Pod>("default")
+                .await
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .map(|p| p.metadata.name.clone().unwrap())
+                .collect();
+            assert_eq!(left, ["x", "y"]);
+            // The two failures, with the same note, make one Event's series.
+            let events = fake.events("default", 2).await;
+            assert_eq!(events.len(), 2, "{events:?}");
+            assert_eq!(events[0], "Normal SuccessfulDelete Deleted pod: z");
+            assert!(events[1].starts_with("Warning FailedDelete Error deleting: "), "{events:?}");
+            // Only z's deletion is awaited.
+            let key = ObjectKey::new("default", "web");
+            assert!(!ctx.expectations.satisfied(&key));
+            pod_changed(&Event::Delete(Arc::new(pods[2].clone())), &Informer::<ReplicaSet>::new(), &ctx, &WorkQueue::new(RateLimit::default()));
+            assert!(ctx.expectations.satisfied(&key), "x and y are not awaited");
+        }
+
+        /// The next key the observer wakes.
+        async fn woken(queue: &WorkQueue<ObjectKey>) -> ObjectKey {
+            let key = tokio::time::timeout(Duration::from_secs(5), queue.get())
+                .await
+                .expect("the observer wakes a key")
+                .expect("the queue runs");
+            queue.done(&key);
+            key
+        }
+
+        /// A ReplicaSet deleted while it awaited pods leaves no expectations
+        /// behind: one created under the same name (its delete seen, or
+        /// missed and the cache going straight to the new uid) creates its
+        /// pods at once.
+        #[tokio::test]
+        async fn a_deleted_replica_set_leaves_no_expectations() {
+            let fake = FakeCluster::builder().object(&replica_set(2)).build().await;
+            let ctx = context(&fake).await;
+            let mut old = replica_set(2);
+            old.metadata.uid = Some("old-uid".into());
+            let owners = Informer::<ReplicaSet>::new();
+            owners.apply(old.clone());
+            let queue = WorkQueue::new(RateLimit::default());
+            let observer = observe(&Informer::<Pod>::new(), owners.clone(), ctx.clone(), queue.clone());
+            let key = ObjectKey::new("default", "web");
+            // The old ReplicaSet created two pods and was deleted before
+            // they were observed.
+            ctx.expectations.expect_creations(&key, 2);
+            owners.delete(old.clone());
+            assert_eq!(woken(&queue).await, key);
+            assert!(ctx.expectations.satisfied(&key));
+            reconcile_web(&fake, &ctx).await;
+            let creates = fake.writes().iter().filter(|w| w.starts_with("create pods")).count();
+            assert_eq!(creates, 2, "{:?}", fake.writes());
+            // The delete missed: the cache goes from the old uid to the new.
+            owners.apply(old);
+            ctx.expectations.expect_creations(&key, 2);
+            owners.apply(replica_set(2));
+            assert_eq!(woken(&queue).await, key);
+            assert!(ctx.expectations.satisfied(&key));
+            observer.abort();
         }
 
         #[tokio::test]
