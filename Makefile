@@ -6,7 +6,7 @@
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/orchestra-target
 CARGO ?= cargo
 
-.PHONY: all deps build run store-demo test bench bench-quick bench-apiserver bench-apiserver-quick lint doc
+.PHONY: all deps build run store-demo test bench bench-quick bench-apiserver bench-apiserver-quick bench-handler-instructions lint doc
 
 ## Where `make run` keeps the cluster's data (store, certificates, kubeconfig).
 DATA_DIR ?= $(CURDIR)/.orchestra
@@ -42,6 +42,7 @@ test: deps
 bench: deps
 	$(CARGO) bench -p orchestra-benches --bench store
 	$(CARGO) bench -p orchestra-benches --bench apiserver
+	$(CARGO) bench -p orchestra-benches --bench handler
 	$(CARGO) bench -p orchestra-benches --bench scheduler
 	$(CARGO) bench -p orchestra-benches --bench controllers
 	$(CARGO) bench -p orchestra-benches --bench node
@@ -50,6 +51,7 @@ bench: deps
 bench-quick: deps
 	$(CARGO) bench -p orchestra-benches --bench store -- --quick
 	$(CARGO) bench -p orchestra-benches --bench apiserver -- --quick
+	$(CARGO) bench -p orchestra-benches --bench handler -- --quick
 	$(CARGO) bench -p orchestra-benches --bench scheduler -- --quick
 	$(CARGO) bench -p orchestra-benches --bench controllers -- --quick
 	$(CARGO) bench -p orchestra-benches --bench node -- --quick
@@ -60,6 +62,10 @@ bench-apiserver: deps
 
 bench-apiserver-quick: deps
 	$(CARGO) bench -p orchestra-benches --bench apiserver -- --quick
+
+## Instructions per create in the API handler (valgrind; exact, unlike time).
+bench-handler-instructions: deps
+	./scripts/handler-instructions.sh
 
 lint: deps
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings

@@ -100,7 +100,7 @@ struct Node {
     /// `apiVersion` and `kind` are free.
     embedded: Option<Embedded>,
     /// Declared properties.
-    properties: HashMap<String, usize>,
+    properties: foldhash::HashMap<String, usize>,
     /// The schema of undeclared fields (a map's values).
     additional: Option<usize>,
     /// Undeclared fields are unknown.

@@ -56,24 +56,25 @@ impl Route {
             ["apis", group, version, rest @ ..] => (*group, *version, rest),
             _ => return Err(not_found()),
         };
-        if !registry.serves(group, version) {
-            return Err(not_found());
-        }
         let resource = |plural: &str| registry.get(group, version, plural).ok_or_else(not_found);
         let owned = |s: &str| s.to_owned();
-        Ok(match rest {
-            [] => Route::GroupVersion {
-                group: group.into(),
-                version: version.into(),
-            },
-            // `/namespaces/<ns>/<resource>...`: a namespaced resource, unless
-            // the third segment is a subresource of the namespace itself.
-            ["namespaces", ns, plural, tail @ ..]
-                if registry
-                    .get(group, version, plural)
-                    .is_some_and(|r| r.namespaced) =>
-            {
-                let resource = resource(plural)?;
+        // `/namespaces/<ns>/<resource>...`: a namespaced resource, unless the
+        // third segment is a subresource of the namespace itself.
+        let namespaced = match rest {
+            ["namespaces", _, plural, ..] => registry.get(group, version, plural).filter(|r| r.namespaced),
+            _ => None,
+        };
+        Ok(match (rest, namespaced) {
+            ([], _) => {
+                if !registry.serves(group, version) {
+                    return Err(not_found());
+                }
+                Route::GroupVersion {
+                    group: group.into(),
+                    version: version.into(),
+                }
+            }
+            (["namespaces", ns, _, tail @ ..], Some(resource)) => {
                 let namespace = Some(owned(ns));
                 match tail {
                     [] => Route::Collection {
@@ -95,7 +96,7 @@ impl Route {
                     _ => return Err(not_found()),
                 }
             }
-            [plural, tail @ ..] => {
+            ([plural, tail @ ..], _) => {
                 let resource = resource(plural)?;
                 match tail {
                     [] => Route::Collection {

@@ -518,9 +518,9 @@ pub const ATOMIC_TYPES: &[&str] = &[
 /// not the default (atomic lists, granular maps).
 pub fn field_strategy(type_name: &str, field: &str) -> Option<&'static FieldStrategy> {
     // Looked up for every field a write touches: indexed once by type.
-    type ByType = std::collections::HashMap<&'static str, Vec<&'static FieldStrategy>>;
+    type ByType = foldhash::HashMap<&'static str, Vec<&'static FieldStrategy>>;
     static BY_TYPE: std::sync::LazyLock<ByType> = std::sync::LazyLock::new(|| {
-        let mut by_type = ByType::new();
+        let mut by_type = ByType::default();
         for strategy in FIELD_STRATEGIES {
             by_type.entry(strategy.type_name).or_default().push(strategy);
         }

@@ -13,7 +13,7 @@ use crate::api::KindSchema;
 #[derive(Debug, Clone)]
 pub struct Schemas {
     root: Arc<Value>,
-    definitions: HashMap<String, Value>,
+    definitions: foldhash::HashMap<String, Value>,
     /// True for schemas of built-in types (named definitions, the curated
     /// table applies); false for self-contained JSON schemas (CRDs), which
     /// carry their own `x-kubernetes-*` extensions.
@@ -51,7 +51,7 @@ impl Schemas {
             }
             KindSchema::Json(value) => Arc::new(Schemas {
                 root: value.clone(),
-                definitions: HashMap::new(),
+                definitions: Default::default(),
                 typed: false,
             }),
         }
