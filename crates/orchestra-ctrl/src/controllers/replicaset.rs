@@ -791,9 +791,14 @@ mod tests {
         }
 
         async fn context(fake: &FakeCluster) -> Arc<Context> {
+            context_with(fake, fake.client(), fake.informer::<Pod>().await)
+        }
+
+        /// A context writing through `client` and reading pods from `pods`.
+        fn context_with(fake: &FakeCluster, client: Client, pods: Arc<Informer<Pod>>) -> Arc<Context> {
             Arc::new(Context {
-                client: fake.client(),
-                pods: fake.informer::<Pod>().await,
+                client,
+                pods,
                 expectations: Expectations::default(),
                 recorder: Recorder::new(fake.client(), NAME, NAME),
             })
@@ -1106,12 +1111,7 @@ mod tests {
                     Ok(())
                 })
             };
-            let ctx = Arc::new(Context {
-                client,
-                pods: pods.clone(),
-                expectations: Expectations::default(),
-                recorder: Recorder::new(fake.client(), NAME, NAME),
-            });
+            let ctx = context_with(&fake, client, pods.clone());
             *ctx_slot.lock() = Some(ctx.clone());
             ctx.expectations.expect_creations(&key, 2);
             reconcile_web(&fake, &ctx).await;
@@ -1139,12 +1139,7 @@ mod tests {
                 }
                 Ok(())
             });
-            let ctx = Arc::new(Context {
-                client,
-                pods: fake.informer::<Pod>().await,
-                expectations: Expectations::default(),
-                recorder: Recorder::new(fake.client(), NAME, NAME),
-            });
+            let ctx = context_with(&fake, client, fake.informer::<Pod>().await);
             let rs: ReplicaSet = fake.get("default", "web").await.unwrap();
             assert!(reconcile(Arc::new(rs), ctx.clone()).await.is_err());
             // Batches of 1 then 2, the second of which failed once: 2 created.
@@ -1169,12 +1164,7 @@ mod tests {
             let fake = FakeCluster::builder().object(&replica_set(1)).object(&a).object(&c).build().await;
             let pods = Informer::<Pod>::new();
             pods.replace(vec![a, b.clone(), c.clone()], String::new());
-            let ctx = Arc::new(Context {
-                client: fake.client(),
-                pods,
-                expectations: Expectations::default(),
-                recorder: Recorder::new(fake.client(), NAME, NAME),
-            });
+            let ctx = context_with(&fake, fake.client(), pods);
             reconcile_web(&fake, &ctx).await;
             let mut writes = fake.writes();
             writes.sort();
@@ -1210,12 +1200,7 @@ mod tests {
                 }
                 Ok(())
             });
-            let ctx = Arc::new(Context {
-                client,
-                pods: fake.informer::<Pod>().await,
-                expectations: Expectations::default(),
-                recorder: Recorder::new(fake.client(), NAME, NAME),
-            });
+            let ctx = context_with(&fake, client, fake.informer::<Pod>().await);
             let rs: ReplicaSet = fake.get("default", "web").await.unwrap();
             assert!(reconcile(Arc::new(rs), ctx.clone()).await.is_err());
             let left: Vec<String> = fake
