@@ -262,14 +262,19 @@ async fn owners_gone(client: &Client, kinds: &Kinds, node: &Node) -> Option<bool
     Some(true)
 }
 
-/// Whether the API server holds an object owned by `node`, which the graph
-/// has none of: `Some(true)` one exists, `Some(false)` none, `None` a list
-/// failed. The graph learns of each resource's objects from its own watch,
-/// so under load an owner's deletion can arrive before its dependents do;
-/// removing the `orphan` finalizer then would leave them owned by a deleted
-/// object, and collected instead of released. A namespaced owner's
-/// dependents are in its namespace; a cluster-scoped owner's anywhere.
-async fn dependents_listed(client: &Client, kinds: &Kinds, node: &Node) -> Option<bool> {
+/// Whether the API server holds an object owned by `node` (with
+/// `blocking`, one whose reference blocks the owner's deletion), which the
+/// graph has none of: `Some(true)` one exists, `Some(false)` none, `None` a
+/// list failed. The graph learns of each resource's objects from its own
+/// watch, so under load an owner's deletion can arrive before its
+/// dependents do. Removing the `orphan` finalizer then would leave them
+/// owned by a deleted object, collected instead of released; removing
+/// `foregroundDeletion` would delete the owner before a dependent created
+/// a moment ago (a ReplicaSet controller replacing a pod the cascade
+/// deleted, from a cache that has not seen the ReplicaSet's deletion yet).
+/// A namespaced owner's dependents are in its namespace; a cluster-scoped
+/// owner's anywhere.
+async fn dependents_listed(client: &Client, kinds: &Kinds, node: &Node, blocking: bool) -> Option<bool> {
     let uid = node.uid();
     let namespace = node.object.metadata.namespace.as_deref().filter(|_| node.resource.namespaced);
     for resource in kinds.values() {
@@ -278,7 +283,8 @@ async fn dependents_listed(client: &Client, kinds: &Kinds, node: &Node) -> Optio
         }
         let api = api_in(client, resource, namespace);
         let listed = api.list_metadata(&kube::api::ListParams::default()).await.ok()?;
-        if listed.items.iter().any(|o| o.metadata.owner_references.iter().flatten().any(|r| r.uid == uid)) {
+        let owned = |r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference| r.uid == uid && (!blocking || r.block_owner_deletion == Some(true));
+        if listed.items.iter().any(|o| o.metadata.owner_references.iter().flatten().any(owned)) {
             return Some(true);
         }
     }
@@ -321,10 +327,11 @@ pub async fn apply(client: &Client, graph: &Graph, kinds: &Kinds, plan: &Plan) -
     }
     for (uid, finalizer) in &plan.finalize {
         let Some(n) = graph.get(uid) else { continue };
-        // Released dependents the graph has not seen yet are released first
-        // (the retry decides again on the graph, which will have them).
-        if finalizer == ORPHAN {
-            match dependents_listed(client, kinds, n).await {
+        // Dependents the graph has not seen yet are released (orphan) or
+        // deleted (foreground) first: the retry decides again on the graph,
+        // which will have them.
+        if finalizer == ORPHAN || finalizer == FOREGROUND {
+            match dependents_listed(client, kinds, n, finalizer == FOREGROUND).await {
                 Some(false) => {}
                 Some(true) => {
                     outcome(uid, Err(Error::Other(format!("{} has dependents the graph has not seen yet", n.name()))));
