@@ -205,15 +205,50 @@ async fn namespace_deletion_empties_it() {
     .await;
 }
 
+/// A ConfigMap `name` owned by the ConfigMap whose UID is `owner`.
+fn owned_map(name: &str, owner: &str, block: Option<bool>) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            owner_references: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: "owner".into(),
+                uid: owner.into(),
+                block_owner_deletion: block,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The garbage collector's kinds, and its node for a ConfigMap.
+async fn collector_view(
+    client: &kube::Client,
+) -> (
+    orchestra_ctrl::controllers::garbage_collector::Kinds,
+    impl Fn(&ConfigMap) -> orchestra_ctrl::controllers::garbage_collector::Node,
+) {
+    use orchestra_ctrl::controllers::discovery::deletable;
+    use orchestra_ctrl::controllers::garbage_collector::{Node, kinds};
+    let resources: Vec<_> = deletable(client).await.unwrap().into_iter().filter(|r| r.watchable).collect();
+    let configmaps = resources.iter().find(|r| r.resource.plural == "configmaps" && r.resource.group.is_empty()).unwrap().clone();
+    let node = move |object: &ConfigMap| Node {
+        object: kube::api::DynamicObject { types: None, metadata: object.metadata.clone(), data: serde_json::Value::Null },
+        resource: configmaps.clone(),
+    };
+    (kinds(&resources), node)
+}
+
 /// The graph can learn of an owner's orphaning deletion before its
 /// dependents' watch delivers them. The `orphan` finalizer must then stay
 /// until they are released, or they would be left owned by a deleted object
 /// and collected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphaning_waits_for_dependents_the_graph_has_not_seen() {
-    use kube::api::DynamicObject;
-    use orchestra_ctrl::controllers::discovery::deletable;
-    use orchestra_ctrl::controllers::garbage_collector::{Graph, Node, ORPHAN, apply, kinds};
+    use orchestra_ctrl::controllers::garbage_collector::{Graph, ORPHAN, apply};
 
     let server = support::server().await;
     let client = orchestra_core::client::in_process(&server, "default");
@@ -224,30 +259,10 @@ async fn orphaning_waits_for_dependents_the_graph_has_not_seen() {
     };
     let owner = maps.create(&PostParams::default(), &owner).await.unwrap();
     let owner_uid = owner.metadata.uid.clone().unwrap();
-    let dependent = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some("dependent".into()),
-            owner_references: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-                api_version: "v1".into(),
-                kind: "ConfigMap".into(),
-                name: "owner".into(),
-                uid: owner_uid.clone(),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let dependent = maps.create(&PostParams::default(), &dependent).await.unwrap();
+    let dependent = maps.create(&PostParams::default(), &owned_map("dependent", &owner_uid, None)).await.unwrap();
     maps.delete("owner", &DeleteParams::default()).await.unwrap();
 
-    let resources: Vec<_> = deletable(&client).await.unwrap().into_iter().filter(|r| r.watchable).collect();
-    let kinds = kinds(&resources);
-    let configmaps = resources.iter().find(|r| r.resource.plural == "configmaps" && r.resource.group.is_empty()).unwrap().clone();
-    let node = |object: &ConfigMap| Node {
-        object: DynamicObject { types: None, metadata: object.metadata.clone(), data: serde_json::Value::Null },
-        resource: configmaps.clone(),
-    };
+    let (kinds, node) = collector_view(&client).await;
     let deleting = maps.get("owner").await.unwrap();
     assert!(deleting.metadata.deletion_timestamp.is_some());
 
@@ -272,4 +287,38 @@ async fn orphaning_waits_for_dependents_the_graph_has_not_seen() {
     assert!(apply(&client, &graph, &kinds, &plan).await.is_empty());
     assert!(maps.get_opt("owner").await.unwrap().is_none());
     assert!(maps.get_opt("dependent").await.unwrap().is_some());
+}
+
+/// Likewise in the foreground: a dependent that blocks its owner's deletion
+/// and that the graph has not seen yet (a pod a ReplicaSet controller made
+/// from a stale cache while the cascade ran) keeps `foregroundDeletion` on
+/// the owner; one that does not block does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreground_deletion_waits_for_blocking_dependents_the_graph_has_not_seen() {
+    use orchestra_ctrl::controllers::garbage_collector::{FOREGROUND, Graph, apply};
+
+    let server = support::server().await;
+    let client = orchestra_core::client::in_process(&server, "default");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let owner = ConfigMap {
+        metadata: ObjectMeta { name: Some("owner".into()), finalizers: Some(vec![FOREGROUND.into()]), ..Default::default() },
+        ..Default::default()
+    };
+    let owner_uid = maps.create(&PostParams::default(), &owner).await.unwrap().metadata.uid.unwrap();
+    maps.create(&PostParams::default(), &owned_map("blocker", &owner_uid, Some(true))).await.unwrap();
+    maps.create(&PostParams::default(), &owned_map("loose", &owner_uid, Some(false))).await.unwrap();
+    maps.delete("owner", &DeleteParams::default()).await.unwrap();
+
+    let (kinds, node) = collector_view(&client).await;
+    // The graph has the deleting owner only: it would remove the finalizer at once.
+    let graph = Graph::of([node(&maps.get("owner").await.unwrap())]);
+    let plan = graph.plan();
+    assert_eq!(plan.finalize, [(owner_uid.clone(), FOREGROUND.to_owned())]);
+    // The blocking dependent keeps it; the owner is tried again.
+    assert_eq!(apply(&client, &graph, &kinds, &plan).await, std::slice::from_ref(&owner_uid));
+    assert_eq!(maps.get("owner").await.unwrap().metadata.finalizers, Some(vec![FOREGROUND.to_owned()]));
+    // Without it, the dependent that does not block does not hold the owner.
+    maps.delete("blocker", &DeleteParams::default()).await.unwrap();
+    assert!(apply(&client, &graph, &kinds, &plan).await.is_empty());
+    assert!(maps.get_opt("owner").await.unwrap().is_none());
 }
