@@ -146,7 +146,9 @@ impl StrictSchema {
         }
     }
 
-    /// What node `node` says of the field `key` of an object.
+    /// What node `node` says of the field `key` of an object: the rules of
+    /// the schema walkers in [`super::schema`] (`entry_schema`), on the
+    /// compiled node; a test keeps the two in agreement.
     fn entry(&self, node: usize, key: &str) -> Entry {
         let node = &self.nodes[node];
         if let Some(embedded) = node.embedded {
@@ -440,6 +442,29 @@ mod tests {
         );
         let clean = decode_json(Some(kind), br#"{"spec": {"containers": [{"name": "c"}]}}"#).unwrap();
         assert!(clean.problems.is_empty() && !clean.pruned);
+    }
+
+    #[test]
+    fn finds_the_unknown_fields_the_schema_walker_finds() {
+        let defs = definitions();
+        let view = SchemaView::reference(&defs, "Kind").unwrap();
+        let kind = StrictSchema::compile(view);
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "x", "bogus": 1, "labels": {"a": "b"}}}),
+            json!({"foo": 1, "spec": {"containers": [{"name": "a"}, {"name": "b", "imag": "x"}]}}),
+            json!({"spec": {"ports": {"http": {"number": 80, "nmber": 1}}, "port": {"x": 1}}}),
+            json!({"spec": {"raw": {"anything": {"goes": [1]}}, "free": {"a": "x", "b": {"c": 1}}}}),
+            json!({"spec": {"matrix": [[{"number": 1}], [{"numbr": 2}]], "containers": "nope"}}),
+        ];
+        for object in objects {
+            let body = serde_json::to_vec(&object).unwrap();
+            let decoded = decode_json(Some(&kind), &body).unwrap();
+            let unknown: Vec<String> = view.unknown_fields(&object).iter().map(|p| format!("unknown field {p:?}")).collect();
+            assert_eq!(decoded.problems, unknown, "{object}");
+            let mut pruned = object.clone();
+            view.prune_unknown_fields(&mut pruned);
+            assert_eq!(decoded.value, pruned, "{object}");
+        }
     }
 
     #[test]

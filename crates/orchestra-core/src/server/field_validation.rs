@@ -5,7 +5,10 @@
 //! Unknown fields are dropped from what is stored in every mode.
 //!
 //! The checks run on the request body before the handler, against the
-//! kind's schema from the OpenAPI documents ([`crate::api::SchemaView`]).
+//! kind's schema from the OpenAPI documents: a create or update body is
+//! decoded by the check itself ([`crate::api::strict`], on the kind's
+//! compiled schema) and the handler takes that object; a patch is checked
+//! with [`crate::api::SchemaView`].
 
 use std::sync::Arc;
 
@@ -101,12 +104,11 @@ fn decide(
         Directive::Warn => Ok(Checked {
             warnings: problems,
             body,
-            object: None,
+            ..Checked::default()
         }),
         _ => Ok(Checked {
-            warnings: Vec::new(),
             body,
-            object: None,
+            ..Checked::default()
         }),
     }
 }

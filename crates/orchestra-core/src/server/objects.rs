@@ -823,8 +823,7 @@ async fn store_update(
     .expect("admission keeps the object of an update");
     validate(target, &mut new, name, Some(old))?;
     let finalized = meta::meta_value(&new, "deletionTimestamp").is_some()
-        && new
-            .pointer("/metadata/finalizers")
+        && meta::meta_value(&new, "finalizers")
             .and_then(Value::as_array)
             .is_none_or(Vec::is_empty)
         // A namespace also waits for its `spec.finalizers` (upstream's
@@ -1069,8 +1068,7 @@ async fn delete_once(
         dry_run,
     )
     .await?;
-    let mut finalizers: Vec<Value> = object
-        .pointer("/metadata/finalizers")
+    let mut finalizers: Vec<Value> = meta::meta_value(&object, "finalizers")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();

@@ -197,9 +197,9 @@ impl PatchBody {
     /// The `metadata.resourceVersion` the patch pins, if any.
     pub(crate) fn pinned(&self) -> Option<&str> {
         match self {
-            PatchBody::Merge(v) | PatchBody::Strategic(v) | PatchBody::Apply(v) => v
-                .pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str),
+            PatchBody::Merge(v) | PatchBody::Strategic(v) | PatchBody::Apply(v) => {
+                crate::api::meta::meta_str(v, "resourceVersion")
+            }
             PatchBody::Json(_) => None,
         }
     }

@@ -1,5 +1,7 @@
-//! [`CoalescedWrites`]: a socket adapter that sends what several tasks
-//! finish at about the same time in one write.
+//! Socket adapters that make HTTP/2 send in fewer writes:
+//! [`CopiedWrites`] (small frames copied into one buffer) and
+//! [`CoalescedWrites`] (what several tasks finish at about the same time
+//! leaves in one write).
 //!
 //! An HTTP/2 connection carries many streams, each answered by its own task.
 //! The connection's task writes whatever frames are ready each time it runs
@@ -58,11 +60,6 @@ impl<T> CoalescedWrites<T> {
     /// (after a flush).
     pub fn coalesce(&mut self, on: bool) {
         self.coalesce = on;
-    }
-
-    /// The wrapped socket.
-    pub fn get_ref(&self) -> &T {
-        &self.inner
     }
 }
 
@@ -146,11 +143,52 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescedWrites<T> {
     }
 }
 
+/// A socket (TLS or plain) presented as one without vectored writes, so
+/// that hyper copies small HTTP/2 frames into its write buffer and sends the
+/// frames ready at one time in one TLS record and one write.
+///
+/// HTTP/2 (the `h2` crate) copies a DATA frame's payload into its buffer only
+/// below a threshold: 256 bytes when the socket takes vectored writes, 1 KiB
+/// when it does not. A larger payload is kept aside, and the buffer must be
+/// written out and flushed before the next frame is encoded. Over a vectored
+/// socket, each typical answer (a created object is some 700 bytes) costs
+/// its own TLS record and its own `writev`, however many streams have answers
+/// ready; through this adapter they leave together. The API server serves
+/// every connection through it; clients of small requests (the benchmark's
+/// load generator) gain the same by wrapping their socket in it.
+///
+/// Measured in the API server benchmark (creates over HTTP/2 at 64 clients,
+/// four interleaved pairs of runs): 22.8k/s against 21.7k/s, 51.8 µs of
+/// server CPU per create against 54.8 µs, and 0.6 server writes per create
+/// against 1.0. HTTP/1.1, where hyper then flattens head and body into one
+/// buffer, did not change beyond the noise.
+pub struct CopiedWrites<T>(pub T);
+
+impl<T: AsyncRead + Unpin> AsyncRead for CopiedWrites<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for CopiedWrites<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
-    use tokio::io::AsyncWriteExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     /// A socket recording each write it is given.
     #[derive(Clone, Default)]
@@ -205,5 +243,25 @@ mod tests {
         socket.flush().await.unwrap();
         assert_eq!(writes(&recorder), ["other", "one"]);
         other.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn copied_writes_pass_bytes_both_ways_and_refuse_vectored_writes() {
+        let (near, far) = tokio::io::duplex(64);
+        let (mut near, mut far) = (CopiedWrites(near), CopiedWrites(far));
+        // What makes hyper's HTTP/2 copy small frames into its buffer.
+        assert!(!near.is_write_vectored());
+        let slices = [std::io::IoSlice::new(b"ab"), std::io::IoSlice::new(b"cd")];
+        // Without vectored writes only the first slice is taken per call.
+        assert_eq!(near.write_vectored(&slices).await.unwrap(), 2);
+        near.write_all(b"ef").await.unwrap();
+        near.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        far.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"abef");
+        far.write_all(b"back").await.unwrap();
+        let mut back = [0; 4];
+        near.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"back");
     }
 }

@@ -3,9 +3,7 @@
 
 use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -16,7 +14,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt as _;
 
-use super::CoalescedWrites;
+use super::{CoalescedWrites, CopiedWrites};
 
 use rustls::pki_types::CertificateDer;
 
@@ -130,47 +128,6 @@ async fn handshake(
     }
 }
 
-/// A socket (TLS or plain) presented as one without vectored writes, so
-/// that hyper copies small HTTP/2 frames into its write buffer and sends the
-/// frames ready at one time in one TLS record and one write.
-///
-/// HTTP/2 (the `h2` crate) copies a DATA frame's payload into its buffer only
-/// below a threshold: 256 bytes when the socket takes vectored writes, 1 KiB
-/// when it does not. A larger payload is kept aside, and the buffer must be
-/// written out and flushed before the next frame is encoded. Over a vectored
-/// socket, each typical answer (a created object is some 700 bytes) costs
-/// its own TLS record and its own `writev`, however many streams have answers
-/// ready; through this adapter they leave together. The API server serves
-/// every connection through it; clients of small requests (the benchmark's
-/// load generator) gain the same by wrapping their socket in it.
-///
-/// Measured in the API server benchmark (creates over HTTP/2 at 64 clients,
-/// four interleaved pairs of runs): 22.8k/s against 21.7k/s, 51.8 µs of
-/// server CPU per create against 54.8 µs, and 0.6 server writes per create
-/// against 1.0. HTTP/1.1, where hyper then flattens head and body into one
-/// buffer, did not change beyond the noise.
-pub struct CopiedWrites<T>(pub T);
-
-impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CopiedWrites<T> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CopiedWrites<T> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
-
 /// One HTTP/1.1 or HTTP/2 connection (auto-detected), upgrades allowed.
 fn connection<I, S>(io: I, service: S) -> impl hyper_util::server::graceful::GracefulConnection<Error = Box<dyn std::error::Error + Send + Sync>>
 where
@@ -184,31 +141,4 @@ where
     auto::Builder::new(TokioExecutor::new())
         .serve_connection_with_upgrades(io, TowerToHyperService::new(service))
         .into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use tokio::io::{AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
-
-    use super::CopiedWrites;
-
-    #[tokio::test]
-    async fn copied_writes_pass_bytes_both_ways_and_refuse_vectored_writes() {
-        let (near, far) = tokio::io::duplex(64);
-        let (mut near, mut far) = (CopiedWrites(near), CopiedWrites(far));
-        // What makes hyper's HTTP/2 copy small frames into its buffer.
-        assert!(!near.is_write_vectored());
-        let slices = [std::io::IoSlice::new(b"ab"), std::io::IoSlice::new(b"cd")];
-        // Without vectored writes only the first slice is taken per call.
-        assert_eq!(near.write_vectored(&slices).await.unwrap(), 2);
-        near.write_all(b"ef").await.unwrap();
-        near.shutdown().await.unwrap();
-        let mut got = Vec::new();
-        far.read_to_end(&mut got).await.unwrap();
-        assert_eq!(got, b"abef");
-        far.write_all(b"back").await.unwrap();
-        let mut back = [0; 4];
-        near.read_exact(&mut back).await.unwrap();
-        assert_eq!(&back, b"back");
-    }
 }

@@ -1,6 +1,7 @@
 //! HTTPS for Orchestra's servers and their clients: the listener
-//! ([`serve`]), the cluster's certificates ([`pki`]), and the rustls
-//! configurations built from them. The API server uses all of it; a node
+//! ([`serve`]), the cluster's certificates ([`pki`]), the rustls
+//! configurations built from them, and the socket adapters that let HTTP/2
+//! send in fewer writes ([`CopiedWrites`], [`CoalescedWrites`]). The API server uses all of it; a node
 //! agent uses it for its own endpoint (logs, exec) without compiling the
 //! API server (feature `tls` alone).
 
@@ -13,8 +14,8 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-pub use coalesce::CoalescedWrites;
-pub use listener::{CopiedWrites, ListenOptions, PeerCertificates, serve};
+pub use coalesce::{CoalescedWrites, CopiedWrites};
+pub use listener::{ListenOptions, PeerCertificates, serve};
 use pki::{Credential, PkiError};
 
 /// Whether a server asks clients for a certificate.

@@ -205,6 +205,15 @@ async fn namespace_deletion_empties_it() {
     .await;
 }
 
+/// Creates the ConfigMap `owner` with `finalizer`; returns its UID.
+async fn create_owner(maps: &Api<ConfigMap>, finalizer: &str) -> String {
+    let owner = ConfigMap {
+        metadata: ObjectMeta { name: Some("owner".into()), finalizers: Some(vec![finalizer.into()]), ..Default::default() },
+        ..Default::default()
+    };
+    maps.create(&PostParams::default(), &owner).await.unwrap().metadata.uid.unwrap()
+}
+
 /// A ConfigMap `name` owned by the ConfigMap whose UID is `owner`.
 fn owned_map(name: &str, owner: &str, block: Option<bool>) -> ConfigMap {
     ConfigMap {
@@ -253,12 +262,7 @@ async fn orphaning_waits_for_dependents_the_graph_has_not_seen() {
     let server = support::server().await;
     let client = orchestra_core::client::in_process(&server, "default");
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let owner = ConfigMap {
-        metadata: ObjectMeta { name: Some("owner".into()), finalizers: Some(vec![ORPHAN.into()]), ..Default::default() },
-        ..Default::default()
-    };
-    let owner = maps.create(&PostParams::default(), &owner).await.unwrap();
-    let owner_uid = owner.metadata.uid.clone().unwrap();
+    let owner_uid = create_owner(&maps, ORPHAN).await;
     let dependent = maps.create(&PostParams::default(), &owned_map("dependent", &owner_uid, None)).await.unwrap();
     maps.delete("owner", &DeleteParams::default()).await.unwrap();
 
@@ -300,11 +304,7 @@ async fn foreground_deletion_waits_for_blocking_dependents_the_graph_has_not_see
     let server = support::server().await;
     let client = orchestra_core::client::in_process(&server, "default");
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let owner = ConfigMap {
-        metadata: ObjectMeta { name: Some("owner".into()), finalizers: Some(vec![FOREGROUND.into()]), ..Default::default() },
-        ..Default::default()
-    };
-    let owner_uid = maps.create(&PostParams::default(), &owner).await.unwrap().metadata.uid.unwrap();
+    let owner_uid = create_owner(&maps, FOREGROUND).await;
     maps.create(&PostParams::default(), &owned_map("blocker", &owner_uid, Some(true))).await.unwrap();
     maps.create(&PostParams::default(), &owned_map("loose", &owner_uid, Some(false))).await.unwrap();
     maps.delete("owner", &DeleteParams::default()).await.unwrap();

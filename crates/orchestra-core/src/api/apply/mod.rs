@@ -144,8 +144,7 @@ fn entry_json(
 
 /// The `managedFields` entries of an object (unreadable entries are dropped).
 pub fn managed_fields(object: &Value) -> Vec<ManagedEntry> {
-    object
-        .pointer("/metadata/managedFields")
+    meta::meta_value(object, "managedFields")
         .and_then(Value::as_array)
         .map(|entries| entries.iter().filter_map(ManagedEntry::from_json).collect())
         .unwrap_or_default()
@@ -904,8 +903,7 @@ pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration
 /// The fields of the object's last-applied configuration that still have
 /// the applied values (`None` without the annotation).
 fn last_applied_fields(live: &Value, ctx: &Context<'_>) -> Option<FieldSet> {
-    let text = live
-        .pointer("/metadata/annotations")?
+    let text = meta::meta_value(live, "annotations")?
         .get(LAST_APPLIED)?
         .as_str()?;
     let last_applied: Value = serde_json::from_str(text).ok()?;
@@ -926,8 +924,7 @@ fn last_applied_fields(live: &Value, ctx: &Context<'_>) -> Option<FieldSet> {
 /// Keeps an existing last-applied annotation in step with what `kubectl`
 /// applies server-side, like upstream.
 fn update_last_applied(object: &mut Value, config: &Value) {
-    let has_annotation = object
-        .pointer("/metadata/annotations")
+    let has_annotation = meta::meta_value(object, "annotations")
         .and_then(|a| a.get(LAST_APPLIED))
         .is_some();
     if !has_annotation {
