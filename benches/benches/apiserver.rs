@@ -29,7 +29,8 @@
 //! point and the ratio (API / store throughput).
 //!
 //! The throughput ratio understates the server, because in the `https` modes
-//! the load generator (hyper client, TLS, HTTP framing) shares the 2 CPUs with
+//! the load generator (TLS, HTTP framing: the `h2` crate for HTTP/2, hyper's
+//! client for HTTP/1.1) shares the 2 CPUs with
 //! it. So those clients run on a one-thread runtime of their own (`bench-client*`)
 //! and the CPU time of every thread is read over each measured window:
 //! `server_cpu_us_per_op` is that of all other threads per operation,
@@ -53,7 +54,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use orchestra_benches::args::Args;
 use orchestra_benches::harness;
 use orchestra_benches::load::{LoopResult, closed_loop};
@@ -219,14 +220,15 @@ fn main() -> ExitCode {
 enum ApiConn {
     /// The router, called in process.
     InProc(axum::Router),
-    /// An HTTP/2 connection (shared by cloning).
-    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+    /// An HTTP/2 connection (shared by cloning), driven with the `h2` crate
+    /// directly (see [`Https::h2`]).
+    H2(h2::client::SendRequest<Bytes>),
     /// An HTTP/1.1 connection (one per client).
     H1(Arc<tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<Full<Bytes>>>>),
 }
 
 impl ApiConn {
-    fn request(&self, method: Method, path: &str, body: Bytes) -> Request<Full<Bytes>> {
+    fn request(&self, method: Method, path: &str, body: Bytes) -> Request<Bytes> {
         let uri = match self {
             ApiConn::H2(_) => format!("https://127.0.0.1{path}"),
             _ => path.to_owned(),
@@ -238,7 +240,7 @@ impl ApiConn {
         if !body.is_empty() {
             builder = builder.header("content-type", "application/json");
         }
-        builder.body(Full::new(body)).expect("a valid request")
+        builder.body(body).expect("a valid request")
     }
 
     /// Sends a request and reads the whole response.
@@ -246,7 +248,7 @@ impl ApiConn {
         let request = self.request(method, path, body);
         match self {
             ApiConn::InProc(router) => {
-                let mut request = request.map(axum::body::Body::new);
+                let mut request = request.map(axum::body::Body::from);
                 request.extensions_mut().insert(Identity(UserInfo::new(ADMIN, &["system:masters"])));
                 let response = router.clone().oneshot(request).await.map_err(|e| e.to_string())?;
                 let status = response.status();
@@ -254,15 +256,23 @@ impl ApiConn {
                 Ok((status, body))
             }
             ApiConn::H2(send) => {
-                let response = send.clone().send_request(request).await.map_err(|e| e.to_string())?;
+                let response = h2_send(send, request).await?;
                 let status = response.status();
-                let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
-                Ok((status, body))
+                let mut body = response.into_body();
+                let mut chunks = Vec::new();
+                while let Some(chunk) = body.data().await {
+                    let chunk = chunk.map_err(|e| e.to_string())?;
+                    body.flow_control().release_capacity(chunk.len()).map_err(|e| e.to_string())?;
+                    chunks.push(chunk);
+                }
+                // A small answer is one DATA frame: kept as it came.
+                let whole = if chunks.len() == 1 { chunks.pop().expect("one chunk") } else { chunks.concat().into() };
+                Ok((status, whole))
             }
             ApiConn::H1(send) => {
                 let mut send = send.lock().await;
                 send.ready().await.map_err(|e| e.to_string())?;
-                let response = send.send_request(request).await.map_err(|e| e.to_string())?;
+                let response = send.send_request(request.map(Full::new)).await.map_err(|e| e.to_string())?;
                 let status = response.status();
                 let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
                 Ok((status, body))
@@ -279,6 +289,37 @@ impl ApiConn {
             Err(format!("{status} (expected {expect}): {}", String::from_utf8_lossy(&body[..body.len().min(300)])))
         }
     }
+}
+
+/// The window of the load generator's HTTP/2 connections (stream and
+/// connection), as hyper's client sets it: far above what 64 outstanding
+/// requests of small answers need.
+const H2_WINDOW: u32 = 5 * 1024 * 1024;
+
+/// Opens a stream for `request` on an HTTP/2 connection and awaits the
+/// answer's head.
+async fn h2_send(send: &h2::client::SendRequest<Bytes>, request: Request<Bytes>) -> Result<http::Response<h2::RecvStream>, String> {
+    let (head, body) = request.into_parts();
+    let mut send = send.clone().ready().await.map_err(|e| e.to_string())?;
+    let (response, mut stream) =
+        send.send_request(Request::from_parts(head, ()), body.is_empty()).map_err(|e| e.to_string())?;
+    if !body.is_empty() {
+        stream.send_data(body, true).map_err(|e| e.to_string())?;
+    }
+    response.await.map_err(|e| e.to_string())
+}
+
+/// An HTTP/2 answer's body as an `http_body::Body`, its data released to
+/// the flow-control window as it is read.
+fn h2_body(body: h2::RecvStream) -> http_body_util::combinators::BoxBody<Bytes, String> {
+    let frames = futures::stream::unfold(body, |mut body| async move {
+        let chunk = body.data().await?;
+        let chunk = chunk
+            .map_err(|e| e.to_string())
+            .and_then(|chunk| body.flow_control().release_capacity(chunk.len()).map(|()| chunk).map_err(|e| e.to_string()));
+        Some((chunk.map(http_body::Frame::data), body))
+    });
+    BodyExt::boxed(http_body_util::StreamBody::new(frames))
 }
 
 /// A client's TLS connection.
@@ -331,13 +372,25 @@ impl Https {
         Ok(TokioIo::new(CopiedWrites(tls)))
     }
 
+    /// An HTTP/2 connection driven with the `h2` crate directly. A request
+    /// then opens its stream and awaits its answer in the caller's task;
+    /// hyper's client would pass it through its connection task over a
+    /// channel and spawn a task per request to await the answer. The load
+    /// generator shares the server's two cores, and this takes a quarter of
+    /// its CPU per request away (see `benches/RESULTS.md`, session 12).
     async fn h2(&self) -> Result<ApiConn, String> {
-        let io = self.tls(&self.h2).await?;
-        let (send, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        let io = self.tls(&self.h2).await?.into_inner();
+        let (send, connection) = h2::client::Builder::new()
+            .initial_window_size(H2_WINDOW)
+            .initial_connection_window_size(H2_WINDOW)
             .handshake(io)
             .await
             .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
-        tokio::spawn(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                eprintln!("HTTP/2 connection ended: {error}");
+            }
+        });
         Ok(ApiConn::H2(send))
     }
 
@@ -1126,7 +1179,7 @@ async fn watch_api(bench: &Bench, mode: &str) -> Result<WatchOutcome, String> {
         let control = controlled.clone();
         match mode {
             "inproc" => {
-                let mut request = admin.request(Method::GET, &path, Bytes::new()).map(axum::body::Body::new);
+                let mut request = admin.request(Method::GET, &path, Bytes::new()).map(axum::body::Body::from);
                 request.extensions_mut().insert(Identity(UserInfo::new(ADMIN, &["system:masters"])));
                 let response = bench.router.clone().oneshot(request).await.map_err(|e| e.to_string())?;
                 if response.status() != StatusCode::OK {
@@ -1145,11 +1198,11 @@ async fn watch_api(bench: &Bench, mode: &str) -> Result<WatchOutcome, String> {
                 };
                 let request = conn.request(Method::GET, &path, Bytes::new());
                 let response = match &conn {
-                    ApiConn::H2(send) => send.clone().send_request(request).await.map_err(|e| e.to_string())?,
+                    ApiConn::H2(send) => h2_send(send, request).await?.map(h2_body),
                     ApiConn::H1(send) => {
                         let mut send = send.lock().await;
                         send.ready().await.map_err(|e| e.to_string())?;
-                        send.send_request(request).await.map_err(|e| e.to_string())?
+                        send.send_request(request.map(Full::new)).await.map_err(|e| e.to_string())?.map(|body| body.map_err(|e| e.to_string()).boxed())
                     }
                     ApiConn::InProc(_) => unreachable!(),
                 };
