@@ -286,16 +286,21 @@ mod tests {
         .unwrap();
     }
 
+    /// A coalescing socket, its recorder, and a queue holding `first`.
+    fn queued_connection(first: &[u8]) -> (Recorder, CoalescedWrites<Recorder>, Arc<Mutex<Vec<u8>>>) {
+        let recorder = Recorder::default();
+        let mut socket = CoalescedWrites::new(recorder.clone());
+        socket.coalesce(true);
+        (recorder, socket, Arc::new(Mutex::new(first.to_vec())))
+    }
+
     fn push(queued: &Arc<Mutex<Vec<u8>>>, bytes: &[u8]) {
         queued.lock().unwrap().extend_from_slice(bytes);
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_flush_waits_while_answers_keep_coming() {
-        let recorder = Recorder::default();
-        let mut socket = CoalescedWrites::new(recorder.clone());
-        socket.coalesce(true);
-        let queued = Arc::new(Mutex::new(b"a".to_vec()));
+        let (recorder, mut socket, queued) = queued_connection(b"a");
         // `b` comes during the flush's first yield, `c` during its second.
         let b = tokio::spawn({
             let queued = queued.clone();
@@ -316,10 +321,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_flush_yields_a_bounded_number_of_times() {
-        let recorder = Recorder::default();
-        let mut socket = CoalescedWrites::new(recorder.clone());
-        socket.coalesce(true);
-        let queued = Arc::new(Mutex::new(b"a".to_vec()));
+        let (recorder, mut socket, queued) = queued_connection(b"a");
         // Something to send at every pass of the scheduler, for ever.
         let endless = tokio::spawn({
             let queued = queued.clone();
