@@ -260,10 +260,8 @@ impl ApiConn {
                 let status = response.status();
                 let mut body = response.into_body();
                 let mut chunks = Vec::new();
-                while let Some(chunk) = body.data().await {
-                    let chunk = chunk.map_err(|e| e.to_string())?;
-                    body.flow_control().release_capacity(chunk.len()).map_err(|e| e.to_string())?;
-                    chunks.push(chunk);
+                while let Some(chunk) = h2_chunk(&mut body).await {
+                    chunks.push(chunk?);
                 }
                 // A small answer is one DATA frame: kept as it came.
                 let whole = if chunks.len() == 1 { chunks.pop().expect("one chunk") } else { chunks.concat().into() };
@@ -309,14 +307,17 @@ async fn h2_send(send: &h2::client::SendRequest<Bytes>, request: Request<Bytes>)
     response.await.map_err(|e| e.to_string())
 }
 
-/// An HTTP/2 answer's body as an `http_body::Body`, its data released to
-/// the flow-control window as it is read.
+/// The next chunk of an HTTP/2 answer's body, released to the connection's
+/// flow-control window as it is read; `None` at the end.
+async fn h2_chunk(body: &mut h2::RecvStream) -> Option<Result<Bytes, String>> {
+    let chunk = body.data().await?.map_err(|e| e.to_string());
+    Some(chunk.and_then(|chunk| body.flow_control().release_capacity(chunk.len()).map(|()| chunk).map_err(|e| e.to_string())))
+}
+
+/// An HTTP/2 answer's body as an `http_body::Body` (see [`h2_chunk`]).
 fn h2_body(body: h2::RecvStream) -> http_body_util::combinators::BoxBody<Bytes, String> {
     let frames = futures::stream::unfold(body, |mut body| async move {
-        let chunk = body.data().await?;
-        let chunk = chunk
-            .map_err(|e| e.to_string())
-            .and_then(|chunk| body.flow_control().release_capacity(chunk.len()).map(|()| chunk).map_err(|e| e.to_string()));
+        let chunk = h2_chunk(&mut body).await?;
         Some((chunk.map(http_body::Frame::data), body))
     });
     BodyExt::boxed(http_body_util::StreamBody::new(frames))
