@@ -1,7 +1,8 @@
 //! Prometheus metrics of the API server, served on `/metrics` in the
 //! OpenMetrics text format, named and labelled like kube-apiserver's.
 
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -49,6 +50,17 @@ pub struct Metrics {
     requests: Family<CodeLabels, Counter>,
     latency: Family<RequestLabels, Histogram, fn() -> Histogram>,
     long_running: Family<RequestLabels, Gauge>,
+    /// The request counters (by code) and the latency histogram of each
+    /// label set seen: handles on the families' metrics, so that a request
+    /// finds both in one lookup without building a label set with a code.
+    handles: RwLock<HashMap<RequestLabels, Handles, foldhash::fast::RandomState>>,
+}
+
+/// A label set's metrics (see [`Metrics::observe`]).
+struct Handles {
+    latency: Histogram,
+    /// The counter of each response code seen, in the order first seen.
+    requests: Vec<(u16, Counter)>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -85,13 +97,32 @@ impl Metrics {
             "Gauge of all active long-running apiserver requests (watches) broken out by verb, group, version, resource, scope and subresource.",
             long_running.clone(),
         );
-        Metrics { registry: Mutex::new(registry), requests, latency, long_running }
+        Metrics { registry: Mutex::new(registry), requests, latency, long_running, handles: RwLock::default() }
     }
 
     /// Records a finished request (or a watch whose response has started).
     pub fn observe(&self, labels: &RequestLabels, code: u16, elapsed: Duration) {
-        self.requests.get_or_create(&CodeLabels { request: labels.clone(), code: code.to_string() }).inc();
-        self.latency.get_or_create(labels).observe(elapsed.as_secs_f64());
+        let seconds = elapsed.as_secs_f64();
+        {
+            let handles = self.handles.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(found) = handles.get(labels)
+                && let Some((_, counter)) = found.requests.iter().find(|(seen, _)| *seen == code)
+            {
+                counter.inc();
+                found.latency.observe(seconds);
+                return;
+            }
+        }
+        // First request of this label set or code: the families make the metrics.
+        let counter = self.requests.get_or_create(&CodeLabels { request: labels.clone(), code: code.to_string() }).clone();
+        let latency = self.latency.get_or_create(labels).clone();
+        counter.inc();
+        latency.observe(seconds);
+        let mut handles = self.handles.write().unwrap_or_else(|e| e.into_inner());
+        let found = handles.entry(labels.clone()).or_insert_with(|| Handles { latency, requests: Vec::new() });
+        if !found.requests.iter().any(|(seen, _)| *seen == code) {
+            found.requests.push((code, counter));
+        }
     }
 
     /// Counts a long-running request (a watch) until the guard is dropped.
@@ -155,5 +186,23 @@ mod tests {
         assert!(text.contains(r#"apiserver_longrunning_requests{verb="WATCH",group="",version="v1",resource="pods",subresource="",scope="namespace"} 1"#), "{text}");
         drop(guard);
         assert!(metrics.render().contains(r#"scope="namespace"} 0"#));
+    }
+
+    #[test]
+    fn every_code_and_label_set_counts_apart_after_the_first_request() {
+        let metrics = Metrics::new();
+        let get = RequestLabels { verb: "GET".into(), version: "v1".into(), resource: "pods".into(), ..Default::default() };
+        let post = RequestLabels { verb: "POST".into(), ..get.clone() };
+        for (labels, code) in [(&get, 200), (&get, 404), (&get, 200), (&post, 201), (&get, 200), (&post, 201)] {
+            metrics.observe(labels, code, Duration::from_millis(1));
+        }
+        let text = metrics.render();
+        let total = |verb: &str, code: u16| {
+            format!(r#"apiserver_request_total{{verb="{verb}",group="",version="v1",resource="pods",subresource="",scope="",code="{code}"}}"#)
+        };
+        for (line, count) in [(total("GET", 200), 3), (total("GET", 404), 1), (total("POST", 201), 2)] {
+            assert!(text.contains(&format!("{line} {count}")), "{line} {count} in {text}");
+        }
+        assert!(text.contains(r#"apiserver_request_duration_seconds_count{verb="GET",group="",version="v1",resource="pods",subresource="",scope=""} 4"#), "{text}");
     }
 }
