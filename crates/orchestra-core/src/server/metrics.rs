@@ -114,15 +114,18 @@ impl Metrics {
             }
         }
         // First request of this label set or code: the families make the metrics.
-        let counter = self.requests.get_or_create(&CodeLabels { request: labels.clone(), code: code.to_string() }).clone();
-        let latency = self.latency.get_or_create(labels).clone();
-        counter.inc();
-        latency.observe(seconds);
         let mut handles = self.handles.write().unwrap_or_else(|e| e.into_inner());
-        let found = handles.entry(labels.clone()).or_insert_with(|| Handles { latency, requests: Vec::new() });
-        if !found.requests.iter().any(|(seen, _)| *seen == code) {
-            found.requests.push((code, counter));
-        }
+        let found = handles.entry(labels.clone()).or_insert_with(|| Handles {
+            latency: self.latency.get_or_create(labels).clone(),
+            requests: Vec::new(),
+        });
+        let index = found.requests.iter().position(|(seen, _)| *seen == code).unwrap_or_else(|| {
+            let counter = self.requests.get_or_create(&CodeLabels { request: labels.clone(), code: code.to_string() });
+            found.requests.push((code, counter.clone()));
+            found.requests.len() - 1
+        });
+        found.requests[index].1.inc();
+        found.latency.observe(seconds);
     }
 
     /// Counts a long-running request (a watch) until the guard is dropped.

@@ -205,13 +205,18 @@ async fn namespace_deletion_empties_it() {
     .await;
 }
 
-/// Creates the ConfigMap `owner` with `finalizer`; returns its UID.
-async fn create_owner(maps: &Api<ConfigMap>, finalizer: &str) -> String {
+/// An API server, a client of it, its ConfigMaps in `default`, and there
+/// the ConfigMap `owner` with `finalizer`, whose UID comes last.
+async fn server_with_owner(finalizer: &str) -> (orchestra_core::server::ApiServer, kube::Client, Api<ConfigMap>, String) {
+    let server = support::server().await;
+    let client = orchestra_core::client::in_process(&server, "default");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let owner = ConfigMap {
         metadata: ObjectMeta { name: Some("owner".into()), finalizers: Some(vec![finalizer.into()]), ..Default::default() },
         ..Default::default()
     };
-    maps.create(&PostParams::default(), &owner).await.unwrap().metadata.uid.unwrap()
+    let uid = maps.create(&PostParams::default(), &owner).await.unwrap().metadata.uid.unwrap();
+    (server, client, maps, uid)
 }
 
 /// A ConfigMap `name` owned by the ConfigMap whose UID is `owner`.
@@ -259,10 +264,7 @@ async fn collector_view(
 async fn orphaning_waits_for_dependents_the_graph_has_not_seen() {
     use orchestra_ctrl::controllers::garbage_collector::{Graph, ORPHAN, apply};
 
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let owner_uid = create_owner(&maps, ORPHAN).await;
+    let (_server, client, maps, owner_uid) = server_with_owner(ORPHAN).await;
     let dependent = maps.create(&PostParams::default(), &owned_map("dependent", &owner_uid, None)).await.unwrap();
     maps.delete("owner", &DeleteParams::default()).await.unwrap();
 
@@ -301,10 +303,7 @@ async fn orphaning_waits_for_dependents_the_graph_has_not_seen() {
 async fn foreground_deletion_waits_for_blocking_dependents_the_graph_has_not_seen() {
     use orchestra_ctrl::controllers::garbage_collector::{FOREGROUND, Graph, apply};
 
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let owner_uid = create_owner(&maps, FOREGROUND).await;
+    let (_server, client, maps, owner_uid) = server_with_owner(FOREGROUND).await;
     maps.create(&PostParams::default(), &owned_map("blocker", &owner_uid, Some(true))).await.unwrap();
     maps.create(&PostParams::default(), &owned_map("loose", &owner_uid, Some(false))).await.unwrap();
     maps.delete("owner", &DeleteParams::default()).await.unwrap();
