@@ -42,7 +42,8 @@ const MAX_BUFFERED: usize = 256 * 1024;
 const MAX_FLUSH_YIELDS: u32 = 8;
 
 /// A socket whose writes are buffered and whose flushes yield to the
-/// scheduler once before they write (see the module docs). Created passing
+/// scheduler before they write, again while more keeps coming (see the
+/// module docs). Created passing
 /// writes straight through; [`coalesce`](Self::coalesce) turns buffering on
 /// (after a TLS handshake, for connections that multiplex, such as HTTP/2).
 pub struct CoalescedWrites<T> {
