@@ -85,6 +85,8 @@ usage: cargo bench -p orchestra-benches --bench apiserver [-- OPTIONS]
   --watchers N             watchers in the fan-out test (default 200, quick 100)
   --watch-events N         objects the watch writer creates (default 1000, quick 200)
   --watch-rate N           writer creates per second (default 100)
+  --h2-connections N       HTTP/2 connections the `https` clients share, round robin
+                           (default 1, as client-go)
 
 Data goes to a scratch directory under $ORCHESTRA_BENCH_DIR (default /var/tmp), never tmpfs.";
 
@@ -136,6 +138,7 @@ struct Config {
     watchers: usize,
     watch_events: u64,
     watch_rate: f64,
+    h2_connections: usize,
 }
 
 impl Config {
@@ -159,6 +162,7 @@ impl Config {
             watchers: args.get("watchers", if quick { 100 } else { 200 })?,
             watch_events: args.get("watch-events", if quick { 200 } else { 1000 })?,
             watch_rate: args.get("watch-rate", 100.0)?,
+            h2_connections: args.get("h2-connections", 1)?,
         };
         args.finish()?;
         if let Some(op) = config.ops.iter().find(|o| !["create", "get", "list", "watch"].contains(&o.as_str())) {
@@ -170,6 +174,7 @@ impl Config {
         if config.runs == 0
             || config.watchers == 0
             || config.watch_rate <= 0.0
+            || config.h2_connections == 0
             || config.clients.contains(&0)
             || config.list_clients.contains(&0)
         {
@@ -403,11 +408,18 @@ impl Https {
         Ok(ApiConn::H1(Arc::new(tokio::sync::Mutex::new(send))))
     }
 
-    /// `clients` connections of `mode` (`https` connections are shared); their
-    /// connection tasks run on the runtime this is called on.
-    async fn conns(&self, mode: &str, clients: usize) -> Result<Vec<ApiConn>, String> {
+    /// `clients` connections of `mode` (the `h2_connections` HTTP/2
+    /// connections of `https` are shared round robin); their connection tasks
+    /// run on the runtime this is called on.
+    async fn conns(&self, mode: &str, clients: usize, h2_connections: usize) -> Result<Vec<ApiConn>, String> {
         match mode {
-            "https" => Ok(vec![self.h2().await?; clients]),
+            "https" => {
+                let mut shared = Vec::with_capacity(h2_connections);
+                for _ in 0..h2_connections {
+                    shared.push(self.h2().await?);
+                }
+                Ok((0..clients).map(|c| shared[c % shared.len()].clone()).collect())
+            }
             "https1" => {
                 let mut conns = Vec::with_capacity(clients);
                 for _ in 0..clients {
@@ -469,9 +481,10 @@ impl Bench {
                 api_load(op, conns, warmup, duration, run).await
             } else {
                 let (https, op, mode) = (self.https.clone(), op.to_owned(), mode.to_owned());
+                let h2_connections = self.config.h2_connections;
                 self.clients
                     .spawn(async move {
-                        let conns = https.conns(&mode, clients).await?;
+                        let conns = https.conns(&mode, clients, h2_connections).await?;
                         let _ = started.send(Instant::now());
                         api_load(&op, conns, warmup, duration, run).await
                     })
@@ -924,9 +937,13 @@ fn print_header(config: &Config, scratch: &Path, stored_len: usize) {
         config.warmup.as_secs_f64(),
         config.runs,
     );
+    let shared = match config.h2_connections {
+        1 => "one shared connection".to_owned(),
+        n => format!("{n} connections shared round robin"),
+    };
     println!(
-        "# modes: https = HTTP/2 over TLS, one shared connection, admin client certificate; https1 = HTTP/1.1 over \
-         TLS, one connection per client; inproc = tower oneshot on the router; store = the bare Store calls"
+        "# modes: https = HTTP/2 over TLS, {shared}, admin client certificate; https1 = HTTP/1.1 over TLS, one \
+         connection per client; inproc = tower oneshot on the router; store = the bare Store calls"
     );
     println!(
         "# cpu: CPU time of each thread (/proc/self/task/*/schedstat) over each measured window, per operation; in \
