@@ -9,9 +9,10 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tower::ServiceExt as _;
 
 use super::{CoalescedWrites, CopiedWrites};
@@ -23,6 +24,8 @@ use rustls::pki_types::CertificateDer;
 /// extension of every request of the connection.
 #[derive(Debug, Clone)]
 pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,8 +48,9 @@ impl Default for ListenOptions {
 
 /// Serves `router` on `listener` until `shutdown` completes, then stops
 /// accepting, lets open requests finish for up to `drain_timeout`, and
-/// returns. Over TLS, a verified client certificate chain is attached to
-/// every request of the connection as a [`PeerCertificates`] extension.
+/// closes the connections still open. Over TLS, a verified client
+/// certificate chain is attached to every request of the connection as a
+/// [`PeerCertificates`] extension.
 pub async fn serve(
     listener: TcpListener,
     router: axum::Router,
@@ -54,7 +58,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     let acceptor = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
-    let graceful = GracefulShutdown::new();
+    // `true` once the connections are to wind down.
+    let (closing, closing_seen) = watch::channel(false);
+    let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -69,13 +75,17 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        while connections.try_join_next().is_some() {}
         let _ = stream.set_nodelay(true);
-        let watcher = graceful.watcher();
         let router = router.clone();
         let acceptor = acceptor.clone();
-        tokio::spawn(async move {
+        let mut closing = closing_seen.clone();
+        connections.spawn(async move {
+            let closed = async move {
+                let _ = closing.wait_for(|closing| *closing).await;
+            };
             let result = match acceptor {
-                None => watcher.watch(connection(TokioIo::new(CopiedWrites(stream)), router)).await,
+                None => serve_connection(TokioIo::new(CopiedWrites(stream)), router, closed).await,
                 Some(acceptor) => {
                     let Some(mut stream) = handshake(&acceptor, stream).await else { return };
                     // Many streams share an HTTP/2 connection: their answers
@@ -93,7 +103,7 @@ pub async fn serve(
                         }
                         request
                     });
-                    watcher.watch(connection(TokioIo::new(CopiedWrites(stream)), router)).await
+                    serve_connection(TokioIo::new(CopiedWrites(stream)), router, closed).await
                 }
             };
             if let Err(error) = result {
@@ -102,11 +112,13 @@ pub async fn serve(
         });
     }
     drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(options.drain_timeout) => {
-            tracing::info!("drain timeout: closing the remaining connections");
-        }
+    let _ = closing.send(true);
+    let drained = tokio::time::timeout(options.drain_timeout, async {
+        while connections.join_next().await.is_some() {}
+    });
+    if drained.await.is_err() {
+        tracing::info!(open = connections.len(), "drain timeout: closing the remaining connections");
+        connections.shutdown().await;
     }
     Ok(())
 }
@@ -128,8 +140,11 @@ async fn handshake(
     }
 }
 
-/// One HTTP/1.1 or HTTP/2 connection (auto-detected), upgrades allowed.
-fn connection<I, S>(io: I, service: S) -> impl hyper_util::server::graceful::GracefulConnection<Error = Box<dyn std::error::Error + Send + Sync>>
+/// One HTTP/1.1 or HTTP/2 connection (auto-detected), upgrades allowed,
+/// until the client closes it; once `closed` completes it is shut down
+/// gracefully (HTTP/2: GOAWAY, open streams answered; HTTP/1.1: closed
+/// after the request in progress).
+async fn serve_connection<I, S>(io: I, service: S, closed: impl Future<Output = ()>) -> Result<(), BoxError>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     S: tower::Service<http::Request<Incoming>, Response = axum::response::Response, Error = std::convert::Infallible>
@@ -138,7 +153,12 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    auto::Builder::new(TokioExecutor::new())
-        .serve_connection_with_upgrades(io, TowerToHyperService::new(service))
-        .into_owned()
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let connection = builder.serve_connection_with_upgrades(io, TowerToHyperService::new(service));
+    tokio::pin!(connection, closed);
+    tokio::select! {
+        result = &mut connection => return result,
+        () = &mut closed => connection.as_mut().graceful_shutdown(),
+    }
+    connection.await
 }

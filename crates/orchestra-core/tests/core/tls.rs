@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use futures::StreamExt as _;
 use kube::api::{Api, ListParams, PostParams};
 use orchestra_core::auth::{
     AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, PublicInfoViewer, TokenFile,
@@ -185,6 +186,9 @@ async fn negotiates_http2_and_shuts_down_gracefully() {
     cluster.stop.take().unwrap().send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(10), &mut cluster.served).await.expect("stops").unwrap().unwrap();
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
-    drop(watch);
+    // The connections still open past the drain timeout are closed: the watch ends.
+    let mut watch = Box::pin(watch);
+    let ended = tokio::time::timeout(Duration::from_secs(5), async { while let Some(Ok(_)) = watch.next().await {} });
+    assert!(ended.await.is_ok(), "the watch's connection is closed");
     assert!(tokio::net::TcpStream::connect(cluster.address).await.is_err(), "no longer listening");
 }
