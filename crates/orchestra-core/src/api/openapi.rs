@@ -19,9 +19,9 @@
 //! and are costly (hundreds of kilobytes each): keep one `OpenApi` per
 //! registry.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use bytes::Bytes;
 use k8s_openapi::api::{
@@ -67,8 +67,9 @@ pub struct OpenApi {
     group_versions: Vec<(String, String, Vec<Arc<ResourceInfo>>)>,
     server_version: String,
     built: OnceLock<Built>,
-    /// Kind schemas compiled for strict decoding, by schema name, on first use.
-    strict: Mutex<HashMap<String, Arc<StrictSchema>>>,
+    /// Kind schemas compiled for strict decoding, by (group, version, kind),
+    /// on first use: looked up on every write.
+    strict: RwLock<super::triple::TripleHashMap<Arc<StrictSchema>>>,
 }
 
 #[derive(Debug)]
@@ -805,7 +806,7 @@ impl OpenApi {
             group_versions,
             server_version: server_version.to_owned(),
             built: OnceLock::new(),
-            strict: Mutex::default(),
+            strict: RwLock::default(),
         }
     }
 
@@ -925,13 +926,15 @@ impl OpenApi {
     /// [`kind_schema`](Self::kind_schema) compiled for strict decoding
     /// (compiled once, then shared).
     pub fn strict_schema(&self, group: &str, version: &str, kind: &str) -> Option<Arc<StrictSchema>> {
-        let name = self.kinds.get(super::triple::key(&(group, version, kind)))?;
-        let mut compiled = self.strict.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(schema) = compiled.get(name) {
+        let key = (group, version, kind);
+        let key = super::triple::key(&key);
+        if let Some(schema) = self.strict.read().unwrap_or_else(|e| e.into_inner()).get(key) {
             return Some(schema.clone());
         }
+        let name = self.kinds.get(key)?;
         let schema = Arc::new(StrictSchema::compile(SchemaView::reference(&self.definitions, name)?));
-        compiled.insert(name.clone(), schema.clone());
+        let mut compiled = self.strict.write().unwrap_or_else(|e| e.into_inner());
+        compiled.insert((group.to_owned(), version.to_owned(), kind.to_owned()), schema.clone());
         Some(schema)
     }
 

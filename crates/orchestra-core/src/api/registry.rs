@@ -21,6 +21,8 @@ pub const EVENT_TTL: std::time::Duration = std::time::Duration::from_secs(60 * 6
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     resources: BTreeMap<(String, String, String), Arc<ResourceInfo>>,
+    /// The same kinds hashed, for [`get`](Self::get) on every request.
+    index: super::triple::TripleHashMap<Arc<ResourceInfo>>,
     /// Group names in the order they were first registered (discovery order).
     groups: Vec<String>,
 }
@@ -189,7 +191,9 @@ impl Registry {
             info.version.clone(),
             info.plural.clone(),
         );
-        self.resources.insert(key, Arc::new(info));
+        let info = Arc::new(info);
+        self.index.insert(key.clone(), info.clone());
+        self.resources.insert(key, info);
     }
 
     /// Removes a kind; returns it if it was registered.
@@ -199,9 +203,9 @@ impl Registry {
         version: &str,
         plural: &str,
     ) -> Option<Arc<ResourceInfo>> {
-        let removed =
-            self.resources
-                .remove(&(group.to_owned(), version.to_owned(), plural.to_owned()));
+        let key = (group.to_owned(), version.to_owned(), plural.to_owned());
+        self.index.remove(&key);
+        let removed = self.resources.remove(&key);
         if removed.is_some() && !self.resources.keys().any(|(g, _, _)| g == group) {
             self.groups.retain(|g| g != group);
         }
@@ -210,7 +214,7 @@ impl Registry {
 
     /// The kind served at `group`/`version`/`plural`.
     pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
-        self.resources.get(super::triple::key(&(group, version, plural))).cloned()
+        self.index.get(super::triple::key(&(group, version, plural))).cloned()
     }
 
     /// The kind with this group, version and kind name.

@@ -5,10 +5,12 @@
 //! A `BTreeMap<(String, String, String), V>` can only be searched with a key
 //! of its own type, which costs three `String`s per lookup. [`Triple`]
 //! lets both the owned key and a tuple of `&str`s be seen as one trait
-//! object with one order, which `Borrow` then bridges.
+//! object with one order and one hash, which `Borrow` then bridges: the
+//! same borrowed key finds owned keys in a `BTreeMap` and in a `HashMap`.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
+use std::hash::{Hash, Hasher};
 
 /// A key of three names, owned or borrowed.
 pub(crate) trait Triple {
@@ -55,6 +57,19 @@ impl Ord for dyn Triple + '_ {
     }
 }
 
+impl Hash for dyn Triple + '_ {
+    // The tuples' own hash (`String` hashes as `str`), so borrowed lookups
+    // find owned keys in hash maps too.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.names().hash(state);
+    }
+}
+
+/// A hash map of three-name keys, for lookups on the request path (a
+/// `BTreeMap` of them compares three strings through a vtable at every
+/// step of a search).
+pub(crate) type TripleHashMap<V> = foldhash::HashMap<(String, String, String), V>;
+
 /// The borrowed form of a three-name key, for `get` on a map of owned keys.
 pub(crate) fn key<'a>(names: &'a (&'a str, &'a str, &'a str)) -> &'a (dyn Triple + 'a) {
     names
@@ -83,5 +98,19 @@ mod tests {
         assert_eq!(map.get(key(&("", "v1", "pod"))), None);
         assert_eq!(map.get(key(&("a", "b", ""))), None);
         assert_eq!(map.get(key(&("apps", "v1beta1", "deployments"))), None);
+    }
+
+    #[test]
+    fn borrowed_lookups_find_owned_keys_in_hash_maps() {
+        let owned = |g: &str, v: &str, n: &str| (g.to_owned(), v.to_owned(), n.to_owned());
+        let mut map = TripleHashMap::default();
+        for (i, (g, v, n)) in [("", "v1", "pods"), ("apps", "v1", "deployments"), ("a", "", "b")].into_iter().enumerate() {
+            map.insert(owned(g, v, n), i);
+        }
+        assert_eq!(map.get(key(&("", "v1", "pods"))), Some(&0));
+        assert_eq!(map.get(key(&("apps", "v1", "deployments"))), Some(&1));
+        assert_eq!(map.get(key(&("a", "", "b"))), Some(&2));
+        assert_eq!(map.get(key(&("a", "b", ""))), None);
+        assert_eq!(map.get(key(&("", "v1", "pod"))), None);
     }
 }
