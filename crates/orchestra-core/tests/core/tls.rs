@@ -9,8 +9,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, PostParams};
 use orchestra_core::auth::{
     AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, PublicInfoViewer, TokenFile,
