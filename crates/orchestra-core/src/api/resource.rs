@@ -300,31 +300,43 @@ impl ResourceInfo {
     /// `/registry/<group>/<plural>/` (`/registry/<plural>/` for the core group).
     /// Kinds [stored as](ResourceInfo::stored_as) another use its prefix.
     pub fn storage_prefix(&self) -> String {
-        let (group, plural) = match &self.storage {
-            Some(conversion) => (conversion.group, conversion.plural),
-            None => (self.group.as_str(), self.plural.as_str()),
-        };
-        if group.is_empty() {
-            format!("/registry/{plural}/")
-        } else {
-            format!("/registry/{group}/{plural}/")
-        }
+        self.storage_path(&[])
     }
 
     /// The store key of one object (`namespace` is ignored for cluster-scoped kinds).
     pub fn storage_key(&self, namespace: Option<&str>, name: &str) -> String {
         match (self.namespaced, namespace) {
-            (true, Some(ns)) => format!("{}{ns}/{name}", self.storage_prefix()),
-            _ => format!("{}{name}", self.storage_prefix()),
+            (true, Some(ns)) => self.storage_path(&[ns, "/", name]),
+            _ => self.storage_path(&[name]),
         }
     }
 
     /// The store prefix of the objects of one namespace, or of all of them.
     pub fn storage_collection(&self, namespace: Option<&str>) -> String {
         match (self.namespaced, namespace) {
-            (true, Some(ns)) => format!("{}{ns}/", self.storage_prefix()),
+            (true, Some(ns)) => self.storage_path(&[ns, "/"]),
             _ => self.storage_prefix(),
         }
+    }
+
+    /// [`storage_prefix`](Self::storage_prefix) followed by `parts`, in one
+    /// allocation (every request computes a key).
+    fn storage_path(&self, parts: &[&str]) -> String {
+        let (group, plural) = match &self.storage {
+            Some(conversion) => (conversion.group, conversion.plural),
+            None => (self.group.as_str(), self.plural.as_str()),
+        };
+        let len = "/registry//".len() + group.len() + plural.len() + 1 + parts.iter().map(|p| p.len()).sum::<usize>();
+        let mut path = String::with_capacity(len);
+        path.push_str("/registry/");
+        if !group.is_empty() {
+            path.push_str(group);
+            path.push('/');
+        }
+        path.push_str(plural);
+        path.push('/');
+        parts.iter().for_each(|part| path.push_str(part));
+        path
     }
 }
 

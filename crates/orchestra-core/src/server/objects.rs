@@ -191,13 +191,12 @@ pub(crate) async fn load(
 
 /// Reads the stored form of the addressed object (404 if absent).
 async fn load_stored(state: &State, target: &Target, name: &str) -> Result<KeyValue, ApiError> {
-    let error_target = target.error_target(name);
     target
         .store(state)
         .get(&target.key(name))
         .await
-        .map_err(|e| store_error(e, &error_target))?
-        .ok_or_else(|| ApiError::not_found(&error_target))
+        .map_err(|e| store_error(e, &target.error_target(name)))?
+        .ok_or_else(|| ApiError::not_found(&target.error_target(name)))
 }
 
 /// GET of one object.
@@ -479,7 +478,6 @@ fn validate(
     old: Option<&Value>,
 ) -> Result<(), ApiError> {
     let resource = &target.resource;
-    let error_target = target.error_target(name);
     // Null maps decode as absent, as upstream's typed decoding does.
     let metadata = metadata_mut(object);
     for field in ["labels", "annotations"] {
@@ -531,7 +529,7 @@ fn validate(
         errors.extend(validate(object));
     }
     if !errors.is_empty() {
-        return Err(ApiError::invalid(&error_target, errors));
+        return Err(ApiError::invalid(&target.error_target(name), errors));
     }
     Ok(())
 }
@@ -588,7 +586,9 @@ fn prepare_create(target: &Target, object: &mut Value, name: &str) {
     } else {
         metadata.remove("namespace");
     }
-    metadata.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
+    let mut uid = uuid::Uuid::encode_buffer();
+    let uid = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uid);
+    metadata.insert("uid".into(), Value::String(uid.to_owned()));
     metadata.insert("creationTimestamp".into(), meta::now_rfc3339().into());
     metadata.insert("generation".into(), 1.into());
     for field in [
