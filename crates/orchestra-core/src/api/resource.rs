@@ -326,8 +326,8 @@ impl ResourceInfo {
             Some(conversion) => (conversion.group, conversion.plural),
             None => (self.group.as_str(), self.plural.as_str()),
         };
-        let len = "/registry//".len() + group.len() + plural.len() + 1 + parts.iter().map(|p| p.len()).sum::<usize>();
-        let mut path = String::with_capacity(len);
+        let parts_len: usize = parts.iter().map(|part| part.len()).sum();
+        let mut path = String::with_capacity("/registry/".len() + group.len() + 1 + plural.len() + 1 + parts_len);
         path.push_str("/registry/");
         if !group.is_empty() {
             path.push_str(group);
