@@ -519,21 +519,29 @@ impl Bench {
     /// while the API's rate stayed at 22k–26k/s (`benches/RESULTS.md`,
     /// session 15).
     async fn condition(&self) -> Result<LoopResult, String> {
-        let stores = vec![self.store.clone(); CONDITION_CLIENTS];
-        let value = self.stored_value.clone();
-        let result = closed_loop(stores, Duration::ZERO, self.config.condition, move |store, c, n| {
-            let value = value.clone();
-            async move {
-                let key = format!("/registry/configmaps/bench-condition/c-{c}-{n}");
-                let r = store.create(&key, value, None).await.map(drop).map_err(|e| e.to_string());
-                (store, r)
-            }
-        })
-        .await;
+        let result =
+            self.store_creates(CONDITION_CLIENTS, Duration::ZERO, self.config.condition, "bench-condition/c").await;
         match &result.first_error {
             Some(error) => Err(format!("conditioning the store: {error}")),
             None => Ok(result),
         }
+    }
+
+    /// A closed loop of bare store creates of the stored ConfigMap, at keys
+    /// `/registry/configmaps/<prefix>-<client>-<n>`.
+    async fn store_creates(&self, clients: usize, warmup: Duration, duration: Duration, prefix: &str) -> LoopResult {
+        let stores = vec![self.store.clone(); clients];
+        let value = self.stored_value.clone();
+        let prefix: Arc<str> = format!("/registry/configmaps/{prefix}").into();
+        closed_loop(stores, warmup, duration, move |store, c, n| {
+            let (value, prefix) = (value.clone(), prefix.clone());
+            async move {
+                let key = format!("{prefix}-{c}-{n}");
+                let r = store.create(&key, value, None).await.map(drop).map_err(|e| e.to_string());
+                (store, r)
+            }
+        })
+        .await
     }
 
     async fn store_load(&self, op: &str, clients: usize) -> Result<LoopResult, String> {
@@ -542,16 +550,7 @@ impl Bench {
         Ok(match op {
             "create" => {
                 let run = self.run_counter.fetch_add(1, Ordering::Relaxed);
-                let value = self.stored_value.clone();
-                closed_loop(stores, warmup, duration, move |store, c, n| {
-                    let value = value.clone();
-                    async move {
-                        let key = format!("/registry/configmaps/bench-store/s{run}-{c}-{n}");
-                        let r = store.create(&key, value, None).await.map(drop).map_err(|e| e.to_string());
-                        (store, r)
-                    }
-                })
-                .await
+                self.store_creates(clients, warmup, duration, &format!("bench-store/s{run}")).await
             }
             "get" => {
                 closed_loop(stores, warmup, duration, |store, c, n| async move {
