@@ -513,11 +513,11 @@ impl Bench {
     }
 
     /// Bare store creates for [`Config::condition`], unmeasured, so that
-    /// the measured runs find a store that already holds data. The figures
-    /// depend on it: on the 2-CPU test host, after 260 000 such creates the
-    /// bare store created 34k–45k/s where a fresh one created 40k–55k/s,
-    /// while the API's rate stayed at 22k–26k/s (`benches/RESULTS.md`,
-    /// session 15).
+    /// the measured runs find a store that already holds data. In session
+    /// 15's runs on the 2-CPU test host the bare store created 34k–45k/s
+    /// after 260 000 such creates and 40k–55k/s on a fresh store, while the
+    /// API stayed at 22k–26k/s; the disk's sync time moved at the same time,
+    /// so the cause is not settled (`benches/RESULTS.md`, session 15).
     async fn condition(&self) -> Result<LoopResult, String> {
         let result =
             self.store_creates(CONDITION_CLIENTS, Duration::ZERO, self.config.condition, "bench-condition/c").await;
