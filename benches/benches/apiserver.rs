@@ -36,6 +36,8 @@
 //! `server_cpu_us_per_op` is that of all other threads per operation,
 //! `client_cpu_us_per_op` the load generator's, `store_cpu_us_per_op` the
 //! whole process's in store mode (the bare store plus its tiny closed loop),
+//! `commit_cpu_us_per_op` and `store_commit_cpu_us_per_op` the store's
+//! committer thread's (part of the server's) in the API mode and in store mode,
 //! and `cpu_ratio` = store / server CPU per operation: the throughput ratio
 //! if both were CPU-bound with their clients on other machines (informational:
 //! the bare store's creates wait on the WAL sync more than on the CPU; the
@@ -116,10 +118,15 @@ const CLIENT_THREADS: &str = "bench-client";
 const CLIENT_WORKERS: usize = 1;
 /// The thread that measures the CPU time of the others (not counted itself).
 const METER_THREAD: &str = "bench-cpu-meter";
+/// The store's committer thread.
+const COMMIT_THREAD: &str = RocksStore::COMMIT_THREAD;
 
 /// 200 characters of ConfigMap data: objects of a realistic small size.
-fn payload() -> String {
-    "0123456789abcdefghijklmnopqrstuvwxyz".chars().cycle().take(200).collect()
+/// Made once: the load generator builds a body for every create.
+fn payload() -> &'static str {
+    static PAYLOAD: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| "0123456789abcdefghijklmnopqrstuvwxyz".chars().cycle().take(200).collect());
+    &PAYLOAD
 }
 
 fn configmap(name: &str, stamp: Option<&str>) -> String {
@@ -666,7 +673,8 @@ impl Measured {
         let us = |ns: u64| ns as f64 / 1e3 / ops;
         let client = window.cpu_ns(|name| name.starts_with(CLIENT_THREADS));
         let process = window.cpu_ns(|name| name != METER_THREAD);
-        Some(CpuPerOp { process: us(process), server: us(process - client), client: us(client) })
+        let commit = window.cpu_ns(|name| name == COMMIT_THREAD);
+        Some(CpuPerOp { process: us(process), server: us(process - client), client: us(client), commit: us(commit) })
     }
 }
 
@@ -679,6 +687,9 @@ struct CpuPerOp {
     server: f64,
     /// The load generator's threads (`bench-client*`; idle outside the `https` modes).
     client: f64,
+    /// The store's committer thread ([`COMMIT_THREAD`]), part of `server`
+    /// and `process`: transactions, the write batch, the WAL and its sync.
+    commit: f64,
 }
 
 /// Formats CPU microseconds per operation: `3.42`, `61.5`, `2310`.
@@ -710,7 +721,12 @@ fn point(measured: &[Measured]) -> Point {
     let cpu: Option<Vec<CpuPerOp>> = measured.iter().map(Measured::cpu_per_op).collect();
     let cpu = cpu.filter(|c| !c.is_empty()).map(|c| {
         let pick = |f: fn(&CpuPerOp) -> f64| median(&c.iter().map(f).collect::<Vec<_>>());
-        CpuPerOp { process: pick(|c| c.process), server: pick(|c| c.server), client: pick(|c| c.client) }
+        CpuPerOp {
+            process: pick(|c| c.process),
+            server: pick(|c| c.server),
+            client: pick(|c| c.client),
+            commit: pick(|c| c.commit),
+        }
     });
     Point {
         throughput: pick(&|r| r.throughput()),
@@ -874,9 +890,10 @@ async fn run(config: &Config, clients: &tokio::runtime::Handle, scratch: &Path) 
                 if let Some(split) = split {
                     check_exited(op, mode, clients, &p, &mut summary.notes);
                     cpu += &format!(
-                        " server_cpu_us_per_op={} client_cpu_us_per_op={}",
+                        " server_cpu_us_per_op={} client_cpu_us_per_op={} commit_cpu_us_per_op={}",
                         fmt_us(split.server),
-                        fmt_us(split.client)
+                        fmt_us(split.client),
+                        fmt_us(split.commit)
                     );
                 }
                 if mode == "inproc"
@@ -884,8 +901,12 @@ async fn run(config: &Config, clients: &tokio::runtime::Handle, scratch: &Path) 
                 {
                     cpu += &format!(" process_cpu_us_per_op={}", fmt_us(all.process));
                 }
-                if let Some(store) = store_cpu {
-                    cpu += &format!(" store_cpu_us_per_op={}", fmt_us(store));
+                if let Some(store) = store_point.cpu {
+                    cpu += &format!(
+                        " store_cpu_us_per_op={} store_commit_cpu_us_per_op={}",
+                        fmt_us(store.process),
+                        fmt_us(store.commit)
+                    );
                 }
                 if let (Some(split), Some(store)) = (split, store_cpu) {
                     let cpu_ratio = store / split.server.max(1e-9);
@@ -1018,6 +1039,7 @@ fn print_header(config: &Config, scratch: &Path, stored_len: usize) {
          https and https1 the load generator runs on its own {CLIENT_WORKERS}-thread runtime ({CLIENT_THREADS}*): \
          client_cpu = its threads, server_cpu = all others (API server, TLS, store); process_cpu = the whole \
          process in inproc mode (clients and handlers share the tasks); store_cpu = the whole process in store mode; \
+         commit_cpu and store_commit_cpu = the store's committer thread ({COMMIT_THREAD}) in the API mode and in store mode; \
          cpu_ratio = store_cpu / server_cpu (informational)"
     );
     if !config.condition.is_zero() {

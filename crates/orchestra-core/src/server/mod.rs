@@ -383,15 +383,19 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     Ok(checked.with_body(bytes))
                 }) {
                     Ok((mut checked, bytes)) => {
-                        let created = match checked.object(&bytes, headers) {
-                            Ok(object) => objects::create(state, &target, &query, headers, object).await,
+                        let object = checked.object(&bytes, headers);
+                        // The body is not needed past its decoding.
+                        drop(bytes);
+                        let json_only = output == table::Output::Json;
+                        let created = match object {
+                            Ok(object) => objects::create(state, &target, &query, headers, object, json_only).await,
                             Err(e) => Err(e),
                         };
                         checked.finish(match created {
-                            Ok(created) if output == table::Output::Json => {
+                            Ok(created) if json_only => {
                                 body::json_bytes(201, created.json(&target.resource), "application/json")
                             }
-                            other => respond_write(other.map(|c| c.object), true, output, &target),
+                            other => respond_write(other.map(|c| c.into_object(&target.resource)), true, output, &target),
                         })
                     }
                     Err(e) => body::error(&e),

@@ -615,8 +615,9 @@ fn prepare_create(target: &Target, object: &mut Value, name: &str) {
 
 /// A created object, with what the store holds for it (none on a dry run).
 pub(crate) struct Created {
-    /// The object as served.
-    pub object: Value,
+    /// The object as served; `None` where the caller asked for its JSON
+    /// only and the stored bytes serve it ([`Created::json`]).
+    object: Option<Value>,
     stored: Option<KeyValue>,
     /// Where the resource version goes in the stored bytes ([`encode_with_splice`]).
     splice: Option<usize>,
@@ -627,22 +628,36 @@ impl Created {
     /// bytes with the resource version spliced in; otherwise the bytes the
     /// object serializes to.
     pub(crate) fn json(&self, resource: &ResourceInfo) -> Vec<u8> {
-        match (&self.stored, self.splice) {
-            (Some(kv), Some(at)) if raw::is_servable(resource) => raw::spliced(kv, at),
-            _ => serde_json::to_vec(&self.object).expect("JSON values serialize"),
+        match (&self.stored, self.splice, &self.object) {
+            (Some(kv), Some(at), _) if raw::is_servable(resource) => raw::spliced(kv, at),
+            (_, _, Some(object)) => serde_json::to_vec(object).expect("JSON values serialize"),
+            _ => unreachable!("the object is kept unless the stored bytes serve it"),
+        }
+    }
+
+    /// The object as served.
+    pub(crate) fn into_object(self, resource: &ResourceInfo) -> Value {
+        match self.object {
+            Some(object) => object,
+            None => serde_json::from_slice(&self.json(resource)).expect("the server's own JSON decodes"),
         }
     }
 }
 
-/// POST to a collection.
+/// POST to a collection. With `json_only` the caller answers with
+/// [`Created::json`] alone, so the object is dropped before the store's
+/// write where the stored bytes serve it: its memory is freed on the thread
+/// that allocated it, rather than on whichever thread the task resumes on
+/// after the commit.
 pub(crate) async fn create(
     state: &State,
     target: &Target,
     query: &Query,
     headers: &HeaderMap,
     object: Value,
+    json_only: bool,
 ) -> Result<Created, ApiError> {
-    create_stored(state, target, query, headers, object, true).await
+    create_stored(state, target, query, headers, object, true, json_only).await
 }
 
 /// Creates `object`; `track` records the write in `managedFields` (an apply
@@ -655,10 +670,11 @@ async fn create_object(
     object: Value,
     track: bool,
 ) -> Result<Value, ApiError> {
-    Ok(create_stored(state, target, query, headers, object, track).await?.object)
+    let created = create_stored(state, target, query, headers, object, track, false).await?;
+    Ok(created.into_object(&target.resource))
 }
 
-/// [`create_object`], with what the store holds.
+/// [`create_object`], with what the store holds; `json_only` as for [`create`].
 async fn create_stored(
     state: &State,
     target: &Target,
@@ -666,6 +682,7 @@ async fn create_stored(
     headers: &HeaderMap,
     mut object: Value,
     track: bool,
+    json_only: bool,
 ) -> Result<Created, ApiError> {
     if let (Some(url_ns), Some(body_ns)) = (&target.namespace, meta_str(&object, "namespace"))
         && !body_ns.is_empty()
@@ -710,15 +727,21 @@ async fn create_stored(
     .expect("admission keeps the object of a create");
     validate(target, &mut object, &name, None)?;
     if query.dry_run {
-        return Ok(Created { object, stored: None, splice: None });
+        return Ok(Created { object: Some(object), stored: None, splice: None });
     }
     let (bytes, splice) = encode_with_splice(&target.resource, &object);
+    // Where the stored bytes are the answer, the object is dropped here, on
+    // the thread that built it (see `create`).
+    let served_from_store = json_only && splice.is_some() && raw::is_servable(&target.resource);
+    let mut object = (!served_from_store).then_some(object);
     let kv = target
         .store(state)
         .create(&target.key(&name), bytes, target.resource.ttl)
         .await
         .map_err(|e| store_error(e, &target.error_target(&name)))?;
-    metadata_mut(&mut object).insert("resourceVersion".into(), kv.mod_revision.to_string().into());
+    if let Some(object) = &mut object {
+        metadata_mut(object).insert("resourceVersion".into(), kv.mod_revision.to_string().into());
+    }
     Ok(Created { object, stored: Some(kv), splice })
 }
 
@@ -1237,6 +1260,24 @@ mod tests {
             let spliced = raw::spliced(&kv, splice.expect("metadata is a map"));
             assert_eq!(String::from_utf8(spliced).unwrap(), serde_json::to_string(&with).unwrap(), "mask {mask:b}");
         }
+    }
+
+    /// A create that dropped its object before the write (`json_only`)
+    /// answers the same JSON, and the same object, as one that kept it.
+    #[test]
+    fn a_created_object_dropped_early_is_served_from_its_stored_bytes() {
+        let resource = ResourceInfo::new("", "v1", "Thing", "things", true);
+        let object = json!({"apiVersion": "v1", "kind": "Thing", "metadata": {"name": "x", "uid": "u"}, "data": {"k": "v"}});
+        let (bytes, splice) = encode_with_splice(&resource, &object);
+        let kv = KeyValue { key: "k".into(), value: bytes, create_revision: 7, mod_revision: 7, version: 1, expires_at_ms: None };
+        let mut kept = object.clone();
+        metadata_mut(&mut kept).insert("resourceVersion".into(), "7".into());
+        let with = Created { object: Some(kept.clone()), stored: Some(kv.clone()), splice };
+        let without = Created { object: None, stored: Some(kv), splice };
+        assert_eq!(without.json(&resource), with.json(&resource));
+        assert_eq!(without.json(&resource), serde_json::to_vec(&kept).unwrap());
+        assert_eq!(without.into_object(&resource), kept);
+        assert_eq!(with.into_object(&resource), kept);
     }
 
     #[test]
