@@ -872,8 +872,6 @@ async fn run(config: &Config, clients: &tokio::runtime::Handle, scratch: &Path) 
             let store_point = point(&store_runs);
             check_errors(op, "store", clients, &store_point, &mut summary.problems);
             check_exited(op, "store", clients, &store_point, &mut summary.notes);
-            // The bare store's CPU is the whole process's.
-            let store_cpu = store_point.cpu.map(|c| c.process);
             for mode in &config.modes {
                 let p = point(&api_runs[mode.as_str()]);
                 check_errors(op, mode, clients, &p, &mut summary.problems);
@@ -908,7 +906,8 @@ async fn run(config: &Config, clients: &tokio::runtime::Handle, scratch: &Path) 
                         fmt_us(store.commit)
                     );
                 }
-                if let (Some(split), Some(store)) = (split, store_cpu) {
+                // The bare store's CPU is the whole process's.
+                if let (Some(split), Some(store)) = (split, store_point.cpu.map(|c| c.process)) {
                     let cpu_ratio = store / split.server.max(1e-9);
                     cpu += &format!(" cpu_ratio={cpu_ratio:.2}");
                     if op == "create" {
