@@ -763,6 +763,7 @@ struct Summary {
 
 async fn run(config: &Config, clients: &tokio::runtime::Handle, scratch: &Path) -> Result<(), String> {
     let started = Instant::now();
+    let machine = sys::CpuMeter::start();
     let rocks_dir = scratch.join("store");
     let store = RocksStore::open_with(RocksOptions::new(&rocks_dir).store_options(StoreOptions::default()))
         .await
@@ -957,7 +958,7 @@ async fn run(config: &Config, clients: &tokio::runtime::Handle, scratch: &Path) 
     let _ = stop.send(());
     let _ = serving.await;
     drop(server);
-    print_footer(&summary, started.elapsed(), bytes);
+    print_footer(&summary, started.elapsed(), machine.read(), bytes);
     if summary.problems.is_empty() { Ok(()) } else { Err(format!("{} problem(s), see above", summary.problems.len())) }
 }
 
@@ -1002,11 +1003,12 @@ fn print_header(config: &Config, scratch: &Path, stored_len: usize) {
     let mode = if config.quick { "quick" } else { "full" };
     println!("# apiserver benchmark ({mode}): orchestra-core ApiServer on RocksStore vs the bare RocksStore");
     println!(
-        "# machine: nproc={} cpu=\"{}\" mem={:.1}GiB kernel={} loadavg(start)={}",
+        "# machine: nproc={} cpu=\"{}\" mem={:.1}GiB kernel={} clocksource={} loadavg(start)={}",
         sys::nproc(),
         sys::cpu_model(),
         sys::memory_gib(),
         sys::kernel(),
+        sys::clocksource(),
         sys::load_average()
     );
     println!(
@@ -1056,7 +1058,7 @@ fn print_header(config: &Config, scratch: &Path, stored_len: usize) {
     }
 }
 
-fn print_footer(summary: &Summary, elapsed: Duration, bytes: u64) {
+fn print_footer(summary: &Summary, elapsed: Duration, machine: sys::CpuUse, bytes: u64) {
     let max_clients = summary.create_ratios.iter().map(|r| r.clients).max();
     for CreateRatio { mode, clients, api, store, ratio, runs } in &summary.create_ratios {
         if Some(*clients) != max_clients {
@@ -1092,10 +1094,12 @@ fn print_footer(summary: &Summary, elapsed: Duration, bytes: u64) {
         println!("# note: {note}");
     }
     println!(
-        "# summary: store on disk at the end {:.1}MiB; total time {:.1}s; loadavg(end)={}; {}",
+        "# summary: store on disk at the end {:.1}MiB; total time {:.1}s; loadavg(end)={}; steal {:.1}% of the \
+         machine's CPU time over the run (time the hypervisor ran other guests); {}",
         bytes as f64 / (1 << 20) as f64,
         elapsed.as_secs_f64(),
         sys::load_average(),
+        machine.steal_pct,
         if summary.problems.is_empty() { "no errors".to_string() } else { summary.problems.join("; ") }
     );
 }

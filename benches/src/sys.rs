@@ -82,24 +82,36 @@ pub fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / USER_HZ
 }
 
-/// Busy and total CPU time of the whole machine (all CPUs), in seconds, from
-/// the `cpu` line of `/proc/stat` (busy = everything but idle and iowait).
-pub fn machine_cpu_seconds() -> (f64, f64) {
+/// The time fields of the `cpu` line of `/proc/stat` (all CPUs), in
+/// seconds: user, nice, system, idle, iowait, irq, softirq, steal.
+fn machine_cpu_fields() -> [f64; 8] {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else { return (0.0, 0.0) };
-    let v: Vec<f64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    let total: f64 = v.iter().take(8).sum();
-    let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
-    ((total - idle) / USER_HZ, total / USER_HZ)
+    let mut fields = [0.0; 8];
+    if let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) {
+        for (field, value) in fields.iter_mut().zip(line.split_whitespace().skip(1)) {
+            *field = value.parse::<f64>().unwrap_or(0.0) / USER_HZ;
+        }
+    }
+    fields
+}
+
+/// The kernel's clock source (`tsc`, `kvm-clock`, `hpet`, ...), from
+/// `/sys/devices/system/clocksource/clocksource0`: with some of them
+/// (`hpet`, `acpi_pm`) every clock read is a system call, which changes
+/// what a request costs.
+pub fn clocksource() -> String {
+    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .map_or_else(|_| "unknown".into(), |s| s.trim().to_owned())
 }
 
 /// Measures CPU use over a window: this process's CPU time per wall-clock
 /// second (100 % = one CPU busy) and the whole machine's, to tell this
-/// process's load from other users' on a shared machine.
+/// process's load from other users' on a shared machine, and the time the
+/// hypervisor gave to other guests (steal).
 #[derive(Debug, Clone, Copy)]
 pub struct CpuMeter {
     process: f64,
-    machine: (f64, f64),
+    machine: [f64; 8],
     wall: std::time::Instant,
 }
 
@@ -113,6 +125,9 @@ pub struct CpuUse {
     pub machine_pct: f64,
     /// Everything else on the machine (`machine_pct - process_pct`, at least 0).
     pub others_pct: f64,
+    /// The machine's CPU time stolen by the hypervisor (a virtual CPU
+    /// ready to run but not running), in percent of all its CPU time.
+    pub steal_pct: f64,
     /// Wall-clock seconds measured.
     pub seconds: f64,
 }
@@ -120,21 +135,24 @@ pub struct CpuUse {
 impl CpuMeter {
     /// Starts measuring now.
     pub fn start() -> CpuMeter {
-        CpuMeter { process: cpu_seconds(), machine: machine_cpu_seconds(), wall: std::time::Instant::now() }
+        CpuMeter { process: cpu_seconds(), machine: machine_cpu_fields(), wall: std::time::Instant::now() }
     }
 
     /// CPU use since [`CpuMeter::start`].
     pub fn read(&self) -> CpuUse {
         let seconds = self.wall.elapsed().as_secs_f64().max(1e-9);
         let process_pct = 100.0 * (cpu_seconds() - self.process) / seconds;
-        let (busy, total) = machine_cpu_seconds();
-        // The machine's busy share of all CPUs, scaled to "percent of one CPU".
-        let machine_pct = if total > self.machine.1 {
-            100.0 * nproc() as f64 * (busy - self.machine.0) / (total - self.machine.1)
+        let now = machine_cpu_fields();
+        let spent: Vec<f64> = now.iter().zip(&self.machine).map(|(now, start)| now - start).collect();
+        let total: f64 = spent.iter().sum();
+        let (machine_pct, steal_pct) = if total > 0.0 {
+            // The machine's busy share of all CPUs, scaled to "percent of one CPU".
+            let busy = total - spent[3] - spent[4];
+            (100.0 * nproc() as f64 * busy / total, 100.0 * spent[7] / total)
         } else {
-            0.0
+            (0.0, 0.0)
         };
-        CpuUse { process_pct, machine_pct, others_pct: (machine_pct - process_pct).max(0.0), seconds }
+        CpuUse { process_pct, machine_pct, others_pct: (machine_pct - process_pct).max(0.0), steal_pct, seconds }
     }
 }
 
@@ -329,7 +347,10 @@ mod tests {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
             }
         }
-        assert!(x != 1 && meter.read().process_pct >= 0.0 && cpu_seconds() > 0.0);
+        let used = meter.read();
+        assert!(x != 1 && used.process_pct >= 0.0 && cpu_seconds() > 0.0);
+        assert!((0.0..=100.0).contains(&used.steal_pct), "{used:?}");
+        assert!(!clocksource().is_empty());
     }
 
     #[test]
