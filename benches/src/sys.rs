@@ -143,7 +143,7 @@ impl CpuMeter {
         let seconds = self.wall.elapsed().as_secs_f64().max(1e-9);
         let process_pct = 100.0 * (cpu_seconds() - self.process) / seconds;
         let now = machine_cpu_fields();
-        let spent: Vec<f64> = now.iter().zip(&self.machine).map(|(now, start)| now - start).collect();
+        let spent: [f64; 8] = std::array::from_fn(|i| now[i] - self.machine[i]);
         let total: f64 = spent.iter().sum();
         let (machine_pct, steal_pct) = if total > 0.0 {
             // The machine's busy share of all CPUs, scaled to "percent of one CPU".
