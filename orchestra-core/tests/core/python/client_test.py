@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python `kubernetes` client against an Orchestra API server.
 
-Run by crates/orchestra-core/tests/core/python.rs, which starts the server,
+Run by orchestra-core/tests/core/python.rs, which starts the server,
 writes a kubeconfig and passes it as the first argument. Environment:
 
   ORCHESTRA_COMPACTED_REVISION   the store was compacted at this revision:

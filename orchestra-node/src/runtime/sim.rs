@@ -990,7 +990,8 @@ mod tests {
     async fn stop_is_graceful_or_forced() {
         let rt = SimRuntime::new(SimConfig { write_logs: false, ..SimConfig::default() });
         ready(&rt).await;
-        let sc = sandbox_config("u2", Path::new(""));
+        let dir = tempfile::tempdir().unwrap();
+        let sc = sandbox_config("u2", dir.path());
         let sb = rt.run_pod_sandbox(&sc).await.unwrap();
         let polite = rt.create_container(&sb, &container("a", SimBehavior::default()), &sc).await.unwrap();
         let stubborn = SimBehavior { ignore_sigterm: true, ..SimBehavior::default() };
@@ -1017,9 +1018,10 @@ mod tests {
     #[tokio::test]
     async fn failures_images_and_network() {
         let rt = SimRuntime::default();
-        let sc = sandbox_config("u3", Path::new(""));
+        let dir = tempfile::tempdir().unwrap();
+        let sc = sandbox_config("u3", dir.path());
         assert!(matches!(rt.run_pod_sandbox(&sc).await, Err(RuntimeError::Network(_))));
-        let host = PodSandboxConfig { host_network: true, ..sandbox_config("h", Path::new("")) };
+        let host = PodSandboxConfig { host_network: true, ..sandbox_config("h", dir.path()) };
         let h = rt.run_pod_sandbox(&host).await.unwrap();
         assert_eq!(rt.pod_sandbox_status(&h).await.unwrap().ip, Some("127.0.0.1".parse().unwrap()));
         rt.remove_pod_sandbox(&h).await.unwrap();
@@ -1091,7 +1093,8 @@ mod tests {
         let rt = SimRuntime::new(SimConfig { write_logs: false, ..SimConfig::default() });
         rt.update_runtime_config("10.0.0.0/16").await.unwrap();
         rt.pull_image("busybox").await.unwrap();
-        let sc = sandbox_config("many", Path::new(""));
+        let dir = tempfile::tempdir().unwrap();
+        let sc = sandbox_config("many", dir.path());
         let sb = rt.run_pod_sandbox(&sc).await.unwrap();
         for i in 0..2000 {
             let behavior = if i % 2 == 0 { SimBehavior::default() } else { SimBehavior::exits(0, Duration::from_millis(10)) };
