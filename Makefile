@@ -31,9 +31,10 @@ run: deps
 store-demo: deps
 	$(CARGO) run -p orchestra-examples --bin orchestra -- store-demo
 
-## Every test of the workspace: unit, integration (the store conformance suite
-## on both backends, the crash test), and doc tests.
+## Every test of the workspace: formatting, unit, integration (the store
+## conformance suite on both backends, the crash test), and doc tests.
 test: deps
+	$(CARGO) fmt --all --check
 	$(CARGO) test --workspace --all-features
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 
@@ -68,6 +69,7 @@ bench-handler-instructions: deps
 	./scripts/handler-instructions.sh
 
 lint: deps
+	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 
 doc: deps

@@ -35,17 +35,9 @@ fn main() {
     let mut files = Vec::new();
     collect(&root, &root, &mut files);
     files.sort();
-    assert!(
-        !files.is_empty(),
-        "no .proto files under {}",
-        root.display()
-    );
-    let set = protox::compile(&files, [&root]).unwrap_or_else(|e| {
-        panic!(
-            "compiling the Kubernetes protos under {}: {e:?}",
-            root.display()
-        )
-    });
+    assert!(!files.is_empty(), "no .proto files under {}", root.display());
+    let set = protox::compile(&files, [&root])
+        .unwrap_or_else(|e| panic!("compiling the Kubernetes protos under {}: {e:?}", root.display()));
     std::fs::write(&target, prost::Message::encode_to_vec(&set)).expect("OUT_DIR is writable");
 }
 
@@ -82,11 +74,7 @@ fn from_cargo_metadata() -> Option<PathBuf> {
     if let Some(host) = std::env::var_os("HOST") {
         command.arg("--filter-platform").arg(host);
     }
-    let output = command
-        .arg("--manifest-path")
-        .arg(&manifest)
-        .output()
-        .ok()?;
+    let output = command.arg("--manifest-path").arg(&manifest).output().ok()?;
     let text = String::from_utf8(output.stdout).ok()?;
     // Find `"name":"k8s-rs-pb","version":"0.5.0"` … `"manifest_path":"…"` without
     // a JSON parser in the build dependencies.

@@ -63,8 +63,8 @@ use orchestra_benches::load::{LoopResult, closed_loop};
 use orchestra_benches::stats::{Latencies, fmt_ms, fmt_rate, median};
 use orchestra_benches::sys::{self, ThreadCpuMeter, ThreadCpuWindow};
 use orchestra_core::auth::{
-    AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, ExtensionAuthenticator,
-    Identity, PublicInfoViewer, UserInfo,
+    AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, ExtensionAuthenticator, Identity,
+    PublicInfoViewer, UserInfo,
 };
 use orchestra_core::server::pki::Pki;
 use orchestra_core::server::{ApiServer, CoalescedWrites, CopiedWrites, ListenOptions, serve};
@@ -315,7 +315,10 @@ const H2_WINDOW: u32 = 5 * 1024 * 1024;
 
 /// Opens a stream for `request` on an HTTP/2 connection and awaits the
 /// answer's head.
-async fn h2_send(send: &h2::client::SendRequest<Bytes>, request: Request<Bytes>) -> Result<http::Response<h2::RecvStream>, String> {
+async fn h2_send(
+    send: &h2::client::SendRequest<Bytes>,
+    request: Request<Bytes>,
+) -> Result<http::Response<h2::RecvStream>, String> {
     let (head, body) = request.into_parts();
     let mut send = send.clone().ready().await.map_err(|e| e.to_string())?;
     let (response, mut stream) =
@@ -330,7 +333,11 @@ async fn h2_send(send: &h2::client::SendRequest<Bytes>, request: Request<Bytes>)
 /// flow-control window as it is read; `None` at the end.
 async fn h2_chunk(body: &mut h2::RecvStream) -> Option<Result<Bytes, String>> {
     let chunk = body.data().await?.map_err(|e| e.to_string());
-    Some(chunk.and_then(|chunk| body.flow_control().release_capacity(chunk.len()).map(|()| chunk).map_err(|e| e.to_string())))
+    Some(
+        chunk.and_then(|chunk| {
+            body.flow_control().release_capacity(chunk.len()).map(|()| chunk).map_err(|e| e.to_string())
+        }),
+    )
 }
 
 /// An HTTP/2 answer's body as an `http_body::Body` (see [`h2_chunk`]).
@@ -825,7 +832,9 @@ async fn run(config: &Config, clients: &tokio::runtime::Handle, scratch: &Path) 
     // Every mode must work before anything is measured.
     for mode in &config.modes {
         let conns = Bench::conns_probe(&https, &router, mode).await?;
-        let list = conns.expect(Method::GET, &format!("/api/v1/namespaces/{NS_READ}/configmaps"), Bytes::new(), StatusCode::OK).await?;
+        let list = conns
+            .expect(Method::GET, &format!("/api/v1/namespaces/{NS_READ}/configmaps"), Bytes::new(), StatusCode::OK)
+            .await?;
         let items = serde_json::from_slice::<serde_json::Value>(&list)
             .ok()
             .and_then(|v| v.get("items").and_then(|i| i.as_array()).map(Vec::len));
@@ -1277,7 +1286,11 @@ async fn watch_store(bench: &Bench) -> Result<WatchOutcome, String> {
         let store = store.clone();
         async move {
             let value = configmap(&format!("w-{seq}"), Some(&stamp));
-            store.create(&format!("{prefix}w-{seq}"), Bytes::from(value), None).await.map(drop).map_err(|e| e.to_string())
+            store
+                .create(&format!("{prefix}w-{seq}"), Bytes::from(value), None)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
         }
     })
     .await?;
@@ -1326,7 +1339,10 @@ async fn watch_api(bench: &Bench, mode: &str) -> Result<WatchOutcome, String> {
                     ApiConn::H1(send) => {
                         let mut send = send.lock().await;
                         send.ready().await.map_err(|e| e.to_string())?;
-                        send.send_request(request.map(Full::new)).await.map_err(|e| e.to_string())?.map(|body| body.map_err(|e| e.to_string()).boxed())
+                        send.send_request(request.map(Full::new))
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .map(|body| body.map_err(|e| e.to_string()).boxed())
                     }
                     ApiConn::InProc(_) => unreachable!(),
                 };

@@ -64,9 +64,7 @@ async fn run(args: Args) -> Result<(), String> {
     args.finish()?;
 
     let rss_start = rss_mb();
-    let server = ApiServer::new(Arc::new(MemStore::new()))
-        .await
-        .map_err(|e| format!("server: {e}"))?;
+    let server = ApiServer::new(Arc::new(MemStore::new())).await.map_err(|e| format!("server: {e}"))?;
     let client = orchestra_core::client::in_process(&server, "default");
     let factory = SharedInformerFactory::new(client.clone());
     let rs_queue = WorkQueue::new(RateLimit::default());
@@ -116,9 +114,7 @@ async fn run(args: Args) -> Result<(), String> {
                 if i >= deployments {
                     break;
                 }
-                api.create(&PostParams::default(), &deployment(i, replicas))
-                    .await
-                    .expect("create deployment");
+                api.create(&PostParams::default(), &deployment(i, replicas)).await.expect("create deployment");
             }
         }));
     }
@@ -128,11 +124,7 @@ async fn run(args: Args) -> Result<(), String> {
     let created = started.elapsed();
     let deadline = started + Duration::from_secs(timeout);
     loop {
-        let done = sets
-            .list()
-            .iter()
-            .filter(|rs| rs.status.as_ref().is_some_and(|s| s.replicas == replicas))
-            .count();
+        let done = sets.list().iter().filter(|rs| rs.status.as_ref().is_some_and(|s| s.replicas == replicas)).count();
         if done >= deployments {
             break;
         }
@@ -158,12 +150,7 @@ async fn run(args: Args) -> Result<(), String> {
     }
     for (name, q) in [("replicaset", &rs_queue), ("deployment", &d_queue)] {
         let m = q.metrics();
-        println!(
-            "# queue {name}: adds={} retries={} depth={}",
-            m.adds.get(),
-            m.retries.get(),
-            m.depth.get()
-        );
+        println!("# queue {name}: adds={} retries={} depth={}", m.adds.get(), m.retries.get(), m.depth.get());
     }
     let mut text = String::new();
     encode(&mut text, &registry).map_err(|e| e.to_string())?;
@@ -192,10 +179,7 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(code) => return code,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

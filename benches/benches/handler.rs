@@ -31,7 +31,9 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use orchestra_benches::harness;
 use orchestra_benches::sys::ThreadCpuMeter;
-use orchestra_core::auth::{AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ExtensionAuthenticator, Identity, UserInfo};
+use orchestra_core::auth::{
+    AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ExtensionAuthenticator, Identity, UserInfo,
+};
 use orchestra_core::server::ApiServer;
 use orchestra_store::MemStore;
 use tower::ServiceExt as _;
@@ -71,7 +73,8 @@ async fn round(round: usize, creates: usize) -> Result<f64, String> {
     // The runtime has one thread: the process's CPU is the handler's.
     let meter = ThreadCpuMeter::start();
     for i in 0..creates {
-        let response = router.clone().oneshot(create(&format!("cm-{round}-{i}"), &payload)).await.map_err(|e| e.to_string())?;
+        let response =
+            router.clone().oneshot(create(&format!("cm-{round}-{i}"), &payload)).await.map_err(|e| e.to_string())?;
         let status = response.status();
         let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
         if status != StatusCode::CREATED {
@@ -110,10 +113,7 @@ fn main() -> ExitCode {
     });
     match outcome {
         Ok(best) => {
-            println!(
-                "handler op=create creates={creates} rounds={rounds} best_cpu_us_per_op={:.2}",
-                best * 1e6
-            );
+            println!("handler op=create creates={creates} rounds={rounds} best_cpu_us_per_op={:.2}", best * 1e6);
             ExitCode::SUCCESS
         }
         Err(e) => {

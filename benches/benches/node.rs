@@ -160,9 +160,7 @@ impl ControlPlane {
     async fn start(store: Arc<dyn Store>, gc_interval: Duration) -> Result<ControlPlane, String> {
         let server = ApiServer::new(store).await.map_err(|e| format!("API server: {e}"))?;
         let (stop, _) = watch::channel(false);
-        let scheduler = SchedulerBuilder::new(client(&server))
-            .build()
-            .map_err(|e| format!("scheduler: {e}"))?;
+        let scheduler = SchedulerBuilder::new(client(&server)).build().map_err(|e| format!("scheduler: {e}"))?;
         let scheduler = tokio::spawn(async move {
             if let Err(e) = scheduler.run().await {
                 eprintln!("scheduler stopped: {e}");
@@ -510,7 +508,14 @@ async fn explain_missing(tracker: &Tracker, api: &Api<Pod>) {
                     .conditions
                     .iter()
                     .flatten()
-                    .map(|c| format!("{}={}{}", c.type_, c.status, c.reason.as_deref().map(|r| format!("({r})")).unwrap_or_default()))
+                    .map(|c| {
+                        format!(
+                            "{}={}{}",
+                            c.type_,
+                            c.status,
+                            c.reason.as_deref().map(|r| format!("({r})")).unwrap_or_default()
+                        )
+                    })
                     .collect();
                 println!(
                     "#   never seen running: {name} node={} phase={} reason={} waiting={waiting:?} conditions={conditions:?} deleting={}",
@@ -803,7 +808,10 @@ async fn process_measure(cp: &ControlPlane, agents: &Agents, o: &Options) -> Res
         running.len()
     );
     let s = agents.stats();
-    println!("# agents: status_writes={} node_status_posts={} lease_renewals={}", s.status_writes, s.node_status_posts, s.lease_renewals);
+    println!(
+        "# agents: status_writes={} node_status_posts={} lease_renewals={}",
+        s.status_writes, s.node_status_posts, s.lease_renewals
+    );
     if !complete {
         return Err(format!("only {}/{} pods running after {timeout:?}", running.len(), o.pods));
     }
@@ -914,7 +922,11 @@ async fn sim_measure(
     };
     create_pods(&api, &tracker, o.sim_pods, creators, sim_pod).await;
     let created_s = started.elapsed().as_secs_f64();
-    println!("# {} pods created by {creators} clients in {created_s:.1}s ({:.0}/s)", o.sim_pods, o.sim_pods as f64 / created_s);
+    println!(
+        "# {} pods created by {creators} clients in {created_s:.1}s ({:.0}/s)",
+        o.sim_pods,
+        o.sim_pods as f64 / created_s
+    );
     let outcome = waiting.await.unwrap_or(Outcome { complete: false, watch_stalled: false, done_at: None });
     let complete = outcome.complete;
     if !complete {

@@ -86,11 +86,19 @@ fn init_pod(i: usize) -> Pod {
 }
 fn affinity_node(i: usize) -> Node {
     let mut n = basic_node(i);
-    n.metadata.labels.as_mut().unwrap().insert("disktype".into(), if i.is_multiple_of(2) { "ssd" } else { "hdd" }.into());
+    n.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("disktype".into(), if i.is_multiple_of(2) { "ssd" } else { "hdd" }.into());
     n
 }
 fn node_affinity_pod(i: usize) -> Pod {
-    PodBuilder::new(&format!("pod-{i}")).cpu("100m").memory("500Mi").required_node_affinity("disktype", "In", &["ssd"]).build()
+    PodBuilder::new(&format!("pod-{i}"))
+        .cpu("100m")
+        .memory("500Mi")
+        .required_node_affinity("disktype", "In", &["ssd"])
+        .build()
 }
 fn anti_affinity_pod(i: usize) -> Pod {
     PodBuilder::new(&format!("pod-{i}"))
@@ -156,15 +164,54 @@ fn workloads(quick: bool) -> Vec<Workload> {
     };
     vec![
         w("SchedulingBasic", 5000, q(1000, 500), q(10_000, 5000), Some(680.0), basic_node, init_pod, basic_pod),
-        w("NodeAffinity", q(5000, 1000), q(1000, 200), q(10_000, 2000), Some(220.0), affinity_node, init_pod, node_affinity_pod),
-        w("PodAntiAffinity", q(5000, 1000), q(1000, 100), q(1000, 500), Some(60.0), basic_node, anti_affinity_init, anti_affinity_pod),
-        w("PodAffinity", q(5000, 1000), q(1000, 100), q(1000, 500), Some(35.0), basic_node, affinity_init, affinity_pod),
+        w(
+            "NodeAffinity",
+            q(5000, 1000),
+            q(1000, 200),
+            q(10_000, 2000),
+            Some(220.0),
+            affinity_node,
+            init_pod,
+            node_affinity_pod,
+        ),
+        w(
+            "PodAntiAffinity",
+            q(5000, 1000),
+            q(1000, 100),
+            q(1000, 500),
+            Some(60.0),
+            basic_node,
+            anti_affinity_init,
+            anti_affinity_pod,
+        ),
+        w(
+            "PodAffinity",
+            q(5000, 1000),
+            q(1000, 100),
+            q(1000, 500),
+            Some(35.0),
+            basic_node,
+            affinity_init,
+            affinity_pod,
+        ),
         w("TopologySpread", q(5000, 1000), q(1000, 100), q(5000, 1000), None, basic_node, init_pod, spread_pod),
         // Upstream publishes no threshold for this one.
-        Workload { placeable: false, ..w("PreemptionBasic", q(1000, 100), q(4000, 400), q(1000, 100), None, preemption_node, low_pod, high_pod) },
+        Workload {
+            placeable: false,
+            ..w("PreemptionBasic", q(1000, 100), q(4000, 400), q(1000, 100), None, preemption_node, low_pod, high_pod)
+        },
         Workload {
             churn: Some(churn_high_pod),
-            ..w("PreemptionAsync", q(5000, 500), q(20_000, 2000), q(5000, 500), Some(570.0), preemption_node, low_pod, basic_pod)
+            ..w(
+                "PreemptionAsync",
+                q(5000, 500),
+                q(20_000, 2000),
+                q(5000, 500),
+                Some(570.0),
+                preemption_node,
+                low_pod,
+                basic_pod,
+            )
         },
     ]
 }
@@ -342,7 +389,12 @@ async fn end_to_end(w: &Workload, store_kind: &str, concurrency: usize) {
     if std::env::var("SCHED_BENCH_DEBUG").is_ok() {
         for p in list.items.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()) {
             let st = p.status.as_ref();
-            eprintln!("pending {} nominated={:?} cond={:?}", p.metadata.name.as_deref().unwrap_or(""), st.and_then(|s| s.nominated_node_name.clone()), st.and_then(|s| s.conditions.as_ref()).and_then(|c| c.first()).and_then(|c| c.message.clone()));
+            eprintln!(
+                "pending {} nominated={:?} cond={:?}",
+                p.metadata.name.as_deref().unwrap_or(""),
+                st.and_then(|s| s.nominated_node_name.clone()),
+                st.and_then(|s| s.conditions.as_ref()).and_then(|c| c.first()).and_then(|c| c.message.clone())
+            );
         }
         eprintln!(
             "attempts scheduled={} unschedulable={} error={} elapsed={elapsed:.2}s",
@@ -362,9 +414,14 @@ async fn end_to_end(w: &Workload, store_kind: &str, concurrency: usize) {
     let cpus: Vec<f64> = (0..w.nodes).map(|i| per_node.get(&format!("node-{i}")).copied().unwrap_or(0.0)).collect();
     line(&format!("e2e-{store_kind}"), w, done, rate, stddev(&cpus));
     if w.churn.is_some() {
-        let churned: Vec<&Pod> = list.items.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("churn-"))).collect();
+        let churned: Vec<&Pod> =
+            list.items.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("churn-"))).collect();
         let placed = churned.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count();
-        println!("# {}: {placed} of {} churned high-priority pods bound by then (each by preemption)", w.name, churned.len());
+        println!(
+            "# {}: {placed} of {} churned high-priority pods bound by then (each by preemption)",
+            w.name,
+            churned.len()
+        );
     }
 }
 

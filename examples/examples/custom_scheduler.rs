@@ -75,7 +75,10 @@ impl PreferLabel {
 
     /// Reads `{"label": "key=value"}`.
     pub fn from_args(args: Option<&serde_json::Value>) -> Result<PreferLabel, String> {
-        let label = args.and_then(|a| a.get("label")).and_then(|l| l.as_str()).ok_or("PreferLabel needs args {\"label\": \"key=value\"}")?;
+        let label = args
+            .and_then(|a| a.get("label"))
+            .and_then(|l| l.as_str())
+            .ok_or("PreferLabel needs args {\"label\": \"key=value\"}")?;
         let (key, value) = label.split_once('=').ok_or("label must be key=value")?;
         Ok(PreferLabel { key: key.into(), value: value.into() })
     }
@@ -158,7 +161,8 @@ pub async fn run() -> Result<Vec<(String, String)>, Box<dyn std::error::Error>> 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let names = ["train-0", "train-1", "web-0", "web-1"];
     for name in names {
-        let labels = if name.starts_with("train") { serde_json::json!({GPU_LABEL: "true"}) } else { serde_json::json!({}) };
+        let labels =
+            if name.starts_with("train") { serde_json::json!({GPU_LABEL: "true"}) } else { serde_json::json!({}) };
         pods.create(&PostParams::default(), &pod(name, labels)).await?;
     }
 

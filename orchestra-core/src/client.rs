@@ -26,13 +26,9 @@ pub fn in_process_as(
 
 /// A client for the cluster a kubeconfig file describes (its current context).
 pub async fn from_kubeconfig(path: impl AsRef<Path>) -> Result<kube::Client, kube::Error> {
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(path.as_ref()).map_err(kube::Error::InferKubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .map_err(kube::Error::InferKubeconfig)?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(path.as_ref()).map_err(kube::Error::InferKubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(kube::Error::InferKubeconfig)?;
     kube::Client::try_from(config)
 }

@@ -19,7 +19,9 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use ring::rand::SystemRandom;
-use ring::signature::{ECDSA_P256_SHA256_FIXED, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _, UnparsedPublicKey};
+use ring::signature::{
+    ECDSA_P256_SHA256_FIXED, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _, UnparsedPublicKey,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -188,7 +190,8 @@ impl TokenSigner {
     /// The private key as PEM (PKCS#8).
     pub fn pem(&self) -> String {
         let body = base64::engine::general_purpose::STANDARD.encode(&self.pkcs8);
-        let lines: Vec<&str> = body.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).expect("base64 is ASCII")).collect();
+        let lines: Vec<&str> =
+            body.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).expect("base64 is ASCII")).collect();
         format!("-----BEGIN {PEM_LABEL}-----\n{}\n-----END {PEM_LABEL}-----\n", lines.join("\n"))
     }
 
@@ -222,9 +225,7 @@ impl TokenSigner {
     ) -> Claims {
         let now = now_secs();
         let reference = |kind: &str| {
-            bound
-                .filter(|b| b.kind == kind)
-                .map(|b| ObjectRef { name: b.name.clone(), uid: b.uid.clone() })
+            bound.filter(|b| b.kind == kind).map(|b| ObjectRef { name: b.name.clone(), uid: b.uid.clone() })
         };
         Claims {
             iss: self.issuer.clone(),
@@ -260,7 +261,8 @@ impl TokenSigner {
     /// ours but altered or malformed.
     pub fn verify(&self, token: &str) -> Result<Option<VerifiedToken>, TokenError> {
         let mut parts = token.split('.');
-        let (Some(header), Some(payload), Some(signature), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(header), Some(payload), Some(signature), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Ok(None);
         };
@@ -273,9 +275,7 @@ impl TokenSigner {
         let signature = B64.decode(signature).map_err(|_| TokenError("malformed token signature".into()))?;
         let public = UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, self.key.public_key().as_ref());
         let signed = &token[..header_and_payload_len(token)];
-        public
-            .verify(signed.as_bytes(), &signature)
-            .map_err(|_| TokenError("token signature is invalid".into()))?;
+        public.verify(signed.as_bytes(), &signature).map_err(|_| TokenError("token signature is invalid".into()))?;
         let payload = B64.decode(payload).map_err(|_| TokenError("malformed token payload".into()))?;
         let claims: Value =
             serde_json::from_slice(&payload).map_err(|e| TokenError(format!("malformed token claims: {e}")))?;
@@ -312,7 +312,9 @@ mod tests {
         let signer = TokenSigner::generate(DEFAULT_ISSUER).unwrap();
         let bound = signer.sign(&signer.claims("ci", "robot", "u-1", vec![DEFAULT_ISSUER.into()], 60, None));
         let legacy = signer.sign(&signer.legacy_claims("ci", "robot", "u-1", "robot-token"));
-        assert!(matches!(signer.verify(&bound), Ok(Some(VerifiedToken::Bound(c))) if c.kubernetes.serviceaccount.uid == "u-1"));
+        assert!(
+            matches!(signer.verify(&bound), Ok(Some(VerifiedToken::Bound(c))) if c.kubernetes.serviceaccount.uid == "u-1")
+        );
         let Ok(Some(VerifiedToken::Legacy(claims))) = signer.verify(&legacy) else { panic!("a legacy token") };
         assert_eq!(claims, signer.legacy_claims("ci", "robot", "u-1", "robot-token"));
         // The claim names are upstream's.

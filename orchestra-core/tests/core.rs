@@ -15,14 +15,14 @@ mod http;
 #[path = "core/auth.rs"]
 mod auth;
 
-#[path = "core/table.rs"]
-mod table;
 #[path = "core/openapi.rs"]
 mod openapi;
 #[path = "core/patch.rs"]
 mod patch;
 #[path = "core/protobuf.rs"]
 mod protobuf;
+#[path = "core/table.rs"]
+mod table;
 
 #[path = "core/python.rs"]
 mod python;

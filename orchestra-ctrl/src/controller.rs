@@ -37,10 +37,7 @@ fn sync_wait<T: Kind>(informer: Arc<Informer<T>>) -> SyncWait {
     Box::new(move || Box::pin(async move { informer.wait_synced().await }))
 }
 
-fn feed<T: Kind>(
-    informer: Arc<Informer<T>>,
-    map: impl Fn(&T) -> Vec<ObjectKey> + Send + Sync + 'static,
-) -> Feeder {
+fn feed<T: Kind>(informer: Arc<Informer<T>>, map: impl Fn(&T) -> Vec<ObjectKey> + Send + Sync + 'static) -> Feeder {
     Box::new(move |queue: Arc<WorkQueue<ObjectKey>>| {
         let mut rx = informer.subscribe();
         tokio::spawn(async move {
@@ -64,9 +61,7 @@ fn feed<T: Kind>(
 }
 
 /// The key of the controller owner of `object` if it is of kind `K`.
-pub fn controller_owner_key<K: Resource<DynamicType = ()>>(
-    object: &impl Resource,
-) -> Option<ObjectKey> {
+pub fn controller_owner_key<K: Resource<DynamicType = ()>>(object: &impl Resource) -> Option<ObjectKey> {
     let kind = K::kind(&());
     object
         .meta()
@@ -74,10 +69,7 @@ pub fn controller_owner_key<K: Resource<DynamicType = ()>>(
         .iter()
         .flatten()
         .find(|r| r.controller == Some(true) && r.kind == kind)
-        .map(|r| ObjectKey {
-            namespace: object.meta().namespace.clone(),
-            name: r.name.clone(),
-        })
+        .map(|r| ObjectKey { namespace: object.meta().namespace.clone(), name: r.name.clone() })
 }
 
 impl<K: Kind> Controller<K>
@@ -108,17 +100,12 @@ where
     {
         let informer = self.factory.informer::<C>();
         self.synced.push(sync_wait(informer.clone()));
-        self.feeders.push(feed(informer, |c: &C| {
-            controller_owner_key::<K>(c).into_iter().collect()
-        }));
+        self.feeders.push(feed(informer, |c: &C| controller_owner_key::<K>(c).into_iter().collect()));
         self
     }
 
     /// Also reconciles the keys `mapper` returns for each changed `W`.
-    pub fn watches<W: Kind>(
-        mut self,
-        mapper: impl Fn(&W) -> Vec<ObjectKey> + Send + Sync + 'static,
-    ) -> Self
+    pub fn watches<W: Kind>(mut self, mapper: impl Fn(&W) -> Vec<ObjectKey> + Send + Sync + 'static) -> Self
     where
         W::Scope: ScopeAll,
     {

@@ -135,10 +135,7 @@ impl Recorder {
         action: &str,
         note: &str,
     ) -> Result<(), kube::Error> {
-        let namespace = regarding
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
+        let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".into());
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         let key = SeriesKey {
             uid: regarding.uid.clone().unwrap_or_default(),
@@ -156,11 +153,7 @@ impl Recorder {
                 "series": EventSeries { count, last_observed_time: now.clone() }
             });
             let api: Api<Event> = Api::namespaced(self.client.clone(), &series.namespace);
-            if api
-                .patch(&series.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .is_ok()
-            {
+            if api.patch(&series.name, &PatchParams::default(), &Patch::Merge(&patch)).await.is_ok() {
                 let observed = Instant::now();
                 self.series.lock().insert(key, Series { count, observed, ..series }, observed);
                 return Ok(());

@@ -45,26 +45,17 @@ pub struct ObjectKey {
 impl ObjectKey {
     /// The key of a namespaced object.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            namespace: Some(namespace.into()),
-            name: name.into(),
-        }
+        Self { namespace: Some(namespace.into()), name: name.into() }
     }
 
     /// The key of a cluster-scoped object.
     pub fn cluster(name: impl Into<String>) -> Self {
-        Self {
-            namespace: None,
-            name: name.into(),
-        }
+        Self { namespace: None, name: name.into() }
     }
 
     /// The key of `object`.
     pub fn of<K: Resource>(object: &K) -> Self {
-        Self {
-            namespace: object.meta().namespace.clone(),
-            name: object.meta().name.clone().unwrap_or_default(),
-        }
+        Self { namespace: object.meta().namespace.clone(), name: object.meta().name.clone().unwrap_or_default() }
     }
 }
 
@@ -94,10 +85,7 @@ pub enum Event<K> {
 impl<K> Clone for Event<K> {
     fn clone(&self) -> Self {
         match self {
-            Event::Apply { old, new } => Event::Apply {
-                old: old.clone(),
-                new: new.clone(),
-            },
+            Event::Apply { old, new } => Event::Apply { old: old.clone(), new: new.clone() },
             Event::Delete(o) => Event::Delete(o.clone()),
         }
     }
@@ -120,14 +108,8 @@ pub fn strip_managed_fields<K: Resource>(object: &mut K) {
 }
 
 /// The bound a kind needs to be informed on.
-pub trait Kind:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static
-{
-}
-impl<K> Kind for K where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static
-{
-}
+pub trait Kind: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {}
+impl<K> Kind for K where K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {}
 
 struct State<K> {
     objects: HashMap<ObjectKey, Arc<K>>,
@@ -198,24 +180,11 @@ impl<K: Kind> Informer<K> {
     /// An empty informer with the namespace, owner and label indexers. It is
     /// fed by [`Informer::run`] or, in tests, by [`Informer::apply`].
     pub fn new() -> Arc<Self> {
-        let by_namespace: IndexFn<K> =
-            Arc::new(|o: &K| vec![o.meta().namespace.clone().unwrap_or_default()]);
-        let by_owner: IndexFn<K> = Arc::new(|o: &K| {
-            o.meta()
-                .owner_references
-                .iter()
-                .flatten()
-                .map(|r| r.uid.clone())
-                .collect()
-        });
-        let by_label: IndexFn<K> = Arc::new(|o: &K| {
-            o.meta()
-                .labels
-                .iter()
-                .flatten()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect()
-        });
+        let by_namespace: IndexFn<K> = Arc::new(|o: &K| vec![o.meta().namespace.clone().unwrap_or_default()]);
+        let by_owner: IndexFn<K> =
+            Arc::new(|o: &K| o.meta().owner_references.iter().flatten().map(|r| r.uid.clone()).collect());
+        let by_label: IndexFn<K> =
+            Arc::new(|o: &K| o.meta().labels.iter().flatten().map(|(k, v)| format!("{k}={v}")).collect());
         Arc::new(Self {
             state: RwLock::new(State {
                 objects: HashMap::new(),
@@ -291,11 +260,7 @@ impl<K: Kind> Informer<K> {
             .indexes
             .get(index)
             .and_then(|i| i.get(value))
-            .map(|keys| {
-                keys.iter()
-                    .filter_map(|k| state.objects.get(k).cloned())
-                    .collect()
-            })
+            .map(|keys| keys.iter().filter_map(|k| state.objects.get(k).cloned()).collect())
             .unwrap_or_default()
     }
 
@@ -341,10 +306,7 @@ impl<K: Kind> Informer<K> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut subscribers = self.subscribers.lock();
         for object in self.state.read().objects.values() {
-            let _ = tx.send(Event::Apply {
-                old: None,
-                new: object.clone(),
-            });
+            let _ = tx.send(Event::Apply { old: None, new: object.clone() });
         }
         subscribers.push(tx);
         rx
@@ -366,13 +328,7 @@ impl<K: Kind> Informer<K> {
             state.put(object.clone())
         };
         self.stats.lock().events += 1;
-        Self::dispatch(
-            &mut subscribers,
-            Event::Apply {
-                old,
-                new: object,
-            },
-        );
+        Self::dispatch(&mut subscribers, Event::Apply { old, new: object });
     }
 
     /// Removes a deleted object from the cache and tells subscribers.
@@ -388,10 +344,7 @@ impl<K: Kind> Informer<K> {
             state.remove(&key)
         };
         self.stats.lock().events += 1;
-        Self::dispatch(
-            &mut subscribers,
-            Event::Delete(old.unwrap_or_else(|| Arc::new(object))),
-        );
+        Self::dispatch(&mut subscribers, Event::Delete(old.unwrap_or_else(|| Arc::new(object))));
     }
 
     /// Replaces the whole cache with a list result, telling subscribers of
@@ -407,8 +360,7 @@ impl<K: Kind> Informer<K> {
                 let key = ObjectKey::of(&object);
                 seen.insert(key.clone());
                 let unchanged = state.objects.get(&key).is_some_and(|o| {
-                    o.meta().resource_version.is_some()
-                        && o.meta().resource_version == object.meta().resource_version
+                    o.meta().resource_version.is_some() && o.meta().resource_version == object.meta().resource_version
                 });
                 if unchanged {
                     continue;
@@ -417,12 +369,7 @@ impl<K: Kind> Informer<K> {
                 let old = state.put(new.clone());
                 events.push(Event::Apply { old, new });
             }
-            let gone: Vec<ObjectKey> = state
-                .objects
-                .keys()
-                .filter(|k| !seen.contains(*k))
-                .cloned()
-                .collect();
+            let gone: Vec<ObjectKey> = state.objects.keys().filter(|k| !seen.contains(*k)).cloned().collect();
             for key in gone {
                 if let Some(old) = state.remove(&key) {
                     events.push(Event::Delete(old));
@@ -531,17 +478,11 @@ pub struct Selectors {
 impl Selectors {
     /// Only objects matching the field selector `fields`.
     pub fn fields(fields: impl Into<String>) -> Self {
-        Self {
-            fields: Some(fields.into()),
-            labels: None,
-        }
+        Self { fields: Some(fields.into()), labels: None }
     }
 }
 
-async fn list_all<K: Kind>(
-    api: &Api<K>,
-    selectors: &Selectors,
-) -> Result<(Vec<K>, String), kube::Error> {
+async fn list_all<K: Kind>(api: &Api<K>, selectors: &Selectors) -> Result<(Vec<K>, String), kube::Error> {
     let base = || {
         let mut params = ListParams::default().limit(500);
         if let Some(fields) = &selectors.fields {
@@ -568,12 +509,7 @@ async fn list_all<K: Kind>(
 /// The indexer of pods by node name (see [`BY_NODE_NAME`]).
 pub fn pod_node_name() -> IndexFn<k8s_openapi::api::core::v1::Pod> {
     Arc::new(|p: &k8s_openapi::api::core::v1::Pod| {
-        p.spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty())
-            .into_iter()
-            .collect()
+        p.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()).into_iter().collect()
     })
 }
 
@@ -588,11 +524,7 @@ pub struct SharedInformerFactory {
 impl SharedInformerFactory {
     /// A factory whose informers list and watch through `client`.
     pub fn new(client: Client) -> Self {
-        Self {
-            client,
-            informers: Arc::default(),
-            tasks: Arc::default(),
-        }
+        Self { client, informers: Arc::default(), tasks: Arc::default() }
     }
 
     /// The client informers (and controllers built on this factory) use.
@@ -619,9 +551,7 @@ impl SharedInformerFactory {
         let informer = Informer::<K>::new();
         informers.insert(TypeId::of::<K>(), informer.clone());
         let api = K::Scope::api_all::<K>(self.client.clone());
-        self.tasks
-            .lock()
-            .push(tokio::spawn(informer.clone().run(api)));
+        self.tasks.lock().push(tokio::spawn(informer.clone().run(api)));
         informer
     }
 
@@ -678,12 +608,7 @@ mod tests {
                 namespace: Some(ns.into()),
                 name: Some(name.into()),
                 resource_version: Some(rv.into()),
-                labels: Some(
-                    labels
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
+                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
                 ..Default::default()
             },
             ..Default::default()
@@ -710,7 +635,8 @@ mod tests {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
         let with_fields = |name: &str, rv: &str| {
             let mut p = pod("a", name, &[("app", "x")], rv);
-            p.metadata.managed_fields = Some(vec![ManagedFieldsEntry { manager: Some("kubectl".into()), ..Default::default() }]);
+            p.metadata.managed_fields =
+                Some(vec![ManagedFieldsEntry { manager: Some("kubectl".into()), ..Default::default() }]);
             p
         };
         let informer = Informer::<Pod>::new();
@@ -767,12 +693,10 @@ mod tests {
     #[tokio::test]
     async fn selected_informer_sees_only_matching_objects() {
         use kube::api::PostParams;
-        let server = orchestra_core::server::ApiServer::builder(Arc::new(
-            orchestra_store::MemStore::new(),
-        ))
-        .build()
-        .await
-        .unwrap();
+        let server = orchestra_core::server::ApiServer::builder(Arc::new(orchestra_store::MemStore::new()))
+            .build()
+            .await
+            .unwrap();
         let client = orchestra_core::client::in_process(&server, "default");
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let bound = |name: &str, node: &str| {
@@ -789,26 +713,14 @@ mod tests {
             });
             p
         };
-        pods.create(&PostParams::default(), &bound("a", "n1"))
-            .await
-            .unwrap();
-        pods.create(&PostParams::default(), &bound("b", "n2"))
-            .await
-            .unwrap();
+        pods.create(&PostParams::default(), &bound("a", "n1")).await.unwrap();
+        pods.create(&PostParams::default(), &bound("b", "n2")).await.unwrap();
         let informer = Informer::<Pod>::new();
-        let task = tokio::spawn(
-            informer
-                .clone()
-                .run_selected(Api::all(client), Selectors::fields("spec.nodeName=n1")),
-        );
+        let task = tokio::spawn(informer.clone().run_selected(Api::all(client), Selectors::fields("spec.nodeName=n1")));
         informer.wait_synced().await;
         assert_eq!(informer.len(), 1);
-        pods.create(&PostParams::default(), &bound("c", "n1"))
-            .await
-            .unwrap();
-        pods.create(&PostParams::default(), &bound("d", "n2"))
-            .await
-            .unwrap();
+        pods.create(&PostParams::default(), &bound("c", "n1")).await.unwrap();
+        pods.create(&PostParams::default(), &bound("d", "n2")).await.unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while informer.len() < 2 {
             assert!(std::time::Instant::now() < deadline);
@@ -825,10 +737,7 @@ mod tests {
     fn custom_indexer_applies_to_cached_objects() {
         let informer = Informer::<Pod>::new();
         let mut p = pod("a", "p1", &[], "1");
-        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
-            node_name: Some("n1".into()),
-            ..Default::default()
-        });
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec { node_name: Some("n1".into()), ..Default::default() });
         informer.apply(p);
         informer.add_indexer(BY_NODE_NAME, pod_node_name());
         assert_eq!(informer.by_index(BY_NODE_NAME, "n1").len(), 1);

@@ -68,12 +68,7 @@ impl Fence {
 
     /// A fence that is always valid (for controllers run without election).
     pub fn always() -> Self {
-        Self {
-            token: 0,
-            leading: Arc::new(AtomicBool::new(true)),
-            current: Arc::new(AtomicI32::new(0)),
-            lease: None,
-        }
+        Self { token: 0, leading: Arc::new(AtomicBool::new(true)), current: Arc::new(AtomicI32::new(0)), lease: None }
     }
 
     /// The Lease and term this fence names (`None` without election).
@@ -138,10 +133,7 @@ impl LeaderElector {
         let existing = self.api.get_opt(&self.name).await?;
         let Some(mut lease) = existing else {
             let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(self.name.clone()),
-                    ..Default::default()
-                },
+                metadata: ObjectMeta { name: Some(self.name.clone()), ..Default::default() },
                 spec: Some(LeaseSpec {
                     holder_identity: Some(self.identity.clone()),
                     lease_duration_seconds: Some(duration),
@@ -183,11 +175,7 @@ impl LeaderElector {
         spec.lease_duration_seconds = Some(duration);
         spec.renew_time = Some(now());
         spec.lease_transitions = Some(transitions);
-        match self
-            .api
-            .replace(&self.name, &PostParams::default(), &lease)
-            .await
-        {
+        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
             Ok(_) => Ok(Some(transitions)),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
             Err(e) => Err(e),
@@ -206,11 +194,7 @@ impl LeaderElector {
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(now());
-        match self
-            .api
-            .replace(&self.name, &PostParams::default(), &lease)
-            .await
-        {
+        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
             Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
             Err(e) => Err(e),
         }
@@ -220,11 +204,7 @@ impl LeaderElector {
     /// returns when `lead` returns, leadership is lost (after `stop` fires
     /// and `lead` returns) or `shutdown` completes. The lease is released on
     /// the way out if still held.
-    pub async fn run<F, Fut>(
-        &self,
-        lead: F,
-        shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<(), kube::Error>
+    pub async fn run<F, Fut>(&self, lead: F, shutdown: impl Future<Output = ()> + Send) -> Result<(), kube::Error>
     where
         F: FnOnce(Fence, watch::Receiver<bool>) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,

@@ -42,10 +42,7 @@ pub struct ControllerManager {
 impl ControllerManager {
     /// A manager whose controllers share `factory`'s informers.
     pub fn new(factory: SharedInformerFactory) -> Self {
-        Self {
-            factory,
-            controllers: Vec::new(),
-        }
+        Self { factory, controllers: Vec::new() }
     }
 
     /// Adds a controller started with the manager's context.
@@ -54,8 +51,7 @@ impl ControllerManager {
         F: FnOnce(ManagerContext) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.controllers
-            .push((name.into(), Box::new(move |ctx| Box::pin(start(ctx)))));
+        self.controllers.push((name.into(), Box::new(move |ctx| Box::pin(start(ctx)))));
         self
     }
 
@@ -96,8 +92,6 @@ impl ControllerManager {
         elector: Arc<LeaderElector>,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), kube::Error> {
-        elector
-            .run(move |fence, stop| self.run_all(fence, stop), shutdown)
-            .await
+        elector.run(move |fence, stop| self.run_all(fence, stop), shutdown).await
     }
 }

@@ -93,10 +93,7 @@ impl ApiAction {
     pub fn object_name(&self) -> Option<String> {
         self.name.clone().or_else(|| {
             let meta = self.body.as_ref()?.get("metadata")?;
-            meta.get("name")
-                .or_else(|| meta.get("generateName"))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
+            meta.get("name").or_else(|| meta.get("generateName")).and_then(Value::as_str).map(str::to_owned)
         })
     }
 
@@ -138,9 +135,7 @@ fn parse(method: &http::Method, uri: &http::Uri) -> ApiAction {
     let resource = rest.first().map(|s| s.to_string()).unwrap_or_default();
     let name = rest.get(1).map(|s| s.to_string());
     let subresource = rest.get(2).map(|s| s.to_string());
-    let watch = query
-        .as_deref()
-        .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+    let watch = query.as_deref().is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
     let verb = match *method {
         http::Method::GET if watch => "watch",
         http::Method::GET if name.is_some() => "get",
@@ -152,18 +147,7 @@ fn parse(method: &http::Method, uri: &http::Uri) -> ApiAction {
         http::Method::DELETE => "deletecollection",
         _ => "other",
     };
-    ApiAction {
-        verb: verb.into(),
-        group,
-        version,
-        resource,
-        namespace,
-        name,
-        subresource,
-        path,
-        query,
-        body: None,
-    }
+    ApiAction { verb: verb.into(), group, version, resource, namespace, name, subresource, path, query, body: None }
 }
 
 type Log = Arc<Mutex<Vec<ApiAction>>>;
@@ -223,9 +207,7 @@ where
             {
                 action.body = Some(value);
             }
-            inner
-                .call(http::Request::from_parts(parts, kube::client::Body::from(bytes)))
-                .await
+            inner.call(http::Request::from_parts(parts, kube::client::Body::from(bytes))).await
         })
     }
 }
@@ -257,31 +239,16 @@ impl FakeClusterBuilder {
     /// Starts the API server, seeds the objects (and any namespace they are
     /// in that was not seeded too) and returns the cluster.
     pub async fn build(self) -> FakeCluster {
-        let server = ApiServer::builder(Arc::new(MemStore::new()))
-            .build()
-            .await
-            .expect("the fake API server starts");
+        let server = ApiServer::builder(Arc::new(MemStore::new())).build().await.expect("the fake API server starts");
         let log: Log = Arc::default();
         let in_flight: Arc<AtomicUsize> = Arc::default();
         let client = Client::new(
-            Recording {
-                inner: server.router(),
-                log: log.clone(),
-                in_flight: in_flight.clone(),
-            },
+            Recording { inner: server.router(), log: log.clone(), in_flight: in_flight.clone() },
             "default",
         );
         let unrecorded = orchestra_core::client::in_process(&server, "default");
         let factory = SharedInformerFactory::new(unrecorded.clone());
-        let fake = FakeCluster {
-            server,
-            registry: Registry::builtin(),
-            client,
-            unrecorded,
-            factory,
-            log,
-            in_flight,
-        };
+        let fake = FakeCluster { server, registry: Registry::builtin(), client, unrecorded, factory, log, in_flight };
         let mut namespaces = BTreeSet::new();
         let mut seeded = BTreeSet::new();
         for object in &self.objects {
@@ -373,9 +340,7 @@ impl FakeCluster {
         K::Scope: ScopeAll,
     {
         let informer = self.factory.informer::<K>();
-        tokio::time::timeout(Duration::from_secs(10), informer.wait_synced())
-            .await
-            .expect("the informer syncs");
+        tokio::time::timeout(Duration::from_secs(10), informer.wait_synced()).await.expect("the informer syncs");
         informer
     }
 
@@ -391,7 +356,9 @@ impl FakeCluster {
         let versions = |objects: Vec<&K>| {
             let mut v: Vec<(String, String)> = objects
                 .into_iter()
-                .map(|o| (o.meta().uid.clone().unwrap_or_default(), o.meta().resource_version.clone().unwrap_or_default()))
+                .map(|o| {
+                    (o.meta().uid.clone().unwrap_or_default(), o.meta().resource_version.clone().unwrap_or_default())
+                })
                 .collect();
             v.sort();
             v
@@ -420,12 +387,7 @@ impl FakeCluster {
     /// their own, in no fixed order), each as its [`Display`](ApiAction)
     /// form: `create pods default/web-`.
     pub fn writes(&self) -> Vec<String> {
-        self.log
-            .lock()
-            .iter()
-            .filter(|a| !a.is_read() && a.resource != "events")
-            .map(ToString::to_string)
-            .collect()
+        self.log.lock().iter().filter(|a| !a.is_read() && a.resource != "events").map(ToString::to_string).collect()
     }
 
     /// Lets tasks the code under test spawned (event recorders) send their
@@ -486,7 +448,10 @@ impl FakeCluster {
     /// `None` if absent.
     pub async fn get<K>(&self, namespace: &str, name: &str) -> Option<K>
     where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + fmt::Debug,
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + fmt::Debug,
     {
         let api: Api<K> = Api::namespaced(self.unrecorded.clone(), namespace);
         api.get_opt(name).await.expect("reads the object")
@@ -495,7 +460,10 @@ impl FakeCluster {
     /// Reads a cluster-scoped object back; `None` if absent.
     pub async fn get_cluster<K>(&self, name: &str) -> Option<K>
     where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope> + Clone + DeserializeOwned + fmt::Debug,
+        K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + DeserializeOwned
+            + fmt::Debug,
     {
         let api: Api<K> = Api::all(self.unrecorded.clone());
         api.get_opt(name).await.expect("reads the object")
@@ -504,7 +472,10 @@ impl FakeCluster {
     /// Every object of `K` in `namespace`, sorted by name.
     pub async fn list<K>(&self, namespace: &str) -> Vec<K>
     where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + fmt::Debug,
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + fmt::Debug,
     {
         let api: Api<K> = Api::namespaced(self.unrecorded.clone(), namespace);
         let mut items = api.list(&ListParams::default()).await.expect("lists").items;
@@ -526,22 +497,21 @@ impl FakeCluster {
             .registry
             .by_kind(group, version, &kind)
             .unwrap_or_else(|| panic!("{api_version} {kind} is not a built-in kind"));
-        let meta = object
-            .get_mut("metadata")
-            .and_then(Value::as_object_mut)
-            .expect("seeded objects have metadata");
+        let meta = object.get_mut("metadata").and_then(Value::as_object_mut).expect("seeded objects have metadata");
         let name = meta.get("name").and_then(Value::as_str).expect("seeded objects have a name").to_owned();
         let namespace = meta.get("namespace").and_then(Value::as_str).map(str::to_owned);
         meta.entry("uid").or_insert_with(|| format!("uid-{name}").into());
-        meta.entry("creationTimestamp")
-            .or_insert_with(|| k8s_openapi::jiff::Timestamp::now().to_string().into());
+        meta.entry("creationTimestamp").or_insert_with(|| k8s_openapi::jiff::Timestamp::now().to_string().into());
         meta.entry("generation").or_insert(1.into());
         meta.remove("resourceVersion");
         let key = info.storage_key(namespace.as_deref().filter(|_| info.namespaced), &name);
         let stored = info.to_storage(object);
         let bytes = serde_json::to_vec(&stored).expect("JSON values serialize");
         let store = self.server.store();
-        if kind == "Namespace" && store.get(&key).await.expect("store reads").is_some() && stored.pointer("/metadata/deletionTimestamp").is_none() {
+        if kind == "Namespace"
+            && store.get(&key).await.expect("store reads").is_some()
+            && stored.pointer("/metadata/deletionTimestamp").is_none()
+        {
             // A system namespace, already there.
             return;
         }
@@ -626,7 +596,14 @@ mod tests {
         api.get(&name).await.unwrap();
         let actions = fake.actions();
         let summary: Vec<String> = actions.iter().map(ToString::to_string).collect();
-        assert_eq!(summary, ["create configmaps team/cm-".to_string(), format!("patch configmaps team/{name}"), format!("get configmaps team/{name}")]);
+        assert_eq!(
+            summary,
+            [
+                "create configmaps team/cm-".to_string(),
+                format!("patch configmaps team/{name}"),
+                format!("get configmaps team/{name}")
+            ]
+        );
         assert_eq!(actions[0].object::<ConfigMap>().unwrap().data.unwrap()["k"], "v");
         assert_eq!(actions[1].body.as_ref().unwrap()["data"]["k"], "w");
         assert_eq!(fake.writes(), ["create configmaps team/cm-".to_string(), format!("patch configmaps team/{name}")]);
@@ -641,7 +618,10 @@ mod tests {
         for i in 0..3 {
             let api = api.clone();
             tokio::spawn(async move {
-                let cm = ConfigMap { metadata: ObjectMeta { name: Some(format!("cm-{i}")), ..Default::default() }, ..Default::default() };
+                let cm = ConfigMap {
+                    metadata: ObjectMeta { name: Some(format!("cm-{i}")), ..Default::default() },
+                    ..Default::default()
+                };
                 api.create(&PostParams::default(), &cm).await.unwrap();
             });
         }

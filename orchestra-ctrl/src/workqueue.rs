@@ -35,12 +35,7 @@ impl Default for RateLimit {
     /// client-go's default controller rate limiter: 5 ms doubling to 1000 s,
     /// and 10 qps with a burst of 100.
     fn default() -> Self {
-        Self {
-            base_delay: Duration::from_millis(5),
-            max_delay: Duration::from_secs(1000),
-            qps: 10.0,
-            burst: 100,
-        }
+        Self { base_delay: Duration::from_millis(5), max_delay: Duration::from_secs(1000), qps: 10.0, burst: 100 }
     }
 }
 
@@ -78,16 +73,8 @@ impl QueueMetrics {
         sub.register("workqueue_depth", "Keys waiting", self.depth.clone());
         sub.register("workqueue_adds", "Keys added", self.adds.clone());
         sub.register("workqueue_retries", "Rate-limited re-adds", self.retries.clone());
-        sub.register(
-            "workqueue_queue_duration_seconds",
-            "Time waiting in the queue",
-            self.queue_latency.clone(),
-        );
-        sub.register(
-            "workqueue_work_duration_seconds",
-            "Time processing a key",
-            self.work_duration.clone(),
-        );
+        sub.register("workqueue_queue_duration_seconds", "Time waiting in the queue", self.queue_latency.clone());
+        sub.register("workqueue_work_duration_seconds", "Time processing a key", self.work_duration.clone());
     }
 }
 
@@ -166,12 +153,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<T> {
         Arc::new(Self {
             inner: Mutex::new(Inner {
                 queue: VecDeque::new(),
-                delayed: Delayed {
-                    due: HashMap::new(),
-                    order: BTreeMap::new(),
-                    next_seq: 0,
-                    timer: false,
-                },
+                delayed: Delayed { due: HashMap::new(), order: BTreeMap::new(), next_seq: 0, timer: false },
                 dirty: HashMap::new(),
                 processing: HashMap::new(),
                 failures: HashMap::new(),
@@ -326,9 +308,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<T> {
                     inner.processing.insert(key.clone(), Instant::now());
                     self.metrics.depth.set(inner.queue.len() as i64);
                     if let Some(added) = added {
-                        self.metrics
-                            .queue_latency
-                            .observe(added.elapsed().as_secs_f64());
+                        self.metrics.queue_latency.observe(added.elapsed().as_secs_f64());
                     }
                     if !inner.queue.is_empty() {
                         self.notify.notify_one();
@@ -348,9 +328,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> WorkQueue<T> {
     pub fn done(&self, key: &T) {
         let mut inner = self.inner.lock();
         if let Some(started) = inner.processing.remove(key) {
-            self.metrics
-                .work_duration
-                .observe(started.elapsed().as_secs_f64());
+            self.metrics.work_duration.observe(started.elapsed().as_secs_f64());
         }
         if inner.dirty.contains_key(key) {
             inner.queue.push_back(key.clone());
@@ -452,12 +430,8 @@ mod tests {
 
     #[test]
     fn global_bucket_limits_bursts() {
-        let q = WorkQueue::new(RateLimit {
-            base_delay: Duration::ZERO,
-            max_delay: Duration::ZERO,
-            qps: 10.0,
-            burst: 2,
-        });
+        let q =
+            WorkQueue::new(RateLimit { base_delay: Duration::ZERO, max_delay: Duration::ZERO, qps: 10.0, burst: 2 });
         assert_eq!(q.when(&1), Duration::ZERO);
         assert_eq!(q.when(&2), Duration::ZERO);
         let third = q.when(&3);

@@ -174,7 +174,8 @@ fn filter_node(
     node: &Arc<NodeInfo>,
     snapshot: &Snapshot,
 ) -> Status {
-    let nominated = if snapshot.nominated.is_empty() { Vec::new() } else { snapshot.nominated_before(node.name(), pod) };
+    let nominated =
+        if snapshot.nominated.is_empty() { Vec::new() } else { snapshot.nominated_before(node.name(), pod) };
     if nominated.is_empty() {
         return Profile::run_active_filters(filters, state, pod, node);
     }
@@ -266,7 +267,10 @@ impl Algorithm {
         let to_find = if allowed.is_some() {
             n
         } else {
-            num_feasible_nodes_to_find(profile.percentage_of_nodes_to_score.or(self.options.percentage_of_nodes_to_score), n)
+            num_feasible_nodes_to_find(
+                profile.percentage_of_nodes_to_score.or(self.options.percentage_of_nodes_to_score),
+                n,
+            )
         };
         let state_ref: &CycleState = state;
         let filters = profile.active_filters(state_ref);
@@ -310,11 +314,7 @@ impl Algorithm {
         let mut feasible = feasible.into_inner();
         feasible.sort_by_key(|(i, _)| *i);
         feasible.truncate(to_find);
-        let evaluated = if feasible.len() >= to_find {
-            feasible.last().map_or(n, |(i, _)| i + 1)
-        } else {
-            n
-        };
+        let evaluated = if feasible.len() >= to_find { feasible.last().map_or(n, |(i, _)| i + 1) } else { n };
         if allowed.is_none() {
             self.next_start_node_index = (start + evaluated) % n;
         }
@@ -329,7 +329,13 @@ impl Algorithm {
     }
 
     /// Runs PreScore and Score over `nodes`; weighted totals in `nodes` order.
-    pub fn prioritize(&mut self, profile: &Profile, state: &mut CycleState, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Result<Vec<i64>, Status> {
+    pub fn prioritize(
+        &mut self,
+        profile: &Profile,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Vec<i64>, Status> {
         for p in &profile.pre_score {
             let s = p.pre_score(state, pod, nodes);
             match s.code {
@@ -343,7 +349,8 @@ impl Algorithm {
         let mut totals = vec![0i64; nodes.len()];
         let state_ref: &CycleState = state;
         // One list of node scores for every plugin in turn (names made once).
-        let mut reused: Vec<NodeScore> = nodes.iter().map(|n| NodeScore { name: n.shared_name.clone(), score: 0 }).collect();
+        let mut reused: Vec<NodeScore> =
+            nodes.iter().map(|n| NodeScore { name: n.shared_name.clone(), score: 0 }).collect();
         for (plugin, weight) in &profile.score {
             if state_ref.skip_score.contains(plugin.name()) {
                 continue;
@@ -384,7 +391,13 @@ impl Algorithm {
     }
 
     /// Decides where `pod` goes.
-    pub fn schedule(&mut self, profile: &Profile, state: &mut CycleState, pod: &PodInfo, snapshot: &Snapshot) -> Decision {
+    pub fn schedule(
+        &mut self,
+        profile: &Profile,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> Decision {
         if snapshot.is_empty() {
             return Decision::Unfit(FitError { num_all_nodes: 0, ..Default::default() });
         }
@@ -473,7 +486,11 @@ mod tests {
         }
         for i in 0..2 {
             nodes.push(node_info(
-                NodeBuilder::new(&format!("tainted{i}")).cpu("8").memory("8Gi").taint("dedicated", "gpu", "NoSchedule").build(),
+                NodeBuilder::new(&format!("tainted{i}"))
+                    .cpu("8")
+                    .memory("8Gi")
+                    .taint("dedicated", "gpu", "NoSchedule")
+                    .build(),
                 vec![],
             ));
         }
@@ -493,7 +510,10 @@ mod tests {
     fn spreads_by_least_allocated() {
         let profile = Profile::default_profile();
         let nodes = vec![
-            node_info(NodeBuilder::new("busy").cpu("4").memory("8Gi").build(), vec![PodBuilder::new("x").cpu("3").memory("1Gi").node("busy").build()]),
+            node_info(
+                NodeBuilder::new("busy").cpu("4").memory("8Gi").build(),
+                vec![PodBuilder::new("x").cpu("3").memory("1Gi").node("busy").build()],
+            ),
             node_info(NodeBuilder::new("idle").cpu("4").memory("8Gi").build(), vec![]),
         ];
         let snapshot = Snapshot::from_nodes(nodes);

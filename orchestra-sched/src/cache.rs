@@ -414,7 +414,10 @@ mod tests {
         cache.remove_node("n1");
         cache.assume(pod("d"), "n3");
         cache.update_snapshot(&mut snap);
-        assert_eq!((snap.len(), cpu(&snap, "n1"), cpu(&snap, "n2"), cpu(&snap, "n3")), (2, None, Some(2000), Some(2000)));
+        assert_eq!(
+            (snap.len(), cpu(&snap, "n1"), cpu(&snap, "n2"), cpu(&snap, "n3")),
+            (2, None, Some(2000), Some(2000))
+        );
         // Every update equals a fresh snapshot.
         let fresh = cache.snapshot();
         for n in fresh.nodes.iter() {

@@ -67,12 +67,7 @@ impl<K: kube::Resource> ObjectStore<K> {
     }
     /// Every object in `namespace`.
     pub fn list_namespaced(&self, namespace: &str) -> Vec<Arc<K>> {
-        self.objects
-            .read()
-            .values()
-            .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
-            .cloned()
-            .collect()
+        self.objects.read().values().filter(|o| o.meta().namespace.as_deref() == Some(namespace)).cloned().collect()
     }
     /// Every key.
     pub fn keys(&self) -> Vec<String> {
@@ -123,7 +118,10 @@ mod tests {
         assert!(l.pvcs.insert(claim("a", "c")).is_none());
         assert!(l.pvcs.insert(claim("a", "c")).is_some());
         l.pvcs.insert(claim("b", "c"));
-        l.pvs.insert(PersistentVolume { metadata: ObjectMeta { name: Some("pv".into()), ..Default::default() }, ..Default::default() });
+        l.pvs.insert(PersistentVolume {
+            metadata: ObjectMeta { name: Some("pv".into()), ..Default::default() },
+            ..Default::default()
+        });
         for (key, want) in [("a/c", true), ("b/c", true), ("c", false)] {
             assert_eq!(l.pvcs.get(key).is_some(), want, "{key}");
         }

@@ -60,8 +60,9 @@ impl Metrics {
         let mut registry = Registry::with_prefix("scheduler");
         let attempts = Family::<AttemptLabels, Counter>::default();
         registry.register("schedule_attempts", "Scheduling attempts by result", attempts.clone());
-        let attempt_duration =
-            Family::<AttemptLabels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 16)));
+        let attempt_duration = Family::<AttemptLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+        });
         registry.register(
             "scheduling_attempt_duration_seconds",
             "Scheduling attempt latency (algorithm and assume)",
@@ -92,7 +93,9 @@ impl Metrics {
 
     /// Sets the queue sizes.
     pub fn queue_sizes(&self, s: crate::queue::QueueSizes) {
-        for (q, v) in [("active", s.active), ("backoff", s.backoff), ("unschedulable", s.unschedulable), ("gated", s.gated)] {
+        for (q, v) in
+            [("active", s.active), ("backoff", s.backoff), ("unschedulable", s.unschedulable), ("gated", s.gated)]
+        {
             self.pending.get_or_create(&QueueLabels { queue: q.into() }).set(v as i64);
         }
     }
@@ -101,7 +104,9 @@ impl Metrics {
     pub fn attempts_with(&self, result: &str) -> u64 {
         let text = self.encode();
         text.lines()
-            .filter(|l| l.starts_with("scheduler_schedule_attempts_total{") && l.contains(&format!("result=\"{result}\"")))
+            .filter(|l| {
+                l.starts_with("scheduler_schedule_attempts_total{") && l.contains(&format!("result=\"{result}\""))
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
     }
@@ -136,8 +141,14 @@ mod tests {
         m.attempt("scheduled", "default-scheduler", 0.01);
         m.attempt("scheduled", "bin-packing", 0.02);
         m.attempt("unschedulable", "default-scheduler", 0.5);
-        assert_eq!((m.attempts_with("scheduled"), m.attempts_with("unschedulable"), m.attempts_with("error")), (2, 1, 0));
-        assert_eq!(m.sample(r#"scheduler_schedule_attempts_total{result="scheduled",profile="bin-packing"}"#), Some(1.0));
+        assert_eq!(
+            (m.attempts_with("scheduled"), m.attempts_with("unschedulable"), m.attempts_with("error")),
+            (2, 1, 0)
+        );
+        assert_eq!(
+            m.sample(r#"scheduler_schedule_attempts_total{result="scheduled",profile="bin-packing"}"#),
+            Some(1.0)
+        );
         assert_eq!(
             m.sample(r#"scheduler_scheduling_attempt_duration_seconds_count{result="unschedulable",profile="default-scheduler"}"#),
             Some(1.0)

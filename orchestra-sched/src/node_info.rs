@@ -86,11 +86,7 @@ impl PodInfo {
 
 /// namespace/name of a pod.
 pub fn pod_key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or("")
-    )
+    format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or("default"), pod.metadata.name.as_deref().unwrap_or(""))
 }
 
 /// The UID of a pod (its namespace/name when it has none).
@@ -167,10 +163,7 @@ impl NodeInfo {
         self.images.clear();
         for image in status.and_then(|s| s.images.as_ref()).into_iter().flatten() {
             for name in image.names.iter().flatten() {
-                self.images.insert(
-                    name.clone(),
-                    ImageState { size: image.size_bytes.unwrap_or(0), num_nodes: 1 },
-                );
+                self.images.insert(name.clone(), ImageState { size: image.size_bytes.unwrap_or(0), num_nodes: 1 });
             }
         }
         let spec = node.spec.as_ref();
@@ -230,8 +223,7 @@ impl NodeInfo {
         if ip == "0.0.0.0" {
             self.used_ports.iter().any(|(_, p, m)| p == proto && m == n)
         } else {
-            self.used_ports.contains(port)
-                || self.used_ports.contains(&("0.0.0.0".to_owned(), proto.clone(), *n))
+            self.used_ports.contains(port) || self.used_ports.contains(&("0.0.0.0".to_owned(), proto.clone(), *n))
         }
     }
 }

@@ -87,7 +87,10 @@ impl std::fmt::Debug for Profile {
     }
 }
 
-fn point_of<'a>(cfg: &'a Option<crate::config::Plugins>, f: impl Fn(&'a crate::config::Plugins) -> &'a PluginSetConfig) -> Option<&'a PluginSetConfig> {
+fn point_of<'a>(
+    cfg: &'a Option<crate::config::Plugins>,
+    f: impl Fn(&'a crate::config::Plugins) -> &'a PluginSetConfig,
+) -> Option<&'a PluginSetConfig> {
     cfg.as_ref().map(f)
 }
 
@@ -213,11 +216,17 @@ impl Profile {
 
     /// The default profile (`default-scheduler`) from the built-in registry.
     pub fn default_profile() -> Profile {
-        Profile::build(&ProfileConfig::default(), &Registry::default(), &Handle::default()).expect("default profile builds")
+        Profile::build(&ProfileConfig::default(), &Registry::default(), &Handle::default())
+            .expect("default profile builds")
     }
 
     /// Runs every Filter (minus those whose PreFilter skipped) on one node.
-    pub fn run_filters(&self, state: &CycleState, pod: &crate::node_info::PodInfo, node: &crate::node_info::NodeInfo) -> Status {
+    pub fn run_filters(
+        &self,
+        state: &CycleState,
+        pod: &crate::node_info::PodInfo,
+        node: &crate::node_info::NodeInfo,
+    ) -> Status {
         Self::run_active_filters(&self.active_filters(state), state, pod, node)
     }
 

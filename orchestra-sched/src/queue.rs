@@ -307,7 +307,8 @@ impl SchedulingQueue {
                 }
                 while let Some(mut q) = self.heap_pop(&mut inner) {
                     let uid = q.info.uid().to_owned();
-                    let current = matches!(inner.pods.get(&uid), Some((c, Place::Active)) if c.generation == q.generation);
+                    let current =
+                        matches!(inner.pods.get(&uid), Some((c, Place::Active)) if c.generation == q.generation);
                     if !current {
                         continue;
                     }
@@ -472,7 +473,11 @@ mod tests {
     fn queue(interest: HashMap<&'static str, Vec<ClusterEvent>>) -> SchedulingQueue {
         SchedulingQueue::new(
             Arc::new(PrioritySort),
-            QueueOptions { initial_backoff: Duration::from_millis(20), max_backoff: Duration::from_millis(80), ..Default::default() },
+            QueueOptions {
+                initial_backoff: Duration::from_millis(20),
+                max_backoff: Duration::from_millis(80),
+                ..Default::default()
+            },
             interest,
         )
     }
@@ -519,7 +524,8 @@ mod tests {
         q.add_unschedulable(p, false);
         // The scheduler's own status write comes back through the watch.
         let mut written = PodBuilder::new("p").build();
-        written.status = Some(k8s_openapi::api::core::v1::PodStatus { nominated_node_name: Some("n".into()), ..Default::default() });
+        written.status =
+            Some(k8s_openapi::api::core::v1::PodStatus { nominated_node_name: Some("n".into()), ..Default::default() });
         q.add(Arc::new(pod_info(written)), false);
         assert_eq!(q.sizes().unschedulable, 1);
         // A label change may make it schedulable.

@@ -129,7 +129,12 @@ impl Registry {
         self
     }
     /// Builds `name`; None when not registered.
-    pub fn build(&self, name: &str, args: Option<&serde_json::Value>, handle: &Handle) -> Option<Result<PluginSet, String>> {
+    pub fn build(
+        &self,
+        name: &str,
+        args: Option<&serde_json::Value>,
+        handle: &Handle,
+    ) -> Option<Result<PluginSet, String>> {
         self.factories.get(name).map(|f| f(args, handle))
     }
     /// Whether `name` is registered.

@@ -102,9 +102,7 @@ pub fn is_scalar_resource(name: &str) -> bool {
 }
 
 fn split_suffix(s: &str) -> (&str, &str) {
-    let idx = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
-        .unwrap_or(s.len());
+    let idx = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+')).unwrap_or(s.len());
     // An exponent form like 1e3 keeps the 'e' as a suffix.
     (&s[..idx], &s[idx..])
 }

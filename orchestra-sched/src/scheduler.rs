@@ -19,15 +19,15 @@ use crate::cache::Cache;
 use crate::config::SchedulerConfiguration;
 use crate::events::{EventRecorder, Record, pod_ref};
 use crate::framework::*;
-use orchestra_ctrl::informer::strip_managed_fields;
-use orchestra_ctrl::leader::{ElectionConfig, LeaderElector};
 use crate::listers::object_key;
 use crate::metrics::Metrics;
 use crate::node_info::{PodInfo, pod_uid};
 use crate::profile::{Profile, ProfileError};
-use crate::snapshot::Snapshot;
 use crate::queue::{QueueOptions, QueuedPodInfo, SchedulingQueue};
 use crate::registry::Registry;
+use crate::snapshot::Snapshot;
+use orchestra_ctrl::informer::strip_managed_fields;
+use orchestra_ctrl::leader::{ElectionConfig, LeaderElector};
 
 /// Errors that stop the scheduler.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +55,13 @@ pub struct SchedulerBuilder {
 impl SchedulerBuilder {
     /// A scheduler with the default configuration and registry.
     pub fn new(client: kube::Client) -> SchedulerBuilder {
-        SchedulerBuilder { client, config: SchedulerConfiguration::default(), registry: Registry::default(), identity: None, events: true }
+        SchedulerBuilder {
+            client,
+            config: SchedulerConfiguration::default(),
+            registry: Registry::default(),
+            identity: None,
+            events: true,
+        }
     }
     /// Uses `config`.
     pub fn config(mut self, config: SchedulerConfiguration) -> Self {
@@ -120,7 +126,11 @@ impl SchedulerBuilder {
             interest,
         ));
         let identity = self.identity.unwrap_or_else(|| {
-            format!("{}_{:x}", std::env::var("HOSTNAME").unwrap_or_else(|_| "orchestra-scheduler".into()), std::process::id() as u64 ^ (Instant::now().elapsed().as_nanos() as u64))
+            format!(
+                "{}_{:x}",
+                std::env::var("HOSTNAME").unwrap_or_else(|_| "orchestra-scheduler".into()),
+                std::process::id() as u64 ^ (Instant::now().elapsed().as_nanos() as u64)
+            )
         });
         Ok(Scheduler {
             shared: Arc::new(Shared {
@@ -411,7 +421,8 @@ impl Scheduler {
                 }
             }
         });
-        let mut others = [self.spawn_watch::<PersistentVolumeClaim>(
+        let mut others = [
+            self.spawn_watch::<PersistentVolumeClaim>(
                 |s, pvc| {
                     let old = s.shared.handle.listers.pvcs.insert(pvc);
                     s.object_event(EventResource::PersistentVolumeClaim, old.is_some());
@@ -453,16 +464,18 @@ impl Scheduler {
                     let old = s.shared.handle.namespaces.write().insert(name, labels.clone());
                     match old {
                         None => s.shared.queue.on_event(ClusterEvent::new(EventResource::Namespace, action::ADD)),
-                        Some(old) if old != labels => {
-                            s.shared.queue.on_event(ClusterEvent::new(EventResource::Namespace, action::UPDATE_NAMESPACE_LABEL))
-                        }
+                        Some(old) if old != labels => s
+                            .shared
+                            .queue
+                            .on_event(ClusterEvent::new(EventResource::Namespace, action::UPDATE_NAMESPACE_LABEL)),
                         Some(_) => {}
                     }
                 },
                 |s, key| {
                     s.shared.handle.namespaces.write().remove(key);
                 },
-            )];
+            ),
+        ];
         async move {
             let _ = node_rx.wait_for(|v| *v).await;
             let _ = pod_rx.wait_for(|v| *v).await;
@@ -472,7 +485,9 @@ impl Scheduler {
                 let _ = rx.wait_for(|v| *v).await.map(|_| ());
             }));
             if tokio::time::timeout(Duration::from_secs(10), others).await.is_err() {
-                tracing::warn!("scheduler: volume, budget or namespace watches not synced after 10 s; scheduling anyway");
+                tracing::warn!(
+                    "scheduler: volume, budget or namespace watches not synced after 10 s; scheduling anyway"
+                );
             }
         }
     }
@@ -488,7 +503,13 @@ impl Scheduler {
     /// (relists included). The receiver turns true once the first list is in.
     fn spawn_watch<K>(&self, apply: fn(&Scheduler, K), delete: fn(&Scheduler, &str)) -> tokio_watch::Receiver<bool>
     where
-        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
     {
         let (tx, rx) = tokio_watch::channel(false);
         let s = self.clone();
@@ -667,7 +688,13 @@ impl Scheduler {
                     let statuses = std::mem::take(&mut fit.statuses);
                     for p in &profile.post_filter {
                         let (node, s) = p
-                            .post_filter(PostFilterArgs { state: &state, pod: &pod, snapshot, statuses: &statuses, profile: &profile })
+                            .post_filter(PostFilterArgs {
+                                state: &state,
+                                pod: &pod,
+                                snapshot,
+                                statuses: &statuses,
+                                profile: &profile,
+                            })
                             .await;
                         if s.is_success() {
                             if let Some(node) = &node {
@@ -693,7 +720,14 @@ impl Scheduler {
     }
 
     /// Requeues `q`, sets PodScheduled=False and records FailedScheduling.
-    async fn fail(&self, profile: &Profile, q: QueuedPodInfo, status: Status, nominated: Option<String>, start: Instant) {
+    async fn fail(
+        &self,
+        profile: &Profile,
+        q: QueuedPodInfo,
+        status: Status,
+        nominated: Option<String>,
+        start: Instant,
+    ) {
         let error = status.code == Code::Error;
         let result = if error { "error" } else { "unschedulable" };
         self.shared.metrics.attempt(result, &profile.scheduler_name, start.elapsed().as_secs_f64());
@@ -742,7 +776,11 @@ impl Scheduler {
             let api: Api<Pod> = Api::namespaced(client, pod.metadata.namespace.as_deref().unwrap_or("default"));
             let name = pod.metadata.name.clone().unwrap_or_default();
             if let Err(e) = api
-                .patch_status(&name, &PatchParams::default(), &Patch::Strategic(serde_json::json!({ "status": status })))
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(serde_json::json!({ "status": status })),
+                )
                 .await
             {
                 tracing::debug!("pod status not updated: {e}");
@@ -769,8 +807,11 @@ impl Scheduler {
                 _ => {
                     let pending = self.shared.handle.waiting_pods.remove(pod.uid());
                     let plugin = pending.first().or(w.plugins.first()).copied().unwrap_or_default();
-                    Status::unschedulable(format!("rejected due to timeout after waiting {:?} at plugin {plugin}", w.timeout))
-                        .with_plugin(plugin)
+                    Status::unschedulable(format!(
+                        "rejected due to timeout after waiting {:?} at plugin {plugin}",
+                        w.timeout
+                    ))
+                    .with_plugin(plugin)
                 }
             };
             if status.is_rejected() {
@@ -860,7 +901,12 @@ fn rejected_on(node: &str, status: Status) -> Status {
     if !status.is_rejected() {
         return status;
     }
-    let message = FitError { num_all_nodes: 1, statuses: HashMap::from([(node.to_owned(), status.clone())]), ..Default::default() }.message();
+    let message = FitError {
+        num_all_nodes: 1,
+        statuses: HashMap::from([(node.to_owned(), status.clone())]),
+        ..Default::default()
+    }
+    .message();
     Status { code: status.code, reasons: vec![message], plugin: status.plugin }
 }
 

@@ -106,10 +106,11 @@ impl PodBuilder {
     /// Adds a sidecar (restartable init container) requesting `cpu`.
     pub fn sidecar_cpu(mut self, cpu: &str) -> Self {
         let n = self.spec().init_containers.as_ref().map_or(0, Vec::len);
-        self.spec()
-            .init_containers
-            .get_or_insert_with(Vec::new)
-            .push(Self::container(format!("s{n}"), cpu, Some("Always")));
+        self.spec().init_containers.get_or_insert_with(Vec::new).push(Self::container(
+            format!("s{n}"),
+            cpu,
+            Some("Always"),
+        ));
         self
     }
     /// Sets the CPU overhead.
@@ -459,10 +460,16 @@ impl PvBuilder {
                 spec: Some(k8s_openapi::api::core::v1::PersistentVolumeSpec {
                     access_modes: Some(vec!["ReadWriteOnce".into()]),
                     capacity: Some([("storage".to_owned(), q("1Gi"))].into()),
-                    host_path: Some(k8s_openapi::api::core::v1::HostPathVolumeSource { path: format!("/tmp/{name}"), type_: None }),
+                    host_path: Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
+                        path: format!("/tmp/{name}"),
+                        type_: None,
+                    }),
                     ..Default::default()
                 }),
-                status: Some(k8s_openapi::api::core::v1::PersistentVolumeStatus { phase: Some("Available".into()), ..Default::default() }),
+                status: Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
+                    phase: Some("Available".into()),
+                    ..Default::default()
+                }),
             },
         }
     }
@@ -517,7 +524,10 @@ impl PvBuilder {
     }
     /// Sets `status.phase`.
     pub fn phase(mut self, phase: &str) -> Self {
-        self.pv.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus { phase: Some(phase.into()), ..Default::default() });
+        self.pv.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        });
         self
     }
     /// The volume.

@@ -134,7 +134,9 @@ mod tests {
         // Taken over: the old holder's writes are refused, reads still work.
         inner.put("/lease", "b:2".into(), None).await.unwrap();
         match a.update("/y", "4".into(), x.mod_revision, None).await {
-            Err(Error::Fenced { guard, reason }) => assert_eq!((guard.as_str(), reason.as_str()), ("/lease", "held by b:2")),
+            Err(Error::Fenced { guard, reason }) => {
+                assert_eq!((guard.as_str(), reason.as_str()), ("/lease", "held by b:2"))
+            }
             other => panic!("expected a fenced write, got {other:?}"),
         }
         assert!(matches!(a.delete("/y", None).await, Err(Error::Fenced { .. })));

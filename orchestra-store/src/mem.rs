@@ -102,7 +102,9 @@ impl State {
         if request.range.is_empty() {
             return Ok(response);
         }
-        for (key, versions) in self.keys.range::<str, _>((std::ops::Bound::Included(request.range.start()), std::ops::Bound::Unbounded)) {
+        for (key, versions) in
+            self.keys.range::<str, _>((std::ops::Bound::Included(request.range.start()), std::ops::Bound::Unbounded))
+        {
             if request.range.is_past_end(key) {
                 break;
             }

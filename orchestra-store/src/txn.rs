@@ -323,9 +323,7 @@ pub(crate) fn execute(txn: &Txn, revision: Revision, now_ms: i64, view: &mut imp
 
 /// Milliseconds since the Unix epoch, the clock TTL deadlines use.
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]
@@ -363,9 +361,12 @@ mod tests {
     #[test]
     fn execute_branches_and_versions() {
         let mut view = Fixed(HashMap::from([("/a".to_string(), kv("/a", 3))]));
-        let txn = Txn::new()
-            .when([Compare::mod_revision("/a", CompareOp::Equal, 3)])
-            .and_then([Op::put("/a", "w"), Op::get("/a"), Op::delete("/c"), Op::put("/b", "x")]);
+        let txn = Txn::new().when([Compare::mod_revision("/a", CompareOp::Equal, 3)]).and_then([
+            Op::put("/a", "w"),
+            Op::get("/a"),
+            Op::delete("/c"),
+            Op::put("/b", "x"),
+        ]);
         txn.validate().unwrap();
         let done = execute(&txn, 5, 0, &mut view).unwrap();
         assert!(done.response.succeeded);

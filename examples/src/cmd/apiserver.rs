@@ -71,12 +71,17 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let address = listener.local_addr()?;
     let host = if address.ip().is_unspecified() { "127.0.0.1".to_owned() } else { address.ip().to_string() };
-    let url = if address.is_ipv6() { format!("https://[{host}]:{}", address.port()) } else { format!("https://{host}:{}", address.port()) };
+    let url = if address.is_ipv6() {
+        format!("https://[{host}]:{}", address.port())
+    } else {
+        format!("https://{host}:{}", address.port())
+    };
     let kubeconfig = args.kubeconfig.clone().unwrap_or_else(|| args.data_dir.join("admin.kubeconfig"));
     pki.write_admin_kubeconfig(&kubeconfig, &url)?;
 
     let options = ListenOptions { tls: Some(pki.server_tls_config()?), ..ListenOptions::default() };
-    let serving = tokio::spawn(orchestra_core::server::serve(listener, server.router(), options, super::shutdown_signal()));
+    let serving =
+        tokio::spawn(orchestra_core::server::serve(listener, server.router(), options, super::shutdown_signal()));
     println!("orchestra apiserver ready on {url} (kubeconfig {})", kubeconfig.display());
     serving.await??;
     println!("orchestra apiserver stopped");

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use orchestra_ctrl::SharedInformerFactory;
 use orchestra_core::tokens::{DEFAULT_ISSUER, TokenSigner};
+use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::serviceaccount_token::TokenConfig;
 use orchestra_ctrl::controllers::{self, ControllerManagerConfig};
 use orchestra_ctrl::leader::LeaderElector;
@@ -96,7 +96,10 @@ mod tests {
     #[test]
     fn controllers_flag_selects_like_kube_controller_manager() {
         assert_eq!(parse(&[]).controllers, ["*"]);
-        assert_eq!(parse(&["--controllers", "*,-nodeipam,-garbagecollector"]).controllers, ["*", "-nodeipam", "-garbagecollector"]);
+        assert_eq!(
+            parse(&["--controllers", "*,-nodeipam,-garbagecollector"]).controllers,
+            ["*", "-nodeipam", "-garbagecollector"]
+        );
         assert_eq!(parse(&["--controllers", "-deployment"]).controllers, ["-deployment"]);
         let enabled = config(&parse(&["--controllers", "deployment,replicaset"])).enabled().unwrap();
         assert_eq!(enabled, ["replicaset", "deployment"]);

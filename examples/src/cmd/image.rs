@@ -17,7 +17,10 @@ use axum::extract::Request;
 /// The images: (name, what it does).
 pub const IMAGES: [(&str, &str); 2] = [
     ("orchestra/pause", "sleeps until stopped (the pod sandbox's pause container)"),
-    ("orchestra/echo", "HTTP server on $PORT (default 8080) at the pod IP, answering with its pod name and the request"),
+    (
+        "orchestra/echo",
+        "HTTP server on $PORT (default 8080) at the pod IP, answering with its pod name and the request",
+    ),
 ];
 
 /// Which image program to run.
@@ -57,7 +60,8 @@ async fn echo() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, port)).await?;
     println!("echo: pod {} listening on http://{}", pod_name(), listener.local_addr()?);
     let router = axum::Router::new().fallback(|request: Request| async move {
-        let mut answer = format!("pod: {}\n{} {} {:?}\n", pod_name(), request.method(), request.uri(), request.version());
+        let mut answer =
+            format!("pod: {}\n{} {} {:?}\n", pod_name(), request.method(), request.uri(), request.version());
         for (name, value) in request.headers() {
             answer.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("<binary>")));
         }

@@ -16,7 +16,8 @@ pub const CLUSTER_CIDR: &str = "127.64.0.0/10";
 
 /// Completes on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
         _ = terminate.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
@@ -26,6 +27,8 @@ pub async fn shutdown_signal() {
 /// `<hostname>_<pid>`: an identity for leader election that differs between
 /// processes.
 pub fn default_identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "orchestra".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "orchestra".into());
     format!("{host}_{}", std::process::id())
 }

@@ -59,7 +59,8 @@ fn cluster_ca(kubeconfig: &std::path::Path) -> Result<String, Box<dyn std::error
         .and_then(|c| c.context.as_ref())
         .map(|c| c.cluster.clone())
         .ok_or("the current context names no cluster")?;
-    let cluster = config.clusters.iter().find(|c| c.name == cluster).and_then(|c| c.cluster.as_ref()).ok_or("unknown cluster")?;
+    let cluster =
+        config.clusters.iter().find(|c| c.name == cluster).and_then(|c| c.cluster.as_ref()).ok_or("unknown cluster")?;
     if let Some(data) = &cluster.certificate_authority_data {
         return Ok(String::from_utf8(base64::engine::general_purpose::STANDARD.decode(data)?)?);
     }
@@ -72,7 +73,9 @@ fn cluster_ca(kubeconfig: &std::path::Path) -> Result<String, Box<dyn std::error
 /// Runs the node agent until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let client = orchestra_core::client::from_kubeconfig(&args.kubeconfig).await?;
-    let root = std::path::absolute(args.data_dir.clone().unwrap_or_else(|| PathBuf::from(format!(".orchestra-node-{}", args.name))))?;
+    let root = std::path::absolute(
+        args.data_dir.clone().unwrap_or_else(|| PathBuf::from(format!(".orchestra-node-{}", args.name))),
+    )?;
     let mut config = NodeConfig::new(&args.name).root_dir(&root);
     config.node_ip = args.node_ip;
     config.static_pod_path = args.pod_manifest_path.clone();

@@ -22,9 +22,8 @@ pub struct Args {
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let temp = tempfile::tempdir()?;
     let dir = args.data_dir.unwrap_or_else(|| temp.path().join("store"));
-    let options = || {
-        RocksOptions::new(&dir).store_options(StoreOptions::default().expiry_interval(Duration::from_millis(100)))
-    };
+    let options =
+        || RocksOptions::new(&dir).store_options(StoreOptions::default().expiry_interval(Duration::from_millis(100)));
     println!("orchestra store-demo: the API server does not exist yet (issue 3); this runs the durable store.");
     println!("data directory: {}", dir.display());
 
@@ -52,7 +51,8 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 
     // Optimistic concurrency: a stale revision is refused.
     let first = &written[0];
-    let updated = store.update(&first.key, Bytes::from_static(b"{\"phase\":\"Running\"}"), first.mod_revision, None).await?;
+    let updated =
+        store.update(&first.key, Bytes::from_static(b"{\"phase\":\"Running\"}"), first.mod_revision, None).await?;
     match store.update(&first.key, Bytes::from_static(b"{}"), first.mod_revision, None).await {
         Err(e) => println!("stale update refused as expected: {e}"),
         Ok(_) => return Err("a stale update was accepted".into()),

@@ -171,14 +171,22 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let embedded = control_plane_runtime(&server, node_ip(1), server_done, tokens);
 
     // Node agents.
-    let pods = SharedPods::start(orchestra_core::client::in_process_as(&server, user("system:node-agents", &["system:nodes"]), "default"));
+    let pods = SharedPods::start(orchestra_core::client::in_process_as(
+        &server,
+        user("system:node-agents", &["system:nodes"]),
+        "default",
+    ));
     let mut agents = Vec::new();
     let mut process_runtimes = Vec::new();
     for n in 1..=args.nodes {
         let name = node_name(n);
         let ip = node_ip(n);
         let root = data_dir.join("nodes").join(&name);
-        let client = orchestra_core::client::in_process_as(&server, user(&format!("system:node:{name}"), &["system:nodes"]), "default");
+        let client = orchestra_core::client::in_process_as(
+            &server,
+            user(&format!("system:node:{name}"), &["system:nodes"]),
+            "default",
+        );
         let mut config = NodeConfig::new(&name).root_dir(&root);
         config.node_ip = ip;
         let runtime: Arc<dyn RuntimeBackend> = match args.runtime {
@@ -207,7 +215,8 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         if args.runtime == Runtime::Process || n == 1 {
             let serving = pki.issue_serving(&name, &[ip.to_string()])?;
             let tls = orchestra_core::tls::server_config(&serving, pki.ca_pem(), ClientAuth::Required)?;
-            let node_server = NodeServer::new(runtime.clone(), Arc::new(DelegatingAuthorizer::new(client.clone(), &name)));
+            let node_server =
+                NodeServer::new(runtime.clone(), Arc::new(DelegatingAuthorizer::new(client.clone(), &name)));
             let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, args.kubelet_port)).await?;
             config.kubelet_port = i32::from(listener.local_addr()?.port());
             let options = ListenOptions { tls: Some(tls), drain_timeout: Duration::from_secs(1) };
@@ -311,19 +320,17 @@ fn control_plane_runtime(
         .component("orchestra/etcd", attached("the store"))
         .component("orchestra/kube-apiserver", attached("the API server"))
         .component("orchestra/kube-scheduler", move |mut ctx: ComponentContext| {
-            let client = orchestra_core::client::in_process_as(
-                &scheduler_server,
-                user("system:kube-scheduler", &[]),
-                "default",
-            );
+            let client =
+                orchestra_core::client::in_process_as(&scheduler_server, user("system:kube-scheduler", &[]), "default");
             async move {
-                let scheduler = match orchestra_sched::SchedulerBuilder::new(client).identity(&super::default_identity()).build() {
-                    Ok(scheduler) => scheduler,
-                    Err(error) => {
-                        ctx.log.line(format!("cannot build the scheduler: {error}"));
-                        return 1;
-                    }
-                };
+                let scheduler =
+                    match orchestra_sched::SchedulerBuilder::new(client).identity(&super::default_identity()).build() {
+                        Ok(scheduler) => scheduler,
+                        Err(error) => {
+                            ctx.log.line(format!("cannot build the scheduler: {error}"));
+                            return 1;
+                        }
+                    };
                 ctx.log.line("scheduler started");
                 tokio::select! {
                     result = scheduler.run() => {

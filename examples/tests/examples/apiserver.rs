@@ -35,7 +35,8 @@ fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     }
     let (ok, out, err) = kubectl(dir.path(), &["create", "namespace", "team"]);
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = kubectl(dir.path(), &["-n", "team", "create", "configmap", "settings", "--from-literal=mode=fast"]);
+    let (ok, out, err) =
+        kubectl(dir.path(), &["-n", "team", "create", "configmap", "settings", "--from-literal=mode=fast"]);
     assert!(ok, "{out}{err}");
     let (ok, out, err) = kubectl(dir.path(), &["get", "namespaces"]);
     assert!(ok && out.contains("team") && out.contains("Active"), "{out}{err}");
@@ -54,7 +55,8 @@ fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     let ca_before = std::fs::read_to_string(dir.path().join("pki/ca.crt")).unwrap();
     let server = start(dir.path());
     assert_eq!(std::fs::read_to_string(dir.path().join("pki/ca.crt")).unwrap(), ca_before);
-    let (ok, out, err) = kubectl(dir.path(), &["-n", "team", "get", "configmap", "settings", "-o", "jsonpath={.data.mode}"]);
+    let (ok, out, err) =
+        kubectl(dir.path(), &["-n", "team", "get", "configmap", "settings", "-o", "jsonpath={.data.mode}"]);
     assert!(ok && out == "fast", "{out}{err}");
     // The signing key is kept too: the token still works, until its
     // service account is deleted.

@@ -57,23 +57,53 @@ fn every_component_runs_as_its_own_process() {
     );
     let scheduler = spawn(&["scheduler", "--kubeconfig", kubeconfig, "--identity"], Path::new("sched-1"));
     let node_a = spawn(
-        &["node", "--name", "host-a", "--node-ip", "127.0.30.1", "--kubelet-port", "0", "--kubeconfig", kubeconfig, "--data-dir"],
+        &[
+            "node",
+            "--name",
+            "host-a",
+            "--node-ip",
+            "127.0.30.1",
+            "--kubelet-port",
+            "0",
+            "--kubeconfig",
+            kubeconfig,
+            "--data-dir",
+        ],
         &d.join("host-a"),
     );
     let node_b = spawn(
-        &["node", "--name", "host-b", "--node-ip", "127.0.30.2", "--kubelet-port", "0", "--kubeconfig", kubeconfig, "--data-dir"],
+        &[
+            "node",
+            "--name",
+            "host-b",
+            "--node-ip",
+            "127.0.30.2",
+            "--kubelet-port",
+            "0",
+            "--kubeconfig",
+            kubeconfig,
+            "--data-dir",
+        ],
         &d.join("host-b"),
     );
     eventually("2 Ready nodes", Duration::from_secs(60), || {
         let (ok, out, err) = kubectl(d, &["get", "nodes"]);
-        if ok && out.lines().filter(|l| l.contains(" Ready ")).count() == 2 { Ok(()) } else { Err(format!("{out}{err}")) }
+        if ok && out.lines().filter(|l| l.contains(" Ready ")).count() == 2 {
+            Ok(())
+        } else {
+            Err(format!("{out}{err}"))
+        }
     });
     let (ok, out, err) = kubectl(d, &["create", "deployment", "echo", "--image=orchestra/echo", "--replicas=2"]);
     assert!(ok, "{out}{err}");
     let pod = eventually("2 echo pods Running", Duration::from_secs(90), || {
         let (ok, out, err) = kubectl(d, &["get", "pods", "-l", "app=echo", "--no-headers"]);
         let running: Vec<&str> = out.lines().filter(|l| l.contains("Running")).collect();
-        if ok && running.len() == 2 { Ok(running[0].split_whitespace().next().unwrap().to_owned()) } else { Err(format!("{out}{err}")) }
+        if ok && running.len() == 2 {
+            Ok(running[0].split_whitespace().next().unwrap().to_owned())
+        } else {
+            Err(format!("{out}{err}"))
+        }
     });
     let logs = eventually("logs through the API server", Duration::from_secs(30), || {
         let (ok, out, err) = kubectl(d, &["logs", &pod]);

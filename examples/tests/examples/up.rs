@@ -41,7 +41,18 @@ impl Drop for Cluster {
 /// Starts `orchestra up` with 3 nodes on free ports and waits for `ready`.
 fn start(data_dir: &Path) -> Cluster {
     let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
-        .args(["up", "--runtime", "process", "--nodes", "3", "--listen", "127.0.0.1:0", "--kubelet-port", "0", "--data-dir"])
+        .args([
+            "up",
+            "--runtime",
+            "process",
+            "--nodes",
+            "3",
+            "--listen",
+            "127.0.0.1:0",
+            "--kubelet-port",
+            "0",
+            "--data-dir",
+        ])
         .arg(data_dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -182,14 +193,17 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
     for name in ["orchestra-control-plane", "orchestra-worker", "orchestra-worker2"] {
         assert!(nodes.contains(name), "{nodes}");
     }
-    assert!(nodes.contains("orchestra-process://") && nodes.contains("127.0.10.1") && nodes.contains("control-plane"), "{nodes}");
+    assert!(
+        nodes.contains("orchestra-process://") && nodes.contains("127.0.10.1") && nodes.contains("control-plane"),
+        "{nodes}"
+    );
 
     // The control plane, as mirror pods in kube-system.
     eventually("the control plane's pods Running", Duration::from_secs(60), || {
         let (ok, out, err) = kubectl(d, &["get", "pods", "-n", "kube-system"]);
-        let running = ["etcd-", "kube-apiserver-", "kube-controller-manager-", "kube-scheduler-"]
-            .iter()
-            .all(|p| out.lines().any(|l| l.starts_with(&format!("{p}orchestra-control-plane")) && l.contains("Running")));
+        let running = ["etcd-", "kube-apiserver-", "kube-controller-manager-", "kube-scheduler-"].iter().all(|p| {
+            out.lines().any(|l| l.starts_with(&format!("{p}orchestra-control-plane")) && l.contains("Running"))
+        });
         if ok && running { Ok(()) } else { Err(format!("{out}{err}")) }
     });
     let (ok, out, err) = kubectl(d, &["cluster-info"]);
@@ -224,7 +238,8 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
     let (code, out, err) = kubectl_exit(d, &script, None);
     assert_eq!((code, out.as_str()), (3, "out\n"), "{err}");
     assert!(err.starts_with("err\n") && err.contains("command terminated with exit code 3"), "{err}");
-    let (code, out, err) = kubectl_exit(d, &["-n", "demo", "exec", "-i", &name, "--", "cat"], Some("to stdin\nand on\n"));
+    let (code, out, err) =
+        kubectl_exit(d, &["-n", "demo", "exec", "-i", &name, "--", "cat"], Some("to stdin\nand on\n"));
     assert_eq!((code, out.as_str()), (0, "to stdin\nand on\n"), "{err}");
     let line = format!(
         "stty cols 91 rows 27; kubectl --kubeconfig={} --cache-dir={} -n demo exec -it {name} -- sh -c 'tty; stty size'",
@@ -249,7 +264,10 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
         }
     });
     let (ok, out, err) = kubectl(d, &["-n", "demo", "get", "pod", &name]);
-    assert!(ok && out.lines().nth(1).is_some_and(|l| l.split_whitespace().nth(3) == Some("1")), "RESTARTS 1:\n{out}{err}");
+    assert!(
+        ok && out.lines().nth(1).is_some_and(|l| l.split_whitespace().nth(3) == Some("1")),
+        "RESTARTS 1:\n{out}{err}"
+    );
     let (ok, out, err) = kubectl(d, &["-n", "demo", "logs", &name, "--previous"]);
     assert!(ok && out.contains("listening"), "{out}{err}");
 
@@ -265,7 +283,12 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
     let (ok, out, err) = kubectl(d, &["-n", "demo", "rollout", "status", "deployment/echo", "--timeout=120s"]);
     assert!(ok && out.contains("successfully rolled out"), "{out}{err}");
     let images = json(d, &["-n", "demo", "get", "pods", "-l", "app=echo"]).unwrap();
-    assert!(items(&images).iter().filter(|p| phase(p) == "Running").all(|p| p["spec"]["containers"][0]["image"] == "orchestra/echo:2.0"));
+    assert!(
+        items(&images)
+            .iter()
+            .filter(|p| phase(p) == "Running")
+            .all(|p| p["spec"]["containers"][0]["image"] == "orchestra/echo:2.0")
+    );
     let (ok, out, err) = kubectl(d, &["-n", "demo", "rollout", "undo", "deployment/echo"]);
     assert!(ok, "{out}{err}");
     let (ok, out, err) = kubectl(d, &["-n", "demo", "rollout", "status", "deployment/echo", "--timeout=120s"]);
@@ -318,7 +341,8 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
         let pods = echo_pods(d, "demo")?;
         if pods.len() == 3 { Ok(pods) } else { Err(format!("{pods:?}")) }
     });
-    let answer = eventually("the echo server answers after the restart", Duration::from_secs(30), || http_get(&pods[0].2));
+    let answer =
+        eventually("the echo server answers after the restart", Duration::from_secs(30), || http_get(&pods[0].2));
     assert!(answer.contains("pod: "), "{answer}");
     cluster.stop();
 }

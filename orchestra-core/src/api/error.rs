@@ -39,11 +39,7 @@ pub struct ErrorTarget {
 impl ErrorTarget {
     /// `pods` or `deployments.apps`, as upstream messages spell a resource.
     pub fn qualified_resource(&self) -> String {
-        if self.group.is_empty() {
-            self.resource.clone()
-        } else {
-            format!("{}.{}", self.resource, self.group)
-        }
+        if self.group.is_empty() { self.resource.clone() } else { format!("{}.{}", self.resource, self.group) }
     }
 
     fn details(&self, kind: &str) -> StatusDetails {
@@ -70,11 +66,7 @@ pub struct FieldError {
 impl FieldError {
     /// A required field is missing.
     pub fn required(field: impl Into<String>) -> FieldError {
-        FieldError {
-            reason: "FieldValueRequired",
-            field: field.into(),
-            message: "Required value".into(),
-        }
+        FieldError { reason: "FieldValueRequired", field: field.into(), message: "Required value".into() }
     }
 
     /// A field holds an invalid value; `detail` says why.
@@ -104,12 +96,7 @@ impl FieldError {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            code,
-            reason,
-            message: message.into(),
-            details: None,
-        }
+        ApiError { code, reason, message: message.into(), details: None }
     }
 
     fn with_details(mut self, details: StatusDetails) -> ApiError {
@@ -134,25 +121,13 @@ impl ApiError {
 
     /// 404 NotFound for an object.
     pub fn not_found(target: &ErrorTarget) -> ApiError {
-        ApiError::new(
-            404,
-            "NotFound",
-            format!(
-                "{} {:?} not found",
-                target.qualified_resource(),
-                target.name
-            ),
-        )
-        .with_details(target.details(&target.resource))
+        ApiError::new(404, "NotFound", format!("{} {:?} not found", target.qualified_resource(), target.name))
+            .with_details(target.details(&target.resource))
     }
 
     /// 404 NotFound for a path that serves nothing.
     pub fn no_route(path: &str) -> ApiError {
-        ApiError::new(
-            404,
-            "NotFound",
-            format!("the server could not find the requested resource ({path})"),
-        )
+        ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
     }
 
     /// 405 MethodNotAllowed.
@@ -162,16 +137,8 @@ impl ApiError {
 
     /// 409 AlreadyExists.
     pub fn already_exists(target: &ErrorTarget) -> ApiError {
-        ApiError::new(
-            409,
-            "AlreadyExists",
-            format!(
-                "{} {:?} already exists",
-                target.qualified_resource(),
-                target.name
-            ),
-        )
-        .with_details(target.details(&target.resource))
+        ApiError::new(409, "AlreadyExists", format!("{} {:?} already exists", target.qualified_resource(), target.name))
+            .with_details(target.details(&target.resource))
     }
 
     /// 409 Conflict: the object changed since the client read it.
@@ -210,11 +177,7 @@ impl ApiError {
 
     /// 413 RequestEntityTooLarge.
     pub fn too_large(limit: usize) -> ApiError {
-        ApiError::new(
-            413,
-            "RequestEntityTooLarge",
-            format!("Request entity too large: limit is {limit}"),
-        )
+        ApiError::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit}"))
     }
 
     /// 415 UnsupportedMediaType.
@@ -230,32 +193,17 @@ impl ApiError {
 
     /// 422 Invalid, with one cause per field error.
     pub fn invalid(target: &ErrorTarget, errors: Vec<FieldError>) -> ApiError {
-        let summary = errors
-            .iter()
-            .map(|e| format!("{}: {}", e.field, e.message))
-            .collect::<Vec<_>>();
-        let summary = if summary.len() == 1 {
-            summary[0].clone()
-        } else {
-            format!("[{}]", summary.join(", "))
-        };
+        let summary = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>();
+        let summary = if summary.len() == 1 { summary[0].clone() } else { format!("[{}]", summary.join(", ")) };
         let mut details = target.details(&target.kind);
         details.causes = Some(
             errors
                 .into_iter()
-                .map(|e| StatusCause {
-                    reason: Some(e.reason.into()),
-                    message: Some(e.message),
-                    field: Some(e.field),
-                })
+                .map(|e| StatusCause { reason: Some(e.reason.into()), message: Some(e.message), field: Some(e.field) })
                 .collect(),
         );
-        ApiError::new(
-            422,
-            "Invalid",
-            format!("{} {:?} is invalid: {summary}", target.kind, target.name),
-        )
-        .with_details(details)
+        ApiError::new(422, "Invalid", format!("{} {:?} is invalid: {summary}", target.kind, target.name))
+            .with_details(details)
     }
 
     /// 429 TooManyRequests.
@@ -265,11 +213,7 @@ impl ApiError {
 
     /// 500 InternalError.
     pub fn internal(message: impl std::fmt::Display) -> ApiError {
-        ApiError::new(
-            500,
-            "InternalError",
-            format!("Internal error occurred: {message}"),
-        )
+        ApiError::new(500, "InternalError", format!("Internal error occurred: {message}"))
     }
 
     /// 503 ServiceUnavailable.
@@ -304,39 +248,22 @@ mod tests {
     use super::*;
 
     fn pod(name: &str) -> ErrorTarget {
-        ErrorTarget {
-            group: String::new(),
-            resource: "pods".into(),
-            kind: "Pod".into(),
-            name: name.into(),
-        }
+        ErrorTarget { group: String::new(), resource: "pods".into(), kind: "Pod".into(), name: name.into() }
     }
 
     #[test]
     fn messages_match_upstream() {
-        assert_eq!(
-            ApiError::not_found(&pod("nope")).message,
-            "pods \"nope\" not found"
-        );
+        assert_eq!(ApiError::not_found(&pod("nope")).message, "pods \"nope\" not found");
         let deploy = ErrorTarget {
             group: "apps".into(),
             resource: "deployments".into(),
             kind: "Deployment".into(),
             name: "x".into(),
         };
-        assert_eq!(
-            ApiError::already_exists(&deploy).message,
-            "deployments.apps \"x\" already exists"
-        );
-        let invalid = ApiError::invalid(
-            &pod("x"),
-            vec![FieldError::required("spec.containers[0].image")],
-        );
+        assert_eq!(ApiError::already_exists(&deploy).message, "deployments.apps \"x\" already exists");
+        let invalid = ApiError::invalid(&pod("x"), vec![FieldError::required("spec.containers[0].image")]);
         assert_eq!(invalid.code, 422);
-        assert_eq!(
-            invalid.message,
-            "Pod \"x\" is invalid: spec.containers[0].image: Required value"
-        );
+        assert_eq!(invalid.message, "Pod \"x\" is invalid: spec.containers[0].image: Required value");
         let json = invalid.to_json();
         assert_eq!(json["kind"], "Status");
         assert_eq!(json["details"]["causes"][0]["reason"], "FieldValueRequired");

@@ -103,9 +103,7 @@ mod tests {
     #[test]
     fn only_the_named_term_may_write() {
         let fence = LeaseFence { namespace: "ns".into(), name: "l".into(), holder: "a".into(), transitions: 2 };
-        let lease = |holder: &str, transitions: i64| {
-            serde_json::json!({"spec": {"holderIdentity": holder, "leaseTransitions": transitions}})
-        };
+        let lease = |holder: &str, transitions: i64| serde_json::json!({"spec": {"holderIdentity": holder, "leaseTransitions": transitions}});
         assert_eq!(fence.refusal(Some(&lease("a", 2))), None);
         assert!(fence.refusal(Some(&lease("b", 3))).unwrap().contains("held by \"b\""));
         assert!(fence.refusal(Some(&lease("a", 3))).is_some(), "the same holder in a later term");

@@ -85,16 +85,9 @@ pub fn supported_labels(group: &str, kind: &str) -> Option<&'static [&'static st
         ],
         ("", "Namespace") => &["status.phase", "metadata.name"],
         ("", "Secret") => &["type", "metadata.namespace", "metadata.name"],
-        ("", "Service") => &[
-            "metadata.namespace",
-            "metadata.name",
-            "spec.clusterIP",
-            "spec.type",
-        ],
+        ("", "Service") => &["metadata.namespace", "metadata.name", "spec.clusterIP", "spec.type"],
         ("batch", "Job") => &["metadata.name", "metadata.namespace", "status.successful"],
-        ("certificates.k8s.io", "CertificateSigningRequest") => {
-            &["metadata.name", "spec.signerName"]
-        }
+        ("certificates.k8s.io", "CertificateSigningRequest") => &["metadata.name", "spec.signerName"],
         _ => return None,
     })
 }
@@ -107,9 +100,7 @@ pub fn check_label(group: &str, kind: &str, label: &str) -> Result<(), ApiError>
     }
     match supported_labels(group, kind) {
         Some(labels) if labels.contains(&label) => Ok(()),
-        Some(_) => Err(ApiError::bad_request(format!(
-            "field label not supported: {label}"
-        ))),
+        Some(_) => Err(ApiError::bad_request(format!("field label not supported: {label}"))),
         None if label == "metadata.name" || label == "metadata.namespace" => Ok(()),
         None => Err(ApiError::bad_request(format!(
             "{label:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
@@ -137,15 +128,9 @@ pub fn field_value(object: &Value, label: &str) -> String {
     let value = match label {
         "spec.host" => read("spec.nodeName"),
         "status.successful" => read("status.succeeded"),
-        "status.podIP" | "status.podIPs" => read("status.podIP").or_else(|| {
-            object
-                .pointer("/status/podIPs/0/ip")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        }),
-        "source" => read("source.component")
-            .filter(|s| !s.is_empty())
-            .or_else(|| read("reportingComponent")),
+        "status.podIP" | "status.podIPs" => read("status.podIP")
+            .or_else(|| object.pointer("/status/podIPs/0/ip").and_then(Value::as_str).map(str::to_owned)),
+        "source" => read("source.component").filter(|s| !s.is_empty()).or_else(|| read("reportingComponent")),
         other => read(other),
     };
     value.unwrap_or_else(|| match label {
@@ -165,25 +150,10 @@ mod tests {
         let cases = [
             ("", "Pod", "spec.nodeName", Ok(())),
             ("", "Pod", "status.podIP", Ok(())),
-            (
-                "",
-                "Pod",
-                "spec.containers",
-                Err("field label not supported: spec.containers"),
-            ),
+            ("", "Pod", "spec.containers", Err("field label not supported: spec.containers")),
             ("", "Event", "involvedObject.uid", Ok(())),
-            (
-                "",
-                "Event",
-                "message",
-                Err("field label not supported: message"),
-            ),
-            (
-                "",
-                "Node",
-                "metadata.namespace",
-                Err("field label not supported: metadata.namespace"),
-            ),
+            ("", "Event", "message", Err("field label not supported: message")),
+            ("", "Node", "metadata.namespace", Err("field label not supported: metadata.namespace")),
             ("", "Node", "spec.unschedulable", Ok(())),
             ("", "Secret", "type", Ok(())),
             ("", "Namespace", "status.phase", Ok(())),
@@ -192,9 +162,7 @@ mod tests {
                 "apps",
                 "Deployment",
                 "spec.replicas",
-                Err(
-                    "\"spec.replicas\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
-                ),
+                Err("\"spec.replicas\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""),
             ),
             ("example.com", "Widget", "spec.anything", Ok(())),
         ];
@@ -213,9 +181,6 @@ mod tests {
         assert_eq!(field_value(&pod, "status.phase"), "");
         let event = json!({"reportingComponent": "kubelet", "source": {}});
         assert_eq!(field_value(&event, "source"), "kubelet");
-        assert_eq!(
-            field_value(&json!({"status": {"succeeded": 2}}), "status.successful"),
-            "2"
-        );
+        assert_eq!(field_value(&json!({"status": {"succeeded": 2}}), "status.successful"), "2");
     }
 }

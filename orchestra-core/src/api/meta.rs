@@ -31,18 +31,12 @@ pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
 pub fn validate_subdomain(field: &str, name: &str) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if name.len() > 253 {
-        errors.push(FieldError::invalid(
-            field,
-            name,
-            "must be no more than 253 characters",
-        ));
+        errors.push(FieldError::invalid(field, name, "must be no more than 253 characters"));
     }
     let ok = !name.is_empty()
         && name.split('.').all(|part| {
             !part.is_empty()
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
                 && !part.starts_with('-')
                 && !part.ends_with('-')
         });
@@ -61,9 +55,7 @@ pub fn validate_subdomain(field: &str, name: &str) -> Vec<FieldError> {
 pub fn validate_label(field: &str, name: &str) -> Vec<FieldError> {
     let ok = !name.is_empty()
         && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.starts_with('-')
         && !name.ends_with('-');
     if ok {
@@ -89,28 +81,18 @@ pub fn validate_labels(object: &Value) -> Vec<FieldError> {
         return errors;
     };
     let Some(labels) = labels.as_object() else {
-        errors.push(FieldError::invalid(
-            "metadata.labels",
-            &labels.to_string(),
-            "must be a map of strings",
-        ));
+        errors.push(FieldError::invalid("metadata.labels", &labels.to_string(), "must be a map of strings"));
         return errors;
     };
     for (key, value) in labels {
         let Some(value) = value.as_str() else {
-            errors.push(FieldError::invalid(
-                format!("metadata.labels[{key}]"),
-                &value.to_string(),
-                "must be a string",
-            ));
+            errors.push(FieldError::invalid(format!("metadata.labels[{key}]"), &value.to_string(), "must be a string"));
             continue;
         };
         let name = key.rsplit('/').next().unwrap_or(key);
         let name_ok = !name.is_empty()
             && name.len() <= 63
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
             && name.starts_with(|c: char| c.is_ascii_alphanumeric())
             && name.ends_with(|c: char| c.is_ascii_alphanumeric());
         if !name_ok {
@@ -118,9 +100,7 @@ pub fn validate_labels(object: &Value) -> Vec<FieldError> {
         }
         let value_ok = value.is_empty()
             || (value.len() <= 63
-                && value
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
                 && value.starts_with(|c: char| c.is_ascii_alphanumeric())
                 && value.ends_with(|c: char| c.is_ascii_alphanumeric()));
         if !value_ok {
@@ -132,10 +112,7 @@ pub fn validate_labels(object: &Value) -> Vec<FieldError> {
 
 /// The current time as Kubernetes writes timestamps (RFC 3339, seconds).
 pub fn now_rfc3339() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs() as i64;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
     // Every write stamps the time, often several times a second: each
     // thread formats a second once.
     thread_local! {
@@ -187,14 +164,8 @@ mod tests {
 
     #[test]
     fn labels_and_time() {
-        assert!(
-            validate_labels(&json!({"metadata": {"labels": {"app.kubernetes.io/name": "web"}}}))
-                .is_empty()
-        );
-        assert_eq!(
-            validate_labels(&json!({"metadata": {"labels": {"app": "bad value"}}})).len(),
-            1
-        );
+        assert!(validate_labels(&json!({"metadata": {"labels": {"app.kubernetes.io/name": "web"}}})).is_empty());
+        assert_eq!(validate_labels(&json!({"metadata": {"labels": {"app": "bad value"}}})).len(), 1);
         let now = now_rfc3339();
         assert!(now.ends_with('Z') && now.len() == 20, "{now}");
     }

@@ -24,9 +24,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use bytes::Bytes;
-use k8s_openapi::api::{
-    autoscaling::v1::Scale, core::v1::Binding, core::v1::Pod, policy::v1::Eviction,
-};
+use k8s_openapi::api::{autoscaling::v1::Scale, core::v1::Binding, core::v1::Pod, policy::v1::Eviction};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::schemars::Schema;
 use k8s_openapi::schemars::generate::{SchemaGenerator, SchemaSettings};
@@ -99,11 +97,7 @@ impl GroupVersionDocument {
 /// `api/v1` or `apis/<group>/<version>`: where a group/version's document
 /// lives under `/openapi/v3/` (and its URL prefix without the leading `/`).
 pub fn group_version_path(group: &str, version: &str) -> String {
-    if group.is_empty() {
-        format!("api/{version}")
-    } else {
-        format!("apis/{group}/{version}")
-    }
+    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
 }
 
 /// The schema name of a kind that has no `k8s-openapi` type, built like
@@ -126,11 +120,7 @@ fn gvk(group: &str, version: &str, kind: &str) -> Value {
 
 /// Schemas of kinds that subresources take and return, which are not served
 /// as resources themselves.
-fn subresource_kind_schema(
-    group: &str,
-    version: &str,
-    kind: &str,
-) -> Option<fn(&mut SchemaGenerator) -> Schema> {
+fn subresource_kind_schema(group: &str, version: &str, kind: &str) -> Option<fn(&mut SchemaGenerator) -> Schema> {
     match (group, version, kind) {
         ("autoscaling", "v1", "Scale") => Some(|g| g.subschema_for::<Scale>()),
         ("policy", "v1", "Eviction") => Some(|g| g.subschema_for::<Eviction>()),
@@ -141,11 +131,7 @@ fn subresource_kind_schema(
 
 /// The name a `$ref` schema points at.
 fn ref_name(schema: &Schema) -> Option<String> {
-    schema
-        .get("$ref")
-        .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix(REF_PREFIX))
-        .map(str::to_owned)
+    schema.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix(REF_PREFIX)).map(str::to_owned)
 }
 
 /// A custom resource's schema, as upstream publishes it: `apiVersion`,
@@ -158,11 +144,7 @@ fn custom_schema(schema: Option<&Value>) -> Value {
     if schema.get("type").is_none() {
         schema["type"] = "object".into();
     }
-    let properties = schema
-        .as_object_mut()
-        .expect("an object")
-        .entry("properties")
-        .or_insert_with(|| json!({}));
+    let properties = schema.as_object_mut().expect("an object").entry("properties").or_insert_with(|| json!({}));
     if let Some(properties) = properties.as_object_mut() {
         properties.entry("apiVersion").or_insert_with(|| json!({
             "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values.",
@@ -188,11 +170,7 @@ fn group_camel(group: &str) -> String {
     if group.is_empty() {
         return "Core".into();
     }
-    group
-        .trim_end_matches(".k8s.io")
-        .split(['.', '-'])
-        .map(capitalize)
-        .collect()
+    group.trim_end_matches(".k8s.io").split(['.', '-']).map(capitalize).collect()
 }
 
 fn capitalize(s: &str) -> String {
@@ -223,11 +201,7 @@ fn path_param(name: &str, description: &str) -> Value {
 }
 
 fn pretty() -> Value {
-    query_param(
-        "pretty",
-        "string",
-        "If 'true', then the output is pretty printed.",
-    )
+    query_param("pretty", "string", "If 'true', then the output is pretty printed.")
 }
 
 fn dry_run() -> Value {
@@ -284,11 +258,7 @@ fn list_params(watch: bool) -> Vec<Value> {
             "string",
             "A selector to restrict the list of returned objects by their labels. Defaults to everything.",
         ),
-        query_param(
-            "limit",
-            "integer",
-            "limit is a maximum number of responses to return for a list call.",
-        ),
+        query_param("limit", "integer", "limit is a maximum number of responses to return for a list call."),
         query_param(
             "resourceVersion",
             "string",
@@ -299,16 +269,8 @@ fn list_params(watch: bool) -> Vec<Value> {
             "string",
             "resourceVersionMatch determines how resourceVersion is applied to list calls.",
         ),
-        query_param(
-            "sendInitialEvents",
-            "boolean",
-            "`sendInitialEvents=true` may be set together with `watch=true`.",
-        ),
-        query_param(
-            "timeoutSeconds",
-            "integer",
-            "Timeout for the list/watch call.",
-        ),
+        query_param("sendInitialEvents", "boolean", "`sendInitialEvents=true` may be set together with `watch=true`."),
+        query_param("timeoutSeconds", "integer", "Timeout for the list/watch call."),
     ];
     if watch {
         params.push(query_param("watch", "boolean", "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications. Specify resourceVersion."));
@@ -319,16 +281,8 @@ fn list_params(watch: bool) -> Vec<Value> {
 fn delete_params() -> Vec<Value> {
     vec![
         dry_run(),
-        query_param(
-            "gracePeriodSeconds",
-            "integer",
-            "The duration in seconds before the object should be deleted.",
-        ),
-        query_param(
-            "propagationPolicy",
-            "string",
-            "Whether and how garbage collection will be performed.",
-        ),
+        query_param("gracePeriodSeconds", "integer", "The duration in seconds before the object should be deleted."),
+        query_param("propagationPolicy", "string", "Whether and how garbage collection will be performed."),
     ]
 }
 
@@ -342,10 +296,7 @@ fn json_content(schema: Value) -> Value {
 fn responses(codes: &[(&str, &str)], schema: &Value) -> Value {
     let mut responses = Map::new();
     for (code, description) in codes {
-        responses.insert(
-            (*code).into(),
-            json!({"description": description, "content": json_content(schema.clone())}),
-        );
+        responses.insert((*code).into(), json!({"description": description, "content": json_content(schema.clone())}));
     }
     responses.insert("401".into(), json!({"description": "Unauthorized"}));
     Value::Object(responses)
@@ -394,8 +345,7 @@ impl PathsBuilder {
         if let Some(body) = op.body {
             operation["requestBody"] = body;
         }
-        self.path_item(path, path_params)
-            .insert(op.method.into(), operation);
+        self.path_item(path, path_params).insert(op.method.into(), operation);
     }
 
     fn resource(
@@ -421,10 +371,7 @@ impl PathsBuilder {
         let object = format!("{collection}/{{name}}");
         let ns_param = || {
             if r.namespaced {
-                vec![path_param(
-                    "namespace",
-                    "object name and auth scope, such as for teams and projects",
-                )]
+                vec![path_param("namespace", "object name and auth scope, such as for teams and projects")]
             } else {
                 Vec::new()
             }
@@ -478,10 +425,7 @@ impl PathsBuilder {
                 gvk: kind_gvk.clone(),
                 parameters: write_params(),
                 body: Some(body(&kind_ref)),
-                responses: responses(
-                    &[("200", "OK"), ("201", "Created"), ("202", "Accepted")],
-                    &kind_ref,
-                ),
+                responses: responses(&[("200", "OK"), ("201", "Created"), ("202", "Accepted")], &kind_ref),
                 tag: &tag,
             },
         );
@@ -602,45 +546,32 @@ impl PathsBuilder {
             let sub_gvk = gvk(&sub.group, &sub.version, &sub.kind);
             let suffix = capitalize(&sub.name);
             for verb in &sub.verbs {
-                let (method, action, id_verb, codes, params, body_schema): (
-                    _,
-                    _,
-                    _,
-                    &[(&str, &str)],
-                    _,
-                    _,
-                ) = match verb.as_str() {
-                    "get" => ("get", "get", "read", &[("200", "OK")], Vec::new(), None),
-                    "update" => (
-                        "put",
-                        "put",
-                        "replace",
-                        &[("200", "OK"), ("201", "Created")],
-                        write_params(),
-                        Some(body(&sub_schema)),
-                    ),
-                    "patch" => {
-                        let mut p = write_params();
-                        p.push(force());
-                        (
-                            "patch",
-                            "patch",
-                            "patch",
+                let (method, action, id_verb, codes, params, body_schema): (_, _, _, &[(&str, &str)], _, _) =
+                    match verb.as_str() {
+                        "get" => ("get", "get", "read", &[("200", "OK")], Vec::new(), None),
+                        "update" => (
+                            "put",
+                            "put",
+                            "replace",
                             &[("200", "OK"), ("201", "Created")],
-                            p,
-                            Some(patch_body()),
-                        )
-                    }
-                    "create" => (
-                        "post",
-                        "post",
-                        "create",
-                        &[("200", "OK"), ("201", "Created"), ("202", "Accepted")],
-                        write_params(),
-                        Some(body(&sub_schema)),
-                    ),
-                    _ => continue,
-                };
+                            write_params(),
+                            Some(body(&sub_schema)),
+                        ),
+                        "patch" => {
+                            let mut p = write_params();
+                            p.push(force());
+                            ("patch", "patch", "patch", &[("200", "OK"), ("201", "Created")], p, Some(patch_body()))
+                        }
+                        "create" => (
+                            "post",
+                            "post",
+                            "create",
+                            &[("200", "OK"), ("201", "Created"), ("202", "Accepted")],
+                            write_params(),
+                            Some(body(&sub_schema)),
+                        ),
+                        _ => continue,
+                    };
                 self.add(
                     &path,
                     name_params(),
@@ -685,9 +616,7 @@ fn tag_gvk(schema: &mut Value, entry: Value) {
     let Some(object) = schema.as_object_mut() else {
         return;
     };
-    let list = object
-        .entry("x-kubernetes-group-version-kind")
-        .or_insert_with(|| json!([]));
+    let list = object.entry("x-kubernetes-group-version-kind").or_insert_with(|| json!([]));
     if let Some(list) = list.as_array_mut()
         && !list.contains(&entry)
     {
@@ -811,28 +740,15 @@ impl OpenApi {
     }
 
     /// Assembles one group/version's document.
-    fn document_of(
-        &self,
-        group: &str,
-        version: &str,
-        resources: &[Arc<ResourceInfo>],
-    ) -> GroupVersionDocument {
+    fn document_of(&self, group: &str, version: &str, resources: &[Arc<ResourceInfo>]) -> GroupVersionDocument {
         let path = group_version_path(group, version);
         let mut builder = PathsBuilder {
             prefix: format!("/{path}"),
             group_version_id: format!("{}{}", group_camel(group), capitalize(version)),
             paths: Map::new(),
         };
-        let mut pending: Vec<String> = [
-            OBJECT_META,
-            LIST_META,
-            STATUS,
-            DELETE_OPTIONS,
-            WATCH_EVENT,
-            PATCH,
-        ]
-        .map(String::from)
-        .into();
+        let mut pending: Vec<String> =
+            [OBJECT_META, LIST_META, STATUS, DELETE_OPTIONS, WATCH_EVENT, PATCH].map(String::from).into();
         for r in resources {
             let kind_name = &self.kinds[&(r.group.clone(), r.version.clone(), r.kind.clone())];
             let list_name = list_schema_name(kind_name, &r.list_kind);
@@ -861,11 +777,7 @@ impl OpenApi {
             "components": {"schemas": schemas},
         });
         let bytes = serde_json::to_vec(&document).expect("JSON values serialize");
-        GroupVersionDocument {
-            path,
-            hash: content_hash(&bytes),
-            json: Bytes::from(bytes),
-        }
+        GroupVersionDocument { path, hash: content_hash(&bytes), json: Bytes::from(bytes) }
     }
 
     fn built(&self) -> &Built {
@@ -880,19 +792,10 @@ impl OpenApi {
                 .collect();
             let index: Map<String, Value> = documents
                 .values()
-                .map(|d| {
-                    (
-                        d.path.clone(),
-                        json!({"serverRelativeURL": d.server_relative_url()}),
-                    )
-                })
+                .map(|d| (d.path.clone(), json!({"serverRelativeURL": d.server_relative_url()})))
                 .collect();
-            let index =
-                serde_json::to_vec(&json!({ "paths": index })).expect("JSON values serialize");
-            Built {
-                index: Bytes::from(index),
-                documents,
-            }
+            let index = serde_json::to_vec(&json!({ "paths": index })).expect("JSON values serialize");
+            Built { index: Bytes::from(index), documents }
         })
     }
 
@@ -970,13 +873,7 @@ mod tests {
                 }))),
             ),
         );
-        registry.register(ResourceInfo::new(
-            "example.com",
-            "v1",
-            "Blob",
-            "blobs",
-            false,
-        ));
+        registry.register(ResourceInfo::new("example.com", "v1", "Blob", "blobs", false));
         let openapi = OpenApi::build(&registry, "v1.33.0");
         (registry, openapi)
     }
@@ -994,18 +891,12 @@ mod tests {
             for version in registry.versions(group) {
                 let path = group_version_path(group, &version);
                 let url = paths[&path]["serverRelativeURL"].as_str().unwrap();
-                assert!(
-                    url.starts_with(&format!("/openapi/v3/{path}?hash=")),
-                    "{url}"
-                );
+                assert!(url.starts_with(&format!("/openapi/v3/{path}?hash=")), "{url}");
             }
         }
         assert!(paths.contains_key("api/v1") && paths.contains_key("apis/apps/v1"));
         // Stable: the same registry gives the same hashes.
-        assert_eq!(
-            OpenApi::build(&registry, "v1.33.0").index(),
-            openapi.index()
-        );
+        assert_eq!(OpenApi::build(&registry, "v1.33.0").index(), openapi.index());
     }
 
     #[test]
@@ -1027,29 +918,18 @@ mod tests {
                         .unwrap_or_else(|| panic!("no PATCH for {}", r.kind));
                     let params = patch["parameters"].as_array().unwrap();
                     for name in ["fieldValidation", "fieldManager", "dryRun", "force"] {
-                        assert!(
-                            params.iter().any(|p| p["name"] == name),
-                            "{} lacks {name}",
-                            r.kind
-                        );
+                        assert!(params.iter().any(|p| p["name"] == name), "{} lacks {name}", r.kind);
                     }
                     let content = patch["requestBody"]["content"].as_object().unwrap();
                     // Strategic merge patch only for built-in (typed) kinds.
                     let typed = matches!(r.schema, Some(KindSchema::Typed(_)));
                     for media in PATCH_CONTENT_TYPES {
                         let expected = typed || !media.starts_with("application/strategic");
-                        assert_eq!(
-                            content.contains_key(media),
-                            expected,
-                            "{} and {media}",
-                            r.kind
-                        );
+                        assert_eq!(content.contains_key(media), expected, "{} and {media}", r.kind);
                     }
                     // kubectl explain finds the kind's schema by its gvk.
                     let tagged = schemas.values().any(|s| {
-                        s["x-kubernetes-group-version-kind"]
-                            .as_array()
-                            .is_some_and(|l| l.contains(&expected))
+                        s["x-kubernetes-group-version-kind"].as_array().is_some_and(|l| l.contains(&expected))
                     });
                     assert!(tagged, "no schema tagged {expected}");
                 }
@@ -1076,19 +956,9 @@ mod tests {
             "#/components/schemas/io.k8s.api.core.v1.Pod"
         );
         assert_eq!(pods["delete"]["x-kubernetes-action"], "deletecollection");
-        let list_params: Vec<&str> = pods["get"]["parameters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["name"].as_str().unwrap())
-            .collect();
-        for name in [
-            "labelSelector",
-            "limit",
-            "continue",
-            "resourceVersion",
-            "watch",
-        ] {
+        let list_params: Vec<&str> =
+            pods["get"]["parameters"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+        for name in ["labelSelector", "limit", "continue", "resourceVersion", "watch"] {
             assert!(list_params.contains(&name), "{name}");
         }
         let pod = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"];
@@ -1096,31 +966,18 @@ mod tests {
         assert_eq!(pod["get"]["operationId"], "readCoreV1NamespacedPod");
         assert_eq!(pod["put"]["operationId"], "replaceCoreV1NamespacedPod");
         assert_eq!(pod["delete"]["operationId"], "deleteCoreV1NamespacedPod");
-        let path_params: Vec<&str> = pod["parameters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["name"].as_str().unwrap())
-            .collect();
+        let path_params: Vec<&str> =
+            pod["parameters"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
         assert_eq!(path_params, ["name", "namespace", "pretty"]);
         let status = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/status"];
-        assert_eq!(
-            status["patch"]["operationId"],
-            "patchCoreV1NamespacedPodStatus"
-        );
+        assert_eq!(status["patch"]["operationId"], "patchCoreV1NamespacedPodStatus");
         let binding = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/binding"];
-        assert_eq!(
-            binding["post"]["operationId"],
-            "createCoreV1NamespacedPodBinding"
-        );
+        assert_eq!(binding["post"]["operationId"], "createCoreV1NamespacedPodBinding");
         assert!(doc["paths"]["/api/v1/pods"]["get"].is_object());
         assert!(doc["paths"]["/api/v1/nodes/{name}"]["patch"].is_object());
         let apps = document(&openapi, "apis/apps/v1");
         let scale = &apps["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"];
-        assert_eq!(
-            scale["patch"]["x-kubernetes-group-version-kind"]["kind"],
-            "Scale"
-        );
+        assert_eq!(scale["patch"]["x-kubernetes-group-version-kind"]["kind"], "Scale");
         assert!(apps["components"]["schemas"]["io.k8s.api.autoscaling.v1.Scale"].is_object());
         let rbac = document(&openapi, "apis/rbac.authorization.k8s.io/v1");
         assert_eq!(
@@ -1129,15 +986,7 @@ mod tests {
         );
         // Meta types are there; references beside descriptions are wrapped.
         let schemas = &doc["components"]["schemas"];
-        for name in [
-            OBJECT_META,
-            STATUS,
-            DELETE_OPTIONS,
-            WATCH_EVENT,
-            PATCH,
-            LIST_META,
-            "io.k8s.api.core.v1.PodList",
-        ] {
+        for name in [OBJECT_META, STATUS, DELETE_OPTIONS, WATCH_EVENT, PATCH, LIST_META, "io.k8s.api.core.v1.PodList"] {
             assert!(schemas[name].is_object(), "{name}");
         }
         assert_eq!(
@@ -1153,34 +1002,20 @@ mod tests {
         let containers = pod.field("spec").unwrap().field("containers").unwrap();
         let image = containers.items().unwrap().field("image").unwrap();
         assert_eq!(image.type_name(), Some("string"));
-        assert!(
-            pod.field("metadata")
-                .unwrap()
-                .field("labels")
-                .unwrap()
-                .is_map()
-        );
+        assert!(pod.field("metadata").unwrap().field("labels").unwrap().is_map());
         let deploy = openapi.kind_schema("apps", "v1", "Deployment").unwrap();
         let strategy = deploy.field("spec").unwrap().field("strategy").unwrap();
         assert!(strategy.description().is_some());
-        let max_surge = strategy
-            .field("rollingUpdate")
-            .unwrap()
-            .field("maxSurge")
-            .unwrap();
+        let max_surge = strategy.field("rollingUpdate").unwrap().field("maxSurge").unwrap();
         assert!(max_surge.is_int_or_string());
         assert_eq!(
-            pod.unknown_fields(
-                &json!({"spec": {"foo": 1, "containers": [{"name": "c", "bar": 2}]}})
-            ),
+            pod.unknown_fields(&json!({"spec": {"foo": 1, "containers": [{"name": "c", "bar": 2}]}})),
             ["spec.containers[0].bar", "spec.foo"]
         );
         // Custom resources: their schema, metadata as ObjectMeta.
         let widget = openapi.kind_schema("example.com", "v1", "Widget").unwrap();
         assert_eq!(
-            widget.unknown_fields(
-                &json!({"metadata": {"name": "w", "nme": 1}, "spec": {"size": 1, "colour": "red"}})
-            ),
+            widget.unknown_fields(&json!({"metadata": {"name": "w", "nme": 1}, "spec": {"size": 1, "colour": "red"}})),
             ["metadata.nme", "spec.colour"]
         );
         assert_eq!(
@@ -1189,16 +1024,12 @@ mod tests {
         );
         let doc = document(&openapi, "apis/example.com/v1");
         assert_eq!(
-            doc["components"]["schemas"]["com.example.v1.Widget"]["x-kubernetes-group-version-kind"]
-                [0]["kind"],
+            doc["components"]["schemas"]["com.example.v1.Widget"]["x-kubernetes-group-version-kind"][0]["kind"],
             "Widget"
         );
         // Kinds without a schema take anything but still check metadata.
         let blob = openapi.kind_schema("example.com", "v1", "Blob").unwrap();
-        assert_eq!(
-            blob.unknown_fields(&json!({"metadata": {"nme": 1}, "data": {"x": 1}})),
-            ["metadata.nme"]
-        );
+        assert_eq!(blob.unknown_fields(&json!({"metadata": {"nme": 1}, "data": {"x": 1}})), ["metadata.nme"]);
     }
 
     /// Real manifests, exercising odd types (int-or-string, quantities,
@@ -1337,19 +1168,11 @@ mod tests {
         ];
         for (group, version, kind, manifest) in manifests {
             let schema = openapi.kind_schema(group, version, kind).unwrap();
-            assert_eq!(
-                schema.unknown_fields(&manifest),
-                Vec::<String>::new(),
-                "{kind}"
-            );
+            assert_eq!(schema.unknown_fields(&manifest), Vec::<String>::new(), "{kind}");
             let mut bad = manifest.clone();
             bad["zzz"] = json!(1);
             bad["metadata"]["zzz"] = json!(1);
-            assert_eq!(
-                schema.unknown_fields(&bad),
-                ["metadata.zzz", "zzz"],
-                "{kind}"
-            );
+            assert_eq!(schema.unknown_fields(&bad), ["metadata.zzz", "zzz"], "{kind}");
         }
     }
 }

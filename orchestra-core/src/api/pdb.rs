@@ -60,9 +60,7 @@ pub fn pod_ready(pod: &Value) -> bool {
 }
 
 fn phase(pod: &Value) -> &str {
-    pod.pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("")
 }
 
 fn deleting(pod: &Value) -> bool {
@@ -89,17 +87,11 @@ pub fn selects(pdb: &Value, pod: &Value) -> bool {
     {
         return false;
     }
-    let expressions = selector
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let expressions = selector.get("matchExpressions").and_then(Value::as_array).cloned().unwrap_or_default();
     expressions.iter().all(|e| {
         let key = e["key"].as_str().unwrap_or("");
-        let values: Vec<&str> = e["values"]
-            .as_array()
-            .map(|v| v.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
+        let values: Vec<&str> =
+            e["values"].as_array().map(|v| v.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
         match e["operator"].as_str().unwrap_or("") {
             "In" => label(key).is_some_and(|l| values.contains(&l)),
             "NotIn" => label(key).is_none_or(|l| !values.contains(&l)),
@@ -125,15 +117,10 @@ fn scaled(value: &Value, total: i64) -> Option<i64> {
 /// The budget computed from the live pods it selects (`pods` may hold
 /// others; they are filtered).
 pub fn compute(pdb: &Value, pods: &[Value]) -> Budget {
-    let selected: Vec<&Value> = pods
-        .iter()
-        .filter(|p| selects(pdb, p) && !matches!(phase(p), "Succeeded" | "Failed"))
-        .collect();
+    let selected: Vec<&Value> =
+        pods.iter().filter(|p| selects(pdb, p) && !matches!(phase(p), "Succeeded" | "Failed")).collect();
     let expected = selected.len() as i64;
-    let current_healthy = selected
-        .iter()
-        .filter(|p| pod_ready(p) && !deleting(p))
-        .count() as i64;
+    let current_healthy = selected.iter().filter(|p| pod_ready(p) && !deleting(p)).count() as i64;
     let desired_healthy = if let Some(min) = pdb.pointer("/spec/minAvailable") {
         scaled(min, expected).unwrap_or(0)
     } else if let Some(max) = pdb.pointer("/spec/maxUnavailable") {
@@ -151,13 +138,8 @@ pub fn compute(pdb: &Value, pods: &[Value]) -> Budget {
 
 /// True if a controller keeps the budget's status current.
 pub fn status_maintained(pdb: &Value) -> bool {
-    let observed = pdb
-        .pointer("/status/observedGeneration")
-        .and_then(Value::as_i64);
-    let generation = pdb
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
+    let observed = pdb.pointer("/status/observedGeneration").and_then(Value::as_i64);
+    let generation = pdb.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
     observed == Some(generation)
 }
 
@@ -166,11 +148,7 @@ pub fn budget(pdb: &Value, pods: &[Value]) -> Budget {
     if !status_maintained(pdb) {
         return compute(pdb, pods);
     }
-    let n = |field: &str| {
-        pdb.pointer(&format!("/status/{field}"))
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-    };
+    let n = |field: &str| pdb.pointer(&format!("/status/{field}")).and_then(Value::as_i64).unwrap_or(0);
     Budget {
         expected: n("expectedPods"),
         current_healthy: n("currentHealthy"),
@@ -180,10 +158,7 @@ pub fn budget(pdb: &Value, pods: &[Value]) -> Budget {
 }
 
 fn denied_message(pdb: &Value, budget: &Budget) -> String {
-    let name = pdb
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let name = pdb.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     if budget.current_healthy <= budget.desired_healthy {
         format!(
             "The disruption budget {name} needs {} healthy pods and has {} currently",
@@ -200,9 +175,7 @@ pub fn verdict(pdb: &Value, pod: &Value, pods: &[Value]) -> Verdict {
     let maintained = status_maintained(pdb);
     let budget = budget(pdb, pods);
     if !pod_ready(pod) {
-        let policy = pdb
-            .pointer("/spec/unhealthyPodEvictionPolicy")
-            .and_then(Value::as_str);
+        let policy = pdb.pointer("/spec/unhealthyPodEvictionPolicy").and_then(Value::as_str);
         if policy == Some("AlwaysAllow")
             || (budget.current_healthy >= budget.desired_healthy && budget.desired_healthy > 0)
         {
@@ -213,14 +186,10 @@ pub fn verdict(pdb: &Value, pod: &Value, pods: &[Value]) -> Verdict {
         if budget.disruptions_allowed < 0 {
             return Verdict::Forbidden("pdb disruptions allowed is negative".into());
         }
-        let disrupted = pdb
-            .pointer("/status/disruptedPods")
-            .and_then(Value::as_object)
-            .map_or(0, |m| m.len());
+        let disrupted = pdb.pointer("/status/disruptedPods").and_then(Value::as_object).map_or(0, |m| m.len());
         if disrupted > MAX_DISRUPTED_PODS {
             return Verdict::Forbidden(
-                "DisruptedPods map too big - too many evictions not confirmed by PDB controller"
-                    .into(),
+                "DisruptedPods map too big - too many evictions not confirmed by PDB controller".into(),
             );
         }
     }
@@ -235,11 +204,7 @@ pub fn verdict(pdb: &Value, pod: &Value, pods: &[Value]) -> Verdict {
 /// the `DisruptionAllowed` condition False when none is left.
 pub fn record_disruption(pdb: &Value, pod_name: &str, now: &str) -> Value {
     let mut pdb = pdb.clone();
-    let allowed = pdb
-        .pointer("/status/disruptionsAllowed")
-        .and_then(Value::as_i64)
-        .unwrap_or(0)
-        - 1;
+    let allowed = pdb.pointer("/status/disruptionsAllowed").and_then(Value::as_i64).unwrap_or(0) - 1;
     let status = &mut pdb["status"];
     status["disruptionsAllowed"] = allowed.into();
     if !status["disruptedPods"].is_object() {
@@ -255,14 +220,8 @@ pub fn record_disruption(pdb: &Value, pod_name: &str, now: &str) -> Value {
             "observedGeneration": pdb.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
             "lastTransitionTime": now,
         });
-        let conditions = pdb["status"]["conditions"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let mut conditions: Vec<Value> = conditions
-            .into_iter()
-            .filter(|c| c["type"] != "DisruptionAllowed")
-            .collect();
+        let conditions = pdb["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != "DisruptionAllowed").collect();
         conditions.push(condition);
         pdb["status"]["conditions"] = conditions.into();
     }
@@ -301,12 +260,7 @@ mod tests {
         for (spec, expected, healthy, desired, allowed) in cases {
             let b = compute(&pdb(spec.clone()), &pods);
             assert_eq!(
-                (
-                    b.expected,
-                    b.current_healthy,
-                    b.desired_healthy,
-                    b.disruptions_allowed
-                ),
+                (b.expected, b.current_healthy, b.desired_healthy, b.disruptions_allowed),
                 (expected, healthy, desired, allowed),
                 "{spec}"
             );
@@ -319,16 +273,8 @@ mod tests {
         let with = |s: Value| json!({"spec": {"selector": s}});
         assert!(selects(&with(json!({})), &p));
         assert!(!selects(&json!({"spec": {}}), &p));
-        assert!(selects(
-            &with(
-                json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]})
-            ),
-            &p
-        ));
-        assert!(!selects(
-            &with(json!({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]})),
-            &p
-        ));
+        assert!(selects(&with(json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]})), &p));
+        assert!(!selects(&with(json!({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]})), &p));
         assert!(!selects(&with(json!({"matchLabels": {"app": "db"}})), &p));
     }
 
@@ -338,51 +284,28 @@ mod tests {
         let strict = pdb(json!({"minAvailable": 2}));
         assert_eq!(
             verdict(&strict, &pods[0], &pods),
-            Verdict::Blocked(
-                "The disruption budget b needs 2 healthy pods and has 2 currently".into()
-            )
+            Verdict::Blocked("The disruption budget b needs 2 healthy pods and has 2 currently".into())
         );
         let loose = pdb(json!({"minAvailable": 1}));
-        assert_eq!(
-            verdict(&loose, &pods[0], &pods),
-            Verdict::Allowed { record: false }
-        );
+        assert_eq!(verdict(&loose, &pods[0], &pods), Verdict::Allowed { record: false });
         // An unready pod with AlwaysAllow, or with the budget satisfied.
         let unready = pod("c", false);
         let mut always = strict.clone();
         always["spec"]["unhealthyPodEvictionPolicy"] = "AlwaysAllow".into();
-        assert_eq!(
-            verdict(&always, &unready, &pods),
-            Verdict::Allowed { record: false }
-        );
-        assert_eq!(
-            verdict(&strict, &unready, &pods),
-            Verdict::Allowed { record: false }
-        );
+        assert_eq!(verdict(&always, &unready, &pods), Verdict::Allowed { record: false });
+        assert_eq!(verdict(&strict, &unready, &pods), Verdict::Allowed { record: false });
         // A maintained status wins over the live pods.
         let mut maintained = loose.clone();
         maintained["status"] = json!({"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 2, "desiredHealthy": 2, "expectedPods": 2});
-        assert!(matches!(
-            verdict(&maintained, &pods[0], &pods),
-            Verdict::Blocked(_)
-        ));
+        assert!(matches!(verdict(&maintained, &pods[0], &pods), Verdict::Blocked(_)));
         maintained["status"]["disruptionsAllowed"] = 1.into();
-        assert_eq!(
-            verdict(&maintained, &pods[0], &pods),
-            Verdict::Allowed { record: true }
-        );
+        assert_eq!(verdict(&maintained, &pods[0], &pods), Verdict::Allowed { record: true });
         let recorded = record_disruption(&maintained, "a", "2024-01-01T00:00:00Z");
         assert_eq!(recorded["status"]["disruptionsAllowed"], 0);
-        assert_eq!(
-            recorded["status"]["disruptedPods"]["a"],
-            "2024-01-01T00:00:00Z"
-        );
+        assert_eq!(recorded["status"]["disruptedPods"]["a"], "2024-01-01T00:00:00Z");
         assert_eq!(recorded["status"]["conditions"][0]["status"], "False");
         maintained["status"]["disruptionsAllowed"] = (-1).into();
-        assert!(matches!(
-            verdict(&maintained, &pods[0], &pods),
-            Verdict::Forbidden(_)
-        ));
+        assert!(matches!(verdict(&maintained, &pods[0], &pods), Verdict::Forbidden(_)));
     }
 
     #[test]
@@ -393,7 +316,8 @@ mod tests {
             p["status"]["phase"] = phase.into();
             assert!(can_ignore_budget(&p));
         }
-        let deleting = json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}, "status": {"phase": "Running"}});
+        let deleting =
+            json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}, "status": {"phase": "Running"}});
         assert!(can_ignore_budget(&deleting));
     }
 }

@@ -4,10 +4,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::{
-    admissionregistration::v1 as admission, apps::v1 as apps, batch::v1 as batch,
-    coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
-    events::v1 as events, policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
-    storage::v1 as storage,
+    admissionregistration::v1 as admission, apps::v1 as apps, batch::v1 as batch, coordination::v1 as coordination,
+    core::v1 as core, discovery::v1 as discovery, events::v1 as events, policy::v1 as policy, rbac::v1 as rbac,
+    scheduling::v1 as scheduling, storage::v1 as storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 
@@ -48,58 +47,32 @@ impl Registry {
                 .with_subresource("log", "", "v1", "Pod", &["get"])
                 .with_subresource("exec", "", "v1", "PodExecOptions", &["create", "get"]),
         );
-        r.register(
-            ResourceInfo::of::<core::Node>()
-                .short_names(&["no"])
-                .with_status(),
-        );
-        r.register(
-            ResourceInfo::of::<core::Service>()
-                .short_names(&["svc"])
-                .in_all()
-                .with_status(),
-        );
+        r.register(ResourceInfo::of::<core::Node>().short_names(&["no"]).with_status());
+        r.register(ResourceInfo::of::<core::Service>().short_names(&["svc"]).in_all().with_status());
         r.register(ResourceInfo::of::<core::Endpoints>().short_names(&["ep"]));
-        r.register(
-            ResourceInfo::of::<core::Namespace>()
-                .short_names(&["ns"])
-                .with_status()
-                .with_subresource("finalize", "", "v1", "Namespace", &["update"]),
-        );
+        r.register(ResourceInfo::of::<core::Namespace>().short_names(&["ns"]).with_status().with_subresource(
+            "finalize",
+            "",
+            "v1",
+            "Namespace",
+            &["update"],
+        ));
         r.register(ResourceInfo::of::<core::ConfigMap>().short_names(&["cm"]));
         r.register(ResourceInfo::of::<core::Secret>());
-        r.register(
-            ResourceInfo::of::<core::ServiceAccount>()
-                .short_names(&["sa"])
-                .with_subresource("token", "authentication.k8s.io", "v1", "TokenRequest", &["create"]),
-        );
-        r.register(
-            ResourceInfo::of::<core::Event>()
-                .short_names(&["ev"])
-                .expiring_after(EVENT_TTL),
-        );
-        r.register(
-            ResourceInfo::of::<core::PersistentVolume>()
-                .short_names(&["pv"])
-                .with_status(),
-        );
-        r.register(
-            ResourceInfo::of::<core::PersistentVolumeClaim>()
-                .short_names(&["pvc"])
-                .with_status(),
-        );
+        r.register(ResourceInfo::of::<core::ServiceAccount>().short_names(&["sa"]).with_subresource(
+            "token",
+            "authentication.k8s.io",
+            "v1",
+            "TokenRequest",
+            &["create"],
+        ));
+        r.register(ResourceInfo::of::<core::Event>().short_names(&["ev"]).expiring_after(EVENT_TTL));
+        r.register(ResourceInfo::of::<core::PersistentVolume>().short_names(&["pv"]).with_status());
+        r.register(ResourceInfo::of::<core::PersistentVolumeClaim>().short_names(&["pvc"]).with_status());
         r.register(ResourceInfo::of::<core::LimitRange>().short_names(&["limits"]));
+        r.register(ResourceInfo::of::<core::ResourceQuota>().short_names(&["quota"]).with_status());
         r.register(
-            ResourceInfo::of::<core::ResourceQuota>()
-                .short_names(&["quota"])
-                .with_status(),
-        );
-        r.register(
-            ResourceInfo::of::<core::ReplicationController>()
-                .short_names(&["rc"])
-                .in_all()
-                .with_status()
-                .with_scale(),
+            ResourceInfo::of::<core::ReplicationController>().short_names(&["rc"]).in_all().with_status().with_scale(),
         );
         // apps/v1
         r.register(
@@ -135,18 +108,8 @@ impl Registry {
         );
         r.register(ResourceInfo::of::<apps::ControllerRevision>());
         // batch/v1
-        r.register(
-            ResourceInfo::of::<batch::Job>()
-                .validated_by(validation::job)
-                .in_all()
-                .with_status(),
-        );
-        r.register(
-            ResourceInfo::of::<batch::CronJob>()
-                .short_names(&["cj"])
-                .in_all()
-                .with_status(),
-        );
+        r.register(ResourceInfo::of::<batch::Job>().validated_by(validation::job).in_all().with_status());
+        r.register(ResourceInfo::of::<batch::CronJob>().short_names(&["cj"]).in_all().with_status());
         // the other groups
         r.register(ResourceInfo::of::<discovery::EndpointSlice>());
         r.register(ResourceInfo::of::<coordination::Lease>());
@@ -156,11 +119,7 @@ impl Registry {
         r.register(ResourceInfo::of::<rbac::ClusterRoleBinding>());
         r.register(ResourceInfo::of::<storage::StorageClass>().short_names(&["sc"]));
         r.register(ResourceInfo::of::<scheduling::PriorityClass>().short_names(&["pc"]));
-        r.register(
-            ResourceInfo::of::<policy::PodDisruptionBudget>()
-                .short_names(&["pdb"])
-                .with_status(),
-        );
+        r.register(ResourceInfo::of::<policy::PodDisruptionBudget>().short_names(&["pdb"]).with_status());
         r.register(
             ResourceInfo::of::<events::Event>()
                 .short_names(&["ev"])
@@ -170,9 +129,7 @@ impl Registry {
         r.register(ResourceInfo::of::<admission::MutatingWebhookConfiguration>());
         r.register(ResourceInfo::of::<admission::ValidatingWebhookConfiguration>());
         r.register(
-            ResourceInfo::of::<apiextensions::CustomResourceDefinition>()
-                .short_names(&["crd", "crds"])
-                .with_status(),
+            ResourceInfo::of::<apiextensions::CustomResourceDefinition>().short_names(&["crd", "crds"]).with_status(),
         );
         // authorization.k8s.io and authentication.k8s.io: create-only reviews.
         for review in super::review::resources() {
@@ -186,23 +143,14 @@ impl Registry {
         if !self.groups.contains(&info.group) {
             self.groups.push(info.group.clone());
         }
-        let key = (
-            info.group.clone(),
-            info.version.clone(),
-            info.plural.clone(),
-        );
+        let key = (info.group.clone(), info.version.clone(), info.plural.clone());
         let info = Arc::new(info);
         self.index.insert(key.clone(), info.clone());
         self.resources.insert(key, info);
     }
 
     /// Removes a kind; returns it if it was registered.
-    pub fn unregister(
-        &mut self,
-        group: &str,
-        version: &str,
-        plural: &str,
-    ) -> Option<Arc<ResourceInfo>> {
+    pub fn unregister(&mut self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
         let key = (group.to_owned(), version.to_owned(), plural.to_owned());
         self.index.remove(&key);
         let removed = self.resources.remove(&key);
@@ -219,10 +167,7 @@ impl Registry {
 
     /// The kind with this group, version and kind name.
     pub fn by_kind(&self, group: &str, version: &str, kind: &str) -> Option<Arc<ResourceInfo>> {
-        self.resources
-            .values()
-            .find(|r| r.group == group && r.version == version && r.kind == kind)
-            .cloned()
+        self.resources.values().find(|r| r.group == group && r.version == version && r.kind == kind).cloned()
     }
 
     /// Group names, core ("") first, then in registration order.
@@ -255,11 +200,7 @@ impl Registry {
 
     /// The kinds of one group version, sorted by plural.
     pub fn resources(&self, group: &str, version: &str) -> Vec<Arc<ResourceInfo>> {
-        self.resources
-            .values()
-            .filter(|r| r.group == group && r.version == version)
-            .cloned()
-            .collect()
+        self.resources.values().filter(|r| r.group == group && r.version == version).cloned().collect()
     }
 }
 
@@ -294,7 +235,8 @@ mod tests {
             assert!(r.serves(group, version), "{group}/{version}");
         }
         // Neighbours in key order, prefixes and extensions are not served.
-        for (group, version) in [("", "v"), ("", "v2"), ("app", "v1"), ("apps", "v1beta1"), ("apps", ""), ("zzz", "v1")] {
+        for (group, version) in [("", "v"), ("", "v2"), ("app", "v1"), ("apps", "v1beta1"), ("apps", ""), ("zzz", "v1")]
+        {
             assert!(!r.serves(group, version), "{group}/{version}");
         }
     }
@@ -303,22 +245,9 @@ mod tests {
     fn builtin_kinds_are_served() {
         let r = Registry::builtin();
         assert_eq!(r.get("", "v1", "pods").unwrap().kind, "Pod");
-        assert!(
-            r.get("apps", "v1", "deployments")
-                .unwrap()
-                .has_subresource("scale")
-        );
-        assert_eq!(
-            r.by_kind("rbac.authorization.k8s.io", "v1", "ClusterRole")
-                .unwrap()
-                .plural,
-            "clusterroles"
-        );
-        assert!(
-            !r.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-                .unwrap()
-                .namespaced
-        );
+        assert!(r.get("apps", "v1", "deployments").unwrap().has_subresource("scale"));
+        assert_eq!(r.by_kind("rbac.authorization.k8s.io", "v1", "ClusterRole").unwrap().plural, "clusterroles");
+        assert!(!r.get("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap().namespaced);
         assert_eq!(r.groups().next(), Some(""));
         assert!(r.groups().any(|g| g == "events.k8s.io"));
     }
@@ -327,18 +256,9 @@ mod tests {
     fn versions_prefer_ga() {
         let mut r = Registry::new();
         for v in ["v1alpha1", "v2beta1", "v1", "v2"] {
-            r.register(ResourceInfo::new(
-                "example.com",
-                v,
-                "Widget",
-                "widgets",
-                true,
-            ));
+            r.register(ResourceInfo::new("example.com", v, "Widget", "widgets", true));
         }
-        assert_eq!(
-            r.versions("example.com"),
-            ["v2", "v1", "v2beta1", "v1alpha1"]
-        );
+        assert_eq!(r.versions("example.com"), ["v2", "v1", "v2beta1", "v1alpha1"]);
         r.unregister("example.com", "v1", "widgets");
         assert_eq!(r.versions("example.com"), ["v2", "v2beta1", "v1alpha1"]);
     }

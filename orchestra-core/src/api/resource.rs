@@ -84,7 +84,6 @@ pub struct ResourceInfo {
     pub ttl: Option<std::time::Duration>,
 }
 
-
 /// Whether a `k8s-openapi` scope type is namespaced.
 pub trait Scope {
     /// True for namespaced kinds.
@@ -100,16 +99,8 @@ impl Scope for k8s_openapi::ClusterResourceScope {
 }
 
 /// The verbs every collection resource supports.
-pub const RESOURCE_VERBS: [&str; 8] = [
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
+pub const RESOURCE_VERBS: [&str; 8] =
+    ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 
 impl ResourceInfo {
     /// Describes a `k8s-openapi` type.
@@ -132,9 +123,7 @@ impl ResourceInfo {
             verbs: RESOURCE_VERBS.iter().map(|v| v.to_string()).collect(),
             decode_check: Some(|value| K::deserialize(value).map(drop).map_err(|e| e.to_string())),
             validate: None,
-            schema: Some(KindSchema::Typed(|generator| {
-                generator.subschema_for::<K>()
-            })),
+            schema: Some(KindSchema::Typed(|generator| generator.subschema_for::<K>())),
             printer: super::table::builtin(K::GROUP, K::KIND),
             custom: None,
             storage: None,
@@ -143,13 +132,7 @@ impl ResourceInfo {
     }
 
     /// Describes a kind from its names (custom resources, user kinds).
-    pub fn new(
-        group: &str,
-        version: &str,
-        kind: &str,
-        plural: &str,
-        namespaced: bool,
-    ) -> ResourceInfo {
+    pub fn new(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -> ResourceInfo {
         ResourceInfo {
             group: group.into(),
             version: version.into(),
@@ -173,10 +156,7 @@ impl ResourceInfo {
     }
 
     /// Sets the kind's validation.
-    pub fn validated_by(
-        mut self,
-        validate: fn(&serde_json::Value) -> Vec<super::FieldError>,
-    ) -> ResourceInfo {
+    pub fn validated_by(mut self, validate: fn(&serde_json::Value) -> Vec<super::FieldError>) -> ResourceInfo {
         self.validate = Some(validate);
         self
     }
@@ -243,24 +223,12 @@ impl ResourceInfo {
     /// Adds a `status` subresource.
     pub fn with_status(self) -> ResourceInfo {
         let (group, version, kind) = (self.group.clone(), self.version.clone(), self.kind.clone());
-        self.with_subresource(
-            "status",
-            &group,
-            &version,
-            &kind,
-            &["get", "patch", "update"],
-        )
+        self.with_subresource("status", &group, &version, &kind, &["get", "patch", "update"])
     }
 
     /// Adds a `scale` subresource (autoscaling/v1 Scale).
     pub fn with_scale(self) -> ResourceInfo {
-        self.with_subresource(
-            "scale",
-            "autoscaling",
-            "v1",
-            "Scale",
-            &["get", "patch", "update"],
-        )
+        self.with_subresource("scale", "autoscaling", "v1", "Scale", &["get", "patch", "update"])
     }
 
     /// Adds any subresource.
@@ -284,11 +252,7 @@ impl ResourceInfo {
 
     /// `v1` or `apps/v1`.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
     }
 
     /// True if the resource serves `name` as a subresource.
@@ -348,30 +312,14 @@ mod tests {
     #[test]
     fn describes_openapi_types() {
         let pod = ResourceInfo::of::<Pod>();
-        assert_eq!(
-            (
-                pod.group.as_str(),
-                pod.plural.as_str(),
-                pod.list_kind.as_str()
-            ),
-            ("", "pods", "PodList")
-        );
+        assert_eq!((pod.group.as_str(), pod.plural.as_str(), pod.list_kind.as_str()), ("", "pods", "PodList"));
         assert!(pod.namespaced);
-        assert_eq!(
-            pod.storage_key(Some("default"), "web"),
-            "/registry/pods/default/web"
-        );
+        assert_eq!(pod.storage_key(Some("default"), "web"), "/registry/pods/default/web");
         let node = ResourceInfo::of::<Node>();
         assert!(!node.namespaced);
-        assert_eq!(
-            node.storage_key(Some("ignored"), "n1"),
-            "/registry/nodes/n1"
-        );
+        assert_eq!(node.storage_key(Some("ignored"), "n1"), "/registry/nodes/n1");
         let deploy = ResourceInfo::of::<Deployment>();
         assert_eq!(deploy.api_version(), "apps/v1");
-        assert_eq!(
-            deploy.storage_collection(Some("prod")),
-            "/registry/apps/deployments/prod/"
-        );
+        assert_eq!(deploy.storage_collection(Some("prod")), "/registry/apps/deployments/prod/");
     }
 }

@@ -54,9 +54,7 @@ where
 {
     let mut info = ResourceInfo::new(group, "v1", kind, plural, false)
         .verbs(&["create"])
-        .with_schema(KindSchema::Typed(|generator| {
-            generator.subschema_for::<K>()
-        }));
+        .with_schema(KindSchema::Typed(|generator| generator.subschema_for::<K>()));
     info.decode_check = Some(|value| K::deserialize(value).map(drop).map_err(|e| e.to_string()));
     info
 }
@@ -80,11 +78,7 @@ pub fn resources() -> Vec<ResourceInfo> {
             "subjectaccessreviews",
         ),
         review::<authentication::TokenReview>(AUTHENTICATION_GROUP, "TokenReview", "tokenreviews"),
-        review::<authentication::SelfSubjectReview>(
-            AUTHENTICATION_GROUP,
-            "SelfSubjectReview",
-            "selfsubjectreviews",
-        ),
+        review::<authentication::SelfSubjectReview>(AUTHENTICATION_GROUP, "SelfSubjectReview", "selfsubjectreviews"),
     ]
 }
 

@@ -46,10 +46,7 @@ pub struct SchemaView<'a> {
 fn resolve<'a>(definitions: &'a Map<String, Value>, mut node: &'a Value) -> &'a Value {
     for _ in 0..32 {
         if let Some(reference) = node.get("$ref").and_then(Value::as_str) {
-            match reference
-                .strip_prefix(REF_PREFIX)
-                .and_then(|name| definitions.get(name))
-            {
+            match reference.strip_prefix(REF_PREFIX).and_then(|name| definitions.get(name)) {
                 Some(target) => node = target,
                 None => return node,
             }
@@ -66,18 +63,12 @@ fn resolve<'a>(definitions: &'a Map<String, Value>, mut node: &'a Value) -> &'a 
 impl<'a> SchemaView<'a> {
     /// A view of `node`, whose `$ref`s point into `definitions`.
     pub fn new(definitions: &'a Map<String, Value>, node: &'a Value) -> SchemaView<'a> {
-        SchemaView {
-            definitions,
-            outer: node,
-            node: resolve(definitions, node),
-        }
+        SchemaView { definitions, outer: node, node: resolve(definitions, node) }
     }
 
     /// The view of the definition called `name`, if there is one.
     pub fn reference(definitions: &'a Map<String, Value>, name: &str) -> Option<SchemaView<'a>> {
-        definitions
-            .get(name)
-            .map(|node| SchemaView::new(definitions, node))
+        definitions.get(name).map(|node| SchemaView::new(definitions, node))
     }
 
     /// The resolved schema node.
@@ -103,10 +94,7 @@ impl<'a> SchemaView<'a> {
     /// The description: the one written beside a reference wins over the
     /// referenced schema's own.
     pub fn description(&self) -> Option<&'a str> {
-        self.outer
-            .get("description")
-            .or_else(|| self.node.get("description"))
-            .and_then(Value::as_str)
+        self.outer.get("description").or_else(|| self.node.get("description")).and_then(Value::as_str)
     }
 
     /// A vendor extension or other keyword of the resolved schema, e.g.
@@ -118,10 +106,7 @@ impl<'a> SchemaView<'a> {
 
     /// The schema of property `name` of an object schema.
     pub fn field(&self, name: &str) -> Option<SchemaView<'a>> {
-        self.node
-            .get("properties")?
-            .get(name)
-            .map(|node| SchemaView::new(self.definitions, node))
+        self.node.get("properties")?.get(name).map(|node| SchemaView::new(self.definitions, node))
     }
 
     /// The declared properties of an object schema.
@@ -137,28 +122,17 @@ impl<'a> SchemaView<'a> {
 
     /// True if the object schema declares properties.
     pub fn has_properties(&self) -> bool {
-        self.node
-            .get("properties")
-            .and_then(Value::as_object)
-            .is_some_and(|p| !p.is_empty())
+        self.node.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty())
     }
 
     /// `required` property names.
     pub fn required(&self) -> impl Iterator<Item = &'a str> + 'a {
-        self.node
-            .get("required")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
+        self.node.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
     }
 
     /// The schema of the elements of an array schema.
     pub fn items(&self) -> Option<SchemaView<'a>> {
-        self.node
-            .get("items")
-            .filter(|items| items.is_object())
-            .map(|node| SchemaView::new(self.definitions, node))
+        self.node.get("items").filter(|items| items.is_object()).map(|node| SchemaView::new(self.definitions, node))
     }
 
     /// The schema of the values of a map (`additionalProperties` given as a
@@ -180,16 +154,12 @@ impl<'a> SchemaView<'a> {
     /// True if the schema keeps fields it does not declare
     /// (`x-kubernetes-preserve-unknown-fields`).
     pub fn preserves_unknown_fields(&self) -> bool {
-        self.extension("x-kubernetes-preserve-unknown-fields")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
+        self.extension("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool).unwrap_or(false)
     }
 
     /// True for `x-kubernetes-int-or-string` (an int or a string; a scalar).
     pub fn is_int_or_string(&self) -> bool {
-        self.extension("x-kubernetes-int-or-string")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
+        self.extension("x-kubernetes-int-or-string").and_then(Value::as_bool).unwrap_or(false)
     }
 
     /// True if fields not declared here are unknown: an object schema with
@@ -263,29 +233,18 @@ impl<'a> SchemaView<'a> {
 }
 
 fn child_path(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{path}.{name}")
-    }
+    if path.is_empty() { name.to_owned() } else { format!("{path}.{name}") }
 }
 
 /// What the schema says about the entry `key` of an object: its schema, or
 /// `Err(())` if the key is unknown. `Ok(None)` means "anything goes".
-fn entry_schema<'a>(
-    schema: Option<SchemaView<'a>>,
-    key: &str,
-) -> Result<Option<SchemaView<'a>>, ()> {
+fn entry_schema<'a>(schema: Option<SchemaView<'a>>, key: &str) -> Result<Option<SchemaView<'a>>, ()> {
     let Some(schema) = schema else {
         return Ok(None);
     };
     // An embedded object (`x-kubernetes-embedded-resource`) has the
     // metadata of an object, whatever its schema says.
-    if schema
-        .extension("x-kubernetes-embedded-resource")
-        .and_then(Value::as_bool)
-        == Some(true)
-    {
+    if schema.extension("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true) {
         match key {
             "metadata" => {
                 if let Some(meta) = SchemaView::reference(schema.definitions, OBJECT_META) {
@@ -302,20 +261,10 @@ fn entry_schema<'a>(
     if let Some(values) = schema.additional_properties() {
         return Ok(Some(values));
     }
-    if schema.is_closed_object() {
-        Err(())
-    } else {
-        Ok(None)
-    }
+    if schema.is_closed_object() { Err(()) } else { Ok(None) }
 }
 
-fn walk_value(
-    schema: Option<SchemaView<'_>>,
-    value: &Value,
-    path: &mut String,
-    found: &mut Vec<String>,
-    patch: bool,
-) {
+fn walk_value(schema: Option<SchemaView<'_>>, value: &Value, path: &mut String, found: &mut Vec<String>, patch: bool) {
     let Some(schema) = schema else { return };
     if schema.is_int_or_string() {
         return;
@@ -349,13 +298,7 @@ fn walk_value(
     }
 }
 
-fn prune_value(
-    schema: SchemaView<'_>,
-    value: &mut Value,
-    path: &mut String,
-    found: &mut Vec<String>,
-    patch: bool,
-) {
+fn prune_value(schema: SchemaView<'_>, value: &mut Value, path: &mut String, found: &mut Vec<String>, patch: bool) {
     if schema.is_int_or_string() {
         return;
     }
@@ -457,10 +400,7 @@ pub(super) mod tests {
         assert_eq!(containers.type_name(), Some("array"));
         let container = containers.items().unwrap();
         assert!(container.is_closed_object());
-        assert_eq!(
-            container.properties().map(|(n, _)| n).collect::<Vec<_>>(),
-            ["image", "name"]
-        );
+        assert_eq!(container.properties().map(|(n, _)| n).collect::<Vec<_>>(), ["image", "name"]);
         assert!(kind.field("nope").is_none());
         let spec = kind.field("spec").unwrap();
         assert!(spec.field("port").unwrap().is_int_or_string());
@@ -473,34 +413,19 @@ pub(super) mod tests {
         let defs = definitions();
         let kind = SchemaView::reference(&defs, "Kind").unwrap();
         let cases: Vec<(Value, Vec<&str>)> = vec![
-            (
-                json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "x"}}),
-                vec![],
-            ),
+            (json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "x"}}), vec![]),
             (json!({"foo": 1}), vec!["foo"]),
-            (
-                json!({"metadata": {"name": "x", "bogus": 1, "labels": {"a": "b"}}}),
-                vec!["metadata.bogus"],
-            ),
+            (json!({"metadata": {"name": "x", "bogus": 1, "labels": {"a": "b"}}}), vec!["metadata.bogus"]),
             (
                 json!({"spec": {"containers": [{"name": "a"}, {"name": "b", "imag": "x"}]}}),
                 vec!["spec.containers[1].imag"],
             ),
-            (
-                json!({"spec": {"ports": {"http": {"number": 80, "nmber": 1}}}}),
-                vec!["spec.ports.http.nmber"],
-            ),
+            (json!({"spec": {"ports": {"http": {"number": 80, "nmber": 1}}}}), vec!["spec.ports.http.nmber"]),
             (json!({"spec": {"port": "http"}}), vec![]),
             (json!({"spec": {"port": 80}}), vec![]),
-            (
-                json!({"spec": {"raw": {"anything": {"goes": [1]}}}}),
-                vec![],
-            ),
+            (json!({"spec": {"raw": {"anything": {"goes": [1]}}}}), vec![]),
             (json!({"spec": {"free": {"a": "x", "b": {"c": 1}}}}), vec![]),
-            (
-                json!({"spec": {"matrix": [[{"number": 1}], [{"numbr": 2}]]}}),
-                vec!["spec.matrix[1][0].numbr"],
-            ),
+            (json!({"spec": {"matrix": [[{"number": 1}], [{"numbr": 2}]]}}), vec!["spec.matrix[1][0].numbr"]),
             // type mismatches are the decoder's business, not this walker's
             (json!({"spec": {"containers": "nope"}}), vec![]),
             (json!({"spec": {"b": 1, "a": 2}}), vec!["spec.a", "spec.b"]),
@@ -530,18 +455,9 @@ pub(super) mod tests {
         let (container, path) = kind.at_pointer("/spec/containers/0").unwrap();
         assert_eq!(path, "spec.containers[0]");
         assert!(container.unwrap().field("image").is_some());
-        assert_eq!(
-            kind.at_pointer("/spec/containers/-").unwrap().1,
-            "spec.containers[-]"
-        );
-        assert_eq!(
-            kind.at_pointer("/spec/nope/x").err(),
-            Some("spec.nope".to_owned())
-        );
-        assert_eq!(
-            kind.at_pointer("/metadata/labels/a~1b").unwrap().1,
-            "metadata.labels.a/b"
-        );
+        assert_eq!(kind.at_pointer("/spec/containers/-").unwrap().1, "spec.containers[-]");
+        assert_eq!(kind.at_pointer("/spec/nope/x").err(), Some("spec.nope".to_owned()));
+        assert_eq!(kind.at_pointer("/metadata/labels/a~1b").unwrap().1, "metadata.labels.a/b");
         assert!(kind.at_pointer("/spec/raw/x/y").unwrap().0.is_none());
     }
 
@@ -553,10 +469,7 @@ pub(super) mod tests {
             "metadata": {"gone": null, "labels": {"a": null}},
             "spec": {"$setElementOrder/containers": [{"name": "c"}], "containers": [{"name": "c", "$patch": "delete", "imagee": "x"}]},
         });
-        assert_eq!(
-            kind.unknown_patch_fields(&patch),
-            ["spec.containers[0].imagee"]
-        );
+        assert_eq!(kind.unknown_patch_fields(&patch), ["spec.containers[0].imagee"]);
         assert_eq!(
             kind.unknown_fields(&patch),
             [
@@ -567,15 +480,8 @@ pub(super) mod tests {
             ]
         );
         let mut pruned = patch.clone();
-        assert_eq!(
-            kind.prune_unknown_patch_fields(&mut pruned),
-            ["spec.containers[0].imagee"]
-        );
+        assert_eq!(kind.prune_unknown_patch_fields(&mut pruned), ["spec.containers[0].imagee"]);
         assert!(pruned.pointer("/spec/containers/0/imagee").is_none());
-        assert!(
-            pruned
-                .pointer("/spec/$setElementOrder~1containers")
-                .is_some()
-        );
+        assert!(pruned.pointer("/spec/$setElementOrder~1containers").is_some());
     }
 }

@@ -34,9 +34,7 @@ impl LabelSelector {
                 continue;
             }
             requirements.push(parse_requirement(term).ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "unable to parse requirement: invalid label selector {term:?}"
-                ))
+                ApiError::bad_request(format!("unable to parse requirement: invalid label selector {term:?}"))
             })?);
         }
         Ok(LabelSelector { requirements })
@@ -67,11 +65,7 @@ impl LabelSelector {
         let labels = object
             .pointer("/metadata/labels")
             .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                    .collect()
-            })
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
             .unwrap_or_default();
         self.matches(&labels)
     }
@@ -97,10 +91,7 @@ fn split_terms(input: &str) -> Vec<&str> {
 }
 
 fn valid_key(key: &str) -> bool {
-    !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+    !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
 }
 
 fn parse_requirement(term: &str) -> Option<Requirement> {
@@ -111,15 +102,8 @@ fn parse_requirement(term: &str) -> Option<Requirement> {
     for (op, neg) in [(" notin ", true), (" in ", false)] {
         if let Some(at) = term.find(op) {
             let key = term[..at].trim();
-            let set = term[at + op.len()..]
-                .trim()
-                .strip_prefix('(')?
-                .strip_suffix(')')?;
-            let values: Vec<String> = set
-                .split(',')
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-                .collect();
+            let set = term[at + op.len()..].trim().strip_prefix('(')?.strip_suffix(')')?;
+            let values: Vec<String> = set.split(',').map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()).collect();
             if !valid_key(key) {
                 return None;
             }
@@ -159,14 +143,10 @@ impl FieldSelector {
             } else if let Some(at) = term.find('=') {
                 (&term[..at], true, term[at + 1..].trim_start_matches('='))
             } else {
-                return Err(ApiError::bad_request(format!(
-                    "invalid field selector: {term:?}: no operator"
-                )));
+                return Err(ApiError::bad_request(format!("invalid field selector: {term:?}: no operator")));
             };
             if !valid_key(field.trim()) {
-                return Err(ApiError::bad_request(format!(
-                    "invalid field selector: {term:?}"
-                )));
+                return Err(ApiError::bad_request(format!("invalid field selector: {term:?}")));
             }
             terms.push((field.trim().to_owned(), equal, value.trim().to_owned()));
         }
@@ -180,10 +160,7 @@ impl FieldSelector {
 
     /// The value `metadata.name=` requires, if the selector pins one name.
     pub fn pinned_name(&self) -> Option<&str> {
-        self.terms
-            .iter()
-            .find(|(f, eq, _)| f == "metadata.name" && *eq)
-            .map(|(_, _, v)| v.as_str())
+        self.terms.iter().find(|(f, eq, _)| f == "metadata.name" && *eq).map(|(_, _, v)| v.as_str())
     }
 
     /// Checks every term's field against the labels the kind supports
@@ -198,9 +175,7 @@ impl FieldSelector {
     /// True if the object satisfies every term. A missing field reads as ""
     /// (see [`field_value`](super::fields::field_value) for the exceptions).
     pub fn matches_object(&self, object: &Value) -> bool {
-        self.terms.iter().all(|(field, equal, value)| {
-            (super::fields::field_value(object, field) == *value) == *equal
-        })
+        self.terms.iter().all(|(field, equal, value)| (super::fields::field_value(object, field) == *value) == *equal)
     }
 }
 
@@ -210,10 +185,7 @@ mod tests {
     use serde_json::json;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
@@ -233,11 +205,7 @@ mod tests {
             ("!canary,app in (web)", true),
         ];
         for (selector, expected) in cases {
-            assert_eq!(
-                LabelSelector::parse(selector).unwrap().matches(&l),
-                expected,
-                "{selector}"
-            );
+            assert_eq!(LabelSelector::parse(selector).unwrap().matches(&l), expected, "{selector}");
         }
         assert!(LabelSelector::parse("app in web").is_err());
         assert!(LabelSelector::parse("=x").is_err());
@@ -246,32 +214,11 @@ mod tests {
     #[test]
     fn field_selectors() {
         let pod = json!({"metadata": {"name": "p", "namespace": "d"}, "spec": {"nodeName": "n1"}});
-        assert!(
-            FieldSelector::parse("metadata.name=p")
-                .unwrap()
-                .matches_object(&pod)
-        );
-        assert!(
-            FieldSelector::parse("spec.nodeName=n1,metadata.namespace==d")
-                .unwrap()
-                .matches_object(&pod)
-        );
-        assert!(
-            !FieldSelector::parse("spec.nodeName!=n1")
-                .unwrap()
-                .matches_object(&pod)
-        );
-        assert!(
-            FieldSelector::parse("status.phase=")
-                .unwrap()
-                .matches_object(&pod)
-        );
-        assert_eq!(
-            FieldSelector::parse("metadata.name=p")
-                .unwrap()
-                .pinned_name(),
-            Some("p")
-        );
+        assert!(FieldSelector::parse("metadata.name=p").unwrap().matches_object(&pod));
+        assert!(FieldSelector::parse("spec.nodeName=n1,metadata.namespace==d").unwrap().matches_object(&pod));
+        assert!(!FieldSelector::parse("spec.nodeName!=n1").unwrap().matches_object(&pod));
+        assert!(FieldSelector::parse("status.phase=").unwrap().matches_object(&pod));
+        assert_eq!(FieldSelector::parse("metadata.name=p").unwrap().pinned_name(), Some("p"));
         assert!(FieldSelector::parse("nonsense").is_err());
     }
 }

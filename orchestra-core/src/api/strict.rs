@@ -50,21 +50,11 @@ pub struct Decoded {
 
 /// Decodes a document against `schema`; with no schema only repeated
 /// fields are problems and nothing is left out.
-pub fn decode<'de, D: Deserializer<'de>>(
-    schema: Option<&StrictSchema>,
-    deserializer: D,
-) -> Result<Decoded, D::Error> {
+pub fn decode<'de, D: Deserializer<'de>>(schema: Option<&StrictSchema>, deserializer: D) -> Result<Decoded, D::Error> {
     let mut walk = Walk::default();
-    let value = Strict {
-        scope: schema.map_or(Scope::Free, |schema| schema.scope(ROOT)),
-        walk: &mut walk,
-    }
-    .deserialize(deserializer)?;
-    Ok(Decoded {
-        value,
-        problems: walk.problems,
-        pruned: walk.pruned,
-    })
+    let value = Strict { scope: schema.map_or(Scope::Free, |schema| schema.scope(ROOT)), walk: &mut walk }
+        .deserialize(deserializer)?;
+    Ok(Decoded { value, problems: walk.problems, pruned: walk.pruned })
 }
 
 /// [`decode`] for JSON.
@@ -129,21 +119,13 @@ enum Entry {
 impl StrictSchema {
     /// Compiles `schema` and everything it refers to.
     pub fn compile(schema: SchemaView<'_>) -> StrictSchema {
-        let mut compiler = Compiler {
-            nodes: Vec::new(),
-            seen: HashMap::new(),
-            object_meta: None,
-        };
+        let mut compiler = Compiler { nodes: Vec::new(), seen: HashMap::new(), object_meta: None };
         compiler.node(schema);
         StrictSchema { nodes: compiler.nodes }
     }
 
     fn scope(&self, node: usize) -> Scope<'_> {
-        if self.nodes[node].int_or_string {
-            Scope::Unchecked
-        } else {
-            Scope::Node(self, node)
-        }
+        if self.nodes[node].int_or_string { Scope::Unchecked } else { Scope::Node(self, node) }
     }
 
     /// What node `node` says of the field `key` of an object: the rules of
@@ -186,17 +168,9 @@ impl Compiler {
         let index = self.nodes.len();
         self.nodes.push(Node::default());
         self.seen.insert(identity, index);
-        let embedded = schema
-            .extension("x-kubernetes-embedded-resource")
-            .and_then(Value::as_bool)
-            == Some(true);
-        let embedded = embedded.then(|| Embedded {
-            metadata: self.object_meta(schema),
-        });
-        let properties = schema
-            .properties()
-            .map(|(name, field)| (name.to_owned(), self.node(field)))
-            .collect();
+        let embedded = schema.extension("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true);
+        let embedded = embedded.then(|| Embedded { metadata: self.object_meta(schema) });
+        let properties = schema.properties().map(|(name, field)| (name.to_owned(), self.node(field))).collect();
         let additional = schema.additional_properties().map(|values| self.node(values));
         let items = schema.items().map(|items| self.node(items));
         self.nodes[index] = Node {
@@ -354,10 +328,7 @@ impl<'de> Visitor<'de> for Strict<'_, '_> {
                         walk.problems.push(format!("duplicate field {:?}", walk.path));
                         reported.push(key.clone());
                     }
-                    let value = map.next_value_seed(Strict {
-                        scope,
-                        walk: &mut *walk,
-                    })?;
+                    let value = map.next_value_seed(Strict { scope, walk: &mut *walk })?;
                     object.insert(key, value);
                 }
             }
@@ -459,7 +430,8 @@ mod tests {
         for object in objects {
             let body = serde_json::to_vec(&object).unwrap();
             let decoded = decode_json(Some(&kind), &body).unwrap();
-            let unknown: Vec<String> = view.unknown_fields(&object).iter().map(|p| format!("unknown field {p:?}")).collect();
+            let unknown: Vec<String> =
+                view.unknown_fields(&object).iter().map(|p| format!("unknown field {p:?}")).collect();
             assert_eq!(decoded.problems, unknown, "{object}");
             let mut pruned = object.clone();
             view.prune_unknown_fields(&mut pruned);
@@ -470,10 +442,7 @@ mod tests {
     #[test]
     fn without_a_schema_only_repeats_are_problems() {
         let decoded = decode_json(None, br#"{"a": {"b": 1, "b": [{"c": 1, "c": 2}]}, "z": 1.5}"#).unwrap();
-        assert_eq!(
-            decoded.problems,
-            [r#"duplicate field "a.b""#, r#"duplicate field "a.b[0].c""#]
-        );
+        assert_eq!(decoded.problems, [r#"duplicate field "a.b""#, r#"duplicate field "a.b[0].c""#]);
         assert_eq!(decoded.value, json!({"a": {"b": [{"c": 2}]}, "z": 1.5}));
         assert!(!decoded.pruned);
     }
@@ -485,10 +454,7 @@ mod tests {
         let kind = &kind;
         let yaml = b"spec:\n  foo: 1\n  containers:\n  - name: c\n    image: i\n    image: j\nmetadata:\n  labels:\n    1: true\n";
         let decoded = decode_yaml(Some(kind), yaml).unwrap();
-        assert_eq!(
-            decoded.problems,
-            [r#"unknown field "spec.foo""#, r#"duplicate field "spec.containers[0].image""#]
-        );
+        assert_eq!(decoded.problems, [r#"unknown field "spec.foo""#, r#"duplicate field "spec.containers[0].image""#]);
         assert_eq!(
             decoded.value,
             json!({"spec": {"containers": [{"name": "c", "image": "j"}]}, "metadata": {"labels": {"1": true}}})
@@ -505,10 +471,7 @@ mod tests {
             Err(_) => assert!(decode_json(None, body).is_err()),
         }
         let body = br#"{"n": [1, -2, 3.5, null, true, "s\u00e9"], "o": {"x": {}}, "e": []}"#;
-        assert_eq!(
-            decode_json(None, body).unwrap().value,
-            serde_json::from_slice::<Value>(body).unwrap()
-        );
+        assert_eq!(decode_json(None, body).unwrap().value, serde_json::from_slice::<Value>(body).unwrap());
         for bad in [&b"{"[..], b"{\"a\": 1} x", b"[1,]", b""] {
             assert!(decode_json(None, bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }

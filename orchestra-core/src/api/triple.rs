@@ -84,9 +84,10 @@ mod tests {
     fn borrowed_lookups_find_what_owned_keys_hold() {
         let owned = |g: &str, v: &str, n: &str| (g.to_owned(), v.to_owned(), n.to_owned());
         let mut map = BTreeMap::new();
-        for (i, (g, v, n)) in [("", "v1", "pods"), ("apps", "v1", "deployments"), ("", "v1", "podtemplates"), ("a", "", "b")]
-            .into_iter()
-            .enumerate()
+        for (i, (g, v, n)) in
+            [("", "v1", "pods"), ("apps", "v1", "deployments"), ("", "v1", "podtemplates"), ("a", "", "b")]
+                .into_iter()
+                .enumerate()
         {
             map.insert(owned(g, v, n), i);
         }
@@ -104,7 +105,9 @@ mod tests {
     fn borrowed_lookups_find_owned_keys_in_hash_maps() {
         let owned = |g: &str, v: &str, n: &str| (g.to_owned(), v.to_owned(), n.to_owned());
         let mut map = TripleHashMap::default();
-        for (i, (g, v, n)) in [("", "v1", "pods"), ("apps", "v1", "deployments"), ("a", "", "b")].into_iter().enumerate() {
+        for (i, (g, v, n)) in
+            [("", "v1", "pods"), ("apps", "v1", "deployments"), ("a", "", "b")].into_iter().enumerate()
+        {
             map.insert(owned(g, v, n), i);
         }
         assert_eq!(map.get(key(&("", "v1", "pods"))), Some(&0));

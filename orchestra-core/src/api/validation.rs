@@ -8,11 +8,7 @@ fn containers(value: &Value, path: &str, out: &mut Vec<FieldError>) {
     let Some(list) = value.as_array() else { return };
     for (i, container) in list.iter().enumerate() {
         for field in ["name", "image"] {
-            if container
-                .get(field)
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty)
-            {
+            if container.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
                 out.push(FieldError::required(format!("{path}[{i}].{field}")));
             }
         }
@@ -25,9 +21,7 @@ fn pod_spec(spec: Option<&Value>, path: &str, out: &mut Vec<FieldError>) {
         return;
     };
     match spec.get("containers").and_then(Value::as_array) {
-        Some(list) if !list.is_empty() => {
-            containers(&spec["containers"], &format!("{path}.containers"), out)
-        }
+        Some(list) if !list.is_empty() => containers(&spec["containers"], &format!("{path}.containers"), out),
         _ => out.push(FieldError::required(format!("{path}.containers"))),
     }
     if let Some(init) = spec.get("initContainers") {
@@ -49,48 +43,31 @@ pub fn workload(object: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let spec = object.get("spec");
     let selector = spec.and_then(|s| s.get("selector"));
-    match selector
-        .and_then(|s| s.get("matchLabels"))
-        .and_then(Value::as_object)
-    {
+    match selector.and_then(|s| s.get("matchLabels")).and_then(Value::as_object) {
         None if selector.and_then(|s| s.get("matchExpressions")).is_none() => {
             errors.push(FieldError::required("spec.selector"))
         }
         Some(match_labels) => {
-            let labels = spec
-                .and_then(|s| s.pointer("/template/metadata/labels"))
-                .and_then(Value::as_object);
-            let matches = match_labels
-                .iter()
-                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
+            let labels = spec.and_then(|s| s.pointer("/template/metadata/labels")).and_then(Value::as_object);
+            let matches = match_labels.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
             if !matches {
                 errors.push(FieldError::invalid(
                     "spec.template.metadata.labels",
-                    &labels
-                        .map(|l| Value::Object(l.clone()).to_string())
-                        .unwrap_or_default(),
+                    &labels.map(|l| Value::Object(l.clone()).to_string()).unwrap_or_default(),
                     "`selector` does not match template `labels`",
                 ));
             }
         }
         None => {}
     }
-    pod_spec(
-        spec.and_then(|s| s.pointer("/template/spec")),
-        "spec.template.spec",
-        &mut errors,
-    );
+    pod_spec(spec.and_then(|s| s.pointer("/template/spec")), "spec.template.spec", &mut errors);
     errors
 }
 
 /// Jobs: a pod template.
 pub fn job(object: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    pod_spec(
-        object.pointer("/spec/template/spec"),
-        "spec.template.spec",
-        &mut errors,
-    );
+    pod_spec(object.pointer("/spec/template/spec"), "spec.template.spec", &mut errors);
     errors
 }
 
@@ -102,32 +79,21 @@ mod tests {
     #[test]
     fn pods_need_images() {
         let errors = pod(&json!({"spec": {"containers": [{"name": "c"}]}}));
-        assert_eq!(
-            errors,
-            vec![FieldError::required("spec.containers[0].image")]
-        );
-        assert_eq!(
-            pod(&json!({"spec": {}})),
-            vec![FieldError::required("spec.containers")]
-        );
-        assert!(
-            pod(&json!({"spec": {"containers": [{"name": "c", "image": "nginx"}]}})).is_empty()
-        );
+        assert_eq!(errors, vec![FieldError::required("spec.containers[0].image")]);
+        assert_eq!(pod(&json!({"spec": {}})), vec![FieldError::required("spec.containers")]);
+        assert!(pod(&json!({"spec": {"containers": [{"name": "c", "image": "nginx"}]}})).is_empty());
     }
 
     #[test]
     fn workloads_need_matching_selectors() {
-        let template = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-        assert!(workload(&json!({"spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template}})).is_empty());
-        assert_eq!(
-            workload(&json!({"spec": {"template": template}})),
-            vec![FieldError::required("spec.selector")]
+        let template =
+            json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        assert!(
+            workload(&json!({"spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template}})).is_empty()
         );
+        assert_eq!(workload(&json!({"spec": {"template": template}})), vec![FieldError::required("spec.selector")]);
         assert_eq!(
-            workload(
-                &json!({"spec": {"selector": {"matchLabels": {"app": "db"}}, "template": template}})
-            )
-            .len(),
+            workload(&json!({"spec": {"selector": {"matchLabels": {"app": "db"}}, "template": template}})).len(),
             1
         );
     }

@@ -23,11 +23,7 @@ pub struct UserInfo {
 impl UserInfo {
     /// A user with a name and groups.
     pub fn new(name: impl Into<String>, groups: &[&str]) -> UserInfo {
-        UserInfo {
-            name: name.into(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-            ..Default::default()
-        }
+        UserInfo { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect(), ..Default::default() }
     }
 
     /// The anonymous user.
@@ -93,11 +89,7 @@ impl AuthenticatorChain {
                 return Ok(user);
             }
         }
-        if self.anonymous {
-            Ok(UserInfo::anonymous())
-        } else {
-            Err(AuthError("no credentials".into()))
-        }
+        if self.anonymous { Ok(UserInfo::anonymous()) } else { Err(AuthError("no credentials".into())) }
     }
 }
 
@@ -112,10 +104,7 @@ pub struct ExtensionAuthenticator;
 #[async_trait]
 impl Authenticator for ExtensionAuthenticator {
     async fn authenticate(&self, request: &Parts) -> Result<Option<UserInfo>, AuthError> {
-        Ok(request
-            .extensions
-            .get::<Identity>()
-            .map(|identity| identity.0.clone()))
+        Ok(request.extensions.get::<Identity>().map(|identity| identity.0.clone()))
     }
 }
 
@@ -128,10 +117,7 @@ impl<S> tower::Layer<S> for IdentityLayer {
     type Service = IdentityService<S>;
 
     fn layer(&self, inner: S) -> IdentityService<S> {
-        IdentityService {
-            inner,
-            user: self.0.clone(),
-        }
+        IdentityService { inner, user: self.0.clone() }
     }
 }
 
@@ -150,10 +136,7 @@ where
     type Error = S::Error;
     type Future = S::Future;
 
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
@@ -181,29 +164,15 @@ impl TokenFile {
             }
             let fields = split_csv(line);
             if fields.len() < 3 || fields[0].is_empty() || fields[1].is_empty() {
-                return Err(AuthError(format!(
-                    "token file line {}: expected token,user,uid[,groups]",
-                    number + 1
-                )));
+                return Err(AuthError(format!("token file line {}: expected token,user,uid[,groups]", number + 1)));
             }
             let groups = fields
                 .get(3)
-                .map(|g| {
-                    g.split(',')
-                        .map(str::trim)
-                        .filter(|g| !g.is_empty())
-                        .map(String::from)
-                        .collect()
-                })
+                .map(|g| g.split(',').map(str::trim).filter(|g| !g.is_empty()).map(String::from).collect())
                 .unwrap_or_default();
             tokens.insert(
                 fields[0].clone(),
-                UserInfo {
-                    name: fields[1].clone(),
-                    uid: fields[2].clone(),
-                    groups,
-                    extra: BTreeMap::new(),
-                },
+                UserInfo { name: fields[1].clone(), uid: fields[2].clone(), groups, extra: BTreeMap::new() },
             );
         }
         Ok(TokenFile { tokens })
@@ -242,12 +211,7 @@ impl Authenticator for TokenFile {
         let Some(header) = request.headers.get(http::header::AUTHORIZATION) else {
             return Ok(None);
         };
-        let Some(token) = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-        else {
+        let Some(token) = header.to_str().ok().and_then(|h| h.strip_prefix("Bearer ")).map(str::trim) else {
             return Ok(None);
         };
         match self.tokens.get(token) {
@@ -275,38 +239,19 @@ mod tests {
 
     #[tokio::test]
     async fn chain_order_and_no_anonymous_fallback() {
-        let tokens =
-            TokenFile::parse("# comment\nsecret,admin,1,\"system:masters,ops\"\n").unwrap();
-        let chain = AuthenticatorChain::new()
-            .with(ExtensionAuthenticator)
-            .with(tokens)
-            .allow_anonymous(true);
-        let admin = chain
-            .authenticate(&parts(Some("Bearer secret"), None))
-            .await
-            .unwrap();
+        let tokens = TokenFile::parse("# comment\nsecret,admin,1,\"system:masters,ops\"\n").unwrap();
+        let chain = AuthenticatorChain::new().with(ExtensionAuthenticator).with(tokens).allow_anonymous(true);
+        let admin = chain.authenticate(&parts(Some("Bearer secret"), None)).await.unwrap();
         assert_eq!(admin.name, "admin");
-        assert_eq!(
-            admin.groups,
-            ["system:masters", "ops", "system:authenticated"]
-        );
+        assert_eq!(admin.groups, ["system:masters", "ops", "system:authenticated"]);
         let scheduler = UserInfo::new("system:kube-scheduler", &[]);
-        let user = chain
-            .authenticate(&parts(None, Some(scheduler)))
-            .await
-            .unwrap();
+        let user = chain.authenticate(&parts(None, Some(scheduler))).await.unwrap();
         assert_eq!(user.name, "system:kube-scheduler");
         assert!(
-            chain
-                .authenticate(&parts(Some("Bearer wrong"), None))
-                .await
-                .is_err(),
+            chain.authenticate(&parts(Some("Bearer wrong"), None)).await.is_err(),
             "invalid never becomes anonymous"
         );
-        assert_eq!(
-            chain.authenticate(&parts(None, None)).await.unwrap(),
-            UserInfo::anonymous()
-        );
+        assert_eq!(chain.authenticate(&parts(None, None)).await.unwrap(), UserInfo::anonymous());
         let strict = AuthenticatorChain::new().with(ExtensionAuthenticator);
         assert!(strict.authenticate(&parts(None, None)).await.is_err());
         assert!(TokenFile::parse("only-token").is_err());

@@ -64,10 +64,7 @@ impl Rules {
                 resources: all(),
                 resource_names: None,
             }],
-            non_resource_rules: vec![NonResourceRule {
-                verbs: vec!["*".into()],
-                non_resource_urls: all(),
-            }],
+            non_resource_rules: vec![NonResourceRule { verbs: vec!["*".into()], non_resource_urls: all() }],
         }
     }
 }
@@ -168,11 +165,7 @@ mod tests {
     #[async_trait]
     impl Authorizer for OnlyGroup {
         async fn authorize(&self, attributes: &Attributes) -> Decision {
-            if attributes.user.groups.iter().any(|g| g == self.0) {
-                Decision::Allow
-            } else {
-                Decision::NoOpinion
-            }
+            if attributes.user.groups.iter().any(|g| g == self.0) { Decision::Allow } else { Decision::NoOpinion }
         }
     }
 
@@ -181,56 +174,28 @@ mod tests {
     #[async_trait]
     impl Authorizer for DenySecrets {
         async fn authorize(&self, attributes: &Attributes) -> Decision {
-            if attributes.resource == "secrets" {
-                Decision::Deny("no secrets".into())
-            } else {
-                Decision::NoOpinion
-            }
+            if attributes.resource == "secrets" { Decision::Deny("no secrets".into()) } else { Decision::NoOpinion }
         }
     }
 
     #[tokio::test]
     async fn first_decision_wins_and_silence_denies() {
-        let chain = AuthorizerChain::new()
-            .with(DenySecrets)
-            .with(OnlyGroup("system:masters"));
+        let chain = AuthorizerChain::new().with(DenySecrets).with(OnlyGroup("system:masters"));
         let admin = UserInfo::new("admin", &["system:masters"]);
-        let pods = Attributes {
-            user: admin.clone(),
-            verb: "get".into(),
-            resource: "pods".into(),
-            ..Default::default()
-        };
+        let pods =
+            Attributes { user: admin.clone(), verb: "get".into(), resource: "pods".into(), ..Default::default() };
         assert_eq!(chain.authorize(&pods).await, Decision::Allow);
-        let secrets = Attributes {
-            resource: "secrets".into(),
-            ..pods.clone()
-        };
-        assert_eq!(
-            chain.authorize(&secrets).await,
-            Decision::Deny("no secrets".into())
-        );
-        let nobody = Attributes {
-            user: UserInfo::anonymous(),
-            ..pods
-        };
+        let secrets = Attributes { resource: "secrets".into(), ..pods.clone() };
+        assert_eq!(chain.authorize(&secrets).await, Decision::Deny("no secrets".into()));
+        let nobody = Attributes { user: UserInfo::anonymous(), ..pods };
         assert!(matches!(chain.authorize(&nobody).await, Decision::Deny(_)));
-        assert_eq!(
-            AuthorizerChain::new()
-                .with(AllowAll)
-                .authorize(&nobody)
-                .await,
-            Decision::Allow
-        );
+        assert_eq!(AuthorizerChain::new().with(AllowAll).authorize(&nobody).await, Decision::Allow);
     }
 
     #[tokio::test]
     async fn silence_and_rules() {
         let chain = AuthorizerChain::new().with(DenySecrets);
-        let pods = Attributes {
-            resource: "pods".into(),
-            ..Default::default()
-        };
+        let pods = Attributes { resource: "pods".into(), ..Default::default() };
         assert_eq!(chain.decide(&pods).await, Decision::NoOpinion);
         assert!(matches!(chain.authorize(&pods).await, Decision::Deny(_)));
         let user = UserInfo::anonymous();
@@ -240,10 +205,7 @@ mod tests {
         let (rules, incomplete) = chain.with(AllowAll).rules_for(&user, "").await;
         assert!(incomplete, "DenySecrets cannot list its rules");
         assert_eq!(rules, Rules::everything());
-        let (_, incomplete) = AuthorizerChain::new()
-            .with(AllowAll)
-            .rules_for(&user, "")
-            .await;
+        let (_, incomplete) = AuthorizerChain::new().with(AllowAll).rules_for(&user, "").await;
         assert!(!incomplete);
     }
 }

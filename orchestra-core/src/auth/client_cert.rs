@@ -84,9 +84,14 @@ mod tests {
         let other = CertificateDer::from_pem_slice(other.cert_pem.as_bytes()).unwrap();
         let scheduler = CertificateDer::from_pem_slice(credential.cert_pem.as_bytes()).unwrap();
         for _ in 0..2 {
-            let alice = ClientCertAuthenticator.authenticate(&parts_with(Some(vec![other.clone()]))).await.unwrap().unwrap();
+            let alice =
+                ClientCertAuthenticator.authenticate(&parts_with(Some(vec![other.clone()]))).await.unwrap().unwrap();
             assert_eq!((alice.name.as_str(), alice.groups.len()), ("alice", 0));
-            let again = ClientCertAuthenticator.authenticate(&parts_with(Some(vec![scheduler.clone()]))).await.unwrap().unwrap();
+            let again = ClientCertAuthenticator
+                .authenticate(&parts_with(Some(vec![scheduler.clone()])))
+                .await
+                .unwrap()
+                .unwrap();
             assert_eq!(again.name, "system:kube-scheduler");
             assert!(ClientCertAuthenticator.authenticate(&parts_with(Some(vec![garbage.clone()]))).await.is_err());
         }

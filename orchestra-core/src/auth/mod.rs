@@ -15,9 +15,8 @@ pub mod service_account;
 
 pub use admission::{AdmissionChain, AdmissionPlugin, AdmissionRequest, Operation};
 pub use authn::{
-    AuthError, Authenticator, AuthenticatorChain, ExtensionAuthenticator, Identity, IdentityLayer,
-    TokenFile, UserInfo,
+    AuthError, Authenticator, AuthenticatorChain, ExtensionAuthenticator, Identity, IdentityLayer, TokenFile, UserInfo,
 };
+pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision, Rules};
 pub use client_cert::{ClientCertAuthenticator, PeerCertificates, user_of as certificate_user};
 pub use public::{AllowAuthenticated, PUBLIC_PATHS, PublicInfoViewer};
-pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision, Rules};

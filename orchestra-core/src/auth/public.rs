@@ -19,9 +19,9 @@ impl Authorizer for PublicInfoViewer {
     async fn authorize(&self, attributes: &Attributes) -> Decision {
         let public = !attributes.resource_request
             && attributes.verb == "get"
-            && PUBLIC_PATHS.iter().any(|p| {
-                attributes.path == *p || (p.ends_with('z') && attributes.path.starts_with(&format!("{p}/")))
-            });
+            && PUBLIC_PATHS
+                .iter()
+                .any(|p| attributes.path == *p || (p.ends_with('z') && attributes.path.starts_with(&format!("{p}/"))));
         if public { Decision::Allow } else { Decision::NoOpinion }
     }
 }

@@ -21,11 +21,11 @@ use orchestra_store::Store;
 use serde_json::Value;
 
 use super::{AuthError, Authenticator, UserInfo};
-pub use crate::tokens::{
-    BoundObject, Claims, DEFAULT_ISSUER, KeyError, KubernetesClaims, LEGACY_ISSUER, LegacyClaims, ObjectRef, TokenError,
-    TokenSigner, VerifiedToken,
-};
 use crate::tokens::now_secs;
+pub use crate::tokens::{
+    BoundObject, Claims, DEFAULT_ISSUER, KeyError, KubernetesClaims, LEGACY_ISSUER, LegacyClaims, ObjectRef,
+    TokenError, TokenSigner, VerifiedToken,
+};
 
 impl From<TokenError> for AuthError {
     fn from(e: TokenError) -> AuthError {
@@ -57,7 +57,13 @@ impl ServiceAccountAuthenticator {
 
     /// Checks that `object` exists with its UID and, for legacy tokens
     /// (`live`), is not being deleted; returns it.
-    async fn check_exists(&self, plural: &str, namespace: &str, object: &ObjectRef, live: bool) -> Result<Value, AuthError> {
+    async fn check_exists(
+        &self,
+        plural: &str,
+        namespace: &str,
+        object: &ObjectRef,
+        live: bool,
+    ) -> Result<Value, AuthError> {
         let found = self.object(plural, namespace, &object.name).await?;
         match found {
             Some(v) if v.pointer("/metadata/uid").and_then(Value::as_str) != Some(&object.uid) => {
@@ -197,7 +203,6 @@ mod tests {
         assert!(authn.authenticate(&parts(&token)).await.unwrap_err().0.contains("created again"));
     }
 
-
     #[tokio::test]
     async fn legacy_tokens_authenticate_while_their_secret_holds_them() {
         let signer = Arc::new(TokenSigner::generate(DEFAULT_ISSUER).unwrap());
@@ -212,11 +217,16 @@ mod tests {
             });
             let store = store.clone();
             async move {
-                store.put("/registry/secrets/ci/robot-token", serde_json::to_vec(&secret).unwrap().into(), None).await.unwrap();
+                store
+                    .put("/registry/secrets/ci/robot-token", serde_json::to_vec(&secret).unwrap().into(), None)
+                    .await
+                    .unwrap();
             }
         };
         // No Secret yet; then the Secret holding it.
-        assert!(authn.authenticate(&parts(&token)).await.unwrap_err().0.contains("secrets ci/robot-token has been deleted"));
+        assert!(
+            authn.authenticate(&parts(&token)).await.unwrap_err().0.contains("secrets ci/robot-token has been deleted")
+        );
         put_secret(&token).await;
         let user = authn.authenticate(&parts(&token)).await.unwrap().unwrap();
         assert_eq!((user.name.as_str(), user.uid.as_str()), ("system:serviceaccount:ci:robot", "u-1"));

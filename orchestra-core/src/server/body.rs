@@ -13,24 +13,18 @@ pub(crate) const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// Reads the whole body, refusing more than [`MAX_BODY_BYTES`] with 413.
 pub(crate) async fn read_body(body: Body, headers: &HeaderMap) -> Result<Bytes, ApiError> {
-    if let Some(length) = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+    if let Some(length) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
         && length > MAX_BODY_BYTES
     {
         return Err(ApiError::too_large(MAX_BODY_BYTES));
     }
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|e| {
-            if std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-            {
-                ApiError::too_large(MAX_BODY_BYTES)
-            } else {
-                ApiError::bad_request(format!("failed to read the request body: {e}"))
-            }
-        })
+    axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|e| {
+        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) {
+            ApiError::too_large(MAX_BODY_BYTES)
+        } else {
+            ApiError::bad_request(format!("failed to read the request body: {e}"))
+        }
+    })
 }
 
 /// The media type of the request body, without parameters.
@@ -38,13 +32,7 @@ pub(crate) fn content_type(headers: &HeaderMap) -> String {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
         .unwrap_or_default()
 }
 
@@ -71,21 +59,15 @@ pub(crate) fn object_format(media: &str) -> Option<Format> {
 pub(crate) fn decode_object(bytes: &[u8], headers: &HeaderMap) -> Result<Value, ApiError> {
     let media = content_type(headers);
     let value: Value = match object_format(&media) {
-        Some(Format::Json) => serde_json::from_slice(bytes).map_err(|e| {
-            ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
-        })?,
-        Some(Format::Yaml) => serde_yaml::from_slice(bytes).map_err(|e| {
-            ApiError::bad_request(format!(
-                "the body of the request could not be decoded as YAML: {e}"
-            ))
-        })?,
+        Some(Format::Json) => serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))?,
+        Some(Format::Yaml) => serde_yaml::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded as YAML: {e}")))?,
         None if media == super::protobuf::MEDIA_TYPE => super::protobuf::decode(bytes)?,
         None => return Err(ApiError::unsupported_media_type(&media)),
     };
     if !value.is_object() {
-        return Err(ApiError::bad_request(
-            "the body of the request must be a JSON object",
-        ));
+        return Err(ApiError::bad_request("the body of the request must be a JSON object"));
     }
     Ok(value)
 }
@@ -103,11 +85,8 @@ pub(crate) fn json_with_type(status: u16, value: &Value, content_type: &'static 
 /// A response of JSON already serialized.
 pub(crate) fn json_bytes(status: u16, body: Vec<u8>, content_type: &'static str) -> Response {
     let mut response = Response::new(Body::from(body));
-    *response.status_mut() =
-        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }
 

@@ -34,10 +34,7 @@ use crate::api::{ApiError, Registry, ResourceInfo};
 
 /// The store prefix of CRDs.
 fn prefix(state: &State) -> Option<String> {
-    state
-        .registry()
-        .get(crd::GROUP, "v1", crd::PLURAL)
-        .map(|info| info.storage_prefix())
+    state.registry().get(crd::GROUP, "v1", crd::PLURAL).map(|info| info.storage_prefix())
 }
 
 /// What [`load_all`] found: the revision it read at and the CRDs to retry.
@@ -48,20 +45,13 @@ pub(crate) struct Loaded {
 
 /// Reconciles every stored CRD.
 pub(crate) async fn load_all(state: &State) -> Result<Loaded, ApiError> {
-    let mut loaded = Loaded {
-        revision: 0,
-        pending: BTreeSet::new(),
-    };
+    let mut loaded = Loaded { revision: 0, pending: BTreeSet::new() };
     let Some(prefix) = prefix(state) else {
         return Ok(loaded);
     };
     let mut request = RangeRequest::new(KeyRange::prefix(prefix));
     loop {
-        let response = state
-            .store
-            .range(request.clone())
-            .await
-            .map_err(ApiError::internal)?;
+        let response = state.store.range(request.clone()).await.map_err(ApiError::internal)?;
         loaded.revision = loaded.revision.max(response.revision);
         for kv in &response.kvs {
             if reconcile(state, &kv.key).await {
@@ -87,8 +77,7 @@ pub(crate) fn spawn(state: &Arc<State>, loaded: Loaded) {
         let mut pending = loaded.pending;
         loop {
             let Some(state) = weak.upgrade() else { return };
-            let request =
-                WatchRequest::new(KeyRange::prefix(prefix.clone())).from_revision(from + 1);
+            let request = WatchRequest::new(KeyRange::prefix(prefix.clone())).from_revision(from + 1);
             let stream = state.store.watch(request).await;
             drop(state);
             let mut stream = match stream {
@@ -154,11 +143,7 @@ fn registered(registry: &Registry, group: &str, definition: &str) -> Vec<Arc<Res
         .versions(group)
         .iter()
         .flat_map(|v| registry.resources(group, v))
-        .filter(|r| {
-            r.custom
-                .as_ref()
-                .is_some_and(|c| c.definition == definition)
-        })
+        .filter(|r| r.custom.as_ref().is_some_and(|c| c.definition == definition))
         .collect()
 }
 
@@ -176,11 +161,7 @@ fn unregister(state: &State, group: &str, definition: &str) {
 /// being deleted).
 async fn reconcile(state: &State, key: &str) -> bool {
     let name = key.rsplit('/').next().unwrap_or("").to_owned();
-    let group = name
-        .split_once('.')
-        .map(|(_, g)| g)
-        .unwrap_or("")
-        .to_owned();
+    let group = name.split_once('.').map(|(_, g)| g).unwrap_or("").to_owned();
     let kv = match state.store.get(key).await {
         Ok(kv) => kv,
         Err(error) => {
@@ -195,17 +176,11 @@ async fn reconcile(state: &State, key: &str) -> bool {
     let Ok(crd) = decode_stored(&kv) else {
         return false;
     };
-    let group = crd
-        .pointer("/spec/group")
-        .and_then(Value::as_str)
-        .unwrap_or(&group)
-        .to_owned();
+    let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or(&group).to_owned();
     let result = if crd.pointer("/metadata/deletionTimestamp").is_some() {
         clean_up(state, key, &group, &name, crd, kv.mod_revision).await
     } else {
-        establish(state, key, &group, &name, crd, kv.mod_revision)
-            .await
-            .map(|()| false)
+        establish(state, key, &group, &name, crd, kv.mod_revision).await.map(|()| false)
     };
     match result {
         Ok(requeue) => requeue,
@@ -238,11 +213,7 @@ async fn establish(
     let conflict = crd::names_conflict(&requested, others.iter().map(|r| r.as_ref()));
     let status = crd::status(&crd, conflict.as_ref(), None, &now_rfc3339());
     let accepted = Names::from_value(&status["acceptedNames"]);
-    let resources = if accepted.plural.is_empty() {
-        Vec::new()
-    } else {
-        crd::resources_of(&crd, &accepted)
-    };
+    let resources = if accepted.plural.is_empty() { Vec::new() } else { crd::resources_of(&crd, &accepted) };
     state.update_registry(|registry| {
         for info in registered(registry, group, name) {
             registry.unregister(&info.group, &info.version, &info.plural);
@@ -288,10 +259,7 @@ async fn clean_up(
         .and_then(Value::as_array)
         .is_some_and(|c| c.iter().any(|c| c["type"] == "Terminating"));
     if !terminating {
-        let conditions = crd["status"]["conditions"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
+        let conditions = crd["status"]["conditions"].as_array().cloned().unwrap_or_default();
         let mut conditions = conditions;
         conditions.push(serde_json::json!({
             "type": "Terminating",
@@ -309,10 +277,7 @@ async fn clean_up(
         return Ok(false);
     }
     let plural = if accepted.plural.is_empty() {
-        crd.pointer("/spec/names/plural")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned()
+        crd.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or("").to_owned()
     } else {
         accepted.plural.clone()
     };
@@ -335,12 +300,7 @@ async fn clean_up(
             Err(e) => Err(ApiError::internal(e)),
         };
     }
-    if metadata
-        .get("finalizers")
-        .and_then(Value::as_array)
-        .map(Vec::len)
-        == Some(finalizers.len())
-    {
+    if metadata.get("finalizers").and_then(Value::as_array).map(Vec::len) == Some(finalizers.len()) {
         // Only others' finalizers are left: wait for them.
         return Ok(false);
     }
@@ -352,18 +312,12 @@ async fn clean_up(
 /// setting their deletion timestamp. Returns true if any is left.
 async fn delete_instances(state: &State, group: &str, plural: &str) -> Result<bool, ApiError> {
     let prefix = ResourceInfo::new(group, "", "", plural, true).storage_prefix();
-    let response = state
-        .store
-        .range(RangeRequest::new(KeyRange::prefix(prefix)))
-        .await
-        .map_err(ApiError::internal)?;
+    let response = state.store.range(RangeRequest::new(KeyRange::prefix(prefix))).await.map_err(ApiError::internal)?;
     let mut left = false;
     for kv in &response.kvs {
         let mut object = decode_stored(kv)?;
-        let has_finalizers = object
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|f| !f.is_empty());
+        let has_finalizers =
+            object.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
         if !has_finalizers {
             match state.store.delete(&kv.key, Some(kv.mod_revision)).await {
                 Ok(_) | Err(orchestra_store::Error::NotFound { .. }) => {}
@@ -387,12 +341,7 @@ async fn delete_instances(state: &State, group: &str, plural: &str) -> Result<bo
     Ok(left)
 }
 
-async fn write(
-    state: &State,
-    key: &str,
-    object: &Value,
-    revision: Revision,
-) -> Result<(), ApiError> {
+async fn write(state: &State, key: &str, object: &Value, revision: Revision) -> Result<(), ApiError> {
     let mut object = object.clone();
     metadata_mut(&mut object).remove("resourceVersion");
     let bytes = serde_json::to_vec(&object).expect("JSON values serialize");
@@ -427,20 +376,12 @@ pub(crate) fn scale_paths(resource: &ResourceInfo) -> Option<&crd::ScalePaths> {
 
 /// Validates a custom resource after a scale update against its schema
 /// (422 about the resource, like upstream); other kinds pass.
-pub(crate) fn validate_scaled(
-    target: &super::objects::Target,
-    name: &str,
-    object: &mut Value,
-) -> Result<(), ApiError> {
+pub(crate) fn validate_scaled(target: &super::objects::Target, name: &str, object: &mut Value) -> Result<(), ApiError> {
     if target.resource.custom.is_none() {
         return Ok(());
     }
     let errors = crd::prepare(&target.resource, object, Some(&Value::Null))?;
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(&target.error_target(name), errors))
-    }
+    if errors.is_empty() { Ok(()) } else { Err(ApiError::invalid(&target.error_target(name), errors)) }
 }
 
 /// A custom resource's autoscaling/v1 `Scale`, read through its scale paths
@@ -451,12 +392,7 @@ pub(crate) fn scale_of(paths: &crd::ScalePaths, object: &Value) -> Value {
     let mut status = serde_json::json!({
         "replicas": at(&paths.status_replicas).and_then(|v| v.as_i64()).unwrap_or(0),
     });
-    if let Some(selector) = paths
-        .label_selector
-        .as_deref()
-        .and_then(at)
-        .and_then(|v| v.as_str().map(str::to_owned))
-    {
+    if let Some(selector) = paths.label_selector.as_deref().and_then(at).and_then(|v| v.as_str().map(str::to_owned)) {
         status["selector"] = selector.into();
     }
     serde_json::json!({
@@ -488,8 +424,6 @@ pub(crate) fn set_at(object: &mut Value, pointer: &str, value: Value) {
             map.insert(key, value);
             return;
         }
-        node = map
-            .entry(key)
-            .or_insert_with(|| Value::Object(Default::default()));
+        node = map.entry(key).or_insert_with(|| Value::Object(Default::default()));
     }
 }

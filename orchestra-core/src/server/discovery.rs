@@ -35,8 +35,7 @@ fn aggregated(headers: &HeaderMap) -> Option<&'static str> {
     let accept = headers.get(header::ACCEPT)?.to_str().ok()?;
     for media in accept.split(',') {
         let params: Vec<&str> = media.split(';').map(str::trim).collect();
-        if params.contains(&"g=apidiscovery.k8s.io") && params.contains(&"as=APIGroupDiscoveryList")
-        {
+        if params.contains(&"g=apidiscovery.k8s.io") && params.contains(&"as=APIGroupDiscoveryList") {
             if params.contains(&"v=v2") {
                 return Some("v2");
             }
@@ -83,11 +82,8 @@ fn discovery_group(registry: &Registry, group: &str) -> Value {
         .versions(group)
         .iter()
         .map(|version| {
-            let resources: Vec<Value> = registry
-                .resources(group, version)
-                .iter()
-                .map(|r| discovery_resource(r))
-                .collect();
+            let resources: Vec<Value> =
+                registry.resources(group, version).iter().map(|r| discovery_resource(r)).collect();
             json!({"version": version, "resources": resources, "freshness": "Current"})
         })
         .collect();
@@ -130,10 +126,7 @@ pub(crate) fn core_versions(registry: &Registry, headers: &HeaderMap) -> Respons
 pub(crate) fn groups(registry: &Registry, headers: &HeaderMap) -> Response {
     let named: Vec<&str> = registry.groups().filter(|g| !g.is_empty()).collect();
     if let Some(version) = aggregated(headers) {
-        return aggregated_list(
-            version,
-            named.iter().map(|g| discovery_group(registry, g)).collect(),
-        );
+        return aggregated_list(version, named.iter().map(|g| discovery_group(registry, g)).collect());
     }
     let groups: Vec<Value> = named
         .iter()
@@ -146,10 +139,7 @@ pub(crate) fn groups(registry: &Registry, headers: &HeaderMap) -> Response {
             json!({"name": group, "versions": versions, "preferredVersion": versions[0]})
         })
         .collect();
-    body::json(
-        200,
-        &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}),
-    )
+    body::json(200, &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
 }
 
 /// `/api/v1`, `/apis/<group>/<version>`: the legacy resource list.
@@ -185,11 +175,7 @@ pub(crate) fn group_version(registry: &Registry, group: &str, version: &str) -> 
             resources.push(entry);
         }
     }
-    let group_version = if group.is_empty() {
-        version.to_owned()
-    } else {
-        format!("{group}/{version}")
-    };
+    let group_version = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
     body::json(
         200,
         &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),

@@ -20,11 +20,7 @@ const TOO_MANY: &str = "Cannot evict pod as it would violate the pod's disruptio
 fn too_many_requests(cause: String) -> ApiError {
     let mut error = ApiError::too_many_requests(TOO_MANY);
     error.details = Some(Box::new(StatusDetails {
-        causes: Some(vec![StatusCause {
-            reason: Some("DisruptionBudget".into()),
-            message: Some(cause),
-            field: None,
-        }]),
+        causes: Some(vec![StatusCause { reason: Some("DisruptionBudget".into()), message: Some(cause), field: None }]),
         ..Default::default()
     }));
     error
@@ -60,30 +56,15 @@ pub(crate) async fn evict(
     if let Some(kind) = eviction.get("kind").and_then(Value::as_str)
         && kind != "Eviction"
     {
-        return Err(ApiError::bad_request(format!(
-            "not a Eviction object: {kind}"
-        )));
+        return Err(ApiError::bad_request(format!("not a Eviction object: {kind}")));
     }
     if meta_str(&eviction, "name").is_some_and(|n| n != name) {
-        return Err(ApiError::bad_request(
-            "name in URL does not match name in Eviction object",
-        ));
+        return Err(ApiError::bad_request("name in URL does not match name in Eviction object"));
     }
-    let mut options = eviction
-        .get("deleteOptions")
-        .filter(|o| o.is_object())
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    let dry_run = query.dry_run
-        || options["dryRun"]
-            .as_array()
-            .is_some_and(|d| d.iter().any(|v| v == "All"));
+    let mut options = eviction.get("deleteOptions").filter(|o| o.is_object()).cloned().unwrap_or_else(|| json!({}));
+    let dry_run = query.dry_run || options["dryRun"].as_array().is_some_and(|d| d.iter().any(|v| v == "All"));
     let (pod, revision) = load(state, target, name).await?;
-    let charged = if pdb::can_ignore_budget(&pod) {
-        None
-    } else {
-        guard(state, target, &pod, dry_run).await?
-    };
+    let charged = if pdb::can_ignore_budget(&pod) { None } else { guard(state, target, &pod, dry_run).await? };
     // Like upstream: when a budget was charged for the pod as it was read,
     // the delete is pinned to that version, and a conflict is a 429 the
     // client retries.
@@ -114,9 +95,7 @@ pub(crate) async fn evict(
     match objects::delete(state, target, name, query, &options_bytes).await {
         Err(e) if e.code == 409 && pinned => Err(still_processing()),
         Err(e) => Err(e),
-        Ok(_) => Ok(
-            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-        ),
+        Ok(_) => Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})),
     }
 }
 
@@ -134,9 +113,7 @@ async fn mark_disruption_target(
     let (mut pod, revision) = load(state, target, name).await?;
     let error_target = target.error_target(name);
     let uid = meta_str(&pod, "uid").unwrap_or_default().to_owned();
-    if let Some(wanted) = options
-        .pointer("/preconditions/uid")
-        .and_then(Value::as_str)
+    if let Some(wanted) = options.pointer("/preconditions/uid").and_then(Value::as_str)
         && !wanted.is_empty()
         && wanted != uid
     {
@@ -147,9 +124,7 @@ async fn mark_disruption_target(
             ),
         ));
     }
-    if let Some(wanted) = options
-        .pointer("/preconditions/resourceVersion")
-        .and_then(Value::as_str)
+    if let Some(wanted) = options.pointer("/preconditions/resourceVersion").and_then(Value::as_str)
         && !wanted.is_empty()
         && wanted != revision.to_string()
     {
@@ -164,14 +139,9 @@ async fn mark_disruption_target(
         return Err(ApiError::conflict(&error_target));
     }
     let now = now_rfc3339();
-    let mut conditions: Vec<Value> = pod
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let existing = conditions
-        .iter()
-        .position(|c| c["type"] == "DisruptionTarget");
+    let mut conditions: Vec<Value> =
+        pod.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let existing = conditions.iter().position(|c| c["type"] == "DisruptionTarget");
     let since = existing
         .map(|i| &conditions[i])
         .filter(|c| c["status"] == "True")
@@ -193,9 +163,7 @@ async fn mark_disruption_target(
     }
     pod["status"]["conditions"] = conditions.into();
     metadata_mut(&mut pod).remove("resourceVersion");
-    let key = target
-        .resource
-        .storage_key(target.namespace.as_deref(), name);
+    let key = target.resource.storage_key(target.namespace.as_deref(), name);
     let bytes = serde_json::to_vec(&pod).expect("JSON values serialize");
     let kv = target
         .store(state)
@@ -207,12 +175,7 @@ async fn mark_disruption_target(
 
 /// Checks (and charges) the budget that selects `pod`; returns its name if
 /// one applied.
-async fn guard(
-    state: &State,
-    pods_target: &Target,
-    pod: &Value,
-    dry_run: bool,
-) -> Result<Option<String>, ApiError> {
+async fn guard(state: &State, pods_target: &Target, pod: &Value, dry_run: bool) -> Result<Option<String>, ApiError> {
     let registry = state.registry();
     let Some(budgets) = registry.get("policy", "v1", "poddisruptionbudgets") else {
         return Ok(None);
@@ -224,12 +187,8 @@ async fn guard(
         fenced: pods_target.fenced.clone(),
     };
     let all = Query::default();
-    let matching: Vec<Value> = list_items(state, &budgets_target, &all)
-        .await?
-        .items
-        .into_iter()
-        .filter(|b| pdb::selects(b, pod))
-        .collect();
+    let matching: Vec<Value> =
+        list_items(state, &budgets_target, &all).await?.items.into_iter().filter(|b| pdb::selects(b, pod)).collect();
     let budget = match matching.as_slice() {
         [] => return Ok(None),
         [one] => one,
@@ -243,32 +202,24 @@ async fn guard(
     let pods = list_items(state, pods_target, &all).await?.items;
     match pdb::verdict(budget, pod, &pods) {
         Verdict::Blocked(message) => Err(too_many_requests(message)),
-        Verdict::Forbidden(message) => Err(ApiError::forbidden(format!(
-            "poddisruptionbudget.policy {budget_name:?} is forbidden: {message}"
-        ))),
+        Verdict::Forbidden(message) => {
+            Err(ApiError::forbidden(format!("poddisruptionbudget.policy {budget_name:?} is forbidden: {message}")))
+        }
         Verdict::Allowed { record: false } => Ok(Some(budget_name)),
         Verdict::Allowed { record: true } => {
             if !dry_run {
                 let pod_name = meta_str(pod, "name").unwrap_or_default();
                 let mut updated = pdb::record_disruption(budget, pod_name, &now_rfc3339());
-                let revision = meta_str(budget, "resourceVersion")
-                    .and_then(|rv| rv.parse().ok())
-                    .unwrap_or(0);
+                let revision = meta_str(budget, "resourceVersion").and_then(|rv| rv.parse().ok()).unwrap_or(0);
                 metadata_mut(&mut updated).remove("resourceVersion");
-                let key = budgets_target
-                    .resource
-                    .storage_key(budgets_target.namespace.as_deref(), &budget_name);
+                let key = budgets_target.resource.storage_key(budgets_target.namespace.as_deref(), &budget_name);
                 let bytes = serde_json::to_vec(&updated).expect("JSON values serialize");
-                budgets_target
-                    .store(state)
-                    .update(&key, bytes.into(), revision, None)
-                    .await
-                    .map_err(|e| match e {
-                        orchestra_store::Error::Conflict { .. } => too_many_requests(format!(
-                            "The disruption budget {budget_name} is still being processed by the server."
-                        )),
-                        other => store_error(other, &pdb_target(&budget_name)),
-                    })?;
+                budgets_target.store(state).update(&key, bytes.into(), revision, None).await.map_err(|e| match e {
+                    orchestra_store::Error::Conflict { .. } => too_many_requests(format!(
+                        "The disruption budget {budget_name} is still being processed by the server."
+                    )),
+                    other => store_error(other, &pdb_target(&budget_name)),
+                })?;
             }
             Ok(Some(budget_name))
         }

@@ -10,7 +10,11 @@ use crate::api::{ApiError, Registry};
 
 /// `store` with its writes fenced by `term`: they land only while the
 /// Lease names it, atomically with the Lease's revision.
-pub(crate) fn fenced_store(term: LeaseFence, store: Arc<dyn Store>, registry: &Registry) -> Result<Arc<dyn Store>, ApiError> {
+pub(crate) fn fenced_store(
+    term: LeaseFence,
+    store: Arc<dyn Store>,
+    registry: &Registry,
+) -> Result<Arc<dyn Store>, ApiError> {
     let leases = registry
         .get("coordination.k8s.io", "v1", "leases")
         .ok_or_else(|| ApiError::bad_request("this server has no Leases to fence writes with"))?;

@@ -97,43 +97,26 @@ fn decide(
     body: Option<Bytes>,
 ) -> Result<Checked, ApiError> {
     match directive {
-        Directive::Strict if !problems.is_empty() => Err(refuse(format!(
-            "strict decoding error: {}",
-            problems.join(", ")
-        ))),
-        Directive::Warn => Ok(Checked {
-            warnings: problems,
-            body,
-            ..Checked::default()
-        }),
-        _ => Ok(Checked {
-            body,
-            ..Checked::default()
-        }),
+        Directive::Strict if !problems.is_empty() => {
+            Err(refuse(format!("strict decoding error: {}", problems.join(", "))))
+        }
+        Directive::Warn => Ok(Checked { warnings: problems, body, ..Checked::default() }),
+        _ => Ok(Checked { body, ..Checked::default() }),
     }
 }
 
 fn is_yaml(media: &str) -> bool {
-    matches!(
-        media,
-        "application/yaml" | "application/x-yaml" | "text/yaml" | "application/apply-patch+yaml"
-    )
+    matches!(media, "application/yaml" | "application/x-yaml" | "text/yaml" | "application/apply-patch+yaml")
 }
 
 /// Decodes `bytes` in one pass (see [`strict`]); `None` if they do not
 /// parse, which is the handler's to refuse.
 fn decode(schema: Option<&StrictSchema>, bytes: &[u8], yaml: bool) -> Option<Decoded> {
-    if yaml {
-        strict::decode_yaml(schema, bytes).ok()
-    } else {
-        strict::decode_json(schema, bytes).ok()
-    }
+    if yaml { strict::decode_yaml(schema, bytes).ok() } else { strict::decode_json(schema, bytes).ok() }
 }
 
 fn encode(value: &Value) -> Option<Bytes> {
-    Some(Bytes::from(
-        serde_json::to_vec(value).expect("JSON values serialize"),
-    ))
+    Some(Bytes::from(serde_json::to_vec(value).expect("JSON values serialize")))
 }
 
 /// Checks the body of a write: `POST` and `PUT` carry an object, `PATCH` a
@@ -199,12 +182,7 @@ fn check_object(
     let object = decoded.value;
     // Handlers of subresources decode the bytes themselves.
     let body = if decoded.pruned { encode(&object) } else { None };
-    let mut checked = decide(
-        directive,
-        decoded.problems,
-        |error| refuse_object(&object, expected, error),
-        body,
-    )?;
+    let mut checked = decide(directive, decoded.problems, |error| refuse_object(&object, expected, error), body)?;
     checked.object = Some(object).filter(Value::is_object);
     Ok(checked)
 }
@@ -213,21 +191,14 @@ fn check_object(
 /// at version `expected.1`.
 fn refuse_object(object: &Value, expected: (&str, &str), error: String) -> ApiError {
     // Upstream names the kind and version the data claims to be.
-    let kind = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .filter(|k| !k.is_empty())
-        .unwrap_or(expected.0);
+    let kind = object.get("kind").and_then(Value::as_str).filter(|k| !k.is_empty()).unwrap_or(expected.0);
     let version = object
         .get("apiVersion")
         .and_then(Value::as_str)
         .map(|v| v.rsplit('/').next().unwrap_or(v))
         .filter(|v| !v.is_empty())
         .unwrap_or(expected.1);
-    ApiError::bad_request(format!(
-        "{kind} in version {version:?} cannot be handled as a {}: {error}",
-        expected.0
-    ))
+    ApiError::bad_request(format!("{kind} in version {version:?} cannot be handled as a {}: {error}", expected.0))
 }
 
 /// Checks a patch body: duplicate fields in the patch itself, then the
@@ -240,20 +211,12 @@ fn check_patch(
 ) -> Result<Checked, ApiError> {
     let media = body::content_type(headers);
     let yaml = is_yaml(&media);
-    let Some(Decoded {
-        value: mut patch,
-        mut problems,
-        ..
-    }) = decode(None, bytes, yaml)
-    else {
+    let Some(Decoded { value: mut patch, mut problems, .. }) = decode(None, bytes, yaml) else {
         return Ok(Checked::default());
     };
     let mut unknown = Vec::new();
     if media == "application/json-patch+json" {
-        problems = problems
-            .into_iter()
-            .map(|p| format!("json patch {p}"))
-            .collect();
+        problems = problems.into_iter().map(|p| format!("json patch {p}")).collect();
         unknown = prune_json_patch(schema, &mut patch);
     } else if patch.is_object() {
         unknown = schema.prune_unknown_patch_fields(&mut patch);
@@ -269,10 +232,7 @@ fn check_patch(
             ApiError::bad_request(format!("error strict decoding patch: {error}"))
         } else {
             let patch = String::from_utf8_lossy(bytes);
-            ApiError::invalid(
-                &ErrorTarget::default(),
-                vec![FieldError::invalid("patch", patch.trim(), error)],
-            )
+            ApiError::invalid(&ErrorTarget::default(), vec![FieldError::invalid("patch", patch.trim(), error)])
         }
     };
     let body = if pruned { encode(&patch) } else { None };
@@ -326,18 +286,12 @@ mod tests {
     use axum::http::header;
 
     fn query(directive: &str) -> Query {
-        Query {
-            field_validation: Some(directive.to_owned()).filter(|d| !d.is_empty()),
-            ..Default::default()
-        }
+        Query { field_validation: Some(directive.to_owned()).filter(|d| !d.is_empty()), ..Default::default() }
     }
 
     fn headers(content_type: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_str(content_type).unwrap(),
-        );
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(content_type).unwrap());
         headers
     }
 
@@ -348,10 +302,7 @@ mod tests {
 
     impl Fixture {
         fn new() -> Fixture {
-            Fixture {
-                cache: OpenApiCache::default(),
-                registry: Arc::new(Registry::builtin()),
-            }
+            Fixture { cache: OpenApiCache::default(), registry: Arc::new(Registry::builtin()) }
         }
 
         fn pods(&self) -> Arc<ResourceInfo> {
@@ -366,13 +317,7 @@ mod tests {
             self.write(Method::PATCH, directive, media, body)
         }
 
-        fn write(
-            &self,
-            method: Method,
-            directive: &str,
-            media: &str,
-            body: &str,
-        ) -> Result<Checked, ApiError> {
+        fn write(&self, method: Method, directive: &str, media: &str, body: &str) -> Result<Checked, ApiError> {
             check(
                 &self.cache,
                 &self.registry,
@@ -398,24 +343,10 @@ mod tests {
             error.message,
             r#"Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.foo", duplicate field "spec.containers[0].image""#
         );
-        let yaml =
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  foo: 1\n  containers: []\n";
-        let error = f
-            .write(Method::PUT, "Strict", "application/yaml", yaml)
-            .unwrap_err();
-        assert!(
-            error
-                .message
-                .ends_with(r#"strict decoding error: unknown field "spec.foo""#),
-            "{}",
-            error.message
-        );
-        let fine = f
-            .object(
-                "Strict",
-                r#"{"metadata": {"name": "p"}, "spec": {"containers": []}}"#,
-            )
-            .unwrap();
+        let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  foo: 1\n  containers: []\n";
+        let error = f.write(Method::PUT, "Strict", "application/yaml", yaml).unwrap_err();
+        assert!(error.message.ends_with(r#"strict decoding error: unknown field "spec.foo""#), "{}", error.message);
+        let fine = f.object("Strict", r#"{"metadata": {"name": "p"}, "spec": {"containers": []}}"#).unwrap();
         assert!(fine.warnings.is_empty() && fine.body.is_none());
     }
 
@@ -426,10 +357,7 @@ mod tests {
             let checked = f.object(directive, POD).unwrap();
             assert_eq!(
                 checked.warnings,
-                [
-                    r#"unknown field "spec.foo""#,
-                    r#"duplicate field "spec.containers[0].image""#
-                ]
+                [r#"unknown field "spec.foo""#, r#"duplicate field "spec.containers[0].image""#]
             );
             let stored: Value = serde_json::from_slice(&checked.body.clone().unwrap()).unwrap();
             assert!(stored.pointer("/spec/foo").is_none());
@@ -448,66 +376,36 @@ mod tests {
     fn patches_are_checked() {
         let f = Fixture::new();
         let merge = r#"{"spec": {"zeta": 1, "alpha": 2, "nodeName": "a", "nodeName": "b"}, "metadata": {"labels": {"x": null}}}"#;
-        let error = f
-            .patch("Strict", "application/merge-patch+json", merge)
-            .unwrap_err();
+        let error = f.patch("Strict", "application/merge-patch+json", merge).unwrap_err();
         assert_eq!((error.code, error.reason), (422, "Invalid"));
-        assert!(
-            error
-                .message
-                .starts_with(r#" "" is invalid: patch: Invalid value: "{"#),
-            "{}",
-            error.message
-        );
+        assert!(error.message.starts_with(r#" "" is invalid: patch: Invalid value: "{"#), "{}", error.message);
         assert!(
             error.message.ends_with(r#": strict decoding error: duplicate field "spec.nodeName", unknown field "spec.alpha", unknown field "spec.zeta""#),
             "{}",
             error.message
         );
-        let smp = r#"{"spec": {"$setElementOrder/containers": [{"name": "c"}], "containers": [{"name": "c", "imag": "x"}]}}"#;
-        let checked = f
-            .patch("Warn", "application/strategic-merge-patch+json", smp)
-            .unwrap();
-        assert_eq!(
-            checked.warnings,
-            [r#"unknown field "spec.containers[0].imag""#]
-        );
+        let smp =
+            r#"{"spec": {"$setElementOrder/containers": [{"name": "c"}], "containers": [{"name": "c", "imag": "x"}]}}"#;
+        let checked = f.patch("Warn", "application/strategic-merge-patch+json", smp).unwrap();
+        assert_eq!(checked.warnings, [r#"unknown field "spec.containers[0].imag""#]);
         let json = r#"[{"op": "add", "path": "/spec/bogus", "value": 1},
                        {"op": "replace", "path": "/spec/containers/0", "value": {"name": "c", "imag": "x"}},
                        {"op": "add", "path": "/metadata/labels/a", "value": "b"}]"#;
-        let checked = f
-            .patch("Warn", "application/json-patch+json", json)
-            .unwrap();
-        assert_eq!(
-            checked.warnings,
-            [
-                r#"unknown field "spec.bogus""#,
-                r#"unknown field "spec.containers[0].imag""#
-            ]
-        );
+        let checked = f.patch("Warn", "application/json-patch+json", json).unwrap();
+        assert_eq!(checked.warnings, [r#"unknown field "spec.bogus""#, r#"unknown field "spec.containers[0].imag""#]);
         let kept: Value = serde_json::from_slice(&checked.body.clone().unwrap()).unwrap();
         assert_eq!(kept.as_array().unwrap().len(), 2);
-        let dup =
-            r#"[{"op": "add", "path": "/spec/nodeName", "path": "/spec/nodeName", "value": "n"}]"#;
-        let error = f
-            .patch("Strict", "application/json-patch+json", dup)
-            .unwrap_err();
+        let dup = r#"[{"op": "add", "path": "/spec/nodeName", "path": "/spec/nodeName", "value": "n"}]"#;
+        let error = f.patch("Strict", "application/json-patch+json", dup).unwrap_err();
         assert!(
-            error
-                .message
-                .ends_with(r#"strict decoding error: json patch duplicate field "[0].path""#),
+            error.message.ends_with(r#"strict decoding error: json patch duplicate field "[0].path""#),
             "{}",
             error.message
         );
         let apply = "spec:\n  foo: 1\n";
-        let error = f
-            .patch("Strict", "application/apply-patch+yaml", apply)
-            .unwrap_err();
+        let error = f.patch("Strict", "application/apply-patch+yaml", apply).unwrap_err();
         assert_eq!(error.code, 400);
-        assert_eq!(
-            error.message,
-            r#"error strict decoding patch: strict decoding error: unknown field "spec.foo""#
-        );
+        assert_eq!(error.message, r#"error strict decoding patch: strict decoding error: unknown field "spec.foo""#);
     }
 
     #[test]
@@ -530,12 +428,13 @@ mod tests {
         assert!(scale(Method::PATCH, "application/merge-patch+json", fine).is_ok());
         let bad = r#"{"spec": {"replicas": 3, "paused": true}}"#;
         let error = scale(Method::PATCH, "application/merge-patch+json", bad).unwrap_err();
-        assert!(
-            error.message.ends_with(r#"unknown field "spec.paused""#),
-            "{}",
-            error.message
-        );
-        let error = scale(Method::PUT, "application/json", r#"{"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": {"name": "x"}, "spec": {"nope": 1}}"#).unwrap_err();
+        assert!(error.message.ends_with(r#"unknown field "spec.paused""#), "{}", error.message);
+        let error = scale(
+            Method::PUT,
+            "application/json",
+            r#"{"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": {"name": "x"}, "spec": {"nope": 1}}"#,
+        )
+        .unwrap_err();
         assert_eq!(
             error.message,
             r#"Scale in version "v1" cannot be handled as a Scale: strict decoding error: unknown field "spec.nope""#
@@ -555,17 +454,7 @@ mod tests {
         assert!(checked.is_ok());
         // Reads are not checked.
         assert!(
-            check(
-                &f.cache,
-                &f.registry,
-                &pods,
-                None,
-                &Method::GET,
-                &query("Bogus"),
-                &HeaderMap::new(),
-                b""
-            )
-            .is_ok()
+            check(&f.cache, &f.registry, &pods, None, &Method::GET, &query("Bogus"), &HeaderMap::new(), b"").is_ok()
         );
     }
 }

@@ -38,7 +38,11 @@ pub(crate) async fn check(state: &State, path: &str, query: Option<&str>) -> Res
             Ok(()) => body::text(200, "ok"),
             Err(error) => {
                 tracing::warn!(check = single, %error, "health check failed");
-                body::text_with_type(500, format!("internal server error: {single} check failed\n"), "text/plain; charset=utf-8")
+                body::text_with_type(
+                    500,
+                    format!("internal server error: {single} check failed\n"),
+                    "text/plain; charset=utf-8",
+                )
             }
         };
     }
@@ -60,7 +64,11 @@ pub(crate) async fn check(state: &State, path: &str, query: Option<&str>) -> Res
     }
     match (healthy, verbose) {
         (true, false) => body::text(200, "ok"),
-        (true, true) => body::text_with_type(200, format!("{report}{endpoint} check passed\n"), "text/plain; charset=utf-8"),
-        (false, _) => body::text_with_type(500, format!("{report}{endpoint} check failed\n"), "text/plain; charset=utf-8"),
+        (true, true) => {
+            body::text_with_type(200, format!("{report}{endpoint} check passed\n"), "text/plain; charset=utf-8")
+        }
+        (false, _) => {
+            body::text_with_type(500, format!("{report}{endpoint} check failed\n"), "text/plain; charset=utf-8")
+        }
     }
 }

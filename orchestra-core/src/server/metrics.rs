@@ -115,10 +115,9 @@ impl Metrics {
         }
         // First request of this label set or code: the families make the metrics.
         let mut handles = self.handles.write().unwrap_or_else(|e| e.into_inner());
-        let found = handles.entry(labels.clone()).or_insert_with(|| Handles {
-            latency: self.latency.get_or_create(labels).clone(),
-            requests: Vec::new(),
-        });
+        let found = handles
+            .entry(labels.clone())
+            .or_insert_with(|| Handles { latency: self.latency.get_or_create(labels).clone(), requests: Vec::new() });
         let index = found.requests.iter().position(|(seen, _)| *seen == code).unwrap_or_else(|| {
             let counter = self.requests.get_or_create(&CodeLabels { request: labels.clone(), code: code.to_string() });
             found.requests.push((code, counter.clone()));
@@ -185,7 +184,10 @@ mod tests {
             text.contains(r#"apiserver_request_total{verb="LIST",group="",version="v1",resource="pods",subresource="",scope="namespace",code="200"} 2"#),
             "{text}"
         );
-        assert!(text.contains(r#"apiserver_request_duration_seconds_bucket{le="0.005",verb="LIST""#) || text.contains(r#"le="0.005""#));
+        assert!(
+            text.contains(r#"apiserver_request_duration_seconds_bucket{le="0.005",verb="LIST""#)
+                || text.contains(r#"le="0.005""#)
+        );
         assert!(text.contains(r#"apiserver_longrunning_requests{verb="WATCH",group="",version="v1",resource="pods",subresource="",scope="namespace"} 1"#), "{text}");
         drop(guard);
         assert!(metrics.render().contains(r#"scope="namespace"} 0"#));
@@ -194,14 +196,17 @@ mod tests {
     #[test]
     fn every_code_and_label_set_counts_apart_after_the_first_request() {
         let metrics = Metrics::new();
-        let get = RequestLabels { verb: "GET".into(), version: "v1".into(), resource: "pods".into(), ..Default::default() };
+        let get =
+            RequestLabels { verb: "GET".into(), version: "v1".into(), resource: "pods".into(), ..Default::default() };
         let post = RequestLabels { verb: "POST".into(), ..get.clone() };
         for (labels, code) in [(&get, 200), (&get, 404), (&get, 200), (&post, 201), (&get, 200), (&post, 201)] {
             metrics.observe(labels, code, Duration::from_millis(1));
         }
         let text = metrics.render();
         let total = |verb: &str, code: u16| {
-            format!(r#"apiserver_request_total{{verb="{verb}",group="",version="v1",resource="pods",subresource="",scope="",code="{code}"}}"#)
+            format!(
+                r#"apiserver_request_total{{verb="{verb}",group="",version="v1",resource="pods",subresource="",scope="",code="{code}"}}"#
+            )
         };
         for (line, count) in [(total("GET", 200), 3), (total("GET", 404), 1), (total("POST", 201), 2)] {
             assert!(text.contains(&format!("{line} {count}")), "{line} {count} in {text}");

@@ -15,11 +15,11 @@
 mod body;
 mod crd;
 mod discovery;
+mod eviction;
+pub mod fence;
 mod field_validation;
 mod health;
 pub mod metrics;
-mod eviction;
-pub mod fence;
 mod namespaces;
 mod node_proxy;
 mod objects;
@@ -45,8 +45,8 @@ use axum::response::Response;
 use orchestra_store::{Error as StoreError, Store};
 use serde_json::json;
 
-pub use discovery::KUBERNETES_VERSION;
 pub use crate::tls::{CoalescedWrites, CopiedWrites, ListenOptions, pki, serve};
+pub use discovery::KUBERNETES_VERSION;
 pub use node_proxy::KubeletClient;
 
 use self::objects::{Target, respond};
@@ -54,8 +54,8 @@ use self::route::{Query, Route};
 use self::state::State;
 use crate::api::{ApiError, Registry, ResourceInfo};
 use crate::auth::{
-    AdmissionChain, AllowAll, Attributes, AuthenticatorChain, AuthorizerChain, Decision,
-    ExtensionAuthenticator, UserInfo,
+    AdmissionChain, AllowAll, Attributes, AuthenticatorChain, AuthorizerChain, Decision, ExtensionAuthenticator,
+    UserInfo,
 };
 
 /// Tunables of the API server.
@@ -68,15 +68,12 @@ pub struct ServerOptions {
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions {
-            bookmark_interval: Duration::from_secs(60),
-        }
+        ServerOptions { bookmark_interval: Duration::from_secs(60) }
     }
 }
 
 /// Namespaces every cluster has.
-pub const SYSTEM_NAMESPACES: [&str; 4] =
-    ["default", "kube-system", "kube-public", "kube-node-lease"];
+pub const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// A Kubernetes-compatible API server over a store.
 #[derive(Clone)]
@@ -154,7 +151,11 @@ impl ApiServerBuilder {
         let mut authenticator = self.authenticator;
         if let Some(signer) = &self.token_signer {
             let audiences = vec![signer.issuer().to_owned()];
-            let tokens = crate::auth::service_account::ServiceAccountAuthenticator::new(signer.clone(), self.store.clone(), audiences);
+            let tokens = crate::auth::service_account::ServiceAccountAuthenticator::new(
+                signer.clone(),
+                self.store.clone(),
+                audiences,
+            );
             authenticator = authenticator.first(tokens);
         }
         let pipeline = (authenticator, self.authorizer, self.admission);
@@ -179,9 +180,7 @@ impl ApiServer {
             store,
             registry: Registry::builtin(),
             options: ServerOptions::default(),
-            authenticator: AuthenticatorChain::new()
-                .with(ExtensionAuthenticator)
-                .allow_anonymous(true),
+            authenticator: AuthenticatorChain::new().with(ExtensionAuthenticator).allow_anonymous(true),
             authorizer: AuthorizerChain::new().with(AllowAll),
             admission: AdmissionChain::new(),
             kubelet_client: None,
@@ -223,16 +222,7 @@ impl ApiServer {
                 "spec": {"finalizers": ["kubernetes"]},
                 "status": {"phase": "Active"},
             });
-            match self
-                .state
-                .store
-                .create(
-                    &key,
-                    serde_json::to_vec(&object).expect("serializes").into(),
-                    None,
-                )
-                .await
-            {
+            match self.state.store.create(&key, serde_json::to_vec(&object).expect("serializes").into(), None).await {
                 Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
                 Err(e) => return Err(ApiError::internal(e)),
             }
@@ -294,7 +284,10 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
     }
     let user = attributes.user;
     let headers = &parts.headers;
-    let fenced = match headers.get(fence::HEADER).map(|v| v.to_str().map_err(|e| e.to_string()).and_then(fence::LeaseFence::parse)) {
+    let fenced = match headers
+        .get(fence::HEADER)
+        .map(|v| v.to_str().map_err(|e| e.to_string()).and_then(fence::LeaseFence::parse))
+    {
         None => None,
         Some(Ok(term)) => match fence::fenced_store(term, state.store.clone(), &registry) {
             Ok(store) => Some(store),
@@ -308,12 +301,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
     {
         let collection = matches!(route, Route::Collection { .. });
         let result = match read(body_stream).await {
-            Ok(bytes) => {
-                reviews::serve(
-                    state, resource, review, &method, collection, &user, headers, &bytes,
-                )
-                .await
-            }
+            Ok(bytes) => reviews::serve(state, resource, review, &method, collection, &user, headers, &bytes).await,
             Err(e) => Err(e),
         };
         return respond(result, true);
@@ -321,42 +309,28 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
     match route {
         Route::Version if method == Method::GET => discovery::version(),
         Route::Health if method == Method::GET => health::check(state, parts.uri.path(), parts.uri.query()).await,
-        Route::Metrics if method == Method::GET => body::text_with_type(200, state.metrics.render(), metrics::CONTENT_TYPE),
-        Route::CoreVersions if method == Method::GET => {
-            discovery::core_versions(&registry, headers)
+        Route::Metrics if method == Method::GET => {
+            body::text_with_type(200, state.metrics.render(), metrics::CONTENT_TYPE)
         }
+        Route::CoreVersions if method == Method::GET => discovery::core_versions(&registry, headers),
         Route::Groups if method == Method::GET => discovery::groups(&registry, headers),
-        Route::OpenApiV3 { path } if method == Method::GET => {
-            openapi::serve(&state.openapi, &registry, &path, headers)
-        }
+        Route::OpenApiV3 { path } if method == Method::GET => openapi::serve(&state.openapi, &registry, &path, headers),
         Route::GroupVersion { group, version } if method == Method::GET => {
             discovery::group_version(&registry, &group, &version)
         }
-        Route::Collection {
-            resource,
-            namespace,
-        } => {
-            let target = Target {
-                resource,
-                namespace,
-                user,
-                fenced,
-            };
+        Route::Collection { resource, namespace } => {
+            let target = Target { resource, namespace, user, fenced };
             let output = match method {
-                Method::GET | Method::POST => match table::negotiate(
-                    headers,
-                    parts.uri.query(),
-                    query.watch && method == Method::GET,
-                ) {
-                    Ok(output) => output,
-                    Err(e) => return body::error(&e),
-                },
+                Method::GET | Method::POST => {
+                    match table::negotiate(headers, parts.uri.query(), query.watch && method == Method::GET) {
+                        Ok(output) => output,
+                        Err(e) => return body::error(&e),
+                    }
+                }
                 _ => table::Output::Json,
             };
             match method {
-                Method::GET if query.watch => {
-                    watch::watch(state.clone(), target, query, output).await
-                }
+                Method::GET if query.watch => watch::watch(state.clone(), target, query, output).await,
                 Method::GET if output == table::Output::Json => {
                     match objects::list_json(state, &target, &query).await {
                         Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
@@ -395,35 +369,22 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                             Ok(created) if json_only => {
                                 body::json_bytes(201, created.json(&target.resource), "application/json")
                             }
-                            other => respond_write(other.map(|c| c.into_object(&target.resource)), true, output, &target),
+                            other => {
+                                respond_write(other.map(|c| c.into_object(&target.resource)), true, output, &target)
+                            }
                         })
                     }
                     Err(e) => body::error(&e),
                 },
                 Method::DELETE => match read(body_stream).await {
-                    Ok(bytes) => respond(
-                        objects::delete_collection(state, &target, &query, &bytes).await,
-                        false,
-                    ),
+                    Ok(bytes) => respond(objects::delete_collection(state, &target, &query, &bytes).await, false),
                     Err(e) => body::error(&e),
                 },
-                _ => body::error(&ApiError::method_not_allowed(format!(
-                    "{method} is not supported on a collection"
-                ))),
+                _ => body::error(&ApiError::method_not_allowed(format!("{method} is not supported on a collection"))),
             }
         }
-        Route::Object {
-            resource,
-            namespace,
-            name,
-            subresource,
-        } => {
-            let target = Target {
-                resource,
-                namespace,
-                user,
-                fenced,
-            };
+        Route::Object { resource, namespace, name, subresource } => {
+            let target = Target { resource, namespace, user, fenced };
             let sub = subresource.as_deref();
             if let Some(sub) = sub
                 && !target.resource.has_subresource(sub)
@@ -460,21 +421,19 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                 Err(e) => return body::error(&e),
             };
             let response = match (sub, &method) {
-                (None | Some("status"), &Method::GET) => {
-                    match table::negotiate(headers, parts.uri.query(), false) {
-                        Ok(table::Output::Json) => match objects::get_json(state, &target, &name).await {
-                            Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
-                            Err(e) => body::error(&e),
-                        },
-                        Ok(output) => table::respond(
-                            objects::get(state, &target, &name).await,
-                            output,
-                            &table::printer_of(&target.resource),
-                            false,
-                        ),
+                (None | Some("status"), &Method::GET) => match table::negotiate(headers, parts.uri.query(), false) {
+                    Ok(table::Output::Json) => match objects::get_json(state, &target, &name).await {
+                        Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
                         Err(e) => body::error(&e),
-                    }
-                }
+                    },
+                    Ok(output) => table::respond(
+                        objects::get(state, &target, &name).await,
+                        output,
+                        &table::printer_of(&target.resource),
+                        false,
+                    ),
+                    Err(e) => body::error(&e),
+                },
                 (None | Some("status"), &Method::PUT) => respond_write(
                     match checked.object(&bytes, headers) {
                         Ok(new) => objects::update(state, &target, &name, sub, &query, headers, new).await,
@@ -485,59 +444,43 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                     &target,
                 ),
                 (None | Some("status"), &Method::PATCH) => {
-                    let result =
-                        objects::patch(state, &target, &name, sub, &query, headers, &bytes).await;
+                    let result = objects::patch(state, &target, &name, sub, &query, headers, &bytes).await;
                     let created = matches!(result, Ok((_, true)));
-                    respond_write(
-                        result.map(|(object, _)| object),
-                        created,
-                        write_output,
-                        &target,
-                    )
+                    respond_write(result.map(|(object, _)| object), created, write_output, &target)
                 }
-                (None, &Method::DELETE) => respond(
-                    objects::delete(state, &target, &name, &query, &bytes).await,
-                    false,
-                ),
-                (Some("finalize"), &Method::PUT) => respond(
-                    subresources::finalize(state, &target, &name, headers, &bytes).await,
-                    false,
-                ),
-                (Some("token"), &Method::POST) => respond(
-                    token::create(state, &target, &name, headers, &bytes).await,
-                    true,
-                ),
-                (Some("binding"), &Method::POST) => respond(
-                    subresources::bind(state, &target, &name, headers, &bytes).await,
-                    true,
-                ),
-                (Some("eviction"), &Method::POST) => respond(
-                    eviction::evict(state, &target, &name, &query, headers, &bytes).await,
-                    true,
-                ),
-                (Some("log"), &Method::GET) => {
-                    node_proxy::pod_log(state, &target, &name, parts.uri.query()).await.unwrap_or_else(|e| body::error(&e))
+                (None, &Method::DELETE) => respond(objects::delete(state, &target, &name, &query, &bytes).await, false),
+                (Some("finalize"), &Method::PUT) => {
+                    respond(subresources::finalize(state, &target, &name, headers, &bytes).await, false)
                 }
+                (Some("token"), &Method::POST) => {
+                    respond(token::create(state, &target, &name, headers, &bytes).await, true)
+                }
+                (Some("binding"), &Method::POST) => {
+                    respond(subresources::bind(state, &target, &name, headers, &bytes).await, true)
+                }
+                (Some("eviction"), &Method::POST) => {
+                    respond(eviction::evict(state, &target, &name, &query, headers, &bytes).await, true)
+                }
+                (Some("log"), &Method::GET) => node_proxy::pod_log(state, &target, &name, parts.uri.query())
+                    .await
+                    .unwrap_or_else(|e| body::error(&e)),
                 (Some("exec"), &Method::GET | &Method::POST) => {
                     let upgrade = parts.extensions.get::<hyper::upgrade::OnUpgrade>().cloned();
                     node_proxy::pod_exec(state, &target, &name, parts.uri.query(), headers, upgrade)
                         .await
                         .unwrap_or_else(|e| body::error(&e))
                 }
-                (Some("scale"), &Method::GET) => {
-                    match table::negotiate(headers, parts.uri.query(), false) {
-                        Ok(output) => table::respond(
-                            subresources::get_scale(state, &target, &name).await,
-                            output,
-                            &crate::api::table::scale_printer(),
-                            false,
-                        ),
-                        Err(e) => body::error(&e),
-                    }
-                }
+                (Some("scale"), &Method::GET) => match table::negotiate(headers, parts.uri.query(), false) {
+                    Ok(output) => table::respond(
+                        subresources::get_scale(state, &target, &name).await,
+                        output,
+                        &crate::api::table::scale_printer(),
+                        false,
+                    ),
+                    Err(e) => body::error(&e),
+                },
                 (Some("scale"), &Method::PUT | &Method::PATCH) => respond(
-                    subresources::update_scale(state, &target, &name, &method, &query, headers, &bytes)
-                        .await,
+                    subresources::update_scale(state, &target, &name, &method, &query, headers, &bytes).await,
                     false,
                 ),
                 _ => body::error(&ApiError::method_not_allowed(format!(
@@ -548,10 +491,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
             };
             checked.finish(response)
         }
-        _ => body::error(&ApiError::method_not_allowed(format!(
-            "{method} is not supported on {}",
-            parts.uri.path()
-        ))),
+        _ => body::error(&ApiError::method_not_allowed(format!("{method} is not supported on {}", parts.uri.path()))),
     }
 }
 
@@ -612,29 +552,13 @@ fn metric_labels(attributes: &Attributes, route: &Route, is_apply: bool) -> metr
 }
 
 /// What the authorizer is asked about a request.
-fn attributes(
-    route: &Route,
-    method: &Method,
-    query: &Query,
-    user: UserInfo,
-    path: &str,
-) -> Attributes {
-    let mut attributes = Attributes {
-        user,
-        path: path.to_owned(),
-        ..Default::default()
-    };
+fn attributes(route: &Route, method: &Method, query: &Query, user: UserInfo, path: &str) -> Attributes {
+    let mut attributes = Attributes { user, path: path.to_owned(), ..Default::default() };
     let (resource, namespace, name, subresource, collection) = match route {
-        Route::Collection {
-            resource,
-            namespace,
-        } => (resource, namespace, None, None, true),
-        Route::Object {
-            resource,
-            namespace,
-            name,
-            subresource,
-        } => (resource, namespace, Some(name), subresource.as_ref(), false),
+        Route::Collection { resource, namespace } => (resource, namespace, None, None, true),
+        Route::Object { resource, namespace, name, subresource } => {
+            (resource, namespace, Some(name), subresource.as_ref(), false)
+        }
         _ => {
             attributes.verb = method.as_str().to_ascii_lowercase();
             return attributes;
@@ -660,10 +584,7 @@ fn attributes(
         ("DELETE", true) => "deletecollection",
         ("DELETE", false) => "delete",
         (other, _) => {
-            return Attributes {
-                verb: other.to_ascii_lowercase(),
-                ..attributes
-            };
+            return Attributes { verb: other.to_ascii_lowercase(), ..attributes };
         }
     }
     .into();

@@ -17,7 +17,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use orchestra_store::{EventKind, KeyRange, KeyValue, RangeRequest, Revision, WatchRequest};
 
-
 use super::state::State;
 
 /// What the cache knows of one namespace.

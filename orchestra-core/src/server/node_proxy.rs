@@ -143,7 +143,8 @@ impl rustls::client::danger::ServerCertVerifier for AnyServer {
 }
 
 /// The query parameters `pods/<name>/log` forwards to the node.
-const LOG_PARAMETERS: [&str; 7] = ["follow", "previous", "timestamps", "tailLines", "sinceSeconds", "sinceTime", "limitBytes"];
+const LOG_PARAMETERS: [&str; 7] =
+    ["follow", "previous", "timestamps", "tailLines", "sinceSeconds", "sinceTime", "limitBytes"];
 
 /// Every `(key, value)` of a raw query, still percent-encoded.
 fn raw_pairs(raw: Option<&str>) -> impl Iterator<Item = (&str, &str)> {
@@ -183,7 +184,8 @@ fn container_of(pod: &Value, name: &str, asked: Option<String>) -> Result<String
             if containers.len() == 1 {
                 return Ok(containers[0].clone());
             }
-            let mut message = format!("a container name must be specified for pod {name}, choose one of: [{}]", containers.join(" "));
+            let mut message =
+                format!("a container name must be specified for pod {name}, choose one of: [{}]", containers.join(" "));
             if !init.is_empty() {
                 message.push_str(&format!(" or one of the init containers: [{}]", init.join(" ")));
             }
@@ -223,7 +225,12 @@ fn path_segment(text: &str) -> String {
 }
 
 /// `GET /api/v1/namespaces/<ns>/pods/<name>/log`.
-pub(crate) async fn pod_log(state: &State, target: &Target, name: &str, raw_query: Option<&str>) -> Result<Response, ApiError> {
+pub(crate) async fn pod_log(
+    state: &State,
+    target: &Target,
+    name: &str,
+    raw_query: Option<&str>,
+) -> Result<Response, ApiError> {
     let Some(client) = state.kubelet_client.clone() else {
         return Err(ApiError::unavailable("this API server has no client for node agents configured"));
     };
@@ -236,16 +243,18 @@ pub(crate) async fn pod_log(state: &State, target: &Target, name: &str, raw_quer
             .and_then(Value::as_array)
             .and_then(|statuses| statuses.iter().find(|s| s["name"] == container.as_str()))
             .filter(|s| s.pointer("/state/waiting").is_some() && s.pointer("/lastState/terminated").is_none())
-            .map(|s| s.pointer("/state/waiting/reason").and_then(Value::as_str).unwrap_or("ContainerCreating").to_owned())
+            .map(|s| {
+                s.pointer("/state/waiting/reason").and_then(Value::as_str).unwrap_or("ContainerCreating").to_owned()
+            })
     });
     if let Some(reason) = waiting.filter(|_| !previous) {
-        return Err(ApiError::bad_request(format!("container {container:?} in pod {name:?} is waiting to start: {reason}")));
+        return Err(ApiError::bad_request(format!(
+            "container {container:?} in pod {name:?} is waiting to start: {reason}"
+        )));
     }
     let (host, port) = node_endpoint(state, &pod, name).await?;
-    let query: Vec<String> = raw_pairs(raw_query)
-        .filter(|(k, _)| LOG_PARAMETERS.contains(k))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
+    let query: Vec<String> =
+        raw_pairs(raw_query).filter(|(k, _)| LOG_PARAMETERS.contains(k)).map(|(k, v)| format!("{k}={v}")).collect();
     let namespace = target.namespace.as_deref().unwrap_or_default();
     let uri = format!(
         "/containerLogs/{}/{}/{}?{}",
@@ -306,10 +315,8 @@ pub(crate) async fn pod_exec(
     let asked = raw_pairs(raw_query).find(|(k, _)| *k == "container").map(|(_, v)| super::route::percent_decode(v));
     let container = container_of(&pod, name, asked)?;
     let (host, port) = node_endpoint(state, &pod, name).await?;
-    let query: Vec<String> = raw_pairs(raw_query)
-        .filter(|(k, _)| EXEC_PARAMETERS.contains(k))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
+    let query: Vec<String> =
+        raw_pairs(raw_query).filter(|(k, _)| EXEC_PARAMETERS.contains(k)).map(|(k, v)| format!("{k}={v}")).collect();
     let namespace = target.namespace.as_deref().unwrap_or_default();
     let uri = format!(
         "/exec/{}/{}/{}?{}",
@@ -379,7 +386,10 @@ mod tests {
         );
         assert_eq!(error["code"], 400);
         assert_eq!(container_of(&two, "p", Some("i".into())).unwrap(), "i");
-        assert_eq!(container_of(&two, "p", Some("z".into())).unwrap_err().to_json()["message"], "container z is not valid for pod p");
+        assert_eq!(
+            container_of(&two, "p", Some("z".into())).unwrap_err().to_json()["message"],
+            "container z is not valid for pod p"
+        );
         let defaulted = json!({"metadata": {"annotations": {"kubectl.kubernetes.io/default-container": "b"}}, "spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
         assert_eq!(container_of(&defaulted, "p", None).unwrap(), "b");
     }

@@ -10,9 +10,9 @@ use orchestra_store::{Error as StoreError, KeyRange, KeyValue, RangeRequest, Rev
 use serde_json::{Map, Value, json};
 
 use super::body;
-use super::raw;
 use super::namespaces::{Phase, phase_of};
 use super::patching;
+use super::raw;
 use super::route::Query;
 use super::state::State;
 use crate::api::meta::{self, meta_str, metadata_mut};
@@ -56,19 +56,12 @@ pub(crate) fn store_error(error: StoreError, target: &ErrorTarget) -> ApiError {
         StoreError::AlreadyExists { .. } => ApiError::already_exists(target),
         StoreError::NotFound { .. } => ApiError::not_found(target),
         StoreError::Conflict { .. } => ApiError::conflict(target),
-        StoreError::Compacted {
-            requested,
-            compacted,
-        } => ApiError::expired(format!(
-            "too old resource version: {requested} ({compacted})"
-        )),
-        StoreError::ValueTooLarge { .. } => {
-            ApiError::too_large(orchestra_store::limits::MAX_VALUE_BYTES)
+        StoreError::Compacted { requested, compacted } => {
+            ApiError::expired(format!("too old resource version: {requested} ({compacted})"))
         }
+        StoreError::ValueTooLarge { .. } => ApiError::too_large(orchestra_store::limits::MAX_VALUE_BYTES),
         StoreError::Fenced { reason, .. } => ApiError::conflict_because(target, reason),
-        StoreError::InvalidKey { reason, .. } => {
-            ApiError::bad_request(format!("invalid object key: {reason}"))
-        }
+        StoreError::InvalidKey { reason, .. } => ApiError::bad_request(format!("invalid object key: {reason}")),
         StoreError::Unavailable(message) => ApiError::unavailable(message),
         other => ApiError::internal(other),
     }
@@ -76,8 +69,8 @@ pub(crate) fn store_error(error: StoreError, target: &ErrorTarget) -> ApiError {
 
 /// Decodes a stored object and stamps its resource version.
 pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value, ApiError> {
-    let mut object: Value = serde_json::from_slice(&kv.value)
-        .map_err(|e| ApiError::internal(format!("stored object is corrupt: {e}")))?;
+    let mut object: Value =
+        serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(format!("stored object is corrupt: {e}")))?;
     metadata_mut(&mut object).insert("resourceVersion".into(), kv.mod_revision.to_string().into());
     Ok(object)
 }
@@ -167,23 +160,13 @@ fn write<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 }
 
 fn parse_revision(value: &str) -> Result<Revision, ApiError> {
-    value
-        .parse::<Revision>()
-        .ok()
-        .filter(|r| *r >= 0)
-        .ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "invalid resource version {value:?}: must be a non-negative integer"
-            ))
-        })
+    value.parse::<Revision>().ok().filter(|r| *r >= 0).ok_or_else(|| {
+        ApiError::bad_request(format!("invalid resource version {value:?}: must be a non-negative integer"))
+    })
 }
 
 /// Reads one object with the store revision it was read at; 404 if absent.
-pub(crate) async fn load(
-    state: &State,
-    target: &Target,
-    name: &str,
-) -> Result<(Value, Revision), ApiError> {
+pub(crate) async fn load(state: &State, target: &Target, name: &str) -> Result<(Value, Revision), ApiError> {
     let kv = load_stored(state, target, name).await?;
     let object = decode_served(&target.resource, &kv)?;
     Ok((object, kv.mod_revision))
@@ -250,20 +233,15 @@ async fn list_revision(state: &State, query: &Query) -> Result<Revision, ApiErro
     };
     let requested = parse_revision(rv)?;
     match query.resource_version_match.as_deref() {
-        Some("Exact") if requested == 0 => Err(ApiError::bad_request(
-            "resourceVersionMatch=Exact requires a non-zero resourceVersion",
-        )),
+        Some("Exact") if requested == 0 => {
+            Err(ApiError::bad_request("resourceVersionMatch=Exact requires a non-zero resourceVersion"))
+        }
         Some("Exact") => Ok(requested),
         None | Some("NotOlderThan") => {
             // Served from the latest state, which must be at least `requested`.
             let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
             loop {
-                let current = state
-                    .store
-                    .status()
-                    .await
-                    .map_err(ApiError::internal)?
-                    .revision;
+                let current = state.store.status().await.map_err(ApiError::internal)?.revision;
                 if current >= requested {
                     return Ok(0);
                 }
@@ -271,27 +249,19 @@ async fn list_revision(state: &State, query: &Query) -> Result<Revision, ApiErro
                     return Err(ApiError {
                         code: 504,
                         reason: "Timeout",
-                        message: format!(
-                            "Too large resource version: {requested}, current: {current}"
-                        ),
+                        message: format!("Too large resource version: {requested}, current: {current}"),
                         details: None,
                     });
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        Some(other) => Err(ApiError::bad_request(format!(
-            "unsupported resourceVersionMatch {other:?}"
-        ))),
+        Some(other) => Err(ApiError::bad_request(format!("unsupported resourceVersionMatch {other:?}"))),
     }
 }
 
 /// Reads a (possibly paginated) list with selectors applied.
-pub(crate) async fn list_items(
-    state: &State,
-    target: &Target,
-    query: &Query,
-) -> Result<Listed, ApiError> {
+pub(crate) async fn list_items(state: &State, target: &Target, query: &Query) -> Result<Listed, ApiError> {
     list_with(state, target, query, |kv, labels, fields| {
         let object = decode_served(&target.resource, kv)?;
         Ok((labels.matches_object(&object) && fields.matches_object(&object)).then_some(object))
@@ -310,11 +280,7 @@ async fn list_with<T>(
     let labels = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))?;
     let fields = FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?
         .for_kind(&target.resource.group, &target.resource.kind)?;
-    let collection = KeyRange::prefix(
-        target
-            .resource
-            .storage_collection(target.namespace.as_deref()),
-    );
+    let collection = KeyRange::prefix(target.resource.storage_collection(target.namespace.as_deref()));
     let limit = query.limit.unwrap_or(0);
     let mut request = match &query.continue_token {
         Some(token) => {
@@ -325,12 +291,7 @@ async fn list_with<T>(
     }
     .with_limit(limit);
     let error_target = target.error_target("");
-    let mut listed = Listed {
-        items: Vec::new(),
-        revision: 0,
-        continue_token: None,
-        remaining: None,
-    };
+    let mut listed = Listed { items: Vec::new(), revision: 0, continue_token: None, remaining: None };
     loop {
         let response = target.store(state).range(request.clone()).await.map_err(|e| match e {
             StoreError::Compacted { .. } if query.continue_token.is_some() => ApiError::expired(
@@ -389,9 +350,8 @@ pub(crate) async fn list(state: &State, target: &Target, query: &Query) -> Resul
 /// The bytes are those [`list`]'s value serializes to.
 pub(crate) async fn list_json(state: &State, target: &Target, query: &Query) -> Result<Vec<u8>, ApiError> {
     let raw = raw::is_servable(&target.resource);
-    let text = |out: &mut Vec<u8>, value: &str| {
-        serde_json::to_writer(out, value).expect("writing to a Vec cannot fail")
-    };
+    let text =
+        |out: &mut Vec<u8>, value: &str| serde_json::to_writer(out, value).expect("writing to a Vec cannot fail");
     // The keys in the order a JSON map sorts them, as `list` gives them;
     // items are written as they are read.
     let mut out = Vec::with_capacity(4096);
@@ -463,20 +423,13 @@ const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 fn generated_name(prefix: &str) -> String {
     let random = uuid::Uuid::new_v4();
-    let suffix: String = random.as_bytes()[..5]
-        .iter()
-        .map(|b| NAME_ALPHABET[*b as usize % NAME_ALPHABET.len()] as char)
-        .collect();
+    let suffix: String =
+        random.as_bytes()[..5].iter().map(|b| NAME_ALPHABET[*b as usize % NAME_ALPHABET.len()] as char).collect();
     format!("{prefix}{suffix}")
 }
 
 /// Checks kind, apiVersion, names, labels, the type and the kind's own rules.
-fn validate(
-    target: &Target,
-    object: &mut Value,
-    name: &str,
-    old: Option<&Value>,
-) -> Result<(), ApiError> {
+fn validate(target: &Target, object: &mut Value, name: &str, old: Option<&Value>) -> Result<(), ApiError> {
     let resource = &target.resource;
     // Null maps decode as absent, as upstream's typed decoding does.
     let metadata = metadata_mut(object);
@@ -536,11 +489,7 @@ fn validate(
 
 /// Refuses writes into a namespace that does not exist or is terminating.
 async fn check_namespace(state: &State, target: &Target) -> Result<(), ApiError> {
-    let Some(namespace) = target
-        .namespace
-        .as_deref()
-        .filter(|_| target.resource.namespaced)
-    else {
+    let Some(namespace) = target.namespace.as_deref().filter(|_| target.resource.namespaced) else {
         return Ok(());
     };
     let terminating = || {
@@ -558,12 +507,7 @@ async fn check_namespace(state: &State, target: &Target) -> Result<(), ApiError>
         name: namespace.into(),
         ..Default::default()
     };
-    let Some(kv) = target
-        .store(state)
-        .get(&key)
-        .await
-        .map_err(|e| store_error(e, &ns_target))?
-    else {
+    let Some(kv) = target.store(state).get(&key).await.map_err(|e| store_error(e, &ns_target))? else {
         return Err(ApiError::not_found(&ns_target));
     };
     match phase_of(&kv) {
@@ -579,10 +523,7 @@ fn prepare_create(target: &Target, object: &mut Value, name: &str) {
     let metadata = metadata_mut(object);
     metadata.insert("name".into(), name.into());
     if resource.namespaced {
-        metadata.insert(
-            "namespace".into(),
-            target.namespace.clone().unwrap_or_default().into(),
-        );
+        metadata.insert("namespace".into(), target.namespace.clone().unwrap_or_default().into());
     } else {
         metadata.remove("namespace");
     }
@@ -591,12 +532,7 @@ fn prepare_create(target: &Target, object: &mut Value, name: &str) {
     metadata.insert("uid".into(), Value::String(uid.to_owned()));
     metadata.insert("creationTimestamp".into(), meta::now_rfc3339().into());
     metadata.insert("generation".into(), 1.into());
-    for field in [
-        "resourceVersion",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "selfLink",
-    ] {
+    for field in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
         metadata.remove(field);
     }
     if resource.group.is_empty() && resource.plural == "namespaces" {
@@ -605,10 +541,7 @@ fn prepare_create(target: &Target, object: &mut Value, name: &str) {
             object["spec"] = json!({"finalizers": ["kubernetes"]});
         }
     }
-    if resource.group.is_empty()
-        && resource.plural == "pods"
-        && object.pointer("/status/phase").is_none()
-    {
+    if resource.group.is_empty() && resource.plural == "pods" && object.pointer("/status/phase").is_none() {
         object["status"] = json!({"phase": "Pending"});
     }
 }
@@ -692,19 +625,13 @@ async fn create_stored(
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
     }
-    let name = match (
-        meta_str(&object, "name").filter(|n| !n.is_empty()),
-        meta_str(&object, "generateName"),
-    ) {
+    let name = match (meta_str(&object, "name").filter(|n| !n.is_empty()), meta_str(&object, "generateName")) {
         (Some(name), _) => name.to_owned(),
         (None, Some(prefix)) if !prefix.is_empty() => generated_name(prefix),
         _ => {
             return Err(ApiError::invalid(
                 &target.error_target(""),
-                vec![
-                    FieldError::required("metadata.name")
-                        .with_message("name or generateName is required"),
-                ],
+                vec![FieldError::required("metadata.name").with_message("name or generateName is required")],
             ));
         }
     };
@@ -713,18 +640,9 @@ async fn create_stored(
     if track {
         patching::track_update(target, None, &mut object, query, headers, None);
     }
-    let mut object = admit(
-        state,
-        target,
-        Operation::Create,
-        &name,
-        None,
-        Some(object),
-        None,
-        query.dry_run,
-    )
-    .await?
-    .expect("admission keeps the object of a create");
+    let mut object = admit(state, target, Operation::Create, &name, None, Some(object), None, query.dry_run)
+        .await?
+        .expect("admission keeps the object of a create");
     validate(target, &mut object, &name, None)?;
     if query.dry_run {
         return Ok(Created { object: Some(object), stored: None, splice: None });
@@ -765,10 +683,7 @@ fn merge_update(target: &Target, old: &Value, mut new: Value, subresource: Optio
         let mut merged = old.clone();
         merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);
         if merged["status"].is_null() {
-            merged
-                .as_object_mut()
-                .expect("objects are maps")
-                .remove("status");
+            merged.as_object_mut().expect("objects are maps").remove("status");
         }
         return merged;
     }
@@ -776,42 +691,22 @@ fn merge_update(target: &Target, old: &Value, mut new: Value, subresource: Optio
         match old.get("status") {
             Some(status) => new["status"] = status.clone(),
             None => {
-                new.as_object_mut()
-                    .expect("objects are maps")
-                    .remove("status");
+                new.as_object_mut().expect("objects are maps").remove("status");
             }
         }
     }
     let old_meta = old.get("metadata").cloned().unwrap_or_default();
-    let generation = old_meta
-        .get("generation")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
+    let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
     let spec_changed = spec_of(old) != spec_of(&new)
         || (crate::api::crd::status_is_spec(resource) && old.get("status") != new.get("status"));
     let metadata = metadata_mut(&mut new);
-    for field in [
-        "uid",
-        "creationTimestamp",
-        "namespace",
-        "name",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-    ] {
+    for field in ["uid", "creationTimestamp", "namespace", "name", "deletionTimestamp", "deletionGracePeriodSeconds"] {
         match old_meta.get(field) {
             Some(value) => metadata.insert(field.into(), value.clone()),
             None => metadata.remove(field),
         };
     }
-    metadata.insert(
-        "generation".into(),
-        (if spec_changed {
-            generation + 1
-        } else {
-            generation
-        })
-        .into(),
-    );
+    metadata.insert("generation".into(), (if spec_changed { generation + 1 } else { generation }).into());
     new
 }
 
@@ -832,18 +727,9 @@ async fn store_update(
     dry_run: bool,
 ) -> Result<Value, ApiError> {
     let error_target = target.error_target(name);
-    let mut new = admit(
-        state,
-        target,
-        Operation::Update,
-        name,
-        subresource,
-        Some(new),
-        Some(old.clone()),
-        dry_run,
-    )
-    .await?
-    .expect("admission keeps the object of an update");
+    let mut new = admit(state, target, Operation::Update, name, subresource, Some(new), Some(old.clone()), dry_run)
+        .await?
+        .expect("admission keeps the object of an update");
     validate(target, &mut new, name, Some(old))?;
     let finalized = meta::meta_value(&new, "deletionTimestamp").is_some()
         && meta::meta_value(&new, "finalizers")
@@ -864,11 +750,7 @@ async fn store_update(
     }
     let key = target.key(name);
     if finalized {
-        target
-            .store(state)
-            .delete(&key, Some(old_revision))
-            .await
-            .map_err(|e| store_error(e, &error_target))?;
+        target.store(state).delete(&key, Some(old_revision)).await.map_err(|e| store_error(e, &error_target))?;
         return Ok(new);
     }
     let kv = target
@@ -904,16 +786,7 @@ pub(crate) async fn update(
     }
     let mut merged = merge_update(target, &old, new, subresource);
     patching::track_update(target, Some(&old), &mut merged, query, headers, subresource);
-    store_update(
-        state,
-        target,
-        name,
-        subresource,
-        (&old, merged),
-        revision,
-        query.dry_run,
-    )
-    .await
+    store_update(state, target, name, subresource, (&old, merged), revision, query.dry_run).await
 }
 
 /// PATCH of an object or its status: JSON patch, JSON merge patch,
@@ -959,27 +832,13 @@ pub(crate) async fn patch(
         if pinned.is_some_and(|rv| rv != revision) {
             return Err(ApiError::conflict(&error_target));
         }
-        let applied = patch
-            .is_apply()
-            .then(|| meta::meta_value(&new, "managedFields").cloned());
+        let applied = patch.is_apply().then(|| meta::meta_value(&new, "managedFields").cloned());
         let mut merged = merge_update(target, &old, new, subresource);
         match applied {
             Some(managed) => patching::keep_managed_fields(&mut merged, managed),
-            None => {
-                patching::track_update(target, Some(&old), &mut merged, query, headers, subresource)
-            }
+            None => patching::track_update(target, Some(&old), &mut merged, query, headers, subresource),
         }
-        match store_update(
-            state,
-            target,
-            name,
-            subresource,
-            (&old, merged),
-            revision,
-            query.dry_run,
-        )
-        .await
-        {
+        match store_update(state, target, name, subresource, (&old, merged), revision, query.dry_run).await {
             Err(e) if e.reason == "Conflict" && pinned.is_none() => continue,
             other => return other.map(|object| (object, false)),
         }
@@ -1020,8 +879,7 @@ pub(crate) async fn delete(
         serde_json::from_value(super::protobuf::decode(bytes)?)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
     } else {
-        serde_json::from_slice(bytes)
-            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
     };
     let dry_run = query.dry_run || options.dry_run.iter().any(|d| d == "All");
     // Like upstream's GuaranteedUpdate: a write that lost a race with another
@@ -1049,11 +907,7 @@ async fn delete_once(
 ) -> Result<Option<Value>, ApiError> {
     let error_target = target.error_target(name);
     let key = target.key(name);
-    let kv = target
-        .store(state)
-        .get(&key)
-        .await
-        .map_err(|e| store_error(e, &error_target))?;
+    let kv = target.store(state).get(&key).await.map_err(|e| store_error(e, &error_target))?;
     let kv = kv.ok_or_else(|| ApiError::not_found(&error_target))?;
     let mut object = decode_served(&target.resource, &kv)?;
     if let Some(pre) = &options.preconditions {
@@ -1080,21 +934,9 @@ async fn delete_once(
             ));
         }
     }
-    admit(
-        state,
-        target,
-        Operation::Delete,
-        name,
-        None,
-        None,
-        Some(object.clone()),
-        dry_run,
-    )
-    .await?;
-    let mut finalizers: Vec<Value> = meta::meta_value(&object, "finalizers")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    admit(state, target, Operation::Delete, name, None, None, Some(object.clone()), dry_run).await?;
+    let mut finalizers: Vec<Value> =
+        meta::meta_value(&object, "finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
     match options.propagation_policy.as_deref() {
         Some("Foreground") => finalizers.push("foregroundDeletion".into()),
         Some("Orphan") => finalizers.push("orphan".into()),
@@ -1109,24 +951,14 @@ async fn delete_once(
     let is_namespace = is_namespace(target);
     let graceful_pod = target.resource.group.is_empty()
         && target.resource.plural == "pods"
-        && object
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .is_some_and(|n| !n.is_empty())
+        && object.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty())
         && options
             .grace_period_seconds
-            .or_else(|| {
-                object
-                    .pointer("/spec/terminationGracePeriodSeconds")
-                    .and_then(Value::as_i64)
-            })
+            .or_else(|| object.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
             .unwrap_or(30)
             > 0;
-    let namespace_pending = is_namespace
-        && object
-            .pointer("/spec/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|f| !f.is_empty());
+    let namespace_pending =
+        is_namespace && object.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
     if finalizers.is_empty() && !graceful_pod && !namespace_pending {
         if !dry_run {
             let prev = match target.store(state).delete(&key, Some(kv.mod_revision)).await {
@@ -1145,11 +977,7 @@ async fn delete_once(
     let grace = if graceful_pod {
         options
             .grace_period_seconds
-            .or_else(|| {
-                object
-                    .pointer("/spec/terminationGracePeriodSeconds")
-                    .and_then(Value::as_i64)
-            })
+            .or_else(|| object.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
             .unwrap_or(30)
     } else {
         0
@@ -1256,7 +1084,14 @@ mod tests {
             assert_eq!(bytes, serde_json::to_vec(&without).unwrap(), "mask {mask:b}");
             let mut with = without.clone();
             metadata_mut(&mut with).insert("resourceVersion".into(), "42".into());
-            let kv = KeyValue { key: "k".into(), value: bytes.clone(), create_revision: 42, mod_revision: 42, version: 1, expires_at_ms: None };
+            let kv = KeyValue {
+                key: "k".into(),
+                value: bytes.clone(),
+                create_revision: 42,
+                mod_revision: 42,
+                version: 1,
+                expires_at_ms: None,
+            };
             let spliced = raw::spliced(&kv, splice.expect("metadata is a map"));
             assert_eq!(String::from_utf8(spliced).unwrap(), serde_json::to_string(&with).unwrap(), "mask {mask:b}");
         }
@@ -1267,9 +1102,17 @@ mod tests {
     #[test]
     fn a_created_object_dropped_early_is_served_from_its_stored_bytes() {
         let resource = ResourceInfo::new("", "v1", "Thing", "things", true);
-        let object = json!({"apiVersion": "v1", "kind": "Thing", "metadata": {"name": "x", "uid": "u"}, "data": {"k": "v"}});
+        let object =
+            json!({"apiVersion": "v1", "kind": "Thing", "metadata": {"name": "x", "uid": "u"}, "data": {"k": "v"}});
         let (bytes, splice) = encode_with_splice(&resource, &object);
-        let kv = KeyValue { key: "k".into(), value: bytes, create_revision: 7, mod_revision: 7, version: 1, expires_at_ms: None };
+        let kv = KeyValue {
+            key: "k".into(),
+            value: bytes,
+            create_revision: 7,
+            mod_revision: 7,
+            version: 1,
+            expires_at_ms: None,
+        };
         let mut kept = object.clone();
         metadata_mut(&mut kept).insert("resourceVersion".into(), "7".into());
         let with = Created { object: Some(kept.clone()), stored: Some(kv.clone()), splice };

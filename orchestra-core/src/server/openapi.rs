@@ -54,29 +54,18 @@ fn respond_json(bytes: Bytes, etag: Option<&str>, headers: &HeaderMap) -> Respon
         response
     } else {
         let mut response = Response::new(Body::from(bytes));
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         response
     };
     if let Some(etag) = etag.and_then(|e| HeaderValue::from_str(&e).ok()) {
         response.headers_mut().insert(header::ETAG, etag);
     }
-    response.headers_mut().insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache, private"),
-    );
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
     response
 }
 
 /// Serves the index (`path` empty) or one group/version's document.
-pub(crate) fn serve(
-    cache: &OpenApiCache,
-    registry: &Arc<Registry>,
-    path: &str,
-    headers: &HeaderMap,
-) -> Response {
+pub(crate) fn serve(cache: &OpenApiCache, registry: &Arc<Registry>, path: &str, headers: &HeaderMap) -> Response {
     let openapi = cache.get(registry);
     if path.is_empty() {
         return respond_json(openapi.index().clone(), None, headers);

@@ -41,9 +41,7 @@ fn unsupported(strategic: bool) -> ApiError {
     ApiError {
         code: 415,
         reason: "UnsupportedMediaType",
-        message: format!(
-            "the body of the request was in an unknown format - accepted media types include: {types}"
-        ),
+        message: format!("the body of the request was in an unknown format - accepted media types include: {types}"),
         details: None,
     }
 }
@@ -78,12 +76,7 @@ fn invalid_options(field: &str, reason: &str, message: &str) -> ApiError {
 }
 
 /// Decodes a PATCH body according to its content type.
-pub(crate) fn decode(
-    media: &str,
-    bytes: &[u8],
-    target: &Target,
-    query: &Query,
-) -> Result<PatchBody, ApiError> {
+pub(crate) fn decode(media: &str, bytes: &[u8], target: &Target, query: &Query) -> Result<PatchBody, ApiError> {
     let json = || serde_json::from_slice::<Value>(bytes).map_err(decode_error);
     if query.force && media != APPLY_PATCH {
         return Err(invalid_options(
@@ -108,9 +101,7 @@ pub(crate) fn decode(
             }
             let config: Value = serde_yaml::from_slice(bytes).map_err(decode_error)?;
             if !config.is_object() {
-                return Err(ApiError::bad_request(
-                    "the body of the request must be a JSON or YAML object",
-                ));
+                return Err(ApiError::bad_request("the body of the request must be a JSON or YAML object"));
             }
             Ok(PatchBody::Apply(config))
         }
@@ -124,10 +115,7 @@ pub(crate) fn field_manager(query: &Query, headers: &HeaderMap) -> String {
     if let Some(manager) = query.field_manager.as_deref().filter(|m| !m.is_empty()) {
         return manager.to_owned();
     }
-    let agent = headers
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
     let product = agent.split('/').next().unwrap_or("");
     product.chars().take(128).collect()
 }
@@ -168,13 +156,7 @@ pub(crate) fn track_update(
     let manager = field_manager(query, headers);
     let api_version = target.resource.api_version();
     let schemas = schemas(target);
-    let ctx = context(
-        target,
-        &manager,
-        &api_version,
-        subresource,
-        schemas.as_deref(),
-    );
+    let ctx = context(target, &manager, &api_version, subresource, schemas.as_deref());
     apply::record_update(old, new, &ctx);
 }
 
@@ -236,25 +218,14 @@ impl PatchBody {
                 let schemas = schemas(target).ok_or_else(|| unsupported(false))?;
                 patch::strategic_merge(current, patch, schemas.root()).map_err(|e| match e.kind {
                     PatchErrorKind::BadRequest => ApiError::bad_request(e.message),
-                    PatchErrorKind::Unknown => ApiError {
-                        code: 500,
-                        reason: "",
-                        message: e.message,
-                        details: None,
-                    },
+                    PatchErrorKind::Unknown => ApiError { code: 500, reason: "", message: e.message, details: None },
                 })
             }
             PatchBody::Apply(config) => {
                 let manager = query.field_manager.clone().unwrap_or_default();
                 let api_version = target.resource.api_version();
                 let schemas = schemas(target);
-                let ctx = context(
-                    target,
-                    &manager,
-                    &api_version,
-                    subresource,
-                    schemas.as_deref(),
-                );
+                let ctx = context(target, &manager, &api_version, subresource, schemas.as_deref());
                 apply::apply(old, config, &ctx, query.force).map_err(|e| e.to_api_error())
             }
         }

@@ -29,8 +29,7 @@ use std::sync::OnceLock;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use prost_reflect::{
-    DescriptorPool, DynamicMessage, FieldDescriptor, MapKey, MessageDescriptor, ReflectMessage,
-    Value as PbValue,
+    DescriptorPool, DynamicMessage, FieldDescriptor, MapKey, MessageDescriptor, ReflectMessage, Value as PbValue,
 };
 use serde_json::{Map, Value};
 
@@ -76,22 +75,13 @@ const INLINE_FIELDS: [(&str, &str); 11] = [
 ];
 
 /// Inline fields beyond the core group's.
-const INLINE_OTHER: [(&str, &str); 1] =
-    [("api.admissionregistration.v1.RuleWithOperations", "rule")];
+const INLINE_OTHER: [(&str, &str); 1] = [("api.admissionregistration.v1.RuleWithOperations", "rule")];
 
 /// Fields whose proto name is not their JSON name (both spellings occur:
 /// `DaemonEndpoint.Port` is `Port` in JSON too).
 const RENAMED_FIELDS: [(&str, &str, &str); 2] = [
-    (
-        "api.admissionregistration.v1.MutatingWebhookConfiguration",
-        "Webhooks",
-        "webhooks",
-    ),
-    (
-        "api.admissionregistration.v1.ValidatingWebhookConfiguration",
-        "Webhooks",
-        "webhooks",
-    ),
+    ("api.admissionregistration.v1.MutatingWebhookConfiguration", "Webhooks", "webhooks"),
+    ("api.admissionregistration.v1.ValidatingWebhookConfiguration", "Webhooks", "webhooks"),
 ];
 
 fn is_inline(message: &str, field: &str) -> bool {
@@ -128,10 +118,7 @@ fn schema() -> Result<&'static Schema, ApiError> {
                 let Some(version) = package.rsplit('.').next() else {
                     continue;
                 };
-                kinds
-                    .entry((version.to_owned(), message.name().to_owned()))
-                    .or_default()
-                    .push(message);
+                kinds.entry((version.to_owned(), message.name().to_owned())).or_default().push(message);
             }
             Ok(Schema { pool, kinds })
         })
@@ -164,9 +151,7 @@ fn message_for(api_version: &str, kind: &str) -> Option<MessageDescriptor> {
         .find(|m| group_key(m) == wanted)
         .or_else(|| {
             let underscored = group.replace('.', "_");
-            candidates
-                .iter()
-                .find(|m| !group.is_empty() && underscored.starts_with(&group_key(m)))
+            candidates.iter().find(|m| !group.is_empty() && underscored.starts_with(&group_key(m)))
         })
         .or_else(|| (candidates.len() == 1).then(|| &candidates[0]))
         .cloned()
@@ -176,18 +161,12 @@ fn message_for(api_version: &str, kind: &str) -> Option<MessageDescriptor> {
 /// JSON object, `apiVersion` and `kind` included. Errors are 400s.
 pub(crate) fn decode(bytes: &[u8]) -> Result<Value, ApiError> {
     let bad = |why: String| {
-        ApiError::bad_request(format!(
-            "the body of the request could not be decoded as {MEDIA_TYPE}: {why}"
-        ))
+        ApiError::bad_request(format!("the body of the request could not be decoded as {MEDIA_TYPE}: {why}"))
     };
-    let body = bytes
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| bad("it does not start with the magic \"k8s\\0\"".into()))?;
+    let body = bytes.strip_prefix(MAGIC).ok_or_else(|| bad("it does not start with the magic \"k8s\\0\"".into()))?;
     let schema = schema()?;
-    let envelope = schema
-        .pool
-        .get_message_by_name(UNKNOWN)
-        .ok_or_else(|| ApiError::internal("no runtime.Unknown descriptor"))?;
+    let envelope =
+        schema.pool.get_message_by_name(UNKNOWN).ok_or_else(|| ApiError::internal("no runtime.Unknown descriptor"))?;
     let envelope = DynamicMessage::decode(envelope, body).map_err(|e| bad(e.to_string()))?;
     let type_meta = match envelope.get_field_by_name("typeMeta").as_deref() {
         Some(PbValue::Message(m)) => m.clone(),
@@ -215,13 +194,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Value, ApiError> {
             }
             let descriptor = message_for(&api_version, &kind)
                 .ok_or_else(|| bad(format!("no protobuf schema for {api_version}, Kind={kind}")))?;
-            let message =
-                DynamicMessage::decode(descriptor, raw).map_err(|e| bad(e.to_string()))?;
+            let message = DynamicMessage::decode(descriptor, raw).map_err(|e| bad(e.to_string()))?;
             message_to_json(&message)
         }
-        "application/json" => {
-            serde_json::from_slice(&raw).map_err(|e| bad(format!("embedded JSON: {e}")))?
-        }
+        "application/json" => serde_json::from_slice(&raw).map_err(|e| bad(format!("embedded JSON: {e}")))?,
         other => return Err(bad(format!("unsupported embedded content type {other:?}"))),
     };
     let Some(fields) = object.as_object_mut() else {
@@ -263,11 +239,7 @@ fn message_to_json(message: &DynamicMessage) -> Value {
             let Ok(at) = k8s_openapi::jiff::Timestamp::new(seconds, nanos as i32) else {
                 return Value::Null;
             };
-            let value = if name == TIME {
-                serde_json::to_value(Time(at))
-            } else {
-                serde_json::to_value(MicroTime(at))
-            };
+            let value = if name == TIME { serde_json::to_value(Time(at)) } else { serde_json::to_value(MicroTime(at)) };
             value.unwrap_or(Value::Null)
         }
         DURATION => go_duration(int("duration")).into(),
@@ -299,9 +271,7 @@ fn is_items_wrapper(descriptor: &MessageDescriptor) -> bool {
     let (Some(items), None) = (fields.next(), fields.next()) else {
         return false;
     };
-    (descriptor.full_name() == VERBS || descriptor.name() == "ExtraValue")
-        && items.name() == "items"
-        && items.is_list()
+    (descriptor.full_name() == VERBS || descriptor.name() == "ExtraValue") && items.name() == "items" && items.is_list()
 }
 
 /// The apiextensions types whose JSON is not a plain object.
@@ -318,15 +288,9 @@ fn apiextensions(message: &DynamicMessage) -> Option<Value> {
             Some(PbValue::Bytes(raw)) => embedded(raw),
             _ => Value::Null,
         }),
-        "JSONSchemaPropsOrArray" => present("schema")
-            .or_else(|| present("jSONSchemas"))
-            .or(Some(Value::Null)),
-        "JSONSchemaPropsOrBool" => present("schema")
-            .or_else(|| present("allows"))
-            .or(Some(Value::Bool(false))),
-        "JSONSchemaPropsOrStringArray" => present("schema")
-            .or_else(|| present("property"))
-            .or(Some(Value::Null)),
+        "JSONSchemaPropsOrArray" => present("schema").or_else(|| present("jSONSchemas")).or(Some(Value::Null)),
+        "JSONSchemaPropsOrBool" => present("schema").or_else(|| present("allows")).or(Some(Value::Bool(false))),
+        "JSONSchemaPropsOrStringArray" => present("schema").or_else(|| present("property")).or(Some(Value::Null)),
         _ => None,
     }
 }
@@ -421,12 +385,8 @@ fn scalar(value: &PbValue) -> Value {
         PbValue::I64(n) => (*n).into(),
         PbValue::U32(n) => (*n).into(),
         PbValue::U64(n) => (*n).into(),
-        PbValue::F32(n) => serde_json::Number::from_f64(f64::from(*n))
-            .map(Value::Number)
-            .unwrap_or(Value::Null),
-        PbValue::F64(n) => serde_json::Number::from_f64(*n)
-            .map(Value::Number)
-            .unwrap_or(Value::Null),
+        PbValue::F32(n) => serde_json::Number::from_f64(f64::from(*n)).map(Value::Number).unwrap_or(Value::Null),
+        PbValue::F64(n) => serde_json::Number::from_f64(*n).map(Value::Number).unwrap_or(Value::Null),
         PbValue::String(s) => s.clone().into(),
         PbValue::Bytes(b) => base64(b).into(),
         PbValue::EnumNumber(n) => (*n).into(),
@@ -440,11 +400,7 @@ fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
+        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
             if i <= chunk.len() {
@@ -536,10 +492,7 @@ fn json_to_message(descriptor: MessageDescriptor, object: &Value) -> DynamicMess
                     }
                     v => {
                         ios.set_field_by_name("type", PbValue::I64(0));
-                        ios.set_field_by_name(
-                            "intVal",
-                            PbValue::I32(v.as_i64().unwrap_or(0) as i32),
-                        );
+                        ios.set_field_by_name("intVal", PbValue::I32(v.as_i64().unwrap_or(0) as i32));
                     }
                 }
                 PbValue::Message(ios)
@@ -560,8 +513,7 @@ fn json_to_message(descriptor: MessageDescriptor, object: &Value) -> DynamicMess
     };
     for field in descriptor.fields() {
         if is_inline(descriptor.full_name(), field.name()) {
-            let inlined =
-                json_to_message(field.kind().as_message().cloned().expect("message"), object);
+            let inlined = json_to_message(field.kind().as_message().cloned().expect("message"), object);
             if inlined.fields().next().is_some() {
                 message.set_field(&field, PbValue::Message(inlined));
             }
@@ -577,10 +529,7 @@ fn json_to_message(descriptor: MessageDescriptor, object: &Value) -> DynamicMess
         };
         let kind = field.kind();
         let value = if field.is_map() {
-            let entry = kind
-                .as_message()
-                .expect("map entry")
-                .map_entry_value_field();
+            let entry = kind.as_message().expect("map entry").map_entry_value_field();
             PbValue::Map(
                 value
                     .as_object()
@@ -590,14 +539,7 @@ fn json_to_message(descriptor: MessageDescriptor, object: &Value) -> DynamicMess
                     .collect(),
             )
         } else if field.is_list() {
-            PbValue::List(
-                value
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|v| one(&kind, v))
-                    .collect(),
-            )
+            PbValue::List(value.as_array().into_iter().flatten().map(|v| one(&kind, v)).collect())
         } else {
             one(&kind, value)
         };
@@ -614,26 +556,14 @@ mod tests {
     #[test]
     fn finds_messages_by_group_version_kind() {
         let name = |v, k| message_for(v, k).map(|m| m.full_name().to_owned());
-        assert_eq!(
-            name("v1", "Namespace").as_deref(),
-            Some("api.core.v1.Namespace")
-        );
-        assert_eq!(
-            name("apps/v1", "Deployment").as_deref(),
-            Some("api.apps.v1.Deployment")
-        );
-        assert_eq!(
-            name("rbac.authorization.k8s.io/v1", "Role").as_deref(),
-            Some("api.rbac.v1.Role")
-        );
+        assert_eq!(name("v1", "Namespace").as_deref(), Some("api.core.v1.Namespace"));
+        assert_eq!(name("apps/v1", "Deployment").as_deref(), Some("api.apps.v1.Deployment"));
+        assert_eq!(name("rbac.authorization.k8s.io/v1", "Role").as_deref(), Some("api.rbac.v1.Role"));
         assert_eq!(
             name("authorization.k8s.io/v1", "SelfSubjectAccessReview").as_deref(),
             Some("api.authorization.v1.SelfSubjectAccessReview")
         );
-        assert_eq!(
-            name("events.k8s.io/v1", "Event").as_deref(),
-            Some("api.events.v1.Event")
-        );
+        assert_eq!(name("events.k8s.io/v1", "Event").as_deref(), Some("api.events.v1.Event"));
         assert_eq!(name("v1", "Event").as_deref(), Some("api.core.v1.Event"));
         assert_eq!(
             name("apiextensions.k8s.io/v1", "CustomResourceDefinition").as_deref(),
@@ -702,10 +632,7 @@ mod tests {
         assert_eq!(go_duration(61_000_000_000), "1m1s");
         assert_eq!(base64(b"hello"), "aGVsbG8=");
         assert_eq!(base64(b"hi!"), "aGkh");
-        assert_eq!(
-            json_schema_name("xKubernetesPreserveUnknownFields"),
-            "x-kubernetes-preserve-unknown-fields"
-        );
+        assert_eq!(json_schema_name("xKubernetesPreserveUnknownFields"), "x-kubernetes-preserve-unknown-fields");
     }
 
     #[test]
@@ -730,9 +657,7 @@ mod tests {
 
     /// The schema a property or `$ref` points to.
     fn resolve<'a>(schema: &'a Value, definitions: &'a Map<String, Value>) -> &'a Value {
-        let reference = schema["$ref"]
-            .as_str()
-            .or_else(|| schema["allOf"][0]["$ref"].as_str());
+        let reference = schema["$ref"].as_str().or_else(|| schema["allOf"][0]["$ref"].as_str());
         match reference.and_then(|r| r.rsplit('/').next()) {
             Some(name) => definitions.get(name).unwrap_or(&Value::Null),
             None => schema,
@@ -742,13 +667,7 @@ mod tests {
     fn is_special(message: &MessageDescriptor) -> bool {
         matches!(
             message.full_name(),
-            TIME | MICRO_TIME
-                | DURATION
-                | INT_OR_STRING
-                | QUANTITY
-                | QUANTITY_VALUE
-                | RAW_EXTENSION
-                | FIELDS_V1
+            TIME | MICRO_TIME | DURATION | INT_OR_STRING | QUANTITY | QUANTITY_VALUE | RAW_EXTENSION | FIELDS_V1
         ) || is_items_wrapper(message)
             || (message.full_name().starts_with("apiextensions_apiserver.")
                 && message.name().starts_with("JSON")
@@ -784,20 +703,10 @@ mod tests {
                 continue;
             };
             let (nested, property) = if field.is_map() {
-                let value = field
-                    .kind()
-                    .as_message()
-                    .expect("map entry")
-                    .map_entry_value_field();
-                (
-                    value.kind().as_message().cloned(),
-                    resolve(property, definitions)["additionalProperties"].clone(),
-                )
+                let value = field.kind().as_message().expect("map entry").map_entry_value_field();
+                (value.kind().as_message().cloned(), resolve(property, definitions)["additionalProperties"].clone())
             } else if field.is_list() {
-                (
-                    field.kind().as_message().cloned(),
-                    resolve(property, definitions)["items"].clone(),
-                )
+                (field.kind().as_message().cloned(), resolve(property, definitions)["items"].clone())
             } else {
                 (field.kind().as_message().cloned(), property.clone())
             };
@@ -842,24 +751,17 @@ mod tests {
                 }
             }
         }
-        let definitions: Map<String, Value> = generator
-            .definitions()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let definitions: Map<String, Value> =
+            generator.definitions().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let mut visited = std::collections::HashSet::new();
         let mut mismatches = Vec::new();
         for (api_version, kind, root) in &roots {
-            let message = message_for(api_version, kind)
-                .unwrap_or_else(|| panic!("no message for {api_version} {kind}"));
+            let message =
+                message_for(api_version, kind).unwrap_or_else(|| panic!("no message for {api_version} {kind}"));
             walk(&message, root, &definitions, &mut visited, &mut mismatches);
         }
         assert!(roots.len() > 30, "{}", roots.len());
-        assert!(
-            visited.len() > 150,
-            "walked only {} messages",
-            visited.len()
-        );
+        assert!(visited.len() > 150, "walked only {} messages", visited.len());
         assert_eq!(mismatches, Vec::<String>::new());
     }
 
@@ -873,14 +775,8 @@ mod tests {
         );
         let decoded = decode(&bytes).unwrap();
         assert_eq!(decoded["webhooks"][0]["name"], "w.example.com");
-        assert_eq!(
-            decoded["webhooks"][0]["rules"][0]["resources"],
-            json!(["pods"])
-        );
-        assert_eq!(
-            decoded["webhooks"][0]["rules"][0]["operations"],
-            json!(["CREATE"])
-        );
+        assert_eq!(decoded["webhooks"][0]["rules"][0]["resources"], json!(["pods"]));
+        assert_eq!(decoded["webhooks"][0]["rules"][0]["operations"], json!(["CREATE"]));
     }
 
     #[test]

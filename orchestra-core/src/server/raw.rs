@@ -118,11 +118,8 @@ impl Stamp<'_, '_> {
 
     /// Writes what goes before `next` (`None`: the end) if not yet written.
     fn stamp_before(&mut self, first: &mut bool, stamped: &mut bool, next: Option<&str>) {
-        let (name, value): (&str, &[u8]) = if self.metadata {
-            ("resourceVersion", b"")
-        } else {
-            ("metadata", b"{\"resourceVersion\":")
-        };
+        let (name, value): (&str, &[u8]) =
+            if self.metadata { ("resourceVersion", b"") } else { ("metadata", b"{\"resourceVersion\":") };
         if *stamped || next.is_some_and(|next| next <= name) {
             return;
         }
@@ -254,11 +251,7 @@ mod tests {
             crate::api::meta::metadata_mut(&mut decoded).insert("resourceVersion".into(), "42".into());
             let mut out = Vec::new();
             write_stamped(&kv, &mut out).unwrap();
-            assert_eq!(
-                String::from_utf8(out).unwrap(),
-                serde_json::to_string(&decoded).unwrap(),
-                "{object}"
-            );
+            assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&decoded).unwrap(), "{object}");
         }
     }
 
@@ -267,10 +260,7 @@ mod tests {
         let mut bad = kv(&json!({}));
         bad.value = Bytes::from_static(b"{\"metadata\": {");
         assert_eq!(write_stamped(&bad, &mut Vec::new()).unwrap_err().code, 500);
-        assert_eq!(
-            labels_match(&bad, &LabelSelector::parse("a=b").unwrap()).unwrap_err().code,
-            500
-        );
+        assert_eq!(labels_match(&bad, &LabelSelector::parse("a=b").unwrap()).unwrap_err().code, 500);
     }
 
     #[test]

@@ -44,10 +44,7 @@ pub(crate) async fn serve(
     let mut object = body::decode_object(bytes, headers)?;
     if let Some(check) = resource.decode_check {
         check(&object).map_err(|e| {
-            ApiError::bad_request(format!(
-                "the body of the request is not a valid {}: {e}",
-                resource.kind
-            ))
+            ApiError::bad_request(format!("the body of the request is not a valid {}: {e}", resource.kind))
         })?;
     }
     let invalid = |errors: Vec<FieldError>| {
@@ -71,9 +68,8 @@ pub(crate) async fn serve(
             let subject = subject(&spec);
             if subject.name.is_empty() && subject.groups.is_empty() {
                 return Err(invalid(vec![
-                    FieldError::required("spec.user").with_message(
-                        "Invalid value: \"\": at least one of user or group must be specified",
-                    ),
+                    FieldError::required("spec.user")
+                        .with_message("Invalid value: \"\": at least one of user or group must be specified"),
                 ]));
             }
             let attributes = access_attributes(&spec, subject).map_err(invalid)?;
@@ -88,8 +84,7 @@ pub(crate) async fn serve(
                 "incomplete": incomplete,
             });
             if incomplete {
-                status["evaluationError"] =
-                    "an authorizer of this server cannot list the rules it applies".into();
+                status["evaluationError"] = "an authorizer of this server cannot list the rules it applies".into();
             }
             status
         }
@@ -100,14 +95,10 @@ pub(crate) async fn serve(
         }
         ReviewKind::SelfSubject => json!({"userInfo": user_json(user)}),
     };
-    let fields = object
-        .as_object_mut()
-        .expect("decode_object returns objects");
+    let fields = object.as_object_mut().expect("decode_object returns objects");
     fields.insert("apiVersion".into(), resource.api_version().into());
     fields.insert("kind".into(), resource.kind.clone().into());
-    let metadata = fields
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
+    let metadata = fields.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
     if let Some(metadata) = metadata.as_object_mut() {
         metadata.entry("creationTimestamp").or_insert(Value::Null);
     }
@@ -118,19 +109,9 @@ pub(crate) async fn serve(
 /// The user a `SubjectAccessReview` asks about.
 fn subject(spec: &Value) -> UserInfo {
     let strings = |value: Option<&Value>| -> Vec<String> {
-        value
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.as_str().map(str::to_owned))
-            .collect()
+        value.and_then(Value::as_array).into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect()
     };
-    let text = |key: &str| {
-        spec.get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let text = |key: &str| spec.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
     let extra: BTreeMap<String, Vec<String>> = spec
         .get("extra")
         .and_then(Value::as_object)
@@ -138,24 +119,13 @@ fn subject(spec: &Value) -> UserInfo {
         .flatten()
         .map(|(k, v)| (k.clone(), strings(Some(v))))
         .collect();
-    UserInfo {
-        name: text("user"),
-        uid: text("uid"),
-        groups: strings(spec.get("groups")),
-        extra,
-    }
+    UserInfo { name: text("user"), uid: text("uid"), groups: strings(spec.get("groups")), extra }
 }
 
 /// The authorizer's question from a review spec: exactly one of
 /// `resourceAttributes` and `nonResourceAttributes`.
 fn access_attributes(spec: &Value, user: UserInfo) -> Result<Attributes, Vec<FieldError>> {
-    let text = |object: &Value, key: &str| {
-        object
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let text = |object: &Value, key: &str| object.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
     match (
         spec.get("resourceAttributes").filter(|v| v.is_object()),
         spec.get("nonResourceAttributes").filter(|v| v.is_object()),
@@ -188,11 +158,9 @@ fn access_attributes(spec: &Value, user: UserInfo) -> Result<Attributes, Vec<Fie
             "",
             "cannot be specified in combination with resourceAttributes",
         )]),
-        (None, None) => Err(vec![
-            FieldError::required("spec.resourceAttributes").with_message(
-                "Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified",
-            ),
-        ]),
+        (None, None) => Err(vec![FieldError::required("spec.resourceAttributes").with_message(
+            "Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        )]),
     }
 }
 
@@ -202,11 +170,7 @@ fn resource_path(resource: &Value, namespace: &str, name: &str) -> String {
     let get = |key: &str| resource.get(key).and_then(Value::as_str).unwrap_or("");
     let (group, version) = (get("group"), get("version"));
     let version = if version.is_empty() { "v1" } else { version };
-    let mut path = if group.is_empty() {
-        format!("/api/{version}")
-    } else {
-        format!("/apis/{group}/{version}")
-    };
+    let mut path = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
     if !namespace.is_empty() {
         path.push_str(&format!("/namespaces/{namespace}"));
     }
@@ -244,9 +208,7 @@ async fn token_status(state: &State, token: &str, audiences: Option<Value>) -> V
         }
         Ok(user) => {
             let mut status = json!({"authenticated": true, "user": user_json(&user)});
-            if let Some(audiences) =
-                audiences.filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
-            {
+            if let Some(audiences) = audiences.filter(|a| a.as_array().is_some_and(|a| !a.is_empty())) {
                 status["audiences"] = audiences;
             }
             status
@@ -278,29 +240,16 @@ mod tests {
         let attributes = access_attributes(&spec, user.clone()).unwrap();
         assert!(attributes.resource_request);
         assert_eq!(
-            (
-                attributes.verb.as_str(),
-                attributes.api_group.as_str(),
-                attributes.resource.as_str()
-            ),
+            (attributes.verb.as_str(), attributes.api_group.as_str(), attributes.resource.as_str()),
             ("create", "apps", "deployments")
         );
-        assert_eq!(
-            attributes.path,
-            "/apis/apps/v1/namespaces/default/deployments"
-        );
+        assert_eq!(attributes.path, "/apis/apps/v1/namespaces/default/deployments");
         let spec = json!({"nonResourceAttributes": {"path": "/healthz", "verb": "get"}});
         let attributes = access_attributes(&spec, user.clone()).unwrap();
         assert!(!attributes.resource_request);
         assert_eq!(attributes.path, "/healthz");
         assert!(access_attributes(&json!({}), user.clone()).is_err());
-        assert!(
-            access_attributes(
-                &json!({"resourceAttributes": {}, "nonResourceAttributes": {}}),
-                user
-            )
-            .is_err()
-        );
+        assert!(access_attributes(&json!({"resourceAttributes": {}, "nonResourceAttributes": {}}), user).is_err());
         let subject = subject(&json!({"user": "bob", "groups": ["g"], "extra": {"scopes": ["a"]}}));
         assert_eq!(subject.name, "bob");
         assert_eq!(subject.groups, ["g"]);

@@ -22,17 +22,9 @@ pub(crate) enum Route {
     /// `/api/v1` or `/apis/<group>/<version>`: its resources.
     GroupVersion { group: String, version: String },
     /// A resource collection, in one namespace or across all (`namespace: None`).
-    Collection {
-        resource: Arc<ResourceInfo>,
-        namespace: Option<String>,
-    },
+    Collection { resource: Arc<ResourceInfo>, namespace: Option<String> },
     /// One object, or one of its subresources.
-    Object {
-        resource: Arc<ResourceInfo>,
-        namespace: Option<String>,
-        name: String,
-        subresource: Option<String>,
-    },
+    Object { resource: Arc<ResourceInfo>, namespace: Option<String>, name: String, subresource: Option<String> },
 }
 
 impl Route {
@@ -48,9 +40,7 @@ impl Route {
             ["api"] => return Ok(Route::CoreVersions),
             ["apis"] => return Ok(Route::Groups),
             ["openapi", "v3", rest @ ..] => {
-                return Ok(Route::OpenApiV3 {
-                    path: rest.join("/"),
-                });
+                return Ok(Route::OpenApiV3 { path: rest.join("/") });
             }
             ["api", version, rest @ ..] => ("", *version, rest),
             ["apis", group, version, rest @ ..] => (*group, *version, rest),
@@ -69,53 +59,28 @@ impl Route {
                 if !registry.serves(group, version) {
                     return Err(not_found());
                 }
-                Route::GroupVersion {
-                    group: group.into(),
-                    version: version.into(),
-                }
+                Route::GroupVersion { group: group.into(), version: version.into() }
             }
             (["namespaces", ns, _, tail @ ..], Some(resource)) => {
                 let namespace = Some(owned(ns));
                 match tail {
-                    [] => Route::Collection {
-                        resource,
-                        namespace,
-                    },
-                    [name] => Route::Object {
-                        resource,
-                        namespace,
-                        name: owned(name),
-                        subresource: None,
-                    },
-                    [name, sub] => Route::Object {
-                        resource,
-                        namespace,
-                        name: owned(name),
-                        subresource: Some(owned(sub)),
-                    },
+                    [] => Route::Collection { resource, namespace },
+                    [name] => Route::Object { resource, namespace, name: owned(name), subresource: None },
+                    [name, sub] => {
+                        Route::Object { resource, namespace, name: owned(name), subresource: Some(owned(sub)) }
+                    }
                     _ => return Err(not_found()),
                 }
             }
             ([plural, tail @ ..], _) => {
                 let resource = resource(plural)?;
                 match tail {
-                    [] => Route::Collection {
-                        resource,
-                        namespace: None,
-                    },
+                    [] => Route::Collection { resource, namespace: None },
                     _ if resource.namespaced => return Err(not_found()),
-                    [name] => Route::Object {
-                        resource,
-                        namespace: None,
-                        name: owned(name),
-                        subresource: None,
-                    },
-                    [name, sub] => Route::Object {
-                        resource,
-                        namespace: None,
-                        name: owned(name),
-                        subresource: Some(owned(sub)),
-                    },
+                    [name] => Route::Object { resource, namespace: None, name: owned(name), subresource: None },
+                    [name, sub] => {
+                        Route::Object { resource, namespace: None, name: owned(name), subresource: Some(owned(sub)) }
+                    }
                     _ => return Err(not_found()),
                 }
             }
@@ -148,16 +113,12 @@ fn parse_bool(name: &str, value: &str) -> Result<bool, ApiError> {
     match value {
         "1" | "t" | "T" | "true" | "True" | "TRUE" => Ok(true),
         "0" | "f" | "F" | "false" | "False" | "FALSE" => Ok(false),
-        _ => Err(ApiError::bad_request(format!(
-            "invalid boolean for {name}: {value:?}"
-        ))),
+        _ => Err(ApiError::bad_request(format!("invalid boolean for {name}: {value:?}"))),
     }
 }
 
 fn parse_number<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ApiError> {
-    value
-        .parse()
-        .map_err(|_| ApiError::bad_request(format!("invalid value for {name}: {value:?}")))
+    value.parse().map_err(|_| ApiError::bad_request(format!("invalid value for {name}: {value:?}")))
 }
 
 impl Query {
@@ -174,9 +135,7 @@ impl Query {
                 "limit" => query.limit = Some(parse_number(key, &value)?).filter(|l| *l > 0),
                 "continue" => query.continue_token = Some(value).filter(|v| !v.is_empty()),
                 "resourceVersion" => query.resource_version = Some(value).filter(|v| !v.is_empty()),
-                "resourceVersionMatch" => {
-                    query.resource_version_match = Some(value).filter(|v| !v.is_empty())
-                }
+                "resourceVersionMatch" => query.resource_version_match = Some(value).filter(|v| !v.is_empty()),
                 "watch" => query.watch = parse_bool(key, &value)?,
                 "allowWatchBookmarks" => query.allow_watch_bookmarks = parse_bool(key, &value)?,
                 "sendInitialEvents" => query.send_initial_events = Some(parse_bool(key, &value)?),
@@ -206,13 +165,7 @@ mod tests {
         assert!(
             matches!(Route::parse("/api/v1/namespaces/default/pods", &r), Ok(Route::Collection { namespace: Some(ns), .. }) if ns == "default")
         );
-        assert!(matches!(
-            Route::parse("/api/v1/pods", &r),
-            Ok(Route::Collection {
-                namespace: None,
-                ..
-            })
-        ));
+        assert!(matches!(Route::parse("/api/v1/pods", &r), Ok(Route::Collection { namespace: None, .. })));
         assert!(
             matches!(Route::parse("/api/v1/namespaces/kube-system", &r), Ok(Route::Object { name, subresource: None, .. }) if name == "kube-system")
         );
@@ -222,43 +175,24 @@ mod tests {
         assert!(
             matches!(Route::parse("/api/v1/namespaces/d/pods/p/binding", &r), Ok(Route::Object { subresource: Some(s), .. }) if s == "binding")
         );
-        assert!(matches!(
-            Route::parse("/apis/apps/v1/namespaces/d/deployments/x/scale", &r),
-            Ok(Route::Object { .. })
-        ));
-        assert!(matches!(
-            Route::parse("/api/v1/nodes/n1", &r),
-            Ok(Route::Object {
-                namespace: None,
-                ..
-            })
-        ));
-        assert!(matches!(
-            Route::parse("/apis/apps/v1", &r),
-            Ok(Route::GroupVersion { .. })
-        ));
+        assert!(matches!(Route::parse("/apis/apps/v1/namespaces/d/deployments/x/scale", &r), Ok(Route::Object { .. })));
+        assert!(matches!(Route::parse("/api/v1/nodes/n1", &r), Ok(Route::Object { namespace: None, .. })));
+        assert!(matches!(Route::parse("/apis/apps/v1", &r), Ok(Route::GroupVersion { .. })));
         assert!(matches!(Route::parse("/version/", &r), Ok(Route::Version)));
-        assert!(
-            matches!(Route::parse("/openapi/v3", &r), Ok(Route::OpenApiV3 { path }) if path.is_empty())
-        );
+        assert!(matches!(Route::parse("/openapi/v3", &r), Ok(Route::OpenApiV3 { path }) if path.is_empty()));
         assert!(
             matches!(Route::parse("/openapi/v3/apis/apps/v1", &r), Ok(Route::OpenApiV3 { path }) if path == "apis/apps/v1")
         );
         assert!(Route::parse("/openapi/v2", &r).is_err());
-        assert!(
-            Route::parse("/api/v1/pods/p", &r).is_err(),
-            "namespaced objects need a namespace"
-        );
+        assert!(Route::parse("/api/v1/pods/p", &r).is_err(), "namespaced objects need a namespace");
         assert!(Route::parse("/api/v1/widgets", &r).is_err());
         assert!(Route::parse("/apis/nope/v1", &r).is_err());
     }
 
     #[test]
     fn queries() {
-        let q = Query::parse(Some(
-            "labelSelector=app%3Dweb&limit=500&watch=True&timeoutSeconds=5&timeout=32s",
-        ))
-        .unwrap();
+        let q =
+            Query::parse(Some("labelSelector=app%3Dweb&limit=500&watch=True&timeoutSeconds=5&timeout=32s")).unwrap();
         assert_eq!(q.label_selector.as_deref(), Some("app=web"));
         assert_eq!(q.limit, Some(500));
         assert!(q.watch);

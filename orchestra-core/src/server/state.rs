@@ -34,11 +34,7 @@ impl State {
         store: Arc<dyn Store>,
         registry: Registry,
         options: ServerOptions,
-        (authenticator, authorizer, admission): (
-            AuthenticatorChain,
-            AuthorizerChain,
-            AdmissionChain,
-        ),
+        (authenticator, authorizer, admission): (AuthenticatorChain, AuthorizerChain, AdmissionChain),
     ) -> State {
         State {
             store,
@@ -58,10 +54,7 @@ impl State {
 
     /// A snapshot of the registry (cheap: one `Arc` clone).
     pub(crate) fn registry(&self) -> Arc<Registry> {
-        self.registry
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.registry.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Changes the served kinds: `change` edits a copy, which then replaces

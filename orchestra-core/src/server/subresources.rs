@@ -12,16 +12,8 @@ use crate::api::meta::{meta_str, metadata_mut};
 use crate::api::{ApiError, FieldError};
 
 /// Writes an object back, guarded by the revision it was read at.
-async fn save(
-    state: &State,
-    target: &Target,
-    name: &str,
-    object: &Value,
-    revision: i64,
-) -> Result<Value, ApiError> {
-    let key = target
-        .resource
-        .storage_key(target.namespace.as_deref(), name);
+async fn save(state: &State, target: &Target, name: &str, object: &Value, revision: i64) -> Result<Value, ApiError> {
+    let key = target.resource.storage_key(target.namespace.as_deref(), name);
     let kv = target
         .store(state)
         .update(&key, encode(&target.resource, object), revision, target.resource.ttl)
@@ -39,15 +31,9 @@ pub(crate) async fn bind(
     bytes: &[u8],
 ) -> Result<Value, ApiError> {
     let binding = body::decode_object(bytes, headers)?;
-    let node = binding
-        .pointer("/target/name")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty());
+    let node = binding.pointer("/target/name").and_then(Value::as_str).filter(|n| !n.is_empty());
     let Some(node) = node else {
-        return Err(ApiError::invalid(
-            &target.error_target(name),
-            vec![FieldError::required("target.name")],
-        ));
+        return Err(ApiError::invalid(&target.error_target(name), vec![FieldError::required("target.name")]));
     };
     // Like upstream's GuaranteedUpdate: a write that lost a race with
     // another (a status update, say) is redone on the newer pod.
@@ -70,7 +56,8 @@ fn mark_scheduled(pod: &mut Value) {
         status["conditions"] = json!([]);
     }
     let conditions = status["conditions"].as_array_mut().expect("made an array");
-    let scheduled = json!({"type": "PodScheduled", "status": "True", "lastTransitionTime": crate::api::meta::now_rfc3339()});
+    let scheduled =
+        json!({"type": "PodScheduled", "status": "True", "lastTransitionTime": crate::api::meta::now_rfc3339()});
     match conditions.iter_mut().find(|c| c["type"] == "PodScheduled") {
         Some(c) if c["status"] == "True" => {}
         Some(c) => *c = scheduled,
@@ -83,15 +70,23 @@ const BIND_ATTEMPTS: usize = 5;
 
 /// One attempt at [`bind`]: `Ok(None)` if the pod changed between its read
 /// and the write (the attempt is to be redone).
-async fn bind_once(state: &State, target: &Target, name: &str, node: &str, binding: &Value) -> Result<Option<Value>, ApiError> {
+async fn bind_once(
+    state: &State,
+    target: &Target,
+    name: &str,
+    node: &str,
+    binding: &Value,
+) -> Result<Option<Value>, ApiError> {
     let (mut pod, revision) = load(state, target, name).await?;
     if let Some(uid) = binding.pointer("/metadata/uid").and_then(Value::as_str).filter(|u| !u.is_empty())
         && pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid)
     {
         return Err(ApiError::conflict_because(
             &target.error_target(name),
-            format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("")),
+            format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("")
+            ),
         ));
     }
     if pod.pointer("/metadata/deletionTimestamp").is_some() {
@@ -100,11 +95,7 @@ async fn bind_once(state: &State, target: &Target, name: &str, node: &str, bindi
             "pod is being deleted, cannot be assigned to a host",
         ));
     }
-    if let Some(bound) = pod
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-    {
+    if let Some(bound) = pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
         return Err(ApiError::conflict_because(
             &target.error_target(name),
             format!("pod {name} is already assigned to node {bound:?}"),
@@ -112,10 +103,7 @@ async fn bind_once(state: &State, target: &Target, name: &str, node: &str, bindi
     }
     pod["spec"]["nodeName"] = node.into();
     mark_scheduled(&mut pod);
-    if let Some(annotations) = binding
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-    {
+    if let Some(annotations) = binding.pointer("/metadata/annotations").and_then(Value::as_object) {
         let metadata = metadata_mut(&mut pod);
         let existing = metadata.entry("annotations").or_insert_with(|| json!({}));
         for (k, v) in annotations {
@@ -123,14 +111,10 @@ async fn bind_once(state: &State, target: &Target, name: &str, node: &str, bindi
         }
     }
     let key = target.resource.storage_key(target.namespace.as_deref(), name);
-    match target
-        .store(state)
-        .update(&key, encode(&target.resource, &pod), revision, target.resource.ttl)
-        .await
-    {
-        Ok(_) => Ok(Some(
-            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-        )),
+    match target.store(state).update(&key, encode(&target.resource, &pod), revision, target.resource.ttl).await {
+        Ok(_) => {
+            Ok(Some(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
+        }
         Err(StoreError::Conflict { .. }) => Ok(None),
         Err(e) => Err(store_error(e, &target.error_target(name))),
     }
@@ -138,27 +122,15 @@ async fn bind_once(state: &State, target: &Target, name: &str, node: &str, bindi
 
 /// The label selector of a workload as a string (`app=web,tier=front`).
 fn selector_string(object: &Value) -> String {
-    let Some(labels) = object
-        .pointer("/spec/selector/matchLabels")
-        .and_then(Value::as_object)
-    else {
+    let Some(labels) = object.pointer("/spec/selector/matchLabels").and_then(Value::as_object) else {
         // ReplicationControllers: a plain map.
         return object
             .pointer("/spec/selector")
             .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            })
+            .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(","))
             .unwrap_or_default();
     };
-    labels
-        .iter()
-        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-        .collect::<Vec<_>>()
-        .join(",")
+    labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(",")
 }
 
 fn scale_of(target: &Target, object: &Value) -> Value {
@@ -185,11 +157,7 @@ fn scale_of(target: &Target, object: &Value) -> Value {
 }
 
 /// `GET <workload>/<name>/scale`.
-pub(crate) async fn get_scale(
-    state: &State,
-    target: &Target,
-    name: &str,
-) -> Result<Value, ApiError> {
+pub(crate) async fn get_scale(state: &State, target: &Target, name: &str) -> Result<Value, ApiError> {
     let (object, _) = load(state, target, name).await?;
     Ok(scale_of(target, &object))
 }
@@ -211,9 +179,8 @@ pub(crate) async fn update_scale(
         // A Scale PUT is an object like any other: JSON, YAML or protobuf.
         body::decode_object(bytes, headers)?
     } else {
-        serde_json::from_slice(bytes).map_err(|e| {
-            ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
-        })?
+        serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("the body of the request could not be decoded: {e}")))?
     };
     if *method == Method::PUT {
         scale = input;
@@ -225,8 +192,7 @@ pub(crate) async fn update_scale(
             "application/json-patch+json" => {
                 let patch: json_patch::Patch = serde_json::from_value(input)
                     .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-                json_patch::patch(&mut scale, &patch)
-                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                json_patch::patch(&mut scale, &patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
             }
             other => return Err(ApiError::unsupported_media_type(other)),
         }
@@ -238,44 +204,25 @@ pub(crate) async fn update_scale(
     {
         return Err(ApiError::conflict(&target.error_target(name)));
     }
-    let Some(replicas) = scale
-        .pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .filter(|r| *r >= 0)
-    else {
+    let Some(replicas) = scale.pointer("/spec/replicas").and_then(Value::as_i64).filter(|r| *r >= 0) else {
         return Err(ApiError::invalid(
             &ErrorTargetExt::scale(target, name),
             vec![FieldError::invalid(
                 "spec.replicas",
-                &scale
-                    .pointer("/spec/replicas")
-                    .map(Value::to_string)
-                    .unwrap_or_default(),
+                &scale.pointer("/spec/replicas").map(Value::to_string).unwrap_or_default(),
                 "must be greater than or equal to 0",
             )],
         ));
     };
-    let pointer = super::crd::scale_paths(&target.resource).map_or_else(
-        || "/spec/replicas".to_owned(),
-        |p| crate::api::crd::json_path_pointer(&p.spec_replicas),
-    );
+    let pointer = super::crd::scale_paths(&target.resource)
+        .map_or_else(|| "/spec/replicas".to_owned(), |p| crate::api::crd::json_path_pointer(&p.spec_replicas));
     if object.pointer(&pointer).and_then(Value::as_i64) != Some(replicas) {
         super::crd::set_at(&mut object, &pointer, replicas.into());
-        let generation = object
-            .pointer("/metadata/generation")
-            .and_then(Value::as_i64)
-            .unwrap_or(1);
+        let generation = object.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
         metadata_mut(&mut object).insert("generation".into(), (generation + 1).into());
         super::crd::validate_scaled(target, name, &mut object)?;
         // Like upstream, the writer owns `spec.replicas` through `scale`.
-        super::patching::track_update(
-            target,
-            Some(&old),
-            &mut object,
-            query,
-            headers,
-            Some("scale"),
-        );
+        super::patching::track_update(target, Some(&old), &mut object, query, headers, Some("scale"));
         if !query.dry_run {
             object = save(state, target, name, &object, revision).await?;
         }
@@ -305,17 +252,11 @@ pub(crate) async fn finalize(
 ) -> Result<Value, ApiError> {
     let input = body::decode_object(bytes, headers)?;
     let (mut namespace, revision) = load(state, target, name).await?;
-    let finalizers = input
-        .pointer("/spec/finalizers")
-        .cloned()
-        .unwrap_or_else(|| json!([]));
+    let finalizers = input.pointer("/spec/finalizers").cloned().unwrap_or_else(|| json!([]));
     namespace["spec"]["finalizers"] = finalizers.clone();
     let done = finalizers.as_array().is_none_or(Vec::is_empty)
         && namespace.pointer("/metadata/deletionTimestamp").is_some()
-        && namespace
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .is_none_or(Vec::is_empty);
+        && namespace.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty);
     if done {
         let key = target.resource.storage_key(None, name);
         target

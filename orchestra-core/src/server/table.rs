@@ -41,12 +41,7 @@ pub(crate) enum Output {
 }
 
 fn meta_version(params: &[(String, String)]) -> Option<&'static str> {
-    let get = |k: &str| {
-        params
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.as_str())
-    };
+    let get = |k: &str| params.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
     if get("g") != Some("meta.k8s.io") {
         return None;
     }
@@ -60,17 +55,8 @@ fn meta_version(params: &[(String, String)]) -> Option<&'static str> {
 /// Picks the output of a GET, a list or a watch from `Accept` (clauses in
 /// order, the first one served wins) and `includeObject`. No acceptable
 /// clause: 406 NotAcceptable, like upstream.
-pub(crate) fn negotiate(
-    headers: &HeaderMap,
-    raw_query: Option<&str>,
-    watch: bool,
-) -> Result<Output, ApiError> {
-    let accept = headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect::<Vec<_>>()
-        .join(",");
+pub(crate) fn negotiate(headers: &HeaderMap, raw_query: Option<&str>, watch: bool) -> Result<Output, ApiError> {
+    let accept = headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect::<Vec<_>>().join(",");
     if accept.trim().is_empty() {
         return Ok(Output::Json);
     }
@@ -83,22 +69,14 @@ pub(crate) fn negotiate(
                 Some((k.trim().to_owned(), v.trim().trim_matches('"').to_owned()))
             })
             .collect();
-        if params
-            .iter()
-            .any(|(k, v)| k == "q" && v.parse::<f32>().ok() == Some(0.0))
-        {
+        if params.iter().any(|(k, v)| k == "q" && v.parse::<f32>().ok() == Some(0.0)) {
             continue;
         }
-        let as_ = params
-            .iter()
-            .find(|(k, _)| k == "as")
-            .map(|(_, v)| v.as_str());
+        let as_ = params.iter().find(|(k, _)| k == "as").map(|(_, v)| v.as_str());
         let chosen = match (media.as_str(), as_) {
-            ("application/json" | "application/*" | "*/*", Some("Table")) => meta_version(&params)
-                .map(|version| Output::Table {
-                    version,
-                    include: IncludeObject::Metadata,
-                }),
+            ("application/json" | "application/*" | "*/*", Some("Table")) => {
+                meta_version(&params).map(|version| Output::Table { version, include: IncludeObject::Metadata })
+            }
             (
                 "application/json" | "application/*" | "*/*",
                 Some("PartialObjectMetadata" | "PartialObjectMetadataList"),
@@ -110,10 +88,7 @@ pub(crate) fn negotiate(
             _ => None,
         };
         if let Some(Output::Table { version, .. }) = chosen {
-            return Ok(Output::Table {
-                version,
-                include: include_object(raw_query)?,
-            });
+            return Ok(Output::Table { version, include: include_object(raw_query)? });
         }
         if let Some(output) = chosen {
             return Ok(output);
@@ -144,10 +119,7 @@ fn include_object(raw_query: Option<&str>) -> Result<IncludeObject, ApiError> {
 
 /// The printer of a kind: its own, or Name and Age.
 pub(crate) fn printer_of(resource: &ResourceInfo) -> Printer {
-    resource
-        .printer
-        .clone()
-        .unwrap_or_else(Printer::default_printer)
+    resource.printer.clone().unwrap_or_else(Printer::default_printer)
 }
 
 fn content_type(output: Output, list: bool) -> &'static str {
@@ -159,15 +131,9 @@ fn content_type(output: Output, list: bool) -> &'static str {
         Output::Metadata { version: "v1" } if list => {
             "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
         }
-        Output::Metadata { version: "v1" } => {
-            "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
-        }
-        Output::Metadata { .. } if list => {
-            "application/json;as=PartialObjectMetadataList;v=v1beta1;g=meta.k8s.io"
-        }
-        Output::Metadata { .. } => {
-            "application/json;as=PartialObjectMetadata;v=v1beta1;g=meta.k8s.io"
-        }
+        Output::Metadata { version: "v1" } => "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io",
+        Output::Metadata { .. } if list => "application/json;as=PartialObjectMetadataList;v=v1beta1;g=meta.k8s.io",
+        Output::Metadata { .. } => "application/json;as=PartialObjectMetadata;v=v1beta1;g=meta.k8s.io",
     }
 }
 
@@ -207,12 +173,7 @@ fn convert(value: Value, output: Output, printer: &Printer, list: bool) -> Value
 
 /// Answers a GET of one object (`list: false`) or of a collection,
 /// printing Tables with `printer` (see [`printer_of`]).
-pub(crate) fn respond(
-    result: Result<Value, ApiError>,
-    output: Output,
-    printer: &Printer,
-    list: bool,
-) -> Response {
+pub(crate) fn respond(result: Result<Value, ApiError>, output: Output, printer: &Printer, list: bool) -> Response {
     let value = match result {
         Ok(value) => convert(value, output, printer, list),
         Err(error) => return body::error(&error),
@@ -224,10 +185,7 @@ pub(crate) fn respond(
         Ok(text) => {
             let mut response = Response::new(Body::from(text));
             *response.status_mut() = StatusCode::OK;
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/yaml"),
-            );
+            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
             response
         }
         Err(e) => body::error(&ApiError::internal(e)),
@@ -246,11 +204,7 @@ pub(crate) struct WatchEncoder {
 impl WatchEncoder {
     /// An encoder for watch events of `resource`.
     pub(crate) fn new(output: Output, resource: &Arc<ResourceInfo>) -> WatchEncoder {
-        WatchEncoder {
-            output,
-            printer: printer_of(resource),
-            headers_sent: false,
-        }
+        WatchEncoder { output, printer: printer_of(resource), headers_sent: false }
     }
 
     /// The response's Content-Type.
@@ -261,7 +215,9 @@ impl WatchEncoder {
     /// One event line: `{"type": kind, "object": …}\n`.
     pub(crate) fn encode(&mut self, kind: &str, object: &Value) -> Bytes {
         match self.output {
-            Output::Json | Output::Yaml => event_line(kind, &serde_json::to_vec(object).expect("JSON values serialize")),
+            Output::Json | Output::Yaml => {
+                event_line(kind, &serde_json::to_vec(object).expect("JSON values serialize"))
+            }
             _ if kind == "ERROR" => event_line(kind, &serde_json::to_vec(object).expect("JSON values serialize")),
             _ => self.encode_shaped(kind, object),
         }
@@ -279,13 +235,10 @@ impl WatchEncoder {
     fn encode_shaped(&mut self, kind: &str, object: &Value) -> Bytes {
         let object = match self.output {
             Output::Json | Output::Yaml => object.clone(),
-            Output::Metadata { version } => {
-                partial_object_metadata(object, &format!("meta.k8s.io/{version}"))
-            }
+            Output::Metadata { version } => partial_object_metadata(object, &format!("meta.k8s.io/{version}")),
             Output::Table { version, include } => {
-                let mut table = Table::new(&*self.printer, Timestamp::now())
-                    .include(include)
-                    .metadata_from(&object["metadata"]);
+                let mut table =
+                    Table::new(&*self.printer, Timestamp::now()).include(include).metadata_from(&object["metadata"]);
                 if self.headers_sent {
                     table = table.without_headers();
                 }
@@ -332,42 +285,17 @@ mod tests {
         let cases: Vec<Case<'_>> = vec![
             ("", None, false, Ok(Output::Json)),
             (TBL, None, false, table("v1", IncludeObject::Metadata)),
-            (
-                TBL,
-                Some("includeObject=Object&limit=500"),
-                false,
-                table("v1", IncludeObject::Object),
-            ),
-            (
-                TBL,
-                Some("includeObject=None"),
-                true,
-                table("v1", IncludeObject::None),
-            ),
+            (TBL, Some("includeObject=Object&limit=500"), false, table("v1", IncludeObject::Object)),
+            (TBL, Some("includeObject=None"), true, table("v1", IncludeObject::None)),
             (
                 "application/json;as=Table;v=v1beta1;g=meta.k8s.io",
                 None,
                 false,
                 table("v1beta1", IncludeObject::Metadata),
             ),
-            (
-                "application/json;as=Table;v=v2;g=meta.k8s.io,application/json",
-                None,
-                false,
-                Ok(Output::Json),
-            ),
-            (
-                "application/json;as=Table;v=v2;g=meta.k8s.io",
-                None,
-                false,
-                Err(406),
-            ),
-            (
-                "application/vnd.kubernetes.protobuf,application/json",
-                None,
-                false,
-                Ok(Output::Json),
-            ),
+            ("application/json;as=Table;v=v2;g=meta.k8s.io,application/json", None, false, Ok(Output::Json)),
+            ("application/json;as=Table;v=v2;g=meta.k8s.io", None, false, Err(406)),
+            ("application/vnd.kubernetes.protobuf,application/json", None, false, Ok(Output::Json)),
             ("application/yaml", None, false, Ok(Output::Yaml)),
             ("application/yaml", None, true, Err(406)),
             ("text/html", None, false, Err(406)),
@@ -388,16 +316,8 @@ mod tests {
 
     #[test]
     fn watch_tables_carry_headers_once() {
-        let pods = Arc::new(crate::api::ResourceInfo::of::<
-            k8s_openapi::api::core::v1::Pod,
-        >());
-        let mut encoder = WatchEncoder::new(
-            Output::Table {
-                version: "v1",
-                include: IncludeObject::Metadata,
-            },
-            &pods,
-        );
+        let pods = Arc::new(crate::api::ResourceInfo::of::<k8s_openapi::api::core::v1::Pod>());
+        let mut encoder = WatchEncoder::new(Output::Table { version: "v1", include: IncludeObject::Metadata }, &pods);
         let pod = json!({"metadata": {"name": "p", "resourceVersion": "5"}, "spec": {"containers": [{"name": "c"}]}});
         let decode = |b: Bytes| serde_json::from_slice::<Value>(&b).unwrap();
         let first = decode(encoder.encode("ADDED", &pod));
@@ -411,9 +331,6 @@ mod tests {
         assert_eq!(second["object"]["rows"].as_array().unwrap().len(), 1);
         let status = json!({"kind": "Status", "code": 410});
         assert_eq!(decode(encoder.encode("ERROR", &status))["object"], status);
-        assert_eq!(
-            encoder.content_type(),
-            "application/json;as=Table;v=v1;g=meta.k8s.io"
-        );
+        assert_eq!(encoder.content_type(), "application/json;as=Table;v=v1;g=meta.k8s.io");
     }
 }

@@ -29,7 +29,9 @@ pub(crate) async fn create(
     bytes: &[u8],
 ) -> Result<Value, ApiError> {
     let Some(signer) = state.token_signer.clone() else {
-        return Err(ApiError::no_route(&format!("serviceaccounts/{name}/token (no service account signing key is configured)")));
+        return Err(ApiError::no_route(&format!(
+            "serviceaccounts/{name}/token (no service account signing key is configured)"
+        )));
     };
     let request = body::decode_object(bytes, headers)?;
     let spec = request.get("spec").cloned().unwrap_or_else(|| json!({}));
@@ -38,7 +40,11 @@ pub(crate) async fn create(
     if expiration < MIN_EXPIRATION_SECONDS {
         return Err(ApiError::invalid(
             &error_target,
-            vec![FieldError::invalid("spec.expirationSeconds", &expiration.to_string(), "may not specify a duration less than 10 minutes")],
+            vec![FieldError::invalid(
+                "spec.expirationSeconds",
+                &expiration.to_string(),
+                "may not specify a duration less than 10 minutes",
+            )],
         ));
     }
     let expiration = expiration.min(MAX_EXPIRATION_SECONDS);
@@ -75,7 +81,12 @@ pub(crate) async fn create(
 
 /// The Pod or Secret a token is to be bound to, checked to exist with the
 /// UID given.
-async fn bound_object(state: &State, target: &Target, namespace: &str, reference: &Value) -> Result<BoundObject, ApiError> {
+async fn bound_object(
+    state: &State,
+    target: &Target,
+    namespace: &str,
+    reference: &Value,
+) -> Result<BoundObject, ApiError> {
     let kind = reference.get("kind").and_then(Value::as_str).unwrap_or_default();
     let plural = match kind {
         "Pod" => "pods",
@@ -89,12 +100,8 @@ async fn bound_object(state: &State, target: &Target, namespace: &str, reference
     let name = reference.get("name").and_then(Value::as_str).unwrap_or_default();
     let registry = state.registry();
     let resource = registry.get("", "v1", plural).expect("pods and secrets are built in");
-    let object_target = Target {
-        resource,
-        namespace: Some(namespace.to_owned()),
-        user: target.user.clone(),
-        fenced: None,
-    };
+    let object_target =
+        Target { resource, namespace: Some(namespace.to_owned()), user: target.user.clone(), fenced: None };
     let (object, _) = load(state, &object_target, name).await?;
     let uid = meta_str(&object, "uid").unwrap_or_default().to_owned();
     if let Some(asked) = reference.get("uid").and_then(Value::as_str).filter(|u| !u.is_empty())

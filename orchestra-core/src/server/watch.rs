@@ -57,12 +57,7 @@ fn bookmark(target: &Target, revision: Revision, initial_events_end: bool) -> Va
 }
 
 /// Serves a watch request; events are shaped as negotiated (`output`).
-pub(crate) async fn watch(
-    state: Arc<State>,
-    target: Target,
-    query: Query,
-    output: super::table::Output,
-) -> Response {
+pub(crate) async fn watch(state: Arc<State>, target: Target, query: Query, output: super::table::Output) -> Response {
     match start(state, target, query, output).await {
         Ok(response) => response,
         Err(error) => body::error(&error),
@@ -87,15 +82,12 @@ async fn start(
     let requested = match query.resource_version.as_deref() {
         None | Some("0") => None,
         Some(rv) => Some(
-            rv.parse::<Revision>()
-                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?,
+            rv.parse::<Revision>().map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?,
         ),
     };
     let initial_events = match query.send_initial_events {
         Some(true) => {
-            if query.resource_version_match.as_deref() != Some("NotOlderThan")
-                || !query.allow_watch_bookmarks
-            {
+            if query.resource_version_match.as_deref() != Some("NotOlderThan") || !query.allow_watch_bookmarks {
                 return Err(ApiError::invalid(
                     &target.error_target(""),
                     vec![crate::api::FieldError::invalid(
@@ -121,28 +113,17 @@ async fn start(
         list_query.resource_version_match = None;
         let listed = list_items(&state, &target, &list_query).await?;
         from = listed.revision + 1;
-        initial = listed
-            .items
-            .iter()
-            .map(|item| encoder.encode("ADDED", item))
-            .collect();
+        initial = listed.items.iter().map(|item| encoder.encode("ADDED", item)).collect();
         if query.send_initial_events == Some(true) {
             initial.push(encoder.encode("BOOKMARK", &bookmark(&target, listed.revision, true)));
         }
     }
-    let range = KeyRange::prefix(
-        target
-            .resource
-            .storage_collection(target.namespace.as_deref()),
-    );
+    let range = KeyRange::prefix(target.resource.storage_collection(target.namespace.as_deref()));
     let mut request = WatchRequest::new(range).from_revision(from);
     if query.allow_watch_bookmarks {
         request = request.with_progress_notify(state.options.bookmark_interval);
     }
-    let timeout = query
-        .timeout_seconds
-        .map(Duration::from_secs)
-        .unwrap_or(DEFAULT_TIMEOUT);
+    let timeout = query.timeout_seconds.map(Duration::from_secs).unwrap_or(DEFAULT_TIMEOUT);
     let watch = state.store.watch(request).await;
     tokio::spawn(async move {
         let mut stream = match watch {
@@ -179,13 +160,7 @@ async fn start(
             };
             if response.is_progress_notify() {
                 if query.allow_watch_bookmarks
-                    && tx
-                        .send(
-                            encoder
-                                .encode("BOOKMARK", &bookmark(&target, response.revision, false)),
-                        )
-                        .await
-                        .is_err()
+                    && tx.send(encoder.encode("BOOKMARK", &bookmark(&target, response.revision, false))).await.is_err()
                 {
                     return;
                 }
@@ -202,14 +177,10 @@ async fn start(
         }
     });
     let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|bytes| (Ok::<_, std::convert::Infallible>(bytes), rx))
+        rx.recv().await.map(|bytes| (Ok::<_, std::convert::Infallible>(bytes), rx))
     });
     let mut response = Response::new(Body::from_stream(stream));
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     Ok(response)
 }
 

@@ -153,7 +153,8 @@ mod tests {
         let id = WatchObjects::resource_id(&resource);
         let cache = WatchObjects::default();
         for i in 0..CAPACITY as i64 + 10 {
-            let stored = kv(&format!("c{i}"), i + 1, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"}}"#);
+            let stored =
+                kv(&format!("c{i}"), i + 1, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"}}"#);
             cache.get(&id, &resource, &stored, i + 1).unwrap();
         }
         assert_eq!(cache.len(), CAPACITY);

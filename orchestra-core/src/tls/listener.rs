@@ -92,11 +92,9 @@ pub async fn serve(
                     // leave together (see `CoalescedWrites`).
                     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
                     stream.get_mut().0.coalesce(h2);
-                    let chain = stream
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .map(|chain| PeerCertificates(Arc::new(chain.iter().map(|c| c.clone().into_owned()).collect())));
+                    let chain = stream.get_ref().1.peer_certificates().map(|chain| {
+                        PeerCertificates(Arc::new(chain.iter().map(|c| c.clone().into_owned()).collect()))
+                    });
                     let router = router.map_request(move |mut request: http::Request<Incoming>| {
                         if let Some(chain) = &chain {
                             request.extensions_mut().insert(chain.clone());
@@ -113,9 +111,8 @@ pub async fn serve(
     }
     drop(listener);
     let _ = closing.send(true);
-    let drained = tokio::time::timeout(options.drain_timeout, async {
-        while connections.join_next().await.is_some() {}
-    });
+    let drained =
+        tokio::time::timeout(options.drain_timeout, async { while connections.join_next().await.is_some() {} });
     if drained.await.is_err() {
         tracing::info!(open = connections.len(), "drain timeout: closing the remaining connections");
         connections.shutdown().await;

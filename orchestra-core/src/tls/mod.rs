@@ -43,8 +43,8 @@ pub struct CertificateSubject {
 
 /// Reads the subject of a DER certificate.
 pub fn certificate_subject(certificate: &CertificateDer<'_>) -> Result<CertificateSubject, String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(certificate)
-        .map_err(|e| format!("unparseable client certificate: {e}"))?;
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(certificate).map_err(|e| format!("unparseable client certificate: {e}"))?;
     let subject = cert.subject();
     let common_name = subject
         .iter_common_name()
@@ -88,7 +88,8 @@ pub fn server_config(
     client_auth: ClientAuth,
 ) -> Result<Arc<rustls::ServerConfig>, PkiError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots(client_ca_pem)?), provider.clone());
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots(client_ca_pem)?), provider.clone());
     let verifier = match client_auth {
         ClientAuth::Optional => verifier.allow_unauthenticated(),
         ClientAuth::Required => verifier,
@@ -111,7 +112,9 @@ pub fn client_config(ca_pem: &str, identity: Option<&Credential>) -> Result<Arc<
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots(ca_pem)?);
     let mut config = match identity {
-        Some(identity) => builder.with_client_auth_cert(parse_certificates(&identity.cert_pem)?, private_key(identity)?)?,
+        Some(identity) => {
+            builder.with_client_auth_cert(parse_certificates(&identity.cert_pem)?, private_key(identity)?)?
+        }
         None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];

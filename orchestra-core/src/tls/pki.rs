@@ -365,7 +365,8 @@ mod tests {
         let o: Vec<_> = cert.subject().iter_organization().map(|a| a.as_str().unwrap().to_owned()).collect();
         assert_eq!(cn, ["alice"]);
         assert_eq!(o, ["dev"]);
-        let kubeconfig: serde_json::Value = serde_yaml::from_str(&pki.kubeconfig("https://127.0.0.1:1", "alice", &credential)).unwrap();
+        let kubeconfig: serde_json::Value =
+            serde_yaml::from_str(&pki.kubeconfig("https://127.0.0.1:1", "alice", &credential)).unwrap();
         assert_eq!(kubeconfig["current-context"], "alice");
         assert_eq!(kubeconfig["clusters"][0]["cluster"]["server"], "https://127.0.0.1:1");
     }

@@ -55,11 +55,7 @@ impl Stream {
                 }
             }
         });
-        Stream {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
+        Stream { child, lines, seen: Vec::new() }
     }
 
     /// Waits (up to 20 s) for a line matching `what`.
@@ -416,10 +412,7 @@ async fn call(
     let response = server.router().oneshot(request).await.unwrap();
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
 /// Asserts a failure Status with `code` and `reason`.
@@ -446,125 +439,43 @@ async fn error_statuses_write_nothing() {
     let revision = || async { server.store().status().await.unwrap().revision };
     let before = revision().await;
 
-    status(
-        call(&server, "POST", pods, "application/yaml", "a: [b\n").await,
-        400,
-        "BadRequest",
-    );
-    status(
-        call(&server, "POST", pods, "text/plain", "x").await,
-        415,
-        "UnsupportedMediaType",
-    );
+    status(call(&server, "POST", pods, "application/yaml", "a: [b\n").await, 400, "BadRequest");
+    status(call(&server, "POST", pods, "text/plain", "x").await, 415, "UnsupportedMediaType");
     let huge = format!("{{\"x\":\"{}\"}}", "a".repeat(3 * 1024 * 1024));
-    status(
-        call(&server, "POST", pods, json_type, huge).await,
-        413,
-        "RequestEntityTooLarge",
-    );
+    status(call(&server, "POST", pods, json_type, huge).await, 413, "RequestEntityTooLarge");
     let mut bad_name = good.clone();
     bad_name["metadata"]["name"] = "Bad_Name".into();
-    let body = status(
-        call(&server, "POST", pods, json_type, bad_name.to_string()).await,
-        422,
-        "Invalid",
-    );
+    let body = status(call(&server, "POST", pods, json_type, bad_name.to_string()).await, 422, "Invalid");
     assert_eq!(body["details"]["kind"], "Pod");
-    assert_eq!(
-        body["details"]["causes"][0]["field"], "metadata.name",
-        "{body}"
-    );
-    assert_eq!(
-        body["details"]["causes"][0]["reason"], "FieldValueInvalid",
-        "{body}"
-    );
+    assert_eq!(body["details"]["causes"][0]["field"], "metadata.name", "{body}");
+    assert_eq!(body["details"]["causes"][0]["reason"], "FieldValueInvalid", "{body}");
     let mut unknown = good.clone();
     unknown["metadata"]["name"] = "q".into();
     unknown["spec"]["foo"] = 1.into();
     let body = status(
-        call(
-            &server,
-            "POST",
-            &format!("{pods}?fieldValidation=Strict"),
-            json_type,
-            unknown.to_string(),
-        )
-        .await,
+        call(&server, "POST", &format!("{pods}?fieldValidation=Strict"), json_type, unknown.to_string()).await,
         400,
         "BadRequest",
     );
-    assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .contains(r#"unknown field "spec.foo""#),
-        "{body}"
-    );
+    assert!(body["message"].as_str().unwrap().contains(r#"unknown field "spec.foo""#), "{body}");
     let mut stale = created.clone();
     stale["metadata"]["resourceVersion"] = "1".into();
     stale["metadata"]["labels"]["app"] = "b".into();
-    let body = status(
-        call(
-            &server,
-            "PUT",
-            &format!("{pods}/p"),
-            json_type,
-            stale.to_string(),
-        )
-        .await,
-        409,
-        "Conflict",
-    );
-    assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .contains("the object has been modified"),
-        "{body}"
-    );
+    let body = status(call(&server, "PUT", &format!("{pods}/p"), json_type, stale.to_string()).await, 409, "Conflict");
+    assert!(body["message"].as_str().unwrap().contains("the object has been modified"), "{body}");
+    status(call(&server, "PATCH", &format!("{pods}/p"), json_type, "{}").await, 415, "UnsupportedMediaType");
+    status(call(&server, "DELETE", &format!("{pods}/p"), json_type, "{oops").await, 400, "BadRequest");
+    status(call(&server, "GET", &format!("{pods}/nope"), json_type, "").await, 404, "NotFound");
     status(
-        call(&server, "PATCH", &format!("{pods}/p"), json_type, "{}").await,
-        415,
-        "UnsupportedMediaType",
-    );
-    status(
-        call(&server, "DELETE", &format!("{pods}/p"), json_type, "{oops").await,
-        400,
-        "BadRequest",
-    );
-    status(
-        call(&server, "GET", &format!("{pods}/nope"), json_type, "").await,
-        404,
-        "NotFound",
-    );
-    status(
-        call(
-            &server,
-            "GET",
-            &format!("{pods}?watch=true&sendInitialEvents=true"),
-            json_type,
-            "",
-        )
-        .await,
+        call(&server, "GET", &format!("{pods}?watch=true&sendInitialEvents=true"), json_type, "").await,
         422,
         "Invalid",
     );
     // dryRun=All on every write verb.
     let mut dry = good.clone();
     dry["metadata"]["name"] = "dry".into();
-    let (code, body) = call(
-        &server,
-        "POST",
-        &format!("{pods}?dryRun=All"),
-        json_type,
-        dry.to_string(),
-    )
-    .await;
-    assert_eq!(
-        (code, &body["metadata"]["name"]),
-        (201, &json!("dry")),
-        "{body}"
-    );
+    let (code, body) = call(&server, "POST", &format!("{pods}?dryRun=All"), json_type, dry.to_string()).await;
+    assert_eq!((code, &body["metadata"]["name"]), (201, &json!("dry")), "{body}");
     let (code, body) = call(
         &server,
         "PATCH",
@@ -573,25 +484,10 @@ async fn error_statuses_write_nothing() {
         r#"{"metadata":{"labels":{"app":"dry"}}}"#,
     )
     .await;
-    assert_eq!(
-        (code, &body["metadata"]["labels"]["app"]),
-        (200, &json!("dry")),
-        "{body}"
-    );
-    let (code, _) = call(
-        &server,
-        "DELETE",
-        &format!("{pods}/p?dryRun=All"),
-        json_type,
-        "",
-    )
-    .await;
+    assert_eq!((code, &body["metadata"]["labels"]["app"]), (200, &json!("dry")), "{body}");
+    let (code, _) = call(&server, "DELETE", &format!("{pods}/p?dryRun=All"), json_type, "").await;
     assert_eq!(code, 200);
-    assert_eq!(
-        revision().await,
-        before,
-        "a failed or dry-run request wrote"
-    );
+    assert_eq!(revision().await, before, "a failed or dry-run request wrote");
 
     // Scale: PUT with a stale resourceVersion conflicts, a good one records
     // its manager with subresource scale.
@@ -599,14 +495,7 @@ async fn error_statuses_write_nothing() {
     let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "d"}},
                  "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
-    let (code, _) = call(
-        &server,
-        "POST",
-        deployments,
-        json_type,
-        deployment.to_string(),
-    )
-    .await;
+    let (code, _) = call(&server, "POST", deployments, json_type, deployment.to_string()).await;
     assert_eq!(code, 201);
     let scale_uri = format!("{deployments}/d/scale?fieldManager=hpa");
     let (code, mut scale) = call(&server, "GET", &scale_uri, json_type, "").await;
@@ -614,18 +503,7 @@ async fn error_statuses_write_nothing() {
     scale["spec"]["replicas"] = 5.into();
     let mut stale_scale = scale.clone();
     stale_scale["metadata"]["resourceVersion"] = "1".into();
-    status(
-        call(
-            &server,
-            "PUT",
-            &scale_uri,
-            json_type,
-            stale_scale.to_string(),
-        )
-        .await,
-        409,
-        "Conflict",
-    );
+    status(call(&server, "PUT", &scale_uri, json_type, stale_scale.to_string()).await, 409, "Conflict");
     status(
         call(
             &server,
@@ -638,34 +516,12 @@ async fn error_statuses_write_nothing() {
         409,
         "Conflict",
     );
-    let (code, body) = call(
-        &server,
-        "PUT",
-        &format!("{scale_uri}&dryRun=All"),
-        json_type,
-        scale.to_string(),
-    )
-    .await;
-    assert_eq!(
-        (code, &body["spec"]["replicas"]),
-        (200, &json!(5)),
-        "{body}"
-    );
+    let (code, body) = call(&server, "PUT", &format!("{scale_uri}&dryRun=All"), json_type, scale.to_string()).await;
+    assert_eq!((code, &body["spec"]["replicas"]), (200, &json!(5)), "{body}");
     let (_, live) = call(&server, "GET", &format!("{deployments}/d"), json_type, "").await;
     assert_eq!(live["spec"]["replicas"], 1, "dry run");
-    let (code, body) = call(
-        &server,
-        "PUT",
-        &scale_uri,
-        "application/yaml",
-        scale.to_string(),
-    )
-    .await;
-    assert_eq!(
-        (code, &body["spec"]["replicas"]),
-        (200, &json!(5)),
-        "{body}"
-    );
+    let (code, body) = call(&server, "PUT", &scale_uri, "application/yaml", scale.to_string()).await;
+    assert_eq!((code, &body["spec"]["replicas"]), (200, &json!(5)), "{body}");
     let (_, live) = call(&server, "GET", &format!("{deployments}/d"), json_type, "").await;
     assert_eq!(live["spec"]["replicas"], 5);
     let entry = live["metadata"]["managedFields"]
@@ -676,11 +532,7 @@ async fn error_statuses_write_nothing() {
         .cloned()
         .unwrap_or_default();
     assert_eq!(entry["subresource"], "scale", "{live}");
-    assert_eq!(
-        entry["fieldsV1"],
-        json!({"f:spec": {"f:replicas": {}}}),
-        "{live}"
-    );
+    assert_eq!(entry["fieldsV1"], json!({"f:spec": {"f:replicas": {}}}), "{live}");
 
     // deletecollection with a label selector removes only the matches.
     for (name, app) in [("a1", "x"), ("a2", "x"), ("b1", "y")] {
@@ -690,22 +542,11 @@ async fn error_statuses_write_nothing() {
         let (code, _) = call(&server, "POST", pods, json_type, pod.to_string()).await;
         assert_eq!(code, 201);
     }
-    let (code, body) = call(
-        &server,
-        "DELETE",
-        &format!("{pods}?labelSelector=app%3Dx"),
-        json_type,
-        "",
-    )
-    .await;
+    let (code, body) = call(&server, "DELETE", &format!("{pods}?labelSelector=app%3Dx"), json_type, "").await;
     assert_eq!(code, 200, "{body}");
     let (_, list) = call(&server, "GET", pods, json_type, "").await;
-    let mut names: Vec<&str> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["metadata"]["name"].as_str().unwrap())
-        .collect();
+    let mut names: Vec<&str> =
+        list["items"].as_array().unwrap().iter().map(|p| p["metadata"]["name"].as_str().unwrap()).collect();
     names.sort();
     assert_eq!(names, ["b1", "p"]);
 
@@ -717,9 +558,7 @@ async fn error_statuses_write_nothing() {
         let uri = format!(
             "{pods}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"
         );
-        let request = axum::http::Request::get(uri)
-            .body(axum::body::Body::empty())
-            .unwrap();
+        let request = axum::http::Request::get(uri).body(axum::body::Body::empty()).unwrap();
         let response = server.router().oneshot(request).await.unwrap();
         assert_eq!(response.status().as_u16(), 200);
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
@@ -732,11 +571,7 @@ async fn error_statuses_write_nothing() {
         assert_eq!(types[..3], ["ADDED", "ADDED", "BOOKMARK"], "{events:?}");
         let bookmark = &events[2]["object"]["metadata"];
         assert_eq!(bookmark["annotations"]["k8s.io/initial-events-end"], "true");
-        assert!(
-            bookmark["resourceVersion"]
-                .as_str()
-                .is_some_and(|rv| !rv.is_empty())
-        );
+        assert!(bookmark["resourceVersion"].as_str().is_some_and(|rv| !rv.is_empty()));
     }
 
     // Writes asking for a Table get their object's one-row Table.
@@ -745,10 +580,7 @@ async fn error_statuses_write_nothing() {
             .method(method)
             .uri(uri)
             .header("content-type", content_type)
-            .header(
-                "accept",
-                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
-            )
+            .header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
             .body(axum::body::Body::from(body))
             .unwrap()
     };

@@ -11,9 +11,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use orchestra_core::api::ApiError;
 use orchestra_core::auth::{
-    AdmissionChain, AdmissionPlugin, AdmissionRequest, Attributes, AuthenticatorChain, Authorizer,
-    AuthorizerChain, Decision, ExtensionAuthenticator, IdentityLayer, Operation, TokenFile,
-    UserInfo,
+    AdmissionChain, AdmissionPlugin, AdmissionRequest, Attributes, AuthenticatorChain, Authorizer, AuthorizerChain,
+    Decision, ExtensionAuthenticator, IdentityLayer, Operation, TokenFile, UserInfo,
 };
 use orchestra_core::server::ApiServer;
 use orchestra_store::MemStore;
@@ -57,24 +56,16 @@ impl AdmissionPlugin for StampCreator {
 
     async fn validate(&self, request: &AdmissionRequest) -> Result<(), ApiError> {
         if request.name.starts_with("forbidden-") {
-            return Err(ApiError::forbidden(format!(
-                "StampCreator refuses {:?}",
-                request.name
-            )));
+            return Err(ApiError::forbidden(format!("StampCreator refuses {:?}", request.name)));
         }
         Ok(())
     }
 }
 
 async fn server() -> ApiServer {
-    let tokens =
-        TokenFile::parse("admin-token,admin,1,system:masters\nviewer-token,viewer,2,\n").unwrap();
+    let tokens = TokenFile::parse("admin-token,admin,1,system:masters\nviewer-token,viewer,2,\n").unwrap();
     ApiServer::builder(Arc::new(MemStore::new()))
-        .authenticator(
-            AuthenticatorChain::new()
-                .with(ExtensionAuthenticator)
-                .with(tokens),
-        )
+        .authenticator(AuthenticatorChain::new().with(ExtensionAuthenticator).with(tokens))
         .authorizer(AuthorizerChain::new().with(ReadOnlyUnlessAdmin))
         .admission(AdmissionChain::new().with(StampCreator))
         .build()
@@ -83,18 +74,12 @@ async fn server() -> ApiServer {
 }
 
 async fn post_cm(server: &ApiServer, token: Option<&str>, name: &str) -> (u16, Value) {
-    let mut request = Request::post("/api/v1/namespaces/default/configmaps")
-        .header("content-type", "application/json");
+    let mut request = Request::post("/api/v1/namespaces/default/configmaps").header("content-type", "application/json");
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {token}"));
     }
-    let body =
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}).to_string();
-    let response = server
-        .router()
-        .oneshot(request.body(Body::from(body)).unwrap())
-        .await
-        .unwrap();
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}).to_string();
+    let response = server.router().oneshot(request.body(Body::from(body)).unwrap()).await.unwrap();
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     (status, serde_json::from_slice(&bytes).unwrap())
@@ -104,10 +89,7 @@ async fn post_cm(server: &ApiServer, token: Option<&str>, name: &str) -> (u16, V
 async fn tokens_authorizers_and_admission() {
     let server = server().await;
     let (status, body) = post_cm(&server, None, "a").await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (401, Some("Unauthorized"))
-    );
+    assert_eq!((status, body["reason"].as_str()), (401, Some("Unauthorized")));
     let (status, _) = post_cm(&server, Some("made-up"), "a").await;
     assert_eq!(status, 401, "an invalid token is never anonymous");
     let (status, body) = post_cm(&server, Some("viewer-token"), "a").await;
@@ -141,24 +123,16 @@ async fn tokens_authorizers_and_admission() {
 async fn in_process_clients_carry_an_identity() {
     let server = server().await;
     let admin = tower::ServiceBuilder::new()
-        .layer(IdentityLayer(UserInfo::new(
-            "system:kube-controller-manager",
-            &["system:masters"],
-        )))
+        .layer(IdentityLayer(UserInfo::new("system:kube-controller-manager", &["system:masters"])))
         .service(server.router());
     let client = kube::Client::new(admin, "default");
     let cms: Api<ConfigMap> = Api::default_namespaced(client);
-    let cm: ConfigMap =
-        serde_json::from_value(json!({"metadata": {"name": "from-inside"}})).unwrap();
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "from-inside"}})).unwrap();
     let created = cms.create(&PostParams::default(), &cm).await.unwrap();
-    assert_eq!(
-        created.metadata.annotations.unwrap()["created-by"],
-        "system:kube-controller-manager"
-    );
+    assert_eq!(created.metadata.annotations.unwrap()["created-by"], "system:kube-controller-manager");
 
     // Without an identity, the same in-process service is anonymous and refused.
-    let anonymous: Api<ConfigMap> =
-        Api::default_namespaced(kube::Client::new(server.router(), "default"));
+    let anonymous: Api<ConfigMap> = Api::default_namespaced(kube::Client::new(server.router(), "default"));
     let err = anonymous.list(&Default::default()).await.unwrap_err();
     assert!(matches!(err, kube::Error::Api(s) if s.code == 401));
 }

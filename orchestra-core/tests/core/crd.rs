@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{
-    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
-};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::core::{DynamicObject, GroupVersionKind};
 use kube::discovery::ApiResource;
 use kube::{CustomResource, CustomResourceExt};
@@ -49,28 +47,15 @@ pub struct WidgetStatus {
 }
 
 fn widget(name: &str, replicas: i32) -> Widget {
-    Widget::new(
-        name,
-        WidgetSpec {
-            replicas,
-            size: "small".into(),
-        },
-    )
+    Widget::new(name, WidgetSpec { replicas, size: "small".into() })
 }
 
 /// Waits until the CRD is Established.
 async fn established(crds: &Api<CustomResourceDefinition>, name: &str) -> CustomResourceDefinition {
     for _ in 0..300 {
         let crd = crds.get(name).await.unwrap();
-        let conditions = crd
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default();
-        if conditions
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True")
-        {
+        let conditions = crd.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+        if conditions.iter().any(|c| c.type_ == "Established" && c.status == "True") {
             return crd;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -97,10 +82,7 @@ async fn kube_rs_drives_custom_resources() {
     let server = support::server().await;
     let client = orchestra_core::client::in_process(&server, "default");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = crds
-        .create(&PostParams::default(), &Widget::crd())
-        .await
-        .unwrap();
+    let crd = crds.create(&PostParams::default(), &Widget::crd()).await.unwrap();
     assert_eq!(crd.metadata.name.as_deref(), Some("widgets.example.com"));
     let crd = established(&crds, "widgets.example.com").await;
     let status = crd.status.unwrap();
@@ -111,45 +93,25 @@ async fn kube_rs_drives_custom_resources() {
             .conditions
             .unwrap()
             .iter()
-            .any(|c| c.type_ == "NamesAccepted"
-                && c.status == "True"
-                && c.reason.as_deref() == Some("NoConflicts"))
+            .any(|c| c.type_ == "NamesAccepted" && c.status == "True" && c.reason.as_deref() == Some("NoConflicts"))
     );
 
     // Discovery (aggregated, as kube-rs asks for it) lists the kind at once.
     let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
-    let (found, caps) = discovery
-        .resolve_gvk(&GroupVersionKind::gvk("example.com", "v1", "Widget"))
-        .expect("Widget is discovered");
+    let (found, caps) =
+        discovery.resolve_gvk(&GroupVersionKind::gvk("example.com", "v1", "Widget")).expect("Widget is discovered");
     assert_eq!(found.plural, "widgets");
-    assert!(
-        caps.subresources
-            .iter()
-            .any(|(s, _)| s.plural == "widgets/scale" || s.plural == "scale"),
-        "{caps:?}"
-    );
+    assert!(caps.subresources.iter().any(|(s, _)| s.plural == "widgets/scale" || s.plural == "scale"), "{caps:?}");
 
     // Typed CRUD through the derived type.
     let widgets: Api<Widget> = Api::default_namespaced(client.clone());
     let mut with_status = widget("w1", 1);
-    with_status.status = Some(WidgetStatus {
-        replicas: 7,
-        selector: None,
-    });
-    let created = widgets
-        .create(&PostParams::default(), &with_status)
-        .await
-        .unwrap();
+    with_status.status = Some(WidgetStatus { replicas: 7, selector: None });
+    let created = widgets.create(&PostParams::default(), &with_status).await.unwrap();
     assert_eq!(created.metadata.generation, Some(1));
-    assert!(
-        created.status.is_none(),
-        "create ignores status with the status subresource"
-    );
+    assert!(created.status.is_none(), "create ignores status with the status subresource");
     assert_eq!(widgets.get("w1").await.unwrap().spec.replicas, 1);
-    widgets
-        .create(&PostParams::default(), &widget("w2", 2))
-        .await
-        .unwrap();
+    widgets.create(&PostParams::default(), &widget("w2", 2)).await.unwrap();
     let names: Vec<String> = widgets
         .list(&ListParams::default())
         .await
@@ -161,10 +123,7 @@ async fn kube_rs_drives_custom_resources() {
     assert_eq!(names, ["w1", "w2"]);
 
     // Dynamic access, pruning, merge and JSON patches, generation.
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
-        "widgets",
-    );
+    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.com", "v1", "Widget"), "widgets");
     let dynamic: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);
     let mut object: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "example.com/v1", "kind": "Widget",
@@ -173,46 +132,22 @@ async fn kube_rs_drives_custom_resources() {
         "extra": true,
     }))
     .unwrap();
-    let created = dynamic
-        .create(&PostParams::default(), &object)
-        .await
-        .unwrap();
-    assert_eq!(
-        created.data["spec"],
-        json!({"replicas": 3, "size": "large"})
-    );
+    let created = dynamic.create(&PostParams::default(), &object).await.unwrap();
+    assert_eq!(created.data["spec"], json!({"replicas": 3, "size": "large"}));
     assert!(created.data.get("extra").is_none());
-    let patched = dynamic
-        .patch(
-            "d1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 4}})),
-        )
-        .await
-        .unwrap();
+    let patched =
+        dynamic.patch("d1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}}))).await.unwrap();
     assert_eq!(patched.data["spec"]["replicas"], 4);
     assert_eq!(patched.metadata.generation, Some(2));
-    let patch =
-        serde_json::from_value(json!([{"op": "replace", "path": "/spec/size", "value": "small"}]))
-            .unwrap();
-    let patched = dynamic
-        .patch("d1", &PatchParams::default(), &Patch::<()>::Json(patch))
-        .await
-        .unwrap();
+    let patch = serde_json::from_value(json!([{"op": "replace", "path": "/spec/size", "value": "small"}])).unwrap();
+    let patched = dynamic.patch("d1", &PatchParams::default(), &Patch::<()>::Json(patch)).await.unwrap();
     assert_eq!(patched.data["spec"]["size"], "small");
     assert_eq!(patched.metadata.generation, Some(3));
     object.metadata = patched.metadata.clone();
     object.data["spec"] = json!({"replicas": 4, "size": "small"});
     object.data["metadata"] = json!(null);
-    let replaced = dynamic
-        .replace("d1", &PostParams::default(), &object)
-        .await
-        .unwrap();
-    assert_eq!(
-        replaced.metadata.generation,
-        Some(3),
-        "no spec change, no new generation"
-    );
+    let replaced = dynamic.replace("d1", &PostParams::default(), &object).await.unwrap();
+    assert_eq!(replaced.metadata.generation, Some(3), "no spec change, no new generation");
 
     // Invalid objects: 422 with causes in upstream's words.
     let bad: DynamicObject = serde_json::from_value(json!({
@@ -221,21 +156,13 @@ async fn kube_rs_drives_custom_resources() {
         "spec": {"replicas": "three"},
     }))
     .unwrap();
-    let err = dynamic
-        .create(&PostParams::default(), &bad)
-        .await
-        .unwrap_err();
-    let kube::Error::Api(status) = &err else {
-        panic!("{err:?}")
-    };
-    assert_eq!(
-        (status.code, status.reason.as_str()),
-        (422, "Invalid"),
-        "{status:?}"
-    );
+    let err = dynamic.create(&PostParams::default(), &bad).await.unwrap_err();
+    let kube::Error::Api(status) = &err else { panic!("{err:?}") };
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"), "{status:?}");
     assert!(
-        status.message.contains("spec.replicas: Invalid value: \"string\": spec.replicas in body must be of type integer: \"string\"")
-            && status.message.contains("spec.size: Required value"),
+        status.message.contains(
+            "spec.replicas: Invalid value: \"string\": spec.replicas in body must be of type integer: \"string\""
+        ) && status.message.contains("spec.size: Required value"),
         "{}",
         status.message
     );
@@ -245,66 +172,32 @@ async fn kube_rs_drives_custom_resources() {
         .patch_status(
             "w1",
             &PatchParams::default(),
-            &Patch::Merge(
-                json!({"status": {"replicas": 1, "selector": "app=w1"}, "spec": {"replicas": 9}}),
-            ),
+            &Patch::Merge(json!({"status": {"replicas": 1, "selector": "app=w1"}, "spec": {"replicas": 9}})),
         )
         .await
         .unwrap();
     assert_eq!(updated.status.as_ref().unwrap().replicas, 1);
     assert_eq!(updated.spec.replicas, 1);
     assert_eq!(updated.metadata.generation, Some(1));
-    let updated = widgets
-        .patch(
-            "w1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"replicas": 5}})),
-        )
-        .await
-        .unwrap();
+    let updated =
+        widgets.patch("w1", &PatchParams::default(), &Patch::Merge(json!({"status": {"replicas": 5}}))).await.unwrap();
     assert_eq!(updated.status.unwrap().replicas, 1);
 
     // Scale subresource.
     let scale = widgets.get_scale("w1").await.unwrap();
     assert_eq!(scale.spec.unwrap().replicas, Some(1));
     let scale_status = scale.status.unwrap();
-    assert_eq!(
-        (scale_status.replicas, scale_status.selector.as_deref()),
-        (1, Some("app=w1"))
-    );
-    widgets
-        .patch_scale(
-            "w1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 4}})),
-        )
-        .await
-        .unwrap();
+    assert_eq!((scale_status.replicas, scale_status.selector.as_deref()), (1, Some("app=w1")));
+    widgets.patch_scale("w1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}}))).await.unwrap();
     let scaled = widgets.get("w1").await.unwrap();
     assert_eq!(scaled.spec.replicas, 4);
     assert_eq!(scaled.metadata.generation, Some(2));
 
     // Watch.
-    let version = widgets
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let mut events = widgets
-        .watch(&WatchParams::default().timeout(5), &version)
-        .await
-        .unwrap()
-        .boxed();
-    widgets
-        .create(&PostParams::default(), &widget("w3", 1))
-        .await
-        .unwrap();
-    widgets
-        .delete("w3", &DeleteParams::default())
-        .await
-        .unwrap();
+    let version = widgets.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut events = widgets.watch(&WatchParams::default().timeout(5), &version).await.unwrap().boxed();
+    widgets.create(&PostParams::default(), &widget("w3", 1)).await.unwrap();
+    widgets.delete("w3", &DeleteParams::default()).await.unwrap();
     let mut seen = Vec::new();
     while let Some(event) = events.try_next().await.unwrap() {
         match event {
@@ -328,10 +221,8 @@ async fn kube_rs_drives_custom_resources() {
     let mut accepted = None;
     for _ in 0..300 {
         let crd = crds.get("gadgets.example.com").await.unwrap();
-        if let Some(c) = crd
-            .status
-            .and_then(|s| s.conditions)
-            .and_then(|c| c.into_iter().find(|c| c.type_ == "NamesAccepted"))
+        if let Some(c) =
+            crd.status.and_then(|s| s.conditions).and_then(|c| c.into_iter().find(|c| c.type_ == "NamesAccepted"))
         {
             accepted = Some(c);
             break;
@@ -340,26 +231,16 @@ async fn kube_rs_drives_custom_resources() {
     }
     let accepted = accepted.unwrap();
     // Kind and listKind are both taken; upstream reports the last conflict.
-    assert_eq!(
-        (accepted.status.as_str(), accepted.reason.as_deref()),
-        ("False", Some("ListKindConflict"))
-    );
-    assert_eq!(
-        accepted.message.as_deref(),
-        Some("\"WidgetList\" is already in use")
-    );
-    crds.delete("gadgets.example.com", &DeleteParams::default())
-        .await
-        .unwrap();
+    assert_eq!((accepted.status.as_str(), accepted.reason.as_deref()), ("False", Some("ListKindConflict")));
+    assert_eq!(accepted.message.as_deref(), Some("\"WidgetList\" is already in use"));
+    crds.delete("gadgets.example.com", &DeleteParams::default()).await.unwrap();
 
     // Deleting the CRD deletes its instances and stops serving the kind;
     // instances with finalizers are waited for, and no new one is created.
     let mut kept = widget("kept", 1);
     kept.metadata.finalizers = Some(vec!["example.com/keep".into()]);
     widgets.create(&PostParams::default(), &kept).await.unwrap();
-    crds.delete("widgets.example.com", &DeleteParams::default())
-        .await
-        .unwrap();
+    crds.delete("widgets.example.com", &DeleteParams::default()).await.unwrap();
     let mut terminating = None;
     for _ in 0..300 {
         // The condition is written before instances are deleted: read the
@@ -367,66 +248,37 @@ async fn kube_rs_drives_custom_resources() {
         let kept = widgets.get("kept").await.unwrap();
         let crd = crds.get("widgets.example.com").await.unwrap();
         if kept.metadata.deletion_timestamp.is_some() {
-            terminating = crd
-                .status
-                .and_then(|s| s.conditions)
-                .and_then(|c| c.into_iter().find(|c| c.type_ == "Terminating"));
+            terminating =
+                crd.status.and_then(|s| s.conditions).and_then(|c| c.into_iter().find(|c| c.type_ == "Terminating"));
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let terminating = terminating.expect("the CRD is terminating");
-    assert_eq!(
-        terminating.reason.as_deref(),
-        Some("InstanceDeletionInProgress")
-    );
-    assert!(
-        widgets.get("w1").await.is_err(),
-        "instances without finalizers are gone"
-    );
-    let err = widgets
-        .create(&PostParams::default(), &widget("late", 1))
-        .await
-        .unwrap_err();
+    assert_eq!(terminating.reason.as_deref(), Some("InstanceDeletionInProgress"));
+    assert!(widgets.get("w1").await.is_err(), "instances without finalizers are gone");
+    let err = widgets.create(&PostParams::default(), &widget("late", 1)).await.unwrap_err();
     assert!(
         matches!(&err, kube::Error::Api(s) if s.code == 405 && s.message == "create not allowed while custom resource definition is terminating"),
         "{err:?}"
     );
     widgets
-        .patch(
-            "kept",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
+        .patch("kept", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
         .await
         .unwrap();
     gone(&crds, "widgets.example.com").await;
     let err = widgets.list(&ListParams::default()).await.unwrap_err();
-    assert!(
-        matches!(&err, kube::Error::Api(s) if s.code == 404),
-        "{err:?}"
-    );
+    assert!(matches!(&err, kube::Error::Api(s) if s.code == 404), "{err:?}");
     let left = server
         .store()
-        .range(orchestra_store::RangeRequest::new(
-            orchestra_store::KeyRange::prefix("/registry/example.com/widgets/"),
-        ))
+        .range(orchestra_store::RangeRequest::new(orchestra_store::KeyRange::prefix("/registry/example.com/widgets/")))
         .await
         .unwrap();
     assert!(left.kvs.is_empty(), "instances remain");
     // Re-created, the kind starts empty.
-    crds.create(&PostParams::default(), &Widget::crd())
-        .await
-        .unwrap();
+    crds.create(&PostParams::default(), &Widget::crd()).await.unwrap();
     established(&crds, "widgets.example.com").await;
-    assert!(
-        widgets
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+    assert!(widgets.list(&ListParams::default()).await.unwrap().items.is_empty());
 }
 
 /// Invalid CRDs are refused with upstream's causes.
@@ -439,18 +291,16 @@ async fn invalid_definitions_are_refused() {
     crd.metadata.name = Some("widgets.other.com".into());
     crd.spec.versions[0].storage = false;
     let err = crds.create(&PostParams::default(), &crd).await.unwrap_err();
-    let kube::Error::Api(status) = &err else {
-        panic!("{err:?}")
-    };
+    let kube::Error::Api(status) = &err else { panic!("{err:?}") };
     assert_eq!(status.code, 422);
-    assert!(status.message.contains("metadata.name: Invalid value: \"widgets.other.com\": must be spec.names.plural+\".\"+spec.group"), "{}", status.message);
     assert!(
-        status
-            .message
-            .contains("must have exactly one version marked as storage version"),
+        status.message.contains(
+            "metadata.name: Invalid value: \"widgets.other.com\": must be spec.names.plural+\".\"+spec.group"
+        ),
         "{}",
         status.message
     );
+    assert!(status.message.contains("must have exactly one version marked as storage version"), "{}", status.message);
 
     // Missing fields are causes too, not decoding errors.
     let resource = ApiResource::erase::<CustomResourceDefinition>(&());
@@ -461,22 +311,11 @@ async fn invalid_definitions_are_refused() {
         "spec": {"group": "example.com", "names": {"plural": "things", "kind": "Thing"}, "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {}}}}}}}]},
     }))
     .unwrap();
-    let err = dynamic
-        .create(&PostParams::default(), &object)
-        .await
-        .unwrap_err();
-    let kube::Error::Api(status) = &err else {
-        panic!("{err:?}")
-    };
+    let err = dynamic.create(&PostParams::default(), &object).await.unwrap_err();
+    let kube::Error::Api(status) = &err else { panic!("{err:?}") };
     assert_eq!(status.code, 422, "{status:?}");
-    let causes: Vec<String> = status
-        .details
-        .as_ref()
-        .unwrap()
-        .causes
-        .iter()
-        .map(|c| format!("{}: {}", c.field, c.message))
-        .collect();
+    let causes: Vec<String> =
+        status.details.as_ref().unwrap().causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
     assert_eq!(
         causes,
         [
@@ -628,37 +467,21 @@ async fn kubectl_and_restart() {
     // A new server on the same store still serves the kind.
     let restarted = ApiServer::builder(store.clone()).build().await.unwrap();
     let client = orchestra_core::client::in_process(&restarted, "default");
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("tools.example.org", "v1", "Gizmo"),
-        "gizmos",
-    );
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("tools.example.org", "v1", "Gizmo"), "gizmos");
     let gizmos: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &resource);
     let g1 = gizmos.get("g1").await.unwrap();
     assert_eq!(g1.data["spec"]["replicas"], 3);
     // v1beta1 has no status subresource: status is content, and bumps generation.
-    let beta = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("tools.example.org", "v1beta1", "Gizmo"),
-        "gizmos",
-    );
+    let beta =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("tools.example.org", "v1beta1", "Gizmo"), "gizmos");
     let beta: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &beta);
     let before = beta.get("g1").await.unwrap();
-    assert_eq!(
-        before.types.as_ref().unwrap().api_version,
-        "tools.example.org/v1beta1"
-    );
-    let after = beta
-        .patch(
-            "g1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"note": "x"}})),
-        )
-        .await
-        .unwrap();
+    assert_eq!(before.types.as_ref().unwrap().api_version, "tools.example.org/v1beta1");
+    let after =
+        beta.patch("g1", &PatchParams::default(), &Patch::Merge(json!({"status": {"note": "x"}}))).await.unwrap();
     assert_eq!(after.data["status"]["note"], "x");
-    assert_eq!(
-        after.metadata.generation.unwrap(),
-        before.metadata.generation.unwrap() + 1
-    );
+    assert_eq!(after.metadata.generation.unwrap(), before.metadata.generation.unwrap() + 1);
 
     // Deleting the CRD through kubectl removes the kind from discovery.
     let address = support::listen(&restarted).await;
@@ -671,16 +494,12 @@ async fn kubectl_and_restart() {
         let (ok, _, err) = kubectl(&path, &["get", "gizmos"], None);
         assert!(!ok);
         assert!(
-            err.contains("the server doesn't have a resource type \"gizmos\"")
-                || err.contains("NotFound"),
+            err.contains("the server doesn't have a resource type \"gizmos\"") || err.contains("NotFound"),
             "{err}"
         );
     })
     .await
     .unwrap();
     let err = gizmos.get("g1").await.unwrap_err();
-    assert!(
-        matches!(&err, kube::Error::Api(s) if s.code == 404),
-        "{err:?}"
-    );
+    assert!(matches!(&err, kube::Error::Api(s) if s.code == 404), "{err:?}");
 }

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use super::crd::kubeconfig;
-use super::support::kubectl;
 use super::support;
+use super::support::kubectl;
 
 /// A running, ready pod labelled `app=web` (optionally bound to a node).
 async fn running_pod(pods: &Api<Pod>, name: &str, node: Option<&str>) -> Pod {
@@ -25,12 +25,7 @@ async fn running_pod(pods: &Api<Pod>, name: &str, node: Option<&str>) -> Pod {
             "uid": "00000000-0000-0000-0000-000000000001", "controller": true,
         }]);
     }
-    pods.create(
-        &PostParams::default(),
-        &serde_json::from_value(pod).unwrap(),
-    )
-    .await
-    .unwrap();
+    pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
     pods.patch_status(
         name,
         &PatchParams::default(),
@@ -67,35 +62,20 @@ async fn evictions_respect_disruption_budgets() {
     for name in ["p1", "p2", "p3"] {
         running_pod(&pods, name, None).await;
     }
-    budgets
-        .create(&PostParams::default(), &budget(json!({"minAvailable": 2})))
-        .await
-        .unwrap();
+    budgets.create(&PostParams::default(), &budget(json!({"minAvailable": 2}))).await.unwrap();
 
     // 3 healthy, 2 needed: one eviction is allowed (computed from live pods).
     let status = pods.evict("p1", &EvictParams::default()).await.unwrap();
-    assert_eq!(
-        status.status,
-        Some(kube::core::response::StatusSummary::Success)
-    );
+    assert_eq!(status.status, Some(kube::core::response::StatusSummary::Success));
     assert!(matches!(pods.get("p1").await, Err(kube::Error::Api(s)) if s.code == 404));
 
     // 2 healthy, 2 needed: blocked with upstream's 429.
     let status = status_of(pods.evict("p2", &EvictParams::default()).await.unwrap_err());
-    assert_eq!(
-        (status.code, status.reason.as_str()),
-        (429, "TooManyRequests")
-    );
-    assert_eq!(
-        status.message,
-        "Cannot evict pod as it would violate the pod's disruption budget."
-    );
+    assert_eq!((status.code, status.reason.as_str()), (429, "TooManyRequests"));
+    assert_eq!(status.message, "Cannot evict pod as it would violate the pod's disruption budget.");
     let cause = &status.details.unwrap().causes[0];
     assert_eq!(cause.reason, "DisruptionBudget");
-    assert_eq!(
-        cause.message,
-        "The disruption budget web needs 2 healthy pods and has 2 currently"
-    );
+    assert_eq!(cause.message, "The disruption budget web needs 2 healthy pods and has 2 currently");
     assert!(pods.get("p2").await.is_ok());
 
     // Pending pods are evictable whatever the budget says.
@@ -123,44 +103,20 @@ async fn evictions_respect_disruption_budgets() {
     let status = status_of(pods.evict("p3", &EvictParams::default()).await.unwrap_err());
     assert_eq!(status.code, 429);
 
-    budgets
-        .delete("web", &DeleteParams::default())
-        .await
-        .unwrap();
+    budgets.delete("web", &DeleteParams::default()).await.unwrap();
 
     // Two budgets for one pod: upstream's 500.
-    budgets
-        .create(
-            &PostParams::default(),
-            &budget(json!({"maxUnavailable": 1})),
-        )
-        .await
-        .unwrap();
+    budgets.create(&PostParams::default(), &budget(json!({"maxUnavailable": 1}))).await.unwrap();
     let mut second = budget(json!({"maxUnavailable": 1}));
     second.metadata.name = Some("web-2".into());
-    budgets
-        .create(&PostParams::default(), &second)
-        .await
-        .unwrap();
+    budgets.create(&PostParams::default(), &second).await.unwrap();
     let status = status_of(pods.evict("p3", &EvictParams::default()).await.unwrap_err());
     assert_eq!(status.code, 500);
-    assert!(
-        status
-            .message
-            .contains("This pod has more than one PodDisruptionBudget"),
-        "{}",
-        status.message
-    );
+    assert!(status.message.contains("This pod has more than one PodDisruptionBudget"), "{}", status.message);
     // With a budget charged, a conflicting delete is a 429 (upstream), so
     // the precondition below is checked without budgets.
-    budgets
-        .delete("web-2", &DeleteParams::default())
-        .await
-        .unwrap();
-    budgets
-        .delete("web", &DeleteParams::default())
-        .await
-        .unwrap();
+    budgets.delete("web-2", &DeleteParams::default()).await.unwrap();
+    budgets.delete("web", &DeleteParams::default()).await.unwrap();
 
     // Over raw HTTP (kube-rs sends its delete options as `delete_options`,
     // which the API ignores): a failed precondition is a conflict.
@@ -183,8 +139,7 @@ async fn evictions_respect_disruption_budgets() {
         .await
         .unwrap();
     assert_eq!(response.status(), 201);
-    let body: Value =
-        serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(body["status"], "Success");
     assert!(matches!(pods.get("p3").await, Err(kube::Error::Api(s)) if s.code == 404));
 
@@ -194,14 +149,8 @@ async fn evictions_respect_disruption_budgets() {
     let bound = pods.get("bound").await.unwrap();
     assert!(bound.metadata.deletion_timestamp.is_some());
     let conditions = bound.status.unwrap().conditions.unwrap();
-    let target = conditions
-        .iter()
-        .find(|c| c.type_ == "DisruptionTarget")
-        .unwrap();
-    assert_eq!(
-        (target.status.as_str(), target.reason.as_deref()),
-        ("True", Some("EvictionByEvictionAPI"))
-    );
+    let target = conditions.iter().find(|c| c.type_ == "DisruptionTarget").unwrap();
+    assert_eq!((target.status.as_str(), target.reason.as_deref()), ("True", Some("EvictionByEvictionAPI")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,10 +159,7 @@ async fn kubectl_drain_evicts_pods_of_a_node() {
     let client = orchestra_core::client::in_process(&server, "default");
     let nodes: Api<Node> = Api::all(client.clone());
     nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap(),
-        )
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap())
         .await
         .unwrap();
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
@@ -223,62 +169,31 @@ async fn kubectl_drain_evicts_pods_of_a_node() {
     let dir = kubeconfig(address);
     let path = dir.path().to_owned();
     let budgets: Api<PodDisruptionBudget> = Api::default_namespaced(client.clone());
-    budgets
-        .create(&PostParams::default(), &budget(json!({"minAvailable": 2})))
-        .await
-        .unwrap();
+    budgets.create(&PostParams::default(), &budget(json!({"minAvailable": 2}))).await.unwrap();
     let blocked_path = dir.path().to_owned();
     tokio::task::spawn_blocking(move || {
-        let (ok, out, err) = kubectl(
-            &blocked_path,
-            &[
-                "drain",
-                "n1",
-                "--ignore-daemonsets",
-                "--timeout=2s",
-                "--grace-period=0",
-            ],
-            None,
-        );
+        let (ok, out, err) =
+            kubectl(&blocked_path, &["drain", "n1", "--ignore-daemonsets", "--timeout=2s", "--grace-period=0"], None);
         assert!(!ok, "{out}");
-        assert!(
-            err.contains("Cannot evict pod as it would violate the pod's disruption budget."),
-            "{out}\n{err}"
-        );
+        assert!(err.contains("Cannot evict pod as it would violate the pod's disruption budget."), "{out}\n{err}");
     })
     .await
     .unwrap();
-    budgets
-        .delete("web", &DeleteParams::default())
-        .await
-        .unwrap();
+    budgets.delete("web", &DeleteParams::default()).await.unwrap();
     tokio::task::spawn_blocking(move || {
         // No kubelet runs here: a graceful delete would wait for one forever,
         // so the drain asks for an immediate one.
         let (ok, out, err) = kubectl(
             &path,
-            &[
-                "drain",
-                "n1",
-                "--ignore-daemonsets",
-                "--delete-emptydir-data",
-                "--timeout=20s",
-                "--grace-period=0",
-            ],
+            &["drain", "n1", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=20s", "--grace-period=0"],
             None,
         );
         assert!(ok, "{out}\n{err}");
-        assert!(
-            out.contains("pod/web-1 evicted") && out.contains("node/n1 drained"),
-            "{out}\n{err}"
-        );
+        assert!(out.contains("pod/web-1 evicted") && out.contains("node/n1 drained"), "{out}\n{err}");
     })
     .await
     .unwrap();
     assert!(matches!(pods.get("web-1").await, Err(kube::Error::Api(s)) if s.code == 404));
     assert!(pods.get("elsewhere").await.is_ok());
-    assert_eq!(
-        nodes.get("n1").await.unwrap().spec.unwrap().unschedulable,
-        Some(true)
-    );
+    assert_eq!(nodes.get("n1").await.unwrap().spec.unwrap().unschedulable, Some(true));
 }

@@ -9,34 +9,22 @@ use tower::ServiceExt;
 
 use super::support;
 
-async fn call(
-    server: &orchestra_core::server::ApiServer,
-    request: Request<Body>,
-) -> (StatusCode, String, Value) {
+async fn call(server: &orchestra_core::server::ApiServer, request: Request<Body>) -> (StatusCode, String, Value) {
     let response = server.router().oneshot(request).await.unwrap();
     let status = response.status();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
+    let content_type =
+        response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     (status, content_type, value)
 }
 
 fn get(uri: &str, accept: &str) -> Request<Body> {
-    Request::get(uri)
-        .header("accept", accept)
-        .body(Body::empty())
-        .unwrap()
+    Request::get(uri).header("accept", accept).body(Body::empty()).unwrap()
 }
 
 fn post(uri: &str, content_type: &str, body: impl Into<Body>) -> Request<Body> {
-    Request::post(uri)
-        .header("content-type", content_type)
-        .body(body.into())
-        .unwrap()
+    Request::post(uri).header("content-type", content_type).body(body.into()).unwrap()
 }
 
 const AGG: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
@@ -46,22 +34,10 @@ async fn discovery_shapes() {
     let server = support::server().await;
     let (status, content_type, body) = call(&server, get("/apis", AGG)).await;
     assert_eq!(status, 200);
-    assert_eq!(
-        content_type,
-        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-    );
-    let apps = body["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["metadata"]["name"] == "apps")
-        .unwrap();
-    let deployments = apps["versions"][0]["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["resource"] == "deployments")
-        .unwrap();
+    assert_eq!(content_type, "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList");
+    let apps = body["items"].as_array().unwrap().iter().find(|g| g["metadata"]["name"] == "apps").unwrap();
+    let deployments =
+        apps["versions"][0]["resources"].as_array().unwrap().iter().find(|r| r["resource"] == "deployments").unwrap();
     assert_eq!(deployments["responseKind"]["kind"], "Deployment");
     assert_eq!(deployments["shortNames"], json!(["deploy"]));
     assert!(
@@ -72,14 +48,8 @@ async fn discovery_shapes() {
             .any(|s| s["subresource"] == "scale" && s["responseKind"]["group"] == "autoscaling")
     );
 
-    let (_, content_type, body) = call(
-        &server,
-        get(
-            "/api",
-            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
-        ),
-    )
-    .await;
+    let (_, content_type, body) =
+        call(&server, get("/api", "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList")).await;
     assert!(content_type.contains("v=v2beta1"));
     assert_eq!(body["apiVersion"], "apidiscovery.k8s.io/v2beta1");
     assert_eq!(body["items"][0]["metadata"]["name"], "");
@@ -89,12 +59,7 @@ async fn discovery_shapes() {
     assert_eq!(body["kind"], "APIGroupList");
     let (_, _, body) = call(&server, get("/api/v1", "application/json")).await;
     assert_eq!(body["kind"], "APIResourceList");
-    let eviction = body["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "pods/eviction")
-        .unwrap();
+    let eviction = body["resources"].as_array().unwrap().iter().find(|r| r["name"] == "pods/eviction").unwrap();
     assert_eq!(eviction["group"], "policy");
     let (status, _, body) = call(&server, get("/version/", "application/json")).await;
     assert_eq!((status.as_u16(), body["minor"].as_str()), (200, Some("33")));
@@ -106,10 +71,7 @@ async fn bad_input_gets_status_errors_and_writes_nothing() {
     let pods = "/api/v1/namespaces/default/pods";
     let (status, _, body) = call(&server, post(pods, "application/json", "{not json")).await;
     assert_eq!(status, 400);
-    assert_eq!(
-        (body["kind"].as_str(), body["reason"].as_str()),
-        (Some("Status"), Some("BadRequest"))
-    );
+    assert_eq!((body["kind"].as_str(), body["reason"].as_str()), (Some("Status"), Some("BadRequest")));
 
     let (status, _, body) = call(&server, post(pods, "text/csv", "a,b")).await;
     assert_eq!(status, 415);
@@ -120,63 +82,39 @@ async fn bad_input_gets_status_errors_and_writes_nothing() {
     assert_eq!(status, 413);
     assert_eq!(body["code"], 413);
 
-    let wrong_type = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": "nope"}});
-    let (status, _, body) = call(
-        &server,
-        post(pods, "application/json", wrong_type.to_string()),
-    )
-    .await;
+    let wrong_type =
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": "nope"}});
+    let (status, _, body) = call(&server, post(pods, "application/json", wrong_type.to_string())).await;
     assert_eq!(status, 400, "{body}");
 
     let no_name = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-    let (status, _, body) =
-        call(&server, post(pods, "application/json", no_name.to_string())).await;
+    let (status, _, body) = call(&server, post(pods, "application/json", no_name.to_string())).await;
     assert_eq!(status, 422);
     assert_eq!(body["details"]["causes"][0]["field"], "metadata.name");
 
     let generated = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-    let (status, _, body) = call(
-        &server,
-        post(pods, "application/yaml", generated.to_string()),
-    )
-    .await;
+    let (status, _, body) = call(&server, post(pods, "application/yaml", generated.to_string())).await;
     assert_eq!(status, 201);
-    assert!(
-        body["metadata"]["name"]
-            .as_str()
-            .unwrap()
-            .starts_with("web-")
-    );
+    assert!(body["metadata"]["name"].as_str().unwrap().starts_with("web-"));
 
     // Nothing but the generated pod was written.
     let (_, _, list) = call(&server, get(pods, "application/json")).await;
     assert_eq!(list["items"].as_array().unwrap().len(), 1);
     assert_eq!(list["kind"], "PodList");
 
-    let (status, _, body) = call(
-        &server,
-        get("/api/v1/namespaces/default/widgets", "application/json"),
-    )
-    .await;
-    assert_eq!(
-        (status.as_u16(), body["reason"].as_str()),
-        (404, Some("NotFound"))
-    );
+    let (status, _, body) = call(&server, get("/api/v1/namespaces/default/widgets", "application/json")).await;
+    assert_eq!((status.as_u16(), body["reason"].as_str()), (404, Some("NotFound")));
 
     // A watch from a compacted revision ends with an Expired error event.
     let revision = server.store().status().await.unwrap().revision;
     server.store().compact(revision).await.unwrap();
     let response = server
         .router()
-        .oneshot(get(
-            &format!("{pods}?watch=true&resourceVersion=1"),
-            "application/json",
-        ))
+        .oneshot(get(&format!("{pods}?watch=true&resourceVersion=1"), "application/json"))
         .await
         .unwrap();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let event: Value =
-        serde_json::from_slice(bytes.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    let event: Value = serde_json::from_slice(bytes.split(|b| *b == b'\n').next().unwrap()).unwrap();
     assert_eq!(event["type"], "ERROR");
     assert_eq!(event["object"]["code"], 410);
     assert_eq!(event["object"]["reason"], "Expired");
@@ -250,7 +188,8 @@ async fn binding_assigns_once_and_marks_the_pod_scheduled() {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
         "spec": {"containers": [{"name": "c", "image": "x"}]},
     });
-    let (status, _, created) = call(&server, post("/api/v1/namespaces/default/pods", "application/json", pod.to_string())).await;
+    let (status, _, created) =
+        call(&server, post("/api/v1/namespaces/default/pods", "application/json", pod.to_string())).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let status_body = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
         "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}});
@@ -289,20 +228,27 @@ async fn binding_assigns_once_and_marks_the_pod_scheduled() {
 #[tokio::test]
 async fn json_lists_match_decoded_lists() {
     let server = support::server().await;
-    for (i, labels) in [json!({"app": "web"}), json!({"app": "db", "tier": "x"}), json!(null), json!({"app": "web"})].iter().enumerate() {
+    for (i, labels) in [json!({"app": "web"}), json!({"app": "db", "tier": "x"}), json!(null), json!({"app": "web"})]
+        .iter()
+        .enumerate()
+    {
         let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": format!("c{i}"), "labels": labels, "annotations": {"a": "é \"q\""}},
             "data": {"k": format!("v{i}")}});
-        let (status, _, body) = call(&server, post("/api/v1/namespaces/default/configmaps", "application/json", object.to_string())).await;
+        let (status, _, body) =
+            call(&server, post("/api/v1/namespaces/default/configmaps", "application/json", object.to_string())).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
-        let (_, _, stored) = call(&server, get(&format!("/api/v1/namespaces/default/configmaps/c{i}"), "application/json")).await;
+        let (_, _, stored) =
+            call(&server, get(&format!("/api/v1/namespaces/default/configmaps/c{i}"), "application/json")).await;
         assert_eq!(body, stored, "a create answers with the object as stored");
         assert_eq!(body["data"]["k"], format!("v{i}"));
     }
     let event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e1"},
         "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "c", "reportingInstance": "i",
         "action": "A", "reason": "R", "regarding": {"kind": "Pod", "name": "p"}, "type": "Normal"});
-    let (status, _, body) = call(&server, post("/apis/events.k8s.io/v1/namespaces/default/events", "application/json", event.to_string())).await;
+    let (status, _, body) =
+        call(&server, post("/apis/events.k8s.io/v1/namespaces/default/events", "application/json", event.to_string()))
+            .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let yaml = |uri: &str| {
         let request = get(uri, "application/yaml");
@@ -344,7 +290,8 @@ async fn json_lists_match_decoded_lists() {
     assert_eq!(items.len(), 4);
     for item in items {
         let name = item["metadata"]["name"].as_str().unwrap();
-        let (_, _, one) = call(&server, get(&format!("/api/v1/namespaces/default/configmaps/{name}"), "application/json")).await;
+        let (_, _, one) =
+            call(&server, get(&format!("/api/v1/namespaces/default/configmaps/{name}"), "application/json")).await;
         assert_eq!(item, &one, "a listed item is what a GET serves");
         let uri = format!("/api/v1/namespaces/default/configmaps/{name}");
         assert_eq!(one, yaml(&uri).await, "a GET as JSON serves what the decoding path does");
@@ -356,7 +303,8 @@ async fn json_lists_match_decoded_lists() {
         assert_eq!(status, StatusCode::OK, "{event}");
         assert_eq!(event, yaml(uri).await, "{uri}");
     }
-    let (status, _, missing) = call(&server, get("/api/v1/namespaces/default/configmaps/nope", "application/json")).await;
+    let (status, _, missing) =
+        call(&server, get("/api/v1/namespaces/default/configmaps/nope", "application/json")).await;
     assert_eq!((status, missing["reason"].as_str()), (StatusCode::NOT_FOUND, Some("NotFound")));
     let (_, _, web) = call(&server, get("/api/v1/configmaps?labelSelector=app%3Dweb", "application/json")).await;
     assert_eq!(web["items"].as_array().unwrap().len(), 2, "{web}");

@@ -1,6 +1,5 @@
 //! The installed kubectl against the API server over HTTP on loopback.
 
-
 use super::support::{self, kubectl};
 
 const POD: &str = r#"
@@ -30,17 +29,8 @@ async fn kubectl_drives_the_server() {
 
         let (ok, out, err) = run(&["api-resources"]);
         assert!(ok, "{err}");
-        for expected in [
-            "pods",
-            "deployments",
-            "customresourcedefinitions",
-            "leases",
-            "clusterroles",
-        ] {
-            assert!(
-                out.contains(expected),
-                "api-resources lacks {expected}:\n{out}"
-            );
+        for expected in ["pods", "deployments", "customresourcedefinitions", "leases", "clusterroles"] {
+            assert!(out.contains(expected), "api-resources lacks {expected}:\n{out}");
         }
 
         // OpenAPI is not served yet: client-side validation is off.
@@ -50,8 +40,7 @@ async fn kubectl_drives_the_server() {
         let (ok, _, err) = kubectl(&dir, &["create", "--validate=false", "-f", "-"], Some(POD));
         assert!(!ok);
         assert!(
-            err.contains("Error from server (AlreadyExists)")
-                && err.contains("pods \"web\" already exists"),
+            err.contains("Error from server (AlreadyExists)") && err.contains("pods \"web\" already exists"),
             "{err}"
         );
 
@@ -63,10 +52,7 @@ async fn kubectl_drives_the_server() {
         assert_eq!(out.trim(), "pod/web");
         let (ok, out, err) = run(&["get", "pod", "web", "-o", "yaml"]);
         assert!(ok, "{err}");
-        assert!(
-            out.contains("image: nginx:1.27") && out.contains("uid:"),
-            "{out}"
-        );
+        assert!(out.contains("image: nginx:1.27") && out.contains("uid:"), "{out}");
 
         let (ok, out, err) = run(&["label", "pod", "web", "tier=front"]);
         assert!(ok, "{err}");
@@ -74,23 +60,14 @@ async fn kubectl_drives_the_server() {
         let (ok, out, err) = run(&["annotate", "pod", "web", "note=hello"]);
         assert!(ok, "{err}");
         assert!(out.contains("pod/web annotated"), "{out}");
-        let (ok, out, _) = run(&[
-            "get",
-            "pods",
-            "-l",
-            "tier=front",
-            "-o",
-            "jsonpath={.items[*].metadata.annotations.note}",
-        ]);
+        let (ok, out, _) =
+            run(&["get", "pods", "-l", "tier=front", "-o", "jsonpath={.items[*].metadata.annotations.note}"]);
         assert!(ok);
         assert_eq!(out, "hello");
 
         let (ok, _, err) = run(&["get", "pod", "nope"]);
         assert!(!ok);
-        assert!(
-            err.contains("Error from server (NotFound): pods \"nope\" not found"),
-            "{err}"
-        );
+        assert!(err.contains("Error from server (NotFound): pods \"nope\" not found"), "{err}");
 
         let (ok, out, err) = run(&["delete", "pod", "web"]);
         assert!(ok, "{err}");

@@ -2,7 +2,6 @@
 //! validation on, `kubectl explain`, and the raw HTTP shapes of Strict and
 //! Warn.
 
-
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
@@ -79,11 +78,7 @@ async fn kubectl_validates_with_openapi_v3() {
         assert!(!ok, "a refused object is not stored");
 
         // --validate=false sends Ignore: created, the unknown field dropped.
-        let (ok, _, err) = kubectl(
-            &dir,
-            &["create", "--validate=false", "-f", "-"],
-            Some(BAD_POD),
-        );
+        let (ok, _, err) = kubectl(&dir, &["create", "--validate=false", "-f", "-"], Some(BAD_POD));
         assert!(ok, "{err}");
         let (ok, out, err) = kubectl(&dir, &["get", "pod", "unchecked", "-o", "json"], None);
         assert!(ok, "{err}");
@@ -92,16 +87,10 @@ async fn kubectl_validates_with_openapi_v3() {
 
         // replace (PUT) is validated the same way.
         let changed = POD.replace("nginx:1.27", "nginx:1.28");
-        let (ok, _, err) = kubectl(
-            &dir,
-            &["replace", "-f", "-"],
-            Some(&changed.replace("spec:\n", "spec:\n  bogus: 1\n")),
-        );
+        let (ok, _, err) =
+            kubectl(&dir, &["replace", "-f", "-"], Some(&changed.replace("spec:\n", "spec:\n  bogus: 1\n")));
         assert!(!ok);
-        assert!(
-            err.contains(r#"strict decoding error: unknown field "spec.bogus""#),
-            "{err}"
-        );
+        assert!(err.contains(r#"strict decoding error: unknown field "spec.bogus""#), "{err}");
         let (ok, out, err) = kubectl(&dir, &["replace", "-f", "-"], Some(&changed));
         assert!(ok, "{err}");
         assert!(out.contains("pod/checked replaced"), "{out}");
@@ -110,43 +99,23 @@ async fn kubectl_validates_with_openapi_v3() {
         let (ok, out, err) = kubectl(&dir, &["apply", "-f", "-"], Some(DEPLOYMENT));
         assert!(ok, "{err}");
         assert!(out.contains("deployment.apps/web created"), "{out}");
-        let (ok, out, err) = kubectl(
-            &dir,
-            &[
-                "get",
-                "deploy",
-                "web",
-                "-o",
-                "jsonpath={.metadata.annotations}",
-            ],
-            None,
-        );
+        let (ok, out, err) = kubectl(&dir, &["get", "deploy", "web", "-o", "jsonpath={.metadata.annotations}"], None);
         assert!(ok, "{err}");
-        assert!(
-            out.contains("kubectl.kubernetes.io/last-applied-configuration"),
-            "{out}"
-        );
+        assert!(out.contains("kubectl.kubernetes.io/last-applied-configuration"), "{out}");
 
         // explain reads the schemas.
         let (ok, out, err) = kubectl(&dir, &["explain", "pods.spec"], None);
         assert!(ok, "{err}");
         assert!(out.contains("KIND:") && out.contains("Pod"), "{out}");
         assert!(out.contains("FIELD: spec <PodSpec>"), "{out}");
-        assert!(
-            out.contains("containers\t<[]Container> -required-"),
-            "{out}"
-        );
+        assert!(out.contains("containers\t<[]Container> -required-"), "{out}");
         assert!(out.contains("nodeName"), "{out}");
         let (ok, out, err) = kubectl(&dir, &["explain", "deployments.spec.strategy"], None);
         assert!(ok, "{err}");
         assert!(out.contains("GROUP:") && out.contains("apps"), "{out}");
         assert!(out.contains("rollingUpdate"), "{out}");
         assert!(out.contains("DESCRIPTION:"), "{out}");
-        let (ok, out, err) = kubectl(
-            &dir,
-            &["explain", "deployment.spec.strategy.rollingUpdate.maxSurge"],
-            None,
-        );
+        let (ok, out, err) = kubectl(&dir, &["explain", "deployment.spec.strategy.rollingUpdate.maxSurge"], None);
         assert!(ok, "{err}");
         assert!(out.contains("<IntOrString>"), "{out}");
         let (ok, out, err) = kubectl(&dir, &["explain", "nodes", "--recursive"], None);
@@ -157,30 +126,17 @@ async fn kubectl_validates_with_openapi_v3() {
     .unwrap();
 }
 
-async fn call(
-    server: &orchestra_core::server::ApiServer,
-    request: Request<Body>,
-) -> (StatusCode, Vec<String>, Value) {
+async fn call(server: &orchestra_core::server::ApiServer, request: Request<Body>) -> (StatusCode, Vec<String>, Value) {
     let response = server.router().oneshot(request).await.unwrap();
     let status = response.status();
-    let warnings = response
-        .headers()
-        .get_all("warning")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .collect();
+    let warnings = response.headers().get_all("warning").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     (status, warnings, value)
 }
 
 fn request(method: &str, uri: &str, content_type: &str, body: String) -> Request<Body> {
-    Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("content-type", content_type)
-        .body(Body::from(body))
-        .unwrap()
+    Request::builder().method(method).uri(uri).header("content-type", content_type).body(Body::from(body)).unwrap()
 }
 
 #[tokio::test]
@@ -188,16 +144,9 @@ async fn openapi_documents_are_served() {
     let server = support::server().await;
     let (status, _, index) = call(&server, request("GET", "/openapi/v3", "", String::new())).await;
     assert_eq!(status, 200);
-    let url = index["paths"]["api/v1"]["serverRelativeURL"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let url = index["paths"]["api/v1"]["serverRelativeURL"].as_str().unwrap().to_owned();
     assert!(index["paths"]["apis/apps/v1"].is_object());
-    let response = server
-        .router()
-        .oneshot(request("GET", &url, "", String::new()))
-        .await
-        .unwrap();
+    let response = server.router().oneshot(request("GET", &url, "", String::new())).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "application/json");
     let etag = response.headers()["etag"].to_str().unwrap().to_owned();
@@ -208,11 +157,7 @@ async fn openapi_documents_are_served() {
     assert!(doc["components"]["schemas"]["io.k8s.api.core.v1.Pod"].is_object());
     let (status, _, _) = call(&server, request("GET", "/openapi/v2", "", String::new())).await;
     assert_eq!(status, 404);
-    let (status, _, _) = call(
-        &server,
-        request("GET", "/openapi/v3/apis/nope/v1", "", String::new()),
-    )
-    .await;
+    let (status, _, _) = call(&server, request("GET", "/openapi/v3/apis/nope/v1", "", String::new())).await;
     assert_eq!(status, 404);
 }
 
@@ -229,16 +174,8 @@ async fn field_validation_over_http() {
     };
 
     // POST
-    let (status, _, body) = call(
-        &server,
-        request(
-            "POST",
-            &format!("{pods}?fieldValidation=Strict"),
-            "application/json",
-            pod("p"),
-        ),
-    )
-    .await;
+    let (status, _, body) =
+        call(&server, request("POST", &format!("{pods}?fieldValidation=Strict"), "application/json", pod("p"))).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["kind"], "Status");
     assert_eq!(body["reason"], "BadRequest");
@@ -247,97 +184,49 @@ async fn field_validation_over_http() {
         // json! sorts keys: `containers` comes first in the document.
         r#"Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.containers[0].bar", unknown field "spec.foo""#
     );
-    let (status, warnings, body) = call(
-        &server,
-        request(
-            "POST",
-            &format!("{pods}?fieldValidation=Warn"),
-            "application/json",
-            pod("p"),
-        ),
-    )
-    .await;
+    let (status, warnings, body) =
+        call(&server, request("POST", &format!("{pods}?fieldValidation=Warn"), "application/json", pod("p"))).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(
         warnings,
-        [
-            r#"299 - "unknown field \"spec.containers[0].bar\"""#,
-            r#"299 - "unknown field \"spec.foo\"""#,
-        ]
+        [r#"299 - "unknown field \"spec.containers[0].bar\"""#, r#"299 - "unknown field \"spec.foo\"""#,]
     );
     assert!(body.pointer("/spec/foo").is_none(), "dropped: {body}");
     // Absent means Warn, like upstream.
-    let (status, warnings, _) =
-        call(&server, request("POST", pods, "application/json", pod("q"))).await;
+    let (status, warnings, _) = call(&server, request("POST", pods, "application/json", pod("q"))).await;
     assert_eq!(status, 201);
     assert_eq!(warnings.len(), 2);
-    let (status, warnings, _) = call(
-        &server,
-        request(
-            "POST",
-            &format!("{pods}?fieldValidation=Ignore"),
-            "application/json",
-            pod("r"),
-        ),
-    )
-    .await;
+    let (status, warnings, _) =
+        call(&server, request("POST", &format!("{pods}?fieldValidation=Ignore"), "application/json", pod("r"))).await;
     assert_eq!(status, 201);
     assert!(warnings.is_empty());
     // Duplicates.
     let dup = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "d", "name": "d"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}"#;
-    let (status, _, body) = call(
-        &server,
-        request(
-            "POST",
-            &format!("{pods}?fieldValidation=Strict"),
-            "application/json",
-            dup.into(),
-        ),
-    )
-    .await;
+    let (status, _, body) =
+        call(&server, request("POST", &format!("{pods}?fieldValidation=Strict"), "application/json", dup.into())).await;
     assert_eq!(status, 400);
     assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .ends_with(r#"strict decoding error: duplicate field "metadata.name""#),
+        body["message"].as_str().unwrap().ends_with(r#"strict decoding error: duplicate field "metadata.name""#),
         "{body}"
     );
 
     // PUT
-    let (_, _, current) = call(
-        &server,
-        request("GET", &format!("{pods}/p"), "", String::new()),
-    )
-    .await;
+    let (_, _, current) = call(&server, request("GET", &format!("{pods}/p"), "", String::new())).await;
     let mut update = current.clone();
     update["spec"]["baz"] = json!(true);
     let (status, _, body) = call(
         &server,
-        request(
-            "PUT",
-            &format!("{pods}/p?fieldValidation=Strict"),
-            "application/json",
-            update.to_string(),
-        ),
+        request("PUT", &format!("{pods}/p?fieldValidation=Strict"), "application/json", update.to_string()),
     )
     .await;
     assert_eq!(status, 400, "{body}");
     assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .ends_with(r#"strict decoding error: unknown field "spec.baz""#),
+        body["message"].as_str().unwrap().ends_with(r#"strict decoding error: unknown field "spec.baz""#),
         "{body}"
     );
     let (status, warnings, body) = call(
         &server,
-        request(
-            "PUT",
-            &format!("{pods}/p?fieldValidation=Warn"),
-            "application/json",
-            update.to_string(),
-        ),
+        request("PUT", &format!("{pods}/p?fieldValidation=Warn"), "application/json", update.to_string()),
     )
     .await;
     assert_eq!(status, 200, "{body}");
@@ -347,12 +236,7 @@ async fn field_validation_over_http() {
     let patch = json!({"metadata": {"labels": {"a": "b"}}, "spec": {"qux": 1}}).to_string();
     let (status, _, body) = call(
         &server,
-        request(
-            "PATCH",
-            &format!("{pods}/p?fieldValidation=Strict"),
-            "application/merge-patch+json",
-            patch.clone(),
-        ),
+        request("PATCH", &format!("{pods}/p?fieldValidation=Strict"), "application/merge-patch+json", patch.clone()),
     )
     .await;
     // Upstream refuses a patch that makes an invalid object: 422, the
@@ -360,28 +244,13 @@ async fn field_validation_over_http() {
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["reason"], "Invalid");
     let message = body["message"].as_str().unwrap();
-    assert!(
-        message.ends_with(r#"strict decoding error: unknown field "spec.qux""#),
-        "{body}"
-    );
+    assert!(message.ends_with(r#"strict decoding error: unknown field "spec.qux""#), "{body}");
     assert_eq!(body["details"]["causes"][0]["field"], "patch");
-    let (_, _, unchanged) = call(
-        &server,
-        request("GET", &format!("{pods}/p"), "", String::new()),
-    )
-    .await;
-    assert!(
-        unchanged.pointer("/metadata/labels/a").is_none(),
-        "a refused patch is not applied"
-    );
+    let (_, _, unchanged) = call(&server, request("GET", &format!("{pods}/p"), "", String::new())).await;
+    assert!(unchanged.pointer("/metadata/labels/a").is_none(), "a refused patch is not applied");
     let (status, warnings, body) = call(
         &server,
-        request(
-            "PATCH",
-            &format!("{pods}/p?fieldValidation=Warn"),
-            "application/merge-patch+json",
-            patch,
-        ),
+        request("PATCH", &format!("{pods}/p?fieldValidation=Warn"), "application/merge-patch+json", patch),
     )
     .await;
     assert_eq!(status, 200, "{body}");
@@ -393,12 +262,7 @@ async fn field_validation_over_http() {
     let fine = json!({"metadata": {"labels": {"c": "d"}}}).to_string();
     let (status, warnings, _) = call(
         &server,
-        request(
-            "PATCH",
-            &format!("{pods}/p?fieldValidation=Strict"),
-            "application/merge-patch+json",
-            fine,
-        ),
+        request("PATCH", &format!("{pods}/p?fieldValidation=Strict"), "application/merge-patch+json", fine),
     )
     .await;
     assert_eq!(status, 200);

@@ -41,12 +41,7 @@ fn managers(object: &Deployment) -> Vec<(String, String)> {
         .managed_fields
         .iter()
         .flatten()
-        .map(|e| {
-            (
-                e.manager.clone().unwrap_or_default(),
-                e.operation.clone().unwrap_or_default(),
-            )
-        })
+        .map(|e| (e.manager.clone().unwrap_or_default(), e.operation.clone().unwrap_or_default()))
         .collect()
 }
 
@@ -73,10 +68,7 @@ async fn kube_rs_strategic_merge_and_apply() {
 
     let created = deployments
         .create(
-            &PostParams {
-                field_manager: Some("creator".into()),
-                ..Default::default()
-            },
+            &PostParams { field_manager: Some("creator".into()), ..Default::default() },
             &serde_json::from_value(deployment("smp", 1, "nginx:1")).unwrap(),
         )
         .await
@@ -110,97 +102,44 @@ async fn kube_rs_strategic_merge_and_apply() {
 
     // Server-side apply creates, then updates.
     let applied = deployments
-        .patch(
-            "ssa",
-            &PatchParams::apply("mgr-a"),
-            &Patch::Apply(deployment("ssa", 1, "nginx:1")),
-        )
+        .patch("ssa", &PatchParams::apply("mgr-a"), &Patch::Apply(deployment("ssa", 1, "nginx:1")))
         .await
         .unwrap();
     assert_eq!(managers(&applied), [("mgr-a".into(), "Apply".into())]);
     assert!(applied.metadata.uid.is_some());
     let mut second = deployment("ssa", 2, "nginx:1");
     second["metadata"]["labels"]["extra"] = "yes".into();
-    let applied = deployments
-        .patch("ssa", &PatchParams::apply("mgr-a"), &Patch::Apply(&second))
-        .await
-        .unwrap();
+    let applied = deployments.patch("ssa", &PatchParams::apply("mgr-a"), &Patch::Apply(&second)).await.unwrap();
     assert_eq!(applied.spec.as_ref().unwrap().replicas, Some(2));
     assert_eq!(applied.metadata.labels.as_ref().unwrap()["extra"], "yes");
     // Applying the same configuration again changes nothing.
-    let again = deployments
-        .patch("ssa", &PatchParams::apply("mgr-a"), &Patch::Apply(&second))
-        .await
-        .unwrap();
-    assert_eq!(
-        again.metadata.resource_version,
-        applied.metadata.resource_version
-    );
+    let again = deployments.patch("ssa", &PatchParams::apply("mgr-a"), &Patch::Apply(&second)).await.unwrap();
+    assert_eq!(again.metadata.resource_version, applied.metadata.resource_version);
     // Dropping a field the manager alone owns removes it.
     let applied = deployments
-        .patch(
-            "ssa",
-            &PatchParams::apply("mgr-a"),
-            &Patch::Apply(deployment("ssa", 2, "nginx:1")),
-        )
+        .patch("ssa", &PatchParams::apply("mgr-a"), &Patch::Apply(deployment("ssa", 2, "nginx:1")))
         .await
         .unwrap();
-    assert!(
-        !applied
-            .metadata
-            .labels
-            .as_ref()
-            .unwrap()
-            .contains_key("extra")
-    );
+    assert!(!applied.metadata.labels.as_ref().unwrap().contains_key("extra"));
 
     // Another manager changing an owned field: 409 with causes.
     let other = json!({"apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "ssa"}, "spec": {"replicas": 5}});
-    let error = deployments
-        .patch("ssa", &PatchParams::apply("mgr-b"), &Patch::Apply(&other))
-        .await
-        .unwrap_err();
-    let kube::Error::Api(status) = error else {
-        panic!("{error:?}")
-    };
+    let error = deployments.patch("ssa", &PatchParams::apply("mgr-b"), &Patch::Apply(&other)).await.unwrap_err();
+    let kube::Error::Api(status) = error else { panic!("{error:?}") };
     assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
-    assert_eq!(
-        status.message,
-        "Apply failed with 1 conflict: conflict with \"mgr-a\": .spec.replicas"
-    );
+    assert_eq!(status.message, "Apply failed with 1 conflict: conflict with \"mgr-a\": .spec.replicas");
     let cause = &status.details.as_ref().unwrap().causes[0];
     assert_eq!(
-        (
-            cause.reason.as_str(),
-            cause.message.as_str(),
-            cause.field.as_str()
-        ),
-        (
-            "FieldManagerConflict",
-            "conflict with \"mgr-a\"",
-            ".spec.replicas"
-        )
+        (cause.reason.as_str(), cause.message.as_str(), cause.field.as_str()),
+        ("FieldManagerConflict", "conflict with \"mgr-a\"", ".spec.replicas")
     );
     // Forced, the other manager takes the field over.
-    let forced = deployments
-        .patch(
-            "ssa",
-            &PatchParams::apply("mgr-b").force(),
-            &Patch::Apply(&other),
-        )
-        .await
-        .unwrap();
+    let forced = deployments.patch("ssa", &PatchParams::apply("mgr-b").force(), &Patch::Apply(&other)).await.unwrap();
     assert_eq!(forced.spec.as_ref().unwrap().replicas, Some(5));
     let mut owners = managers(&forced);
     owners.sort();
-    assert_eq!(
-        owners,
-        [
-            ("mgr-a".into(), "Apply".into()),
-            ("mgr-b".into(), "Apply".into())
-        ]
-    );
+    assert_eq!(owners, [("mgr-a".into(), "Apply".into()), ("mgr-b".into(), "Apply".into())]);
     // Status is applied through its subresource, with its own entry.
     let status = deployments
         .patch_status(
@@ -220,18 +159,12 @@ async fn kube_rs_strategic_merge_and_apply() {
         .find(|e| e.manager.as_deref() == Some("status-writer"))
         .expect("the status applier is recorded");
     assert_eq!(entry.subresource.as_deref(), Some("status"));
-    assert_eq!(
-        entry.fields_v1.as_ref().unwrap().0,
-        json!({"f:status": {"f:observedGeneration": {}}})
-    );
+    assert_eq!(entry.fields_v1.as_ref().unwrap().0, json!({"f:status": {"f:observedGeneration": {}}}));
     // An update by a third writer is recorded, and a later apply conflicts with it.
     let patched = deployments
         .patch(
             "ssa",
-            &PatchParams {
-                field_manager: Some("editor".into()),
-                ..Default::default()
-            },
+            &PatchParams { field_manager: Some("editor".into()), ..Default::default() },
             &Patch::Merge(json!({"spec": {"minReadySeconds": 3}})),
         )
         .await
@@ -246,53 +179,32 @@ async fn kube_rs_strategic_merge_and_apply() {
         )
         .await
         .unwrap_err();
-    let kube::Error::Api(status) = error else {
-        panic!("{error:?}")
-    };
-    assert_eq!(
-        status.details.unwrap().causes[0].message,
-        "conflict with \"editor\" using apps/v1"
-    );
+    let kube::Error::Api(status) = error else { panic!("{error:?}") };
+    assert_eq!(status.details.unwrap().causes[0].message, "conflict with \"editor\" using apps/v1");
 }
 
 async fn call(server: &ApiServer, request: Request<Body>) -> (u16, Value) {
     let response = server.router().oneshot(request).await.unwrap();
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
 fn patch_request(uri: &str, content_type: &str, body: &str) -> Request<Body> {
-    Request::patch(uri)
-        .header("content-type", content_type)
-        .body(Body::from(body.to_owned()))
-        .unwrap()
+    Request::patch(uri).header("content-type", content_type).body(Body::from(body.to_owned())).unwrap()
 }
 
 #[tokio::test]
 async fn patch_errors_and_yaml_apply() {
     let server = ApiServer::builder(Arc::new(MemStore::new()))
-        .register(ResourceInfo::new(
-            "example.com",
-            "v1",
-            "Widget",
-            "widgets",
-            true,
-        ))
+        .register(ResourceInfo::new("example.com", "v1", "Widget", "widgets", true))
         .build()
         .await
         .unwrap();
     let uri = "/apis/apps/v1/namespaces/default/deployments/y";
     let yaml = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: y\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: y}\n  template:\n    metadata:\n      labels: {app: y}\n    spec:\n      containers:\n      - name: c\n        image: nginx\n";
 
-    let (code, body) = call(
-        &server,
-        patch_request(uri, "application/apply-patch+yaml", yaml),
-    )
-    .await;
+    let (code, body) = call(&server, patch_request(uri, "application/apply-patch+yaml", yaml)).await;
     assert_eq!(code, 422, "{body}");
     assert_eq!(body["reason"], "Invalid");
     assert_eq!(
@@ -301,18 +213,10 @@ async fn patch_errors_and_yaml_apply() {
     );
 
     let apply_uri = format!("{uri}?fieldManager=yaml&force=false");
-    let (code, body) = call(
-        &server,
-        patch_request(&apply_uri, "application/apply-patch+yaml", yaml),
-    )
-    .await;
+    let (code, body) = call(&server, patch_request(&apply_uri, "application/apply-patch+yaml", yaml)).await;
     assert_eq!(code, 201, "{body}");
     assert_eq!(body["metadata"]["managedFields"][0]["manager"], "yaml");
-    let (code, body) = call(
-        &server,
-        patch_request(&apply_uri, "application/apply-patch+yaml", yaml),
-    )
-    .await;
+    let (code, body) = call(&server, patch_request(&apply_uri, "application/apply-patch+yaml", yaml)).await;
     assert_eq!(code, 200, "{body}");
 
     let (code, body) = call(
@@ -326,22 +230,12 @@ async fn patch_errors_and_yaml_apply() {
     .await;
     assert_eq!(code, 500, "{body}");
     assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .contains("map: map[image:x] does not contain declared merge key: name"),
+        body["message"].as_str().unwrap().contains("map: map[image:x] does not contain declared merge key: name"),
         "{body}"
     );
 
-    let (code, body) = call(
-        &server,
-        patch_request(
-            &format!("{uri}?force=true"),
-            "application/merge-patch+json",
-            "{}",
-        ),
-    )
-    .await;
+    let (code, body) =
+        call(&server, patch_request(&format!("{uri}?force=true"), "application/merge-patch+json", "{}")).await;
     assert_eq!(code, 422, "{body}");
     assert_eq!(
         body["message"],
@@ -361,11 +255,7 @@ async fn patch_errors_and_yaml_apply() {
     assert_eq!(code, 201, "{body}");
     let (code, body) = call(
         &server,
-        patch_request(
-            &format!("{widget}/w"),
-            "application/strategic-merge-patch+json",
-            r#"{"spec":{"a":2}}"#,
-        ),
+        patch_request(&format!("{widget}/w"), "application/strategic-merge-patch+json", r#"{"spec":{"a":2}}"#),
     )
     .await;
     assert_eq!(code, 415, "{body}");
@@ -407,10 +297,7 @@ async fn kubectl_patch_and_apply() {
     tokio::task::spawn_blocking(move || {
         let run = |args: &[&str], stdin: Option<&str>| kubectl(&dir, args, stdin);
         let get = |name: &str| -> Value {
-            let (ok, out, err) = run(
-                &["get", "deployment", name, "-o", "json", "--show-managed-fields"],
-                None,
-            );
+            let (ok, out, err) = run(&["get", "deployment", name, "-o", "json", "--show-managed-fields"], None);
             assert!(ok, "{err}");
             serde_json::from_str(&out).unwrap()
         };
@@ -425,7 +312,8 @@ async fn kubectl_patch_and_apply() {
 
         // Client-side apply: create, then a strategic merge patch carrying
         // the last-applied configuration.
-        let (ok, out, err) = run(&["apply", "--validate=false", "-f", "-"], Some(&yaml(&deployment("csa", 1, "nginx:1"))));
+        let (ok, out, err) =
+            run(&["apply", "--validate=false", "-f", "-"], Some(&yaml(&deployment("csa", 1, "nginx:1"))));
         assert!(ok, "{err}");
         assert!(out.contains("deployment.apps/csa created"), "{out}");
         let mut changed = deployment("csa", 2, "nginx:2");
@@ -447,13 +335,20 @@ async fn kubectl_patch_and_apply() {
             .collect();
         assert!(managers.contains(&"kubectl-client-side-apply"), "{managers:?}");
         // Dropping a container from the applied file removes it.
-        let (ok, _, err) = run(&["apply", "--validate=false", "-f", "-"], Some(&yaml(&deployment("csa", 2, "nginx:2"))));
+        let (ok, _, err) =
+            run(&["apply", "--validate=false", "-f", "-"], Some(&yaml(&deployment("csa", 2, "nginx:2"))));
         assert!(ok, "{err}");
         assert_eq!(container_images(&get("csa")), ["web=nginx:2", "sidecar=busybox"]);
 
         // kubectl patch defaults to a strategic merge patch.
         let (ok, out, err) = run(
-            &["patch", "deployment", "csa", "-p", r#"{"spec":{"template":{"spec":{"containers":[{"name":"web","image":"nginx:3"}]}}}}"#],
+            &[
+                "patch",
+                "deployment",
+                "csa",
+                "-p",
+                r#"{"spec":{"template":{"spec":{"containers":[{"name":"web","image":"nginx:3"}]}}}}"#,
+            ],
             None,
         );
         assert!(ok, "{err}");
@@ -462,13 +357,7 @@ async fn kubectl_patch_and_apply() {
 
         // Merge errors read like upstream's.
         let (ok, _, err) = run(
-            &[
-                "patch",
-                "deployment",
-                "csa",
-                "-p",
-                r#"{"spec":{"template":{"spec":{"containers":[{"image":"x"}]}}}}"#,
-            ],
+            &["patch", "deployment", "csa", "-p", r#"{"spec":{"template":{"spec":{"containers":[{"image":"x"}]}}}}"#],
             None,
         );
         assert!(!ok);
@@ -478,10 +367,16 @@ async fn kubectl_patch_and_apply() {
         );
 
         // Server-side apply twice, with a change.
-        let (ok, out, err) = run(&["apply", "--server-side", "--validate=false", "-f", "-"], Some(&yaml(&deployment("ssa", 1, "nginx:1"))));
+        let (ok, out, err) = run(
+            &["apply", "--server-side", "--validate=false", "-f", "-"],
+            Some(&yaml(&deployment("ssa", 1, "nginx:1"))),
+        );
         assert!(ok, "{err}");
         assert!(out.contains("deployment.apps/ssa serverside-applied"), "{out}");
-        let (ok, _, err) = run(&["apply", "--server-side", "--validate=false", "-f", "-"], Some(&yaml(&deployment("ssa", 2, "nginx:2"))));
+        let (ok, _, err) = run(
+            &["apply", "--server-side", "--validate=false", "-f", "-"],
+            Some(&yaml(&deployment("ssa", 2, "nginx:2"))),
+        );
         assert!(ok, "{err}");
         let object = get("ssa");
         assert_eq!(object["spec"]["replicas"], 2);
@@ -494,10 +389,7 @@ async fn kubectl_patch_and_apply() {
         let args = ["apply", "--server-side", "--validate=false", "--field-manager=other", "-f", "-"];
         let (ok, _, err) = run(&args, Some(&other));
         assert!(!ok);
-        assert!(
-            err.contains("Apply failed with 1 conflict: conflict with \"kubectl\": .spec.replicas"),
-            "{err}"
-        );
+        assert!(err.contains("Apply failed with 1 conflict: conflict with \"kubectl\": .spec.replicas"), "{err}");
         assert!(err.contains("--force-conflicts"), "{err}");
         // ... unless forced.
         let mut forced = args.to_vec();
@@ -510,10 +402,8 @@ async fn kubectl_patch_and_apply() {
 
         // Client-side then server-side apply: kubectl moves the
         // client-side-apply ownership to its apply manager first.
-        let (ok, _, err) = run(
-            &["apply", "--validate=false", "-f", "-"],
-            Some(&yaml(&deployment("mig", 1, "nginx:1"))),
-        );
+        let (ok, _, err) =
+            run(&["apply", "--validate=false", "-f", "-"], Some(&yaml(&deployment("mig", 1, "nginx:1"))));
         assert!(ok, "{err}");
         let (ok, out, err) = run(
             &["apply", "--server-side", "--validate=false", "-f", "-"],
@@ -523,10 +413,7 @@ async fn kubectl_patch_and_apply() {
         assert!(out.contains("serverside-applied"), "{out}");
         let object = get("mig");
         assert_eq!(object["spec"]["replicas"], 4);
-        assert_eq!(
-            container_images(&object),
-            ["web=nginx:4", "sidecar=busybox"]
-        );
+        assert_eq!(container_images(&object), ["web=nginx:4", "sidecar=busybox"]);
         let managers: Vec<String> = object["metadata"]["managedFields"]
             .as_array()
             .unwrap()

@@ -10,8 +10,7 @@ use axum::body::Body;
 use axum::http::Request;
 use http_body_util::BodyExt;
 use orchestra_core::auth::{
-    Attributes, AuthenticatorChain, Authorizer, AuthorizerChain, Decision, ExtensionAuthenticator,
-    TokenFile,
+    Attributes, AuthenticatorChain, Authorizer, AuthorizerChain, Decision, ExtensionAuthenticator, TokenFile,
 };
 use orchestra_core::server::ApiServer;
 use orchestra_store::MemStore;
@@ -46,40 +45,20 @@ async fn kubectl_create_generators_send_protobuf() {
         assert_eq!(ns["kind"], "Namespace");
 
         assert!(
-            run(&[
-                "create",
-                "deployment",
-                "web",
-                "--image=nginx",
-                "--port=80",
-                "--replicas=2"
-            ])
-            .contains("deployment.apps/web created")
+            run(&["create", "deployment", "web", "--image=nginx", "--port=80", "--replicas=2"])
+                .contains("deployment.apps/web created")
         );
         let deploy = json_of(&run(&["get", "deployment", "web", "-o", "json"]));
         assert_eq!(deploy["spec"]["replicas"], 2);
         assert_eq!(deploy["spec"]["selector"]["matchLabels"]["app"], "web");
-        assert_eq!(
-            deploy["spec"]["template"]["metadata"]["labels"]["app"],
-            "web"
-        );
+        assert_eq!(deploy["spec"]["template"]["metadata"]["labels"]["app"], "web");
         let container = &deploy["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(container["name"], "nginx");
         assert_eq!(container["image"], "nginx");
         assert_eq!(container["ports"][0]["containerPort"], 80);
-        assert!(
-            deploy["metadata"]["creationTimestamp"].is_string(),
-            "the server stamps it: {deploy}"
-        );
+        assert!(deploy["metadata"]["creationTimestamp"].is_string(), "the server stamps it: {deploy}");
 
-        run(&[
-            "create",
-            "configmap",
-            "cfg",
-            "--from-literal=a=b",
-            "-n",
-            "x",
-        ]);
+        run(&["create", "configmap", "cfg", "--from-literal=a=b", "-n", "x"]);
         let cm = json_of(&run(&["get", "configmap", "cfg", "-n", "x", "-o", "json"]));
         assert_eq!(cm["data"], json!({"a": "b"}));
 
@@ -92,98 +71,36 @@ async fn kubectl_create_generators_send_protobuf() {
         assert_eq!(svc["spec"]["ports"][0]["port"], 80);
         assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080, "IntOrString");
 
-        run(&[
-            "create",
-            "job",
-            "once",
-            "--image=busybox",
-            "--",
-            "echo",
-            "hi",
-        ]);
+        run(&["create", "job", "once", "--image=busybox", "--", "echo", "hi"]);
         let job = json_of(&run(&["get", "job", "once", "-o", "json"]));
-        assert_eq!(
-            job["spec"]["template"]["spec"]["containers"][0]["command"],
-            json!(["echo", "hi"])
-        );
+        assert_eq!(job["spec"]["template"]["spec"]["containers"][0]["command"], json!(["echo", "hi"]));
 
         run(&["create", "serviceaccount", "robot"]);
-        run(&[
-            "create",
-            "role",
-            "reader",
-            "--verb=get,list",
-            "--resource=pods,configmaps",
-        ]);
+        run(&["create", "role", "reader", "--verb=get,list", "--resource=pods,configmaps"]);
         let role = json_of(&run(&["get", "role", "reader", "-o", "json"]));
         assert_eq!(role["rules"][0]["verbs"], json!(["get", "list"]));
         assert_eq!(role["rules"][0]["resources"], json!(["pods", "configmaps"]));
-        run(&[
-            "create",
-            "rolebinding",
-            "read",
-            "--role=reader",
-            "--serviceaccount=default:robot",
-        ]);
+        run(&["create", "rolebinding", "read", "--role=reader", "--serviceaccount=default:robot"]);
         let binding = json_of(&run(&["get", "rolebinding", "read", "-o", "json"]));
         assert_eq!(binding["roleRef"]["name"], "reader");
         assert_eq!(binding["subjects"][0]["kind"], "ServiceAccount");
-        run(&[
-            "create",
-            "clusterrole",
-            "nodes",
-            "--verb=get",
-            "--resource=nodes",
-        ]);
-        run(&[
-            "create",
-            "cronjob",
-            "tick",
-            "--image=busybox",
-            "--schedule=*/5 * * * *",
-        ]);
+        run(&["create", "clusterrole", "nodes", "--verb=get", "--resource=nodes"]);
+        run(&["create", "cronjob", "tick", "--image=busybox", "--schedule=*/5 * * * *"]);
         let cron = json_of(&run(&["get", "cronjob", "tick", "-o", "json"]));
         assert_eq!(cron["spec"]["schedule"], "*/5 * * * *");
-        run(&[
-            "create",
-            "poddisruptionbudget",
-            "pdb",
-            "--selector=app=web",
-            "--min-available=50%",
-        ]);
+        run(&["create", "poddisruptionbudget", "pdb", "--selector=app=web", "--min-available=50%"]);
         let pdb = json_of(&run(&["get", "pdb", "pdb", "-o", "json"]));
-        assert_eq!(
-            pdb["spec"]["minAvailable"], "50%",
-            "IntOrString as a string"
-        );
+        assert_eq!(pdb["spec"]["minAvailable"], "50%", "IntOrString as a string");
         assert_eq!(pdb["spec"]["selector"]["matchLabels"]["app"], "web");
-        run(&[
-            "create",
-            "priorityclass",
-            "high",
-            "--value=1000",
-            "--description=important",
-        ]);
+        run(&["create", "priorityclass", "high", "--value=1000", "--description=important"]);
         let pc = json_of(&run(&["get", "priorityclass", "high", "-o", "json"]));
         assert_eq!(pc["value"], 1000);
         run(&["create", "quota", "q", "--hard=cpu=1,pods=2"]);
         let quota = json_of(&run(&["get", "quota", "q", "-o", "json"]));
-        assert_eq!(
-            quota["spec"]["hard"],
-            json!({"cpu": "1", "pods": "2"}),
-            "Quantity"
-        );
+        assert_eq!(quota["spec"]["hard"], json!({"cpu": "1", "pods": "2"}), "Quantity");
 
         // Server-side dry run over protobuf: the would-be object, nothing stored.
-        let dry = json_of(&run(&[
-            "create",
-            "deployment",
-            "dry",
-            "--image=nginx",
-            "--dry-run=server",
-            "-o",
-            "json",
-        ]));
+        let dry = json_of(&run(&["create", "deployment", "dry", "--image=nginx", "--dry-run=server", "-o", "json"]));
         assert_eq!(dry["metadata"]["name"], "dry");
         let (ok, _, err) = kubectl(&dir, &["get", "deployment", "dry"]);
         assert!(!ok && err.contains("NotFound"), "{err}");
@@ -209,17 +126,7 @@ async fn kubectl_auth_can_i_and_whoami() {
         let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "get", "/healthz"]);
         assert!(ok, "{err}");
         assert_eq!(out.trim(), "yes", "non-resource attributes");
-        let (ok, out, err) = kubectl(
-            &dir,
-            &[
-                "auth",
-                "can-i",
-                "update",
-                "deployments.apps/scale",
-                "-n",
-                "kube-system",
-            ],
-        );
+        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "update", "deployments.apps/scale", "-n", "kube-system"]);
         assert!(ok, "{err}");
         assert_eq!(out.trim(), "yes");
 
@@ -238,15 +145,7 @@ async fn kubectl_auth_can_i_and_whoami() {
         assert_eq!(review["status"]["userInfo"]["username"], "system:anonymous");
 
         // Discovery lists the reviews with the verb create only.
-        let (ok, out, err) = kubectl(
-            &dir,
-            &[
-                "api-resources",
-                "--api-group=authorization.k8s.io",
-                "-o",
-                "wide",
-            ],
-        );
+        let (ok, out, err) = kubectl(&dir, &["api-resources", "--api-group=authorization.k8s.io", "-o", "wide"]);
         assert!(ok, "{err}");
         assert!(out.contains("selfsubjectaccessreviews"), "{out}");
         assert!(out.contains(" create "), "{out}");
@@ -279,16 +178,9 @@ impl Authorizer for Viewers {
 }
 
 async fn token_server() -> ApiServer {
-    let tokens =
-        TokenFile::parse("admin-token,admin,1,system:masters\nviewer-token,viewer,2,team\n")
-            .unwrap();
+    let tokens = TokenFile::parse("admin-token,admin,1,system:masters\nviewer-token,viewer,2,team\n").unwrap();
     ApiServer::builder(Arc::new(MemStore::new()))
-        .authenticator(
-            AuthenticatorChain::new()
-                .with(ExtensionAuthenticator)
-                .with(tokens)
-                .allow_anonymous(true),
-        )
+        .authenticator(AuthenticatorChain::new().with(ExtensionAuthenticator).with(tokens).allow_anonymous(true))
         .authorizer(AuthorizerChain::new().with(Viewers))
         .build()
         .await
@@ -335,10 +227,7 @@ async fn post(server: &ApiServer, uri: &str, token: &str, body: Value) -> (u16, 
     let response = server.router().oneshot(request).await.unwrap();
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
 #[tokio::test]
@@ -350,10 +239,7 @@ async fn token_and_subject_access_reviews() {
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["status"]["authenticated"], true);
     assert_eq!(body["status"]["user"]["username"], "viewer");
-    assert_eq!(
-        body["status"]["user"]["groups"],
-        json!(["team", "system:authenticated"])
-    );
+    assert_eq!(body["status"]["user"]["groups"], json!(["team", "system:authenticated"]));
     let (status, body) = post(&server, tokens, "admin-token", review("nope")).await;
     assert_eq!(status, 201);
     assert_eq!(body["status"]["authenticated"], false);
@@ -367,45 +253,14 @@ async fn token_and_subject_access_reviews() {
                "spec": {"user": user, "groups": groups,
                         "resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource}}})
     };
-    let (status, body) = post(
-        &server,
-        sar,
-        "admin-token",
-        ask("viewer", &[], "list", "pods"),
-    )
-    .await;
+    let (status, body) = post(&server, sar, "admin-token", ask("viewer", &[], "list", "pods")).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["status"], json!({"allowed": true}));
-    let (_, body) = post(
-        &server,
-        sar,
-        "admin-token",
-        ask("viewer", &[], "delete", "pods"),
-    )
-    .await;
-    assert_eq!(
-        body["status"],
-        json!({"allowed": false}),
-        "no opinion: not denied"
-    );
-    let (_, body) = post(
-        &server,
-        sar,
-        "admin-token",
-        ask("viewer", &[], "get", "secrets"),
-    )
-    .await;
-    assert_eq!(
-        body["status"],
-        json!({"allowed": false, "denied": true, "reason": "secrets are for admins"})
-    );
-    let (_, body) = post(
-        &server,
-        sar,
-        "admin-token",
-        ask("x", &["system:masters"], "get", "secrets"),
-    )
-    .await;
+    let (_, body) = post(&server, sar, "admin-token", ask("viewer", &[], "delete", "pods")).await;
+    assert_eq!(body["status"], json!({"allowed": false}), "no opinion: not denied");
+    let (_, body) = post(&server, sar, "admin-token", ask("viewer", &[], "get", "secrets")).await;
+    assert_eq!(body["status"], json!({"allowed": false, "denied": true, "reason": "secrets are for admins"}));
+    let (_, body) = post(&server, sar, "admin-token", ask("x", &["system:masters"], "get", "secrets")).await;
     assert_eq!(body["status"]["allowed"], true);
     let (status, body) = post(
         &server,
@@ -417,10 +272,7 @@ async fn token_and_subject_access_reviews() {
     assert_eq!(status, 422, "{body}");
 
     // Create only: other verbs are 405, and nothing is stored.
-    let request = Request::get(sar)
-        .header("authorization", "Bearer admin-token")
-        .body(Body::empty())
-        .unwrap();
+    let request = Request::get(sar).header("authorization", "Bearer admin-token").body(Body::empty()).unwrap();
     let response = server.router().oneshot(request).await.unwrap();
     assert_eq!(response.status().as_u16(), 405);
 }

@@ -15,10 +15,7 @@ use super::support;
 const STRATEGIC_MERGE_PATCH: bool = true;
 
 fn python_client_installed() -> bool {
-    Command::new("python3")
-        .args(["-c", "import kubernetes"])
-        .status()
-        .is_ok_and(|s| s.success())
+    Command::new("python3").args(["-c", "import kubernetes"]).status().is_ok_and(|s| s.success())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,10 +47,7 @@ async fn python_kubernetes_client() {
             .arg(&script)
             .arg(&kubeconfig)
             .env("ORCHESTRA_COMPACTED_REVISION", revision.to_string())
-            .env(
-                "ORCHESTRA_STRATEGIC_MERGE_PATCH",
-                if STRATEGIC_MERGE_PATCH { "1" } else { "0" },
-            )
+            .env("ORCHESTRA_STRATEGIC_MERGE_PATCH", if STRATEGIC_MERGE_PATCH { "1" } else { "0" })
             // The DynamicClient caches discovery under the temp directory.
             .env("TMPDIR", &home)
             .output()
@@ -64,10 +58,7 @@ async fn python_kubernetes_client() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!("{stdout}");
-    assert!(
-        output.status.success(),
-        "the Python client script failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
-    );
+    assert!(output.status.success(), "the Python client script failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
     for check in [
         "ok create_deployment_and_pods",
         "ok list_with_label_selectors",

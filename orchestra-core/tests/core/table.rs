@@ -16,7 +16,8 @@ use tower::ServiceExt;
 
 use super::support;
 
-const TBL: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+const TBL: &str =
+    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
 async fn call(
     server: &ApiServer,
@@ -33,20 +34,13 @@ async fn call(
         Some(value) => Body::from(serde_json::to_vec(&value).unwrap()),
         None => Body::empty(),
     };
-    let response = server
-        .router()
-        .oneshot(request.body(body).unwrap())
-        .await
-        .unwrap();
+    let response = server.router().oneshot(request.body(body).unwrap()).await.unwrap();
     let status = response.status();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
+    let content_type =
+        response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    let value =
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
     (status, content_type, value)
 }
 
@@ -66,14 +60,7 @@ async fn create(server: &ApiServer, collection: &str, mut object: Value) -> Valu
     let name = created["metadata"]["name"].as_str().unwrap();
     let uri = format!("{collection}/{name}/status");
     let merge = [("content-type", "application/merge-patch+json")];
-    let (code, _, patched) = call(
-        server,
-        "PATCH",
-        &uri,
-        &merge,
-        Some(json!({"status": status})),
-    )
-    .await;
+    let (code, _, patched) = call(server, "PATCH", &uri, &merge, Some(json!({"status": status}))).await;
     assert_eq!(code, 200, "{patched}");
     patched
 }
@@ -93,28 +80,22 @@ fn pod(name: &str, namespace: &str, app: &str) -> Value {
 /// A cluster with a node, pods, a deployment, a service, a config map and
 /// an event about the pod `web`.
 async fn populate(server: &ApiServer) {
-    create(server, "/api/v1/nodes", json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "n1", "labels": {"node-role.kubernetes.io/control-plane": ""}},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}],
-            "addresses": [{"type": "InternalIP", "address": "192.168.1.10"}],
-            "nodeInfo": {"kubeletVersion": "v1.33.0", "osImage": "Debian GNU/Linux 12", "kernelVersion": "6.1.0",
-                "containerRuntimeVersion": "orchestra://0.1", "machineID": "", "systemUUID": "", "bootID": "",
-                "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}},
-    }))
-    .await;
-    let web = create(
-        server,
-        "/api/v1/namespaces/default/pods",
-        pod("web", "default", "web"),
-    )
-    .await;
     create(
         server,
-        "/api/v1/namespaces/kube-system/pods",
-        pod("dns", "kube-system", "dns"),
+        "/api/v1/nodes",
+        json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "labels": {"node-role.kubernetes.io/control-plane": ""}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                "addresses": [{"type": "InternalIP", "address": "192.168.1.10"}],
+                "nodeInfo": {"kubeletVersion": "v1.33.0", "osImage": "Debian GNU/Linux 12", "kernelVersion": "6.1.0",
+                    "containerRuntimeVersion": "orchestra://0.1", "machineID": "", "systemUUID": "", "bootID": "",
+                    "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}},
+        }),
     )
     .await;
+    let web = create(server, "/api/v1/namespaces/default/pods", pod("web", "default", "web")).await;
+    create(server, "/api/v1/namespaces/kube-system/pods", pod("dns", "kube-system", "dns")).await;
     create(server, "/apis/apps/v1/namespaces/default/deployments", json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "web"},
@@ -130,20 +111,25 @@ async fn populate(server: &ApiServer) {
             "ports": [{"port": 80, "protocol": "TCP"}, {"name": "tls", "port": 443, "nodePort": 30443, "protocol": "TCP"}]},
     }))
     .await;
-    create(server, "/api/v1/namespaces/default/configmaps", json!({
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"a": "1", "b": "2"},
-    }))
+    create(
+        server,
+        "/api/v1/namespaces/default/configmaps",
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"a": "1", "b": "2"},
+        }),
+    )
     .await;
-    create(server, "/apis/rbac.authorization.k8s.io/v1/clusterroles", json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "reader"},
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
-    }))
+    create(
+        server,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "reader"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+        }),
+    )
     .await;
     let now = orchestra_core::api::meta::now_rfc3339();
-    for (name, uid) in [
-        ("web.1", web["metadata"]["uid"].clone()),
-        ("web.2", json!("someone-else")),
-    ] {
+    for (name, uid) in [("web.1", web["metadata"]["uid"].clone()), ("web.2", json!("someone-else"))] {
         create(server, "/api/v1/namespaces/default/events", json!({
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": name},
@@ -157,9 +143,7 @@ async fn populate(server: &ApiServer) {
 
 /// Runs kubectl to completion; panics on failure; returns stdout.
 fn kubectl(dir: &Path, args: &[&str]) -> String {
-    let output = support::kubectl_command(dir, args)
-        .output()
-        .expect("kubectl is installed");
+    let output = support::kubectl_command(dir, args).output().expect("kubectl is installed");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "kubectl {args:?}: {stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -171,9 +155,7 @@ fn kubectl(dir: &Path, args: &[&str]) -> String {
 
 /// The whitespace-separated words of each line.
 fn words(out: &str) -> Vec<Vec<String>> {
-    out.lines()
-        .map(|l| l.split_whitespace().map(str::to_owned).collect())
-        .collect()
+    out.lines().map(|l| l.split_whitespace().map(str::to_owned).collect()).collect()
 }
 
 /// The row whose first words are `start`.
@@ -193,38 +175,17 @@ async fn kubectl_get_prints_upstream_columns() {
         assert_eq!(out[0], ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
         let web = row(&out, &["web"]);
         assert_eq!(web[1..4], ["1/1", "Running", "0"], "{out:?}");
-        assert!(
-            web[4].ends_with('s') || web[4].ends_with('m'),
-            "age {web:?}"
-        );
+        assert!(web[4].ends_with('s') || web[4].ends_with('m'), "age {web:?}");
 
         let out = words(&kubectl(&dir, &["get", "pods", "-o", "wide"]));
         assert_eq!(
             out[0],
-            [
-                "NAME",
-                "READY",
-                "STATUS",
-                "RESTARTS",
-                "AGE",
-                "IP",
-                "NODE",
-                "NOMINATED",
-                "NODE",
-                "READINESS",
-                "GATES"
-            ]
+            ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED", "NODE", "READINESS", "GATES"]
         );
-        assert_eq!(
-            row(&out, &["web"])[5..],
-            ["10.0.0.5", "n1", "<none>", "<none>"]
-        );
+        assert_eq!(row(&out, &["web"])[5..], ["10.0.0.5", "n1", "<none>", "<none>"]);
 
         let out = words(&kubectl(&dir, &["get", "pods", "-A"]));
-        assert_eq!(
-            out[0],
-            ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
-        );
+        assert_eq!(out[0], ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
         row(&out, &["default", "web", "1/1", "Running"]);
         row(&out, &["kube-system", "dns", "1/1", "Running"]);
 
@@ -235,10 +196,7 @@ async fn kubectl_get_prints_upstream_columns() {
         assert_eq!(out[0].last().unwrap(), "APP");
 
         // --sort-by asks for includeObject=Object.
-        let out = words(&kubectl(
-            &dir,
-            &["get", "pods", "-A", "--sort-by=.metadata.name"],
-        ));
+        let out = words(&kubectl(&dir, &["get", "pods", "-A", "--sort-by=.metadata.name"]));
         assert_eq!(out[1][1], "dns");
         assert_eq!(out[2][1], "web");
 
@@ -255,24 +213,12 @@ async fn kubectl_get_prints_upstream_columns() {
 
         let out = kubectl(&dir, &["get", "deploy,svc,cm"]);
         let rows = words(&out);
-        assert!(
-            out.contains("NAME") && out.contains("UP-TO-DATE") && out.contains("CLUSTER-IP"),
-            "{out}"
-        );
-        assert_eq!(
-            row(&rows, &["deployment.apps/web"])[1..4],
-            ["1/2", "2", "1"]
-        );
-        assert_eq!(
-            row(&rows, &["service/web"])[1..5],
-            ["NodePort", "10.96.0.20", "<none>", "80/TCP,443:30443/TCP"]
-        );
+        assert!(out.contains("NAME") && out.contains("UP-TO-DATE") && out.contains("CLUSTER-IP"), "{out}");
+        assert_eq!(row(&rows, &["deployment.apps/web"])[1..4], ["1/2", "2", "1"]);
+        assert_eq!(row(&rows, &["service/web"])[1..5], ["NodePort", "10.96.0.20", "<none>", "80/TCP,443:30443/TCP"]);
         assert_eq!(row(&rows, &["configmap/settings"])[1], "2");
 
-        let out = words(&kubectl(
-            &dir,
-            &["get", "deployment", "web", "--subresource=scale"],
-        ));
+        let out = words(&kubectl(&dir, &["get", "deployment", "web", "--subresource=scale"]));
         assert_eq!(out[0], ["NAME", "DESIRED", "AVAILABLE", "AGE"]);
         assert_eq!(out[1][..3], ["web", "2", "2"]);
 
@@ -286,14 +232,8 @@ async fn kubectl_get_prints_upstream_columns() {
         assert_eq!(row(&out, &["kube-system"])[1], "Active");
 
         let out = words(&kubectl(&dir, &["get", "events"]));
-        assert_eq!(
-            out[0],
-            ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
-        );
-        assert!(
-            out.iter()
-                .any(|r| r.contains(&"pod/web".to_owned()) && r.contains(&"Scheduled".to_owned()))
-        );
+        assert_eq!(out[0], ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]);
+        assert!(out.iter().any(|r| r.contains(&"pod/web".to_owned()) && r.contains(&"Scheduled".to_owned())));
 
         let out = words(&kubectl(&dir, &["get", "clusterroles"]));
         assert_eq!(out[0], ["NAME", "CREATED", "AT"]);
@@ -311,9 +251,7 @@ async fn kubectl_describe_and_watch() {
 
     let describe = {
         let dir = dir.clone();
-        tokio::task::spawn_blocking(move || kubectl(&dir, &["describe", "pod", "web"]))
-            .await
-            .unwrap()
+        tokio::task::spawn_blocking(move || kubectl(&dir, &["describe", "pod", "web"])).await.unwrap()
     };
     for expected in [
         "Name:",
@@ -327,40 +265,23 @@ async fn kubectl_describe_and_watch() {
         "Scheduled",
         "default-scheduler",
     ] {
-        assert!(
-            describe.contains(expected),
-            "describe lacks {expected}:\n{describe}"
-        );
+        assert!(describe.contains(expected), "describe lacks {expected}:\n{describe}");
     }
     // Only the event about this pod's uid.
-    assert!(
-        describe.contains("(web.1)") && !describe.contains("(web.2)"),
-        "{describe}"
-    );
+    assert!(describe.contains("(web.1)") && !describe.contains("(web.2)"), "{describe}");
     let (node, deployment) = {
         let dir = dir.clone();
         tokio::task::spawn_blocking(move || {
-            (
-                kubectl(&dir, &["describe", "node", "n1"]),
-                kubectl(&dir, &["describe", "deployment", "web"]),
-            )
+            (kubectl(&dir, &["describe", "node", "n1"]), kubectl(&dir, &["describe", "deployment", "web"]))
         })
         .await
         .unwrap()
     };
-    assert!(
-        node.contains("Non-terminated Pods:") && node.contains("web"),
-        "{node}"
-    );
-    assert!(
-        deployment.contains("Replicas:") && deployment.contains("app=web"),
-        "{deployment}"
-    );
+    assert!(node.contains("Non-terminated Pods:") && node.contains("web"), "{node}");
+    assert!(deployment.contains("Replicas:") && deployment.contains("app=web"), "{deployment}");
 
     // `get pods -w`: the list, then rows for later changes.
-    let mut child = support::kubectl_command(&dir, &["get", "pods", "-w"])
-        .spawn()
-        .unwrap();
+    let mut child = support::kubectl_command(&dir, &["get", "pods", "-w"]).spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (lines_tx, lines) = mpsc::channel::<String>();
     std::thread::spawn(move || {
@@ -391,29 +312,14 @@ async fn kubectl_describe_and_watch() {
     let mut seen = Vec::new();
     let listed = wait_for(&|l| l.starts_with("web "), &mut seen);
     assert!(listed, "no initial row: {seen:?}");
-    assert!(
-        seen[0].starts_with("NAME") && seen[0].contains("RESTARTS"),
-        "{seen:?}"
-    );
-    create(
-        &server,
-        "/api/v1/namespaces/default/pods",
-        pod("late", "default", "late"),
-    )
-    .await;
-    let appeared = wait_for(
-        &|l| l.starts_with("late ") && l.contains("Running"),
-        &mut seen,
-    );
+    assert!(seen[0].starts_with("NAME") && seen[0].contains("RESTARTS"), "{seen:?}");
+    create(&server, "/api/v1/namespaces/default/pods", pod("late", "default", "late")).await;
+    let appeared = wait_for(&|l| l.starts_with("late ") && l.contains("Running"), &mut seen);
     let _ = child.kill();
     let _ = child.wait();
     assert!(appeared, "the new pod never showed: {seen:?}");
     // Column headers are printed once.
-    assert_eq!(
-        seen.iter().filter(|l| l.starts_with("NAME")).count(),
-        1,
-        "{seen:?}"
-    );
+    assert_eq!(seen.iter().filter(|l| l.starts_with("NAME")).count(), 1, "{seen:?}");
 }
 
 #[tokio::test]
@@ -425,122 +331,50 @@ async fn table_json_shape_and_include_object() {
     let (status, content_type, table) = call(&server, "GET", pods, &[("accept", TBL)], None).await;
     assert_eq!(status, 200);
     assert_eq!(content_type, "application/json;as=Table;v=v1;g=meta.k8s.io");
-    assert_eq!(
-        (table["kind"].as_str(), table["apiVersion"].as_str()),
-        (Some("Table"), Some("meta.k8s.io/v1"))
-    );
+    assert_eq!((table["kind"].as_str(), table["apiVersion"].as_str()), (Some("Table"), Some("meta.k8s.io/v1")));
     assert!(table["metadata"]["resourceVersion"].as_str().is_some());
-    let names: Vec<&str> = table["columnDefinitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> =
+        table["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        [
-            "Name",
-            "Ready",
-            "Status",
-            "Restarts",
-            "Age",
-            "IP",
-            "Node",
-            "Nominated Node",
-            "Readiness Gates"
-        ]
+        ["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node", "Readiness Gates"]
     );
     assert_eq!(table["columnDefinitions"][0]["format"], "name");
     assert_eq!(table["columnDefinitions"][5]["priority"], 1);
     let row = &table["rows"][0];
-    assert_eq!(
-        arr(&row["cells"])[..4],
-        [json!("web"), json!("1/1"), json!("Running"), json!("0")]
-    );
-    assert_eq!(
-        arr(&row["cells"])[5..],
-        [
-            json!("10.0.0.5"),
-            json!("n1"),
-            json!("<none>"),
-            json!("<none>")
-        ]
-    );
+    assert_eq!(arr(&row["cells"])[..4], [json!("web"), json!("1/1"), json!("Running"), json!("0")]);
+    assert_eq!(arr(&row["cells"])[5..], [json!("10.0.0.5"), json!("n1"), json!("<none>"), json!("<none>")]);
     assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
     assert_eq!(row["object"]["apiVersion"], "meta.k8s.io/v1");
     assert_eq!(row["object"]["metadata"]["labels"]["app"], "web");
     assert!(row["object"].get("spec").is_none());
 
-    let (_, _, full) = call(
-        &server,
-        "GET",
-        &format!("{pods}?includeObject=Object"),
-        &[("accept", TBL)],
-        None,
-    )
-    .await;
+    let (_, _, full) = call(&server, "GET", &format!("{pods}?includeObject=Object"), &[("accept", TBL)], None).await;
     assert_eq!(full["rows"][0]["object"]["kind"], "Pod");
     assert_eq!(full["rows"][0]["object"]["spec"]["nodeName"], "n1");
-    let (_, _, none) = call(
-        &server,
-        "GET",
-        &format!("{pods}?includeObject=None"),
-        &[("accept", TBL)],
-        None,
-    )
-    .await;
+    let (_, _, none) = call(&server, "GET", &format!("{pods}?includeObject=None"), &[("accept", TBL)], None).await;
     assert!(none["rows"][0].get("object").is_none());
-    let (status, _, bad) = call(
-        &server,
-        "GET",
-        &format!("{pods}?includeObject=All"),
-        &[("accept", TBL)],
-        None,
-    )
-    .await;
+    let (status, _, bad) = call(&server, "GET", &format!("{pods}?includeObject=All"), &[("accept", TBL)], None).await;
     assert_eq!(status, 400, "{bad}");
 
     // Pagination metadata carries over.
-    let (_, _, page) = call(
-        &server,
-        "GET",
-        "/api/v1/pods?limit=1",
-        &[("accept", TBL)],
-        None,
-    )
-    .await;
+    let (_, _, page) = call(&server, "GET", "/api/v1/pods?limit=1", &[("accept", TBL)], None).await;
     assert_eq!(page["rows"].as_array().unwrap().len(), 1);
     assert!(page["metadata"]["continue"].as_str().is_some());
     assert_eq!(page["metadata"]["remainingItemCount"], 1);
 
     // One object: a one-row Table with the object's resource version.
-    let (_, _, one) = call(
-        &server,
-        "GET",
-        &format!("{pods}/web"),
-        &[("accept", TBL)],
-        None,
-    )
-    .await;
+    let (_, _, one) = call(&server, "GET", &format!("{pods}/web"), &[("accept", TBL)], None).await;
     assert_eq!(one["rows"].as_array().unwrap().len(), 1);
     let (_, _, plain) = call(&server, "GET", &format!("{pods}/web"), &[], None).await;
-    assert_eq!(
-        one["metadata"]["resourceVersion"],
-        plain["metadata"]["resourceVersion"]
-    );
+    assert_eq!(one["metadata"]["resourceVersion"], plain["metadata"]["resourceVersion"]);
     assert_eq!(plain["kind"], "Pod");
 
     // v1beta1 and metadata-only.
-    let v1beta1 = [(
-        "accept",
-        "application/json;as=Table;v=v1beta1;g=meta.k8s.io",
-    )];
+    let v1beta1 = [("accept", "application/json;as=Table;v=v1beta1;g=meta.k8s.io")];
     let (_, _, beta) = call(&server, "GET", pods, &v1beta1, None).await;
     assert_eq!(beta["apiVersion"], "meta.k8s.io/v1beta1");
-    let partial = [(
-        "accept",
-        "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
-    )];
+    let partial = [("accept", "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io")];
     let (_, _, metadata) = call(&server, "GET", pods, &partial, None).await;
     assert_eq!(metadata["kind"], "PartialObjectMetadataList");
     assert_eq!(metadata["items"][0]["kind"], "PartialObjectMetadata");
@@ -554,42 +388,21 @@ async fn table_json_shape_and_include_object() {
         &server,
         "GET",
         pods,
-        &[(
-            "accept",
-            "application/json;as=Table;v=v2;g=meta.k8s.io, application/json",
-        )],
+        &[("accept", "application/json;as=Table;v=v2;g=meta.k8s.io, application/json")],
         None,
     )
     .await;
     assert_eq!(status, 200);
-    let (status, content_type, yaml) = call(
-        &server,
-        "GET",
-        &format!("{pods}/web"),
-        &[("accept", "application/yaml")],
-        None,
-    )
-    .await;
-    assert_eq!(
-        (status.as_u16(), content_type.as_str()),
-        (200, "application/yaml")
-    );
+    let (status, content_type, yaml) =
+        call(&server, "GET", &format!("{pods}/web"), &[("accept", "application/yaml")], None).await;
+    assert_eq!((status.as_u16(), content_type.as_str()), (200, "application/yaml"));
     assert!(yaml.as_str().unwrap().contains("kind: Pod"), "{yaml}");
 
     // Other kinds, and a custom kind's default columns.
     let (_, _, nodes) = call(&server, "GET", "/api/v1/nodes", &[("accept", TBL)], None).await;
-    assert_eq!(
-        arr(&nodes["rows"][0]["cells"])[..3],
-        [json!("n1"), json!("Ready"), json!("control-plane")]
-    );
-    let (_, _, roles) = call(
-        &server,
-        "GET",
-        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-        &[("accept", TBL)],
-        None,
-    )
-    .await;
+    assert_eq!(arr(&nodes["rows"][0]["cells"])[..3], [json!("n1"), json!("Ready"), json!("control-plane")]);
+    let (_, _, roles) =
+        call(&server, "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles", &[("accept", TBL)], None).await;
     assert_eq!(roles["columnDefinitions"][1]["name"], "Created At");
 
     // Field selectors: the labels each kind supports.
@@ -602,42 +415,28 @@ async fn table_json_shape_and_include_object() {
     )
     .await;
     assert_eq!(events["items"].as_array().unwrap().len(), 2, "{events}");
-    let (_, _, on_node) = call(&server, "GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1%2Cstatus.phase%3DRunning%2Cstatus.podIP%3D10.0.0.5", &[], None).await;
+    let (_, _, on_node) = call(
+        &server,
+        "GET",
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1%2Cstatus.phase%3DRunning%2Cstatus.podIP%3D10.0.0.5",
+        &[],
+        None,
+    )
+    .await;
     assert_eq!(on_node["items"].as_array().unwrap().len(), 2);
-    let (status, _, error) = call(
-        &server,
-        "GET",
-        "/api/v1/pods?fieldSelector=spec.containers%3Dx",
-        &[],
-        None,
-    )
-    .await;
+    let (status, _, error) = call(&server, "GET", "/api/v1/pods?fieldSelector=spec.containers%3Dx", &[], None).await;
     assert_eq!(status, 400);
-    assert_eq!(
-        error["message"],
-        "field label not supported: spec.containers"
-    );
-    let (status, _, error) = call(
-        &server,
-        "GET",
-        "/api/v1/namespaces/default/configmaps?fieldSelector=data.a%3D1&watch=true",
-        &[],
-        None,
-    )
-    .await;
+    assert_eq!(error["message"], "field label not supported: spec.containers");
+    let (status, _, error) =
+        call(&server, "GET", "/api/v1/namespaces/default/configmaps?fieldSelector=data.a%3D1&watch=true", &[], None)
+            .await;
     assert_eq!(status, 400);
     assert_eq!(
         error["message"],
         "\"data.a\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
     );
-    let (_, _, cordoned) = call(
-        &server,
-        "GET",
-        "/api/v1/nodes?fieldSelector=spec.unschedulable%3Dfalse",
-        &[],
-        None,
-    )
-    .await;
+    let (_, _, cordoned) =
+        call(&server, "GET", "/api/v1/nodes?fieldSelector=spec.unschedulable%3Dfalse", &[], None).await;
     assert_eq!(cordoned["items"].as_array().unwrap().len(), 1);
 }
 
@@ -650,16 +449,10 @@ async fn watch_sends_one_row_tables() {
         .body(Body::empty())
         .unwrap();
     let response = server.router().oneshot(request).await.unwrap();
-    assert_eq!(
-        response.headers()["content-type"],
-        "application/json;as=Table;v=v1;g=meta.k8s.io"
-    );
+    assert_eq!(response.headers()["content-type"], "application/json;as=Table;v=v1;g=meta.k8s.io");
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let events: Vec<Value> = bytes
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_slice(l).unwrap())
-        .collect();
+    let events: Vec<Value> =
+        bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
     assert_eq!(events.len(), 1, "{events:?}");
     let table = &events[0]["object"];
     assert_eq!(events[0]["type"], "ADDED");
@@ -674,33 +467,29 @@ async fn custom_kinds_print_their_columns() {
     use orchestra_core::api::ResourceInfo;
     use orchestra_core::api::table::{Printer, TableColumns};
 
-    let columns = TableColumns::from_crd_version(
-        &json!({"name": "v1", "additionalPrinterColumns": [
+    let columns = TableColumns::from_crd_version(&json!({"name": "v1", "additionalPrinterColumns": [
         {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
         {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
         {"name": "Owner", "type": "string", "jsonPath": ".spec.owner", "priority": 1},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]}),
-    );
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]}));
     let server = ApiServer::builder(std::sync::Arc::new(orchestra_store::MemStore::new()))
         .register(
             ResourceInfo::new("example.com", "v1", "Widget", "widgets", true)
                 .with_status()
                 .with_printer(Printer::new(columns)),
         )
-        .register(ResourceInfo::new(
-            "example.com",
-            "v1",
-            "Gadget",
-            "gadgets",
-            true,
-        ))
+        .register(ResourceInfo::new("example.com", "v1", "Gadget", "gadgets", true))
         .build()
         .await
         .unwrap();
-    create(&server, "/apis/example.com/v1/namespaces/default/widgets", json!({
-        "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"},
-        "spec": {"size": 3, "owner": "ann"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }))
+    create(
+        &server,
+        "/apis/example.com/v1/namespaces/default/widgets",
+        json!({
+            "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"},
+            "spec": {"size": 3, "owner": "ann"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }),
+    )
     .await;
     create(
         &server,
@@ -710,18 +499,9 @@ async fn custom_kinds_print_their_columns() {
         }),
     )
     .await;
-    let (_, _, table) = call(
-        &server,
-        "GET",
-        "/apis/example.com/v1/namespaces/default/widgets",
-        &[("accept", TBL)],
-        None,
-    )
-    .await;
-    assert_eq!(
-        arr(&table["rows"][0]["cells"])[..4],
-        [json!("w1"), json!(3), json!("True"), json!("ann")]
-    );
+    let (_, _, table) =
+        call(&server, "GET", "/apis/example.com/v1/namespaces/default/widgets", &[("accept", TBL)], None).await;
+    assert_eq!(arr(&table["rows"][0]["cells"])[..4], [json!("w1"), json!(3), json!("True"), json!("ann")]);
     assert_eq!(table["columnDefinitions"][3]["priority"], 1);
 
     let (_tmp, dir) = support::kubectl_dir(&server).await;

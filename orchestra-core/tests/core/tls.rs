@@ -83,14 +83,25 @@ async fn kubectl_and_kube_rs_over_https_with_client_certificates() {
     assert!(ok, "{out}{err}");
     let (ok, out, err) = kubectl(dir.path(), &admin, &["get", "configmaps", "settings", "-o", "jsonpath={.data.a}"]);
     assert!(ok && out == "b", "{out}{err}");
-    let (ok, out, err) = kubectl(dir.path(), &admin, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username} {.status.userInfo.groups}"]);
+    let (ok, out, err) = kubectl(
+        dir.path(),
+        &admin,
+        &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username} {.status.userInfo.groups}"],
+    );
     assert!(ok, "{out}{err}");
     assert!(out.starts_with(ADMIN_USER) && out.contains(ADMIN_GROUP), "{out}");
 
     // kube-rs from the same kubeconfig.
     let client = orchestra_core::client::from_kubeconfig(&admin).await.unwrap();
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let names: Vec<_> = namespaces.list(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|n| n.metadata.name).collect();
+    let names: Vec<_> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
     assert!(names.contains(&"kube-system".to_owned()), "{names:?}");
     let maps: Api<ConfigMap> = Api::namespaced(client, "default");
     let mut map = ConfigMap::default();
@@ -101,7 +112,8 @@ async fn kubectl_and_kube_rs_over_https_with_client_certificates() {
     let alice = cluster.pki.issue_client("alice", Some("dev")).unwrap();
     let alice_config = dir.path().join("alice.kubeconfig");
     std::fs::write(&alice_config, cluster.pki.kubeconfig(&cluster.url(), "alice", &alice)).unwrap();
-    let (ok, out, err) = kubectl(dir.path(), &alice_config, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
+    let (ok, out, err) =
+        kubectl(dir.path(), &alice_config, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
     assert!(ok && out == "alice", "{out}{err}");
 
     // A bearer token, and no credential at all.
@@ -112,11 +124,16 @@ async fn kubectl_and_kube_rs_over_https_with_client_certificates() {
     let mut config = kube::Config::new(cluster.url().parse().unwrap());
     config.root_cert = Some(vec![ca.to_vec()]);
     let anonymous = kube::Client::try_from(config.clone()).unwrap();
-    let denied = Api::<ConfigMap>::namespaced(anonymous.clone(), "default").list(&ListParams::default()).await.unwrap_err();
+    let denied =
+        Api::<ConfigMap>::namespaced(anonymous.clone(), "default").list(&ListParams::default()).await.unwrap_err();
     match denied {
         kube::Error::Api(status) => {
             assert_eq!(status.code, 403);
-            assert!(status.message.contains("User \"system:anonymous\" cannot list resource \"configmaps\""), "{}", status.message);
+            assert!(
+                status.message.contains("User \"system:anonymous\" cannot list resource \"configmaps\""),
+                "{}",
+                status.message
+            );
         }
         other => panic!("{other}"),
     }
@@ -135,17 +152,23 @@ async fn kubectl_and_kube_rs_over_https_with_client_certificates() {
         ),
     )
     .unwrap();
-    let (ok, out, err) = kubectl(dir.path(), &token_config, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
+    let (ok, out, err) =
+        kubectl(dir.path(), &token_config, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
     assert!(ok && out == "token-user", "{out}{err}");
     config.auth_info.token = Some("wrong".to_owned().into());
     let invalid = kube::Client::try_from(config).unwrap().request_text(request("/readyz")).await.unwrap_err();
-    assert!(matches!(&invalid, kube::Error::Api(s) if s.code == 401), "an invalid credential is never anonymous: {invalid}");
+    assert!(
+        matches!(&invalid, kube::Error::Api(s) if s.code == 401),
+        "an invalid credential is never anonymous: {invalid}"
+    );
 
     // Metrics saw the requests above, by verb and resource.
     let (ok, metrics, err) = kubectl(dir.path(), &admin, &["get", "--raw", "/metrics"]);
     assert!(ok, "{err}");
     assert!(
-        metrics.lines().any(|l| l.starts_with("apiserver_request_total{verb=\"POST\",group=\"\",version=\"v1\",resource=\"configmaps\"") && l.contains("code=\"201\"")),
+        metrics.lines().any(|l| l
+            .starts_with("apiserver_request_total{verb=\"POST\",group=\"\",version=\"v1\",resource=\"configmaps\"")
+            && l.contains("code=\"201\"")),
         "{metrics}"
     );
     assert!(metrics.contains("apiserver_request_duration_seconds_bucket"), "{metrics}");
@@ -158,15 +181,19 @@ async fn negotiates_http2_and_shuts_down_gracefully() {
     let mut cluster = cluster(dir.path()).await;
 
     // ALPN: h2 is chosen when offered, http/1.1 otherwise.
-    for (offered, expected) in [(vec![b"h2".to_vec(), b"http/1.1".to_vec()], b"h2".to_vec()), (vec![b"http/1.1".to_vec()], b"http/1.1".to_vec())] {
+    for (offered, expected) in [
+        (vec![b"h2".to_vec(), b"http/1.1".to_vec()], b"h2".to_vec()),
+        (vec![b"http/1.1".to_vec()], b"http/1.1".to_vec()),
+    ] {
         let mut roots = rustls::RootCertStore::empty();
         use rustls::pki_types::pem::PemObject as _;
         roots.add(rustls::pki_types::CertificateDer::from_pem_slice(cluster.pki.ca_pem().as_bytes()).unwrap()).unwrap();
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let mut config =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
         config.alpn_protocols = offered;
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let tcp = tokio::net::TcpStream::connect(cluster.address).await.unwrap();

@@ -16,9 +16,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{
-    Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet, ReplicaSetSpec,
-};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -101,9 +99,7 @@ fn record_scaling(ctx: &Context, d: &Deployment, rs: &str, from: i32, to: i32) {
 
 /// Resolves an IntOrString against `total` (percentages rounded up or down).
 pub fn resolve(value: Option<&IntOrString>, total: i32, round_up: bool, default: &str) -> i32 {
-    let v = value
-        .cloned()
-        .unwrap_or_else(|| IntOrString::String(default.into()));
+    let v = value.cloned().unwrap_or_else(|| IntOrString::String(default.into()));
     match v {
         IntOrString::Int(i) => i,
         IntOrString::String(s) => {
@@ -116,11 +112,7 @@ pub fn resolve(value: Option<&IntOrString>, total: i32, round_up: bool, default:
 
 /// `(maxSurge, maxUnavailable)` for `replicas` (both 0 → unavailable 1).
 pub fn surge_and_unavailable(d: &Deployment, replicas: i32) -> (i32, i32) {
-    let ru = d
-        .spec
-        .as_ref()
-        .and_then(|s| s.strategy.as_ref())
-        .and_then(|s| s.rolling_update.as_ref());
+    let ru = d.spec.as_ref().and_then(|s| s.strategy.as_ref()).and_then(|s| s.rolling_update.as_ref());
     let surge = resolve(ru.and_then(|r| r.max_surge.as_ref()), replicas, true, "25%");
     let mut unavailable = resolve(ru.and_then(|r| r.max_unavailable.as_ref()), replicas, false, "25%");
     if surge == 0 && unavailable == 0 {
@@ -130,12 +122,7 @@ pub fn surge_and_unavailable(d: &Deployment, replicas: i32) -> (i32, i32) {
 }
 
 fn revision(rs: &ReplicaSet) -> i64 {
-    rs.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(REVISION))
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(0)
+    rs.metadata.annotations.as_ref().and_then(|a| a.get(REVISION)).and_then(|r| r.parse().ok()).unwrap_or(0)
 }
 
 fn spec_replicas(rs: &ReplicaSet) -> i32 {
@@ -145,11 +132,7 @@ fn spec_replicas(rs: &ReplicaSet) -> i32 {
 /// Available replicas, never more than the spec asks for: right after a
 /// scale-down the cached status may still count the pods being removed.
 fn available(rs: &ReplicaSet) -> i32 {
-    rs.status
-        .as_ref()
-        .and_then(|s| s.available_replicas)
-        .unwrap_or(0)
-        .min(spec_replicas(rs))
+    rs.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0).min(spec_replicas(rs))
 }
 
 fn annotation(rs: &ReplicaSet, key: &str) -> Option<i32> {
@@ -205,7 +188,8 @@ pub fn proportional_sizes<K: Ord>(replicas: i32, surge: i32, status_replicas: i3
             if annotated <= 0 {
                 0
             } else {
-                (f64::from(set.replicas) * f64::from(replicas + surge) / f64::from(annotated)).round() as i32 - set.replicas
+                (f64::from(set.replicas) * f64::from(replicas + surge) / f64::from(annotated)).round() as i32
+                    - set.replicas
             }
         };
         let room = to_add - added;
@@ -262,13 +246,17 @@ pub fn old_scale_down(
     (max_scaled_down, (total_available - min_available).max(0))
 }
 
-fn condition(type_: &str, status: &str, reason: &str, message: String, old: Option<&DeploymentCondition>) -> DeploymentCondition {
+fn condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    old: Option<&DeploymentCondition>,
+) -> DeploymentCondition {
     let now = Time(Timestamp::now());
     let same = old.is_some_and(|c| c.status == status && c.reason.as_deref() == Some(reason));
-    let transition = old
-        .filter(|c| c.status == status)
-        .and_then(|c| c.last_transition_time.clone())
-        .unwrap_or_else(|| now.clone());
+    let transition =
+        old.filter(|c| c.status == status).and_then(|c| c.last_transition_time.clone()).unwrap_or_else(|| now.clone());
     DeploymentCondition {
         type_: type_.into(),
         status: status.into(),
@@ -310,7 +298,13 @@ impl Scaler<'_> {
 /// ReplicaSet's last write (a scale racing a rollout's step) is refused
 /// with 409 and decided again from the fresh object, instead of landing
 /// and leaving a split no later sync corrects.
-async fn scale(api: &Api<ReplicaSet>, rs: &ReplicaSet, replicas: i32, d_replicas: i32, surge: i32) -> Result<bool, Error> {
+async fn scale(
+    api: &Api<ReplicaSet>,
+    rs: &ReplicaSet,
+    replicas: i32,
+    d_replicas: i32,
+    surge: i32,
+) -> Result<bool, Error> {
     if spec_replicas(rs) == replicas
         && annotation(rs, DESIRED_REPLICAS) == Some(d_replicas)
         && annotation(rs, MAX_REPLICAS) == Some(d_replicas + surge)
@@ -328,12 +322,7 @@ async fn scale(api: &Api<ReplicaSet>, rs: &ReplicaSet, replicas: i32, d_replicas
     if let Some(version) = &rs.metadata.resource_version {
         patch["metadata"]["resourceVersion"] = version.as_str().into();
     }
-    api.patch(
-        rs.metadata.name.as_deref().unwrap_or_default(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    api.patch(rs.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     Ok(true)
 }
 
@@ -380,7 +369,11 @@ async fn sync_scale(
     if rolling {
         let sets: Vec<ScaledSet<_>> = active
             .iter()
-            .map(|rs| ScaledSet { replicas: spec_replicas(rs), max_replicas: annotation(rs, MAX_REPLICAS), age: age_key(rs) })
+            .map(|rs| ScaledSet {
+                replicas: spec_replicas(rs),
+                max_replicas: annotation(rs, MAX_REPLICAS),
+                age: age_key(rs),
+            })
             .collect();
         for (rs, size) in active.iter().zip(proportional_sizes(replicas, surge, status_replicas, &sets)) {
             scaler.scale(rs, size, replicas, surge).await?;
@@ -392,7 +385,11 @@ async fn sync_scale(
 /// The Deployment's ReplicaSets, claimed as upstream's ControllerRefManager
 /// does: owned ones that match the selector are kept, owned ones that no
 /// longer match are released, matching orphans are adopted.
-async fn claim_replica_sets(d: &Deployment, ctx: &Context, api: &Api<ReplicaSet>) -> Result<Vec<Arc<ReplicaSet>>, Error> {
+async fn claim_replica_sets(
+    d: &Deployment,
+    ctx: &Context,
+    api: &Api<ReplicaSet>,
+) -> Result<Vec<Arc<ReplicaSet>>, Error> {
     let uid = d.metadata.uid.clone().unwrap_or_default();
     let namespace = d.metadata.namespace.clone().unwrap_or_default();
     let Some(selector) = d.spec.as_ref().map(|s| &s.selector) else {
@@ -408,7 +405,8 @@ async fn claim_replica_sets(d: &Deployment, ctx: &Context, api: &Api<ReplicaSet>
         match controller_of(rs.as_ref()) {
             Some(r) if r.uid == uid && matches => owned.push(rs),
             Some(r) if r.uid == uid => {
-                let refs: Vec<_> = rs.metadata.owner_references.iter().flatten().filter(|r| r.uid != uid).cloned().collect();
+                let refs: Vec<_> =
+                    rs.metadata.owner_references.iter().flatten().filter(|r| r.uid != uid).cloned().collect();
                 let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
                 ignore_not_found(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
             }
@@ -423,7 +421,9 @@ async fn claim_replica_sets(d: &Deployment, ctx: &Context, api: &Api<ReplicaSet>
                 refs.push(owner_reference(d));
                 // The uid guards against adopting a namesake created since.
                 let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
-                if let Some(adopted) = ignore_not_found(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)? {
+                if let Some(adopted) =
+                    ignore_not_found(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)?
+                {
                     owned.push(Arc::new(adopted));
                 }
             }
@@ -459,11 +459,8 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
         .iter()
         .find(|rs| rs.spec.as_ref().and_then(|s| s.template.as_ref()).map(without_hash) == Some(wanted.clone()))
         .cloned();
-    let old: Vec<Arc<ReplicaSet>> = all
-        .iter()
-        .filter(|rs| new.as_ref().is_none_or(|n| n.metadata.uid != rs.metadata.uid))
-        .cloned()
-        .collect();
+    let old: Vec<Arc<ReplicaSet>> =
+        all.iter().filter(|rs| new.as_ref().is_none_or(|n| n.metadata.uid != rs.metadata.uid)).cloned().collect();
     let mut progress_reason = "ReplicaSetUpdated";
 
     if let Some(rs) = &new {
@@ -520,11 +517,7 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
                     .get_or_insert_with(Default::default)
                     .insert(POD_TEMPLATE_HASH.into(), hash.clone());
                 let old_total: i32 = old.iter().map(|rs| spec_replicas(rs)).sum();
-                let initial = if recreate {
-                    0
-                } else {
-                    new_rs_replicas(replicas, surge, old_total, 0)
-                };
+                let initial = if recreate { 0 } else { new_rs_replicas(replicas, surge, old_total, 0) };
                 let mut annotations = copied_annotations(&d);
                 annotations.extend([
                     (REVISION.to_string(), (max_revision + 1).to_string()),
@@ -616,14 +609,8 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
             }
             let all_spec = total_spec - new_spec + target;
             let total_available: i32 = all.iter().map(|rs| available(rs)).sum();
-            let (cleanup, down) = old_scale_down(
-                replicas,
-                unavailable,
-                all_spec,
-                target,
-                available(new_rs),
-                total_available,
-            );
+            let (cleanup, down) =
+                old_scale_down(replicas, unavailable, all_spec, target, available(new_rs), total_available);
             let mut old_sorted = old.clone();
             old_sorted.sort_by_key(|rs| revision(rs));
             let mut next: Vec<i32> = old_sorted.iter().map(|rs| spec_replicas(rs)).collect();
@@ -663,15 +650,11 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
 
     // Revision history limit: delete the oldest idle old ReplicaSets.
     let limit = spec.revision_history_limit.unwrap_or(10).max(0) as usize;
-    let idle: Vec<&Arc<ReplicaSet>> = old
-        .iter()
-        .filter(|rs| spec_replicas(rs) == 0 && rs.status.as_ref().is_none_or(|s| s.replicas == 0))
-        .collect();
+    let idle: Vec<&Arc<ReplicaSet>> =
+        old.iter().filter(|rs| spec_replicas(rs) == 0 && rs.status.as_ref().is_none_or(|s| s.replicas == 0)).collect();
     if idle.len() > limit {
         for rs in &idle[..idle.len() - limit] {
-            let _ = rs_api
-                .delete(rs.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::background())
-                .await;
+            let _ = rs_api.delete(rs.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::background()).await;
         }
     }
 
@@ -680,36 +663,43 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
     let status_replicas = sum(&|rs| rs.status.as_ref().map(|s| s.replicas).unwrap_or(0));
     let ready = sum(&|rs| rs.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0));
     let avail = sum(&|rs| available(rs));
-    let new_current = new.as_ref().and_then(|n| {
-        all.iter()
-            .find(|rs| rs.metadata.uid == n.metadata.uid)
-            .cloned()
-    });
-    let updated = new_current
-        .as_ref()
-        .and_then(|rs| rs.status.as_ref())
-        .map(|s| s.replicas)
-        .unwrap_or(0);
+    let new_current = new.as_ref().and_then(|n| all.iter().find(|rs| rs.metadata.uid == n.metadata.uid).cloned());
+    let updated = new_current.as_ref().and_then(|rs| rs.status.as_ref()).map(|s| s.replicas).unwrap_or(0);
     let new_available = new_current.as_ref().map(|rs| available(rs)).unwrap_or(0);
     let old_conditions = d.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
     let find = |t: &str| old_conditions.iter().find(|c| c.type_ == t);
     let available_cond = if avail >= replicas - unavailable {
-        condition("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability.".into(), find("Available"))
+        condition(
+            "Available",
+            "True",
+            "MinimumReplicasAvailable",
+            "Deployment has minimum availability.".into(),
+            find("Available"),
+        )
     } else {
-        condition("Available", "False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability.".into(), find("Available"))
+        condition(
+            "Available",
+            "False",
+            "MinimumReplicasUnavailable",
+            "Deployment does not have minimum availability.".into(),
+            find("Available"),
+        )
     };
     let new_name = new.as_ref().and_then(|n| n.metadata.name.clone()).unwrap_or_default();
-    let complete = updated == replicas
-        && status_replicas == replicas
-        && new_available >= replicas
-        && new.is_some();
+    let complete = updated == replicas && status_replicas == replicas && new_available >= replicas && new.is_some();
     let old_progress = find("Progressing");
     let deadline = spec.progress_deadline_seconds.unwrap_or(600);
     let mut requeue = None;
     let progressing = if paused {
         condition("Progressing", "Unknown", "DeploymentPaused", "Deployment is paused".into(), old_progress)
     } else if complete {
-        condition("Progressing", "True", "NewReplicaSetAvailable", format!("ReplicaSet \"{new_name}\" has successfully progressed."), old_progress)
+        condition(
+            "Progressing",
+            "True",
+            "NewReplicaSetAvailable",
+            format!("ReplicaSet \"{new_name}\" has successfully progressed."),
+            old_progress,
+        )
     } else {
         let moved = d.status.as_ref().is_none_or(|s| {
             s.updated_replicas != Some(updated)
@@ -740,7 +730,10 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
                     format!("ReplicaSet \"{new_name}\" is progressing."),
                     None,
                 );
-                if !moved && let Some(o) = old_progress.filter(|c| c.status == "True" && c.reason.as_deref() != Some("NewReplicaSetAvailable")) {
+                if !moved
+                    && let Some(o) = old_progress
+                        .filter(|c| c.status == "True" && c.reason.as_deref() != Some("NewReplicaSetAvailable"))
+                {
                     c.last_update_time = o.last_update_time.clone();
                     c.last_transition_time = o.last_transition_time.clone();
                     c.reason = o.reason.clone();
@@ -781,11 +774,7 @@ pub async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, 
 }
 
 /// Runs the Deployment controller on `factory`'s informers until `shutdown`.
-pub async fn run(
-    factory: SharedInformerFactory,
-    workers: usize,
-    shutdown: impl Future<Output = ()> + Send,
-) {
+pub async fn run(factory: SharedInformerFactory, workers: usize, shutdown: impl Future<Output = ()> + Send) {
     let queue = WorkQueue::new(RateLimit::default());
     run_with_queue(factory, workers, queue, shutdown).await
 }
@@ -830,7 +819,11 @@ mod tests {
     use super::*;
 
     fn sets(sizes: &[(i32, Option<i32>)]) -> Vec<ScaledSet<usize>> {
-        sizes.iter().enumerate().map(|(age, &(replicas, max_replicas))| ScaledSet { replicas, max_replicas, age }).collect()
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(age, &(replicas, max_replicas))| ScaledSet { replicas, max_replicas, age })
+            .collect()
     }
 
     #[test]
@@ -935,7 +928,8 @@ mod tests {
                 .await
                 .iter()
                 .map(|rs| {
-                    let revision = rs.metadata.annotations.as_ref().and_then(|a| a.get(REVISION)).cloned().unwrap_or_default();
+                    let revision =
+                        rs.metadata.annotations.as_ref().and_then(|a| a.get(REVISION)).cloned().unwrap_or_default();
                     (rs.metadata.name.clone().unwrap(), spec_replicas(rs), revision)
                 })
                 .collect()
@@ -1000,7 +994,11 @@ mod tests {
                     name: "Recreate: old scaled to 0, the new one created empty",
                     deployment: annotated(recreate(deployment(3, "v2")), "1"),
                     replica_sets: vec![replica_set("v1", 1, 3, (3, 3), 3)],
-                    writes: vec!["create replicasets default/NEW", "patch replicasets default/web-v1", "patch deployments default/web"],
+                    writes: vec![
+                        "create replicasets default/NEW",
+                        "patch replicasets default/web-v1",
+                        "patch deployments default/web",
+                    ],
                     after: vec![("NEW", 0, "2"), ("web-v1", 0, "1")],
                     events: vec!["Scaled down replica set web-v1 from 3 to 0"],
                 },
@@ -1015,7 +1013,10 @@ mod tests {
                 Row {
                     name: "Recreate: the new one waits while old pods terminate",
                     deployment: annotated(recreate(deployment(3, "v2")), "2"),
-                    replica_sets: vec![terminating(replica_set("v1", 1, 0, (0, 0), 3), 2), replica_set("v2", 2, 0, (0, 0), 3)],
+                    replica_sets: vec![
+                        terminating(replica_set("v1", 1, 0, (0, 0), 3), 2),
+                        replica_set("v2", 2, 0, (0, 0), 3),
+                    ],
                     writes: vec![],
                     after: vec![("web-v1", 0, "1"), ("web-v2", 0, "2")],
                     events: vec![],
@@ -1053,7 +1054,11 @@ mod tests {
                     name: "rollback: the old template's ReplicaSet becomes the newest revision",
                     deployment: annotated(deployment(3, "v1"), "2"),
                     replica_sets: vec![replica_set("v1", 1, 0, (0, 0), 3), replica_set("v2", 2, 3, (3, 3), 3)],
-                    writes: vec!["patch replicasets default/web-v1", "patch replicasets default/web-v1", "patch deployments default/web"],
+                    writes: vec![
+                        "patch replicasets default/web-v1",
+                        "patch replicasets default/web-v1",
+                        "patch deployments default/web",
+                    ],
                     after: vec![("web-v1", 1, "3"), ("web-v2", 3, "2")],
                     events: vec!["Scaled up replica set web-v1 from 0 to 1"],
                 },
@@ -1064,11 +1069,13 @@ mod tests {
         async fn table() {
             for row in rows() {
                 let d: Deployment = serde_json::from_value(row.deployment.clone()).unwrap();
-                let image = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].image.clone().unwrap();
+                let image =
+                    d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].image.clone().unwrap();
                 let new = new_name(&image);
                 let fake = FakeCluster::builder().object(&d).objects(&row.replica_sets).build().await;
                 reconcile_web(&fake).await;
-                let writes: Vec<String> = fake.writes().into_iter().filter(|w| w != "patch deployments/status default/web").collect();
+                let writes: Vec<String> =
+                    fake.writes().into_iter().filter(|w| w != "patch deployments/status default/web").collect();
                 let expected: Vec<String> = row.writes.iter().map(|w| w.replace("NEW", &new)).collect();
                 assert_eq!(writes, expected, "{}", row.name);
                 let expected: Vec<(String, i32, String)> =
@@ -1076,12 +1083,16 @@ mod tests {
                 let mut expected = expected;
                 expected.sort();
                 assert_eq!(replica_sets(&fake).await, expected, "{}", row.name);
-                let expected: Vec<String> =
-                    row.events.iter().map(|e| format!("Normal {SCALING_REPLICA_SET} {}", e.replace("NEW", &new))).collect();
+                let expected: Vec<String> = row
+                    .events
+                    .iter()
+                    .map(|e| format!("Normal {SCALING_REPLICA_SET} {}", e.replace("NEW", &new)))
+                    .collect();
                 assert_eq!(fake.events("default", expected.len()).await, expected, "{}", row.name);
                 // The Deployment carries the newest revision.
                 let d: Deployment = fake.get("default", "web").await.unwrap();
-                let newest = replica_sets(&fake).await.into_iter().map(|(_, _, r)| r.parse::<i64>().unwrap()).max().unwrap();
+                let newest =
+                    replica_sets(&fake).await.into_iter().map(|(_, _, r)| r.parse::<i64>().unwrap()).max().unwrap();
                 assert_eq!(d.metadata.annotations.unwrap()[REVISION], newest.to_string(), "{}", row.name);
             }
         }
@@ -1095,7 +1106,8 @@ mod tests {
             let hash = new_name("v2").trim_start_matches("web-").to_owned();
             assert_eq!(rs.metadata.labels.as_ref().unwrap()[POD_TEMPLATE_HASH], hash);
             assert_eq!(rs.spec.as_ref().unwrap().selector.match_labels.as_ref().unwrap()[POD_TEMPLATE_HASH], hash);
-            let template_labels = rs.spec.as_ref().unwrap().template.as_ref().unwrap().metadata.as_ref().unwrap().labels.clone().unwrap();
+            let template_labels =
+                rs.spec.as_ref().unwrap().template.as_ref().unwrap().metadata.as_ref().unwrap().labels.clone().unwrap();
             assert_eq!(template_labels[POD_TEMPLATE_HASH], hash);
             let annotations = rs.metadata.annotations.clone().unwrap();
             assert_eq!((annotations[DESIRED_REPLICAS].as_str(), annotations[MAX_REPLICAS].as_str()), ("3", "4"));
@@ -1103,7 +1115,10 @@ mod tests {
             // Status: nothing available yet, progressing.
             let status = fake.get::<Deployment>("default", "web").await.unwrap().status.unwrap();
             let progressing = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Progressing").unwrap();
-            assert_eq!((progressing.status.as_str(), progressing.reason.as_deref()), ("True", Some("NewReplicaSetCreated")));
+            assert_eq!(
+                (progressing.status.as_str(), progressing.reason.as_deref()),
+                ("True", Some("NewReplicaSetCreated"))
+            );
             assert_eq!(status.observed_generation, Some(2));
         }
 
@@ -1118,7 +1133,13 @@ mod tests {
             let fake = FakeCluster::builder().object(&d).object(&squatter).build().await;
             let action = reconcile_web(&fake).await;
             assert_eq!(action, Action::requeue(Duration::from_millis(10)));
-            assert_eq!(fake.writes(), [format!("create replicasets default/{}", new_name("v2")), "patch deployments/status default/web".into()]);
+            assert_eq!(
+                fake.writes(),
+                [
+                    format!("create replicasets default/{}", new_name("v2")),
+                    "patch deployments/status default/web".into()
+                ]
+            );
             let d: Deployment = fake.get("default", "web").await.unwrap();
             assert_eq!(d.status.as_ref().unwrap().collision_count, Some(1));
             // The next pass hashes with the count: a name of its own.
@@ -1170,10 +1191,18 @@ mod tests {
             assert!(!annotations(&rs).contains_key(APPLIED));
 
             // An existing new ReplicaSet follows changes, and minReadySeconds.
-            let d = with(annotated(deployment(3, "v2"), "2"), "/metadata/annotations/kubernetes.io~1change-cause", json!("scaled"));
+            let d = with(
+                annotated(deployment(3, "v2"), "2"),
+                "/metadata/annotations/kubernetes.io~1change-cause",
+                json!("scaled"),
+            );
             let d = with(d, "/spec/minReadySeconds", json!(5));
             let sets = [replica_set("v1", 1, 0, (0, 0), 3), replica_set("v2", 2, 3, (3, 3), 3)];
-            let fake = FakeCluster::builder().object(&serde_json::from_value::<Deployment>(d).unwrap()).objects(&sets).build().await;
+            let fake = FakeCluster::builder()
+                .object(&serde_json::from_value::<Deployment>(d).unwrap())
+                .objects(&sets)
+                .build()
+                .await;
             reconcile_web(&fake).await;
             assert_eq!(fake.writes(), ["patch replicasets default/web-v2", "patch deployments/status default/web"]);
             let rs: ReplicaSet = fake.get("default", "web-v2").await.unwrap();
@@ -1192,18 +1221,25 @@ mod tests {
             let fake = FakeCluster::builder().object(&d).objects(&sets).build().await;
             reconcile_web(&fake).await;
             let rs: ReplicaSet = fake.get("default", "web-v1").await.unwrap();
-            assert_eq!((annotations(&rs)[REVISION].as_str(), annotations(&rs)[REVISION_HISTORY].as_str()), ("5", "1,3"));
+            assert_eq!(
+                (annotations(&rs)[REVISION].as_str(), annotations(&rs)[REVISION_HISTORY].as_str()),
+                ("5", "1,3")
+            );
         }
 
         #[tokio::test]
         async fn paused_deployment_reports_paused() {
-            let d: Deployment = serde_json::from_value(annotated(with(deployment(3, "v2"), "/spec/paused", json!(true)), "1")).unwrap();
+            let d: Deployment =
+                serde_json::from_value(annotated(with(deployment(3, "v2"), "/spec/paused", json!(true)), "1")).unwrap();
             let fake = FakeCluster::builder().object(&d).object(&replica_set("v1", 1, 3, (3, 3), 3)).build().await;
             reconcile_web(&fake).await;
             assert_eq!(fake.writes(), ["patch deployments/status default/web"]);
             let status = fake.get::<Deployment>("default", "web").await.unwrap().status.unwrap();
             let progressing = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Progressing").unwrap();
-            assert_eq!((progressing.status.as_str(), progressing.reason.as_deref()), ("Unknown", Some("DeploymentPaused")));
+            assert_eq!(
+                (progressing.status.as_str(), progressing.reason.as_deref()),
+                ("Unknown", Some("DeploymentPaused"))
+            );
             assert_eq!(status.updated_replicas, Some(0));
         }
 
@@ -1212,7 +1248,8 @@ mod tests {
             // A rollout stuck for an hour with a 10 s deadline: the new
             // ReplicaSet has 3 pods, one available; nothing moved since the
             // last status.
-            let hour_ago = Timestamp::now().checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(3600)).unwrap().to_string();
+            let hour_ago =
+                Timestamp::now().checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(3600)).unwrap().to_string();
             let mut d = annotated(with(deployment(3, "v2"), "/spec/progressDeadlineSeconds", json!(10)), "1");
             d["status"] = json!({
                 "observedGeneration": 2, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 1,
@@ -1232,7 +1269,10 @@ mod tests {
                 ("False", Some("ProgressDeadlineExceeded")),
                 "{progressing:?}"
             );
-            assert_eq!(progressing.message.as_deref(), Some(format!("ReplicaSet \"{}\" has timed out progressing.", new_name("v2")).as_str()));
+            assert_eq!(
+                progressing.message.as_deref(),
+                Some(format!("ReplicaSet \"{}\" has timed out progressing.", new_name("v2")).as_str())
+            );
 
             // Within the deadline the same state is still progressing.
             let mut d = d;
@@ -1243,7 +1283,10 @@ mod tests {
             let action = reconcile_web(&fake).await;
             let status = fake.get::<Deployment>("default", "web").await.unwrap().status.unwrap();
             let progressing = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Progressing").unwrap();
-            assert_eq!((progressing.status.as_str(), progressing.reason.as_deref()), ("True", Some("ReplicaSetUpdated")));
+            assert_eq!(
+                (progressing.status.as_str(), progressing.reason.as_deref()),
+                ("True", Some("ReplicaSetUpdated"))
+            );
             // Looked at again by the deadline.
             assert_eq!(action, Action::requeue(Duration::from_secs(10)));
         }
@@ -1266,14 +1309,8 @@ mod tests {
     #[test]
     fn new_replica_set_scaling() {
         // (replicas, surge, all, new) -> new replicas
-        let table = [
-            (3, 1, 3, 0, 1),
-            (3, 1, 4, 1, 1),
-            (3, 1, 3, 1, 2),
-            (3, 0, 3, 0, 0),
-            (3, 1, 0, 0, 3),
-            (3, 1, 5, 5, 3),
-        ];
+        let table =
+            [(3, 1, 3, 0, 1), (3, 1, 4, 1, 1), (3, 1, 3, 1, 2), (3, 0, 3, 0, 0), (3, 1, 0, 0, 3), (3, 1, 5, 5, 3)];
         for (replicas, surge, all, new, expected) in table {
             assert_eq!(new_rs_replicas(replicas, surge, all, new), expected);
         }

@@ -12,9 +12,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{
     EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service,
 };
-use k8s_openapi::api::discovery::v1::{
-    Endpoint, EndpointConditions, EndpointPort as SlicePort, EndpointSlice,
-};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort as SlicePort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
@@ -52,10 +50,7 @@ fn service_selector(svc: &Service) -> Option<LabelSelector> {
     if sel.is_empty() {
         return None;
     }
-    Some(LabelSelector {
-        match_labels: Some(sel),
-        match_expressions: None,
-    })
+    Some(LabelSelector { match_labels: Some(sel), match_expressions: None })
 }
 
 /// The port number a service port targets on `pod` (named ports looked up
@@ -158,11 +153,7 @@ pub fn slices(svc: &Service, subsets: &[EndpointSubset]) -> Vec<EndpointSlice> {
             name: Some(format!("{name}-{index}")),
             namespace: svc.metadata.namespace.clone(),
             labels: Some(
-                [
-                    (SERVICE_NAME.to_string(), name.clone()),
-                    (MANAGED_BY.to_string(), MANAGER.to_string()),
-                ]
-                .into(),
+                [(SERVICE_NAME.to_string(), name.clone()), (MANAGED_BY.to_string(), MANAGER.to_string())].into(),
             ),
             owner_references: Some(vec![owner_reference(svc)]),
             ..Default::default()
@@ -300,9 +291,7 @@ pub async fn run(factory: SharedInformerFactory, workers: usize, shutdown: impl 
             services
                 .by_namespace(&ns)
                 .iter()
-                .filter(|s| {
-                    service_selector(s).is_some_and(|sel| selector_matches(&sel, pod.metadata.labels.as_ref()))
-                })
+                .filter(|s| service_selector(s).is_some_and(|sel| selector_matches(&sel, pod.metadata.labels.as_ref())))
                 .map(|s| ObjectKey::of(s.as_ref()))
                 .collect()
         })
@@ -319,11 +308,7 @@ mod tests {
 
     fn svc() -> Service {
         Service {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
+            metadata: ObjectMeta { name: Some("web".into()), namespace: Some("default".into()), ..Default::default() },
             spec: Some(ServiceSpec {
                 selector: Some([("app".to_string(), "web".to_string())].into()),
                 ports: Some(vec![ServicePort {
@@ -470,7 +455,14 @@ mod tests {
                 (
                     "terminated pods are left out",
                     service(true),
-                    [web(), vec![phase(pod("done", "web", Some("10.0.0.7"), false), "Succeeded"), phase(pod("failed", "web", Some("10.0.0.8"), false), "Failed")]].concat(),
+                    [
+                        web(),
+                        vec![
+                            phase(pod("done", "web", Some("10.0.0.7"), false), "Succeeded"),
+                            phase(pod("failed", "web", Some("10.0.0.8"), false), "Failed"),
+                        ],
+                    ]
+                    .concat(),
                     &["create endpoints default/web", "create endpointslices default/web-0"],
                     Some((vec!["10.0.0.2"], vec!["10.0.0.1"], vec![8080])),
                 ),
@@ -488,14 +480,21 @@ mod tests {
                 reconcile_web(&fake, &ctx).await;
                 assert_eq!(fake.writes(), writes, "{name}");
                 let expected = expected.map(|(r, n, p)| {
-                    (r.into_iter().map(String::from).collect::<Vec<_>>(), n.into_iter().map(String::from).collect::<Vec<_>>(), p)
+                    (
+                        r.into_iter().map(String::from).collect::<Vec<_>>(),
+                        n.into_iter().map(String::from).collect::<Vec<_>>(),
+                        p,
+                    )
                 });
                 assert_eq!(endpoints(&fake).await, expected, "{name}");
                 if let Some((ready, not_ready, _)) = &expected
                     && writes.len() == 2
                 {
-                    let endpoints: Vec<(String, bool)> =
-                        ready.iter().map(|ip| (ip.clone(), true)).chain(not_ready.iter().map(|ip| (ip.clone(), false))).collect();
+                    let endpoints: Vec<(String, bool)> = ready
+                        .iter()
+                        .map(|ip| (ip.clone(), true))
+                        .chain(not_ready.iter().map(|ip| (ip.clone(), false)))
+                        .collect();
                     assert_eq!(slices(&fake).await, vec![("web-0".to_string(), endpoints)], "{name}");
                 }
                 let ep: Option<Endpoints> = fake.get("default", "web").await;
@@ -537,9 +536,17 @@ mod tests {
             fake.sync::<EndpointSlice>().await;
             fake.clear_actions();
             reconcile_web(&fake, &ctx).await;
-            assert_eq!(fake.writes(), ["update endpoints default/web", "update endpointslices default/web-0", "delete endpointslices default/web-1"]);
+            assert_eq!(
+                fake.writes(),
+                [
+                    "update endpoints default/web",
+                    "update endpointslices default/web-0",
+                    "delete endpointslices default/web-1"
+                ]
+            );
             assert_eq!(endpoints(&fake).await, Some((vec!["10.0.0.1".into(), "10.0.0.2".into()], vec![], vec![8080])));
-            let expected = vec![("web-0".to_string(), vec![("10.0.0.1".to_string(), true), ("10.0.0.2".to_string(), true)])];
+            let expected =
+                vec![("web-0".to_string(), vec![("10.0.0.1".to_string(), true), ("10.0.0.2".to_string(), true)])];
             assert_eq!(slices(&fake).await, expected);
         }
 
@@ -565,7 +572,8 @@ mod tests {
 
     #[test]
     fn slices_hold_at_most_100() {
-        let pods: Vec<_> = (0..250).map(|i| pod(&format!("p{i}"), &format!("10.1.{}.{}", i / 200, i % 200), "web", true)).collect();
+        let pods: Vec<_> =
+            (0..250).map(|i| pod(&format!("p{i}"), &format!("10.1.{}.{}", i / 200, i % 200), "web", true)).collect();
         let subsets = compute(&svc(), &pods);
         let slices = slices(&svc(), &subsets);
         let sizes: Vec<usize> = slices.iter().map(|s| s.endpoints.len()).collect();

@@ -54,12 +54,7 @@ impl Node {
         self.object.metadata.name.clone().unwrap_or_default()
     }
     fn has_finalizer(&self, f: &str) -> bool {
-        self.object
-            .metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .any(|x| x == f)
+        self.object.metadata.finalizers.iter().flatten().any(|x| x == f)
     }
     fn deleting(&self) -> bool {
         self.object.metadata.deletion_timestamp.is_some()
@@ -170,7 +165,8 @@ impl Graph {
         if !node.deleting() {
             return;
         }
-        let deps: Vec<&Node> = self.dependents.get(uid).into_iter().flatten().filter_map(|d| self.nodes.get(d)).collect();
+        let deps: Vec<&Node> =
+            self.dependents.get(uid).into_iter().flatten().filter_map(|d| self.nodes.get(d)).collect();
         if node.has_finalizer(ORPHAN) {
             plan.orphan.extend(deps.iter().map(|d| (d.uid(), uid.to_owned())));
             if deps.is_empty() {
@@ -178,7 +174,12 @@ impl Graph {
             }
         } else if node.has_finalizer(FOREGROUND) {
             let blocks = |d: &&Node| {
-                d.object.metadata.owner_references.iter().flatten().any(|r| r.uid == uid && r.block_owner_deletion == Some(true))
+                d.object
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|r| r.uid == uid && r.block_owner_deletion == Some(true))
             };
             plan.delete_foreground.extend(deps.iter().filter(|d| !d.deleting()).map(|d| d.uid()));
             if !deps.iter().any(blocks) {
@@ -216,7 +217,10 @@ impl Plan {
 
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.delete_background.is_empty() && self.delete_foreground.is_empty() && self.orphan.is_empty() && self.finalize.is_empty()
+        self.delete_background.is_empty()
+            && self.delete_foreground.is_empty()
+            && self.orphan.is_empty()
+            && self.finalize.is_empty()
     }
 }
 
@@ -283,7 +287,9 @@ async fn dependents_listed(client: &Client, kinds: &Kinds, node: &Node, blocking
         }
         let api = api_in(client, resource, namespace);
         let listed = api.list_metadata(&kube::api::ListParams::default()).await.ok()?;
-        let owned = |r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference| r.uid == uid && (!blocking || r.block_owner_deletion == Some(true));
+        let owned = |r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference| {
+            r.uid == uid && (!blocking || r.block_owner_deletion == Some(true))
+        };
         if listed.items.iter().any(|o| o.metadata.owner_references.iter().flatten().any(owned)) {
             return Some(true);
         }
@@ -321,9 +327,13 @@ pub async fn apply(client: &Client, graph: &Graph, kinds: &Kinds, plan: &Plan) -
     }
     for (dep, owner) in &plan.orphan {
         let Some(n) = graph.get(dep) else { continue };
-        let refs: Vec<_> = n.object.metadata.owner_references.iter().flatten().filter(|r| &r.uid != owner).cloned().collect();
+        let refs: Vec<_> =
+            n.object.metadata.owner_references.iter().flatten().filter(|r| &r.uid != owner).cloned().collect();
         let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": dep}});
-        outcome(dep, ok_if_absent(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await));
+        outcome(
+            dep,
+            ok_if_absent(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await),
+        );
     }
     for (uid, finalizer) in &plan.finalize {
         let Some(n) = graph.get(uid) else { continue };
@@ -343,9 +353,13 @@ pub async fn apply(client: &Client, graph: &Graph, kinds: &Kinds, plan: &Plan) -
                 }
             }
         }
-        let finalizers: Vec<String> = n.object.metadata.finalizers.iter().flatten().filter(|f| *f != finalizer).cloned().collect();
+        let finalizers: Vec<String> =
+            n.object.metadata.finalizers.iter().flatten().filter(|f| *f != finalizer).cloned().collect();
         let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": n.object.metadata.resource_version}});
-        outcome(uid, ok_if_absent(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await));
+        outcome(
+            uid,
+            ok_if_absent(n.api(client).patch(&n.name(), &PatchParams::default(), &Patch::Merge(&patch)).await),
+        );
     }
     retry
 }
@@ -372,7 +386,11 @@ fn resource_key(r: &Deletable) -> String {
 }
 
 /// Watches `resource`'s objects (metadata only) into `tx`.
-fn watch(client: &Client, resource: Deletable, tx: mpsc::Sender<(String, watcher::Event<Node>)>) -> tokio::task::JoinHandle<()> {
+fn watch(
+    client: &Client,
+    resource: Deletable,
+    tx: mpsc::Sender<(String, watcher::Event<Node>)>,
+) -> tokio::task::JoinHandle<()> {
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &resource.resource);
     let key = resource_key(&resource);
     tokio::spawn(async move {

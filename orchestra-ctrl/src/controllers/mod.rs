@@ -157,7 +157,10 @@ impl ControllerManagerConfig {
 /// garbagecollector, namespace, serviceaccount, nodelifecycle, endpoints
 /// (Endpoints and EndpointSlices), serviceaccount-token (with a signing
 /// key) and nodeipam (with a cluster CIDR).
-pub fn builtin(factory: SharedInformerFactory, config: ControllerManagerConfig) -> Result<ControllerManager, SelectionError> {
+pub fn builtin(
+    factory: SharedInformerFactory,
+    config: ControllerManagerConfig,
+) -> Result<ControllerManager, SelectionError> {
     let enabled = config.enabled()?;
     let workers = config.workers.max(1);
     let mut manager = ControllerManager::new(factory);
@@ -178,9 +181,9 @@ pub fn builtin(factory: SharedInformerFactory, config: ControllerManagerConfig) 
                     garbage_collector::run(ctx.factory.client().clone(), interval, ctx.stopped()).await
                 })
             }
-            "namespace" => {
-                manager.with(name, move |ctx| async move { namespace::run(ctx.factory.clone(), workers, ctx.stopped()).await })
-            }
+            "namespace" => manager.with(name, move |ctx| async move {
+                namespace::run(ctx.factory.clone(), workers, ctx.stopped()).await
+            }),
             "serviceaccount" => {
                 manager.with(name, |ctx| async move { serviceaccount::run(ctx.factory.clone(), ctx.stopped()).await })
             }
@@ -190,9 +193,9 @@ pub fn builtin(factory: SharedInformerFactory, config: ControllerManagerConfig) 
                     node_lifecycle::NodeLifecycle::new(&ctx.factory, lifecycle).run(ctx.stopped()).await
                 })
             }
-            "endpoints" => {
-                manager.with(name, move |ctx| async move { endpoints::run(ctx.factory.clone(), workers, ctx.stopped()).await })
-            }
+            "endpoints" => manager.with(name, move |ctx| async move {
+                endpoints::run(ctx.factory.clone(), workers, ctx.stopped()).await
+            }),
             // Enabled only when configured (`enabled` checked).
             "serviceaccount-token" => match config.service_account_tokens.clone() {
                 Some(tokens) => manager.with(name, move |ctx| async move {
@@ -242,11 +245,34 @@ mod tests {
         let table: &[(&[&str], &[&str])] = &[
             (&["*"], &ALL_BUT_TOKENS),
             (&["deployment", "replicaset"], &["replicaset", "deployment"]),
-            (&["*", "-nodeipam", "-garbagecollector"], &["replicaset", "replicationcontroller", "deployment", "namespace", "serviceaccount", "nodelifecycle", "endpoints"]),
+            (
+                &["*", "-nodeipam", "-garbagecollector"],
+                &[
+                    "replicaset",
+                    "replicationcontroller",
+                    "deployment",
+                    "namespace",
+                    "serviceaccount",
+                    "nodelifecycle",
+                    "endpoints",
+                ],
+            ),
             // The first entry naming a controller decides.
             (&["-deployment", "deployment", "namespace"], &["namespace"]),
             (&["deployment", "-deployment"], &["deployment"]),
-            (&["-deployment", "*"], &["replicaset", "replicationcontroller", "garbagecollector", "namespace", "serviceaccount", "nodelifecycle", "endpoints", "nodeipam"]),
+            (
+                &["-deployment", "*"],
+                &[
+                    "replicaset",
+                    "replicationcontroller",
+                    "garbagecollector",
+                    "namespace",
+                    "serviceaccount",
+                    "nodelifecycle",
+                    "endpoints",
+                    "nodeipam",
+                ],
+            ),
             // No star, nothing named: nothing runs.
             (&[], &[]),
             (&["-replicaset"], &[]),
@@ -260,12 +286,16 @@ mod tests {
 
     #[test]
     fn unknown_or_unconfigured_controllers_are_errors() {
-        let config = |entries: &[&str]| ControllerManagerConfig { controllers: selection(entries), ..Default::default() };
+        let config =
+            |entries: &[&str]| ControllerManagerConfig { controllers: selection(entries), ..Default::default() };
         assert_eq!(config(&["*", "bogus"]).enabled(), Err(SelectionError::Unknown("bogus".into())));
         assert_eq!(config(&["-bogus"]).enabled(), Err(SelectionError::Unknown("-bogus".into())));
         assert_eq!(config(&["**"]).enabled(), Err(SelectionError::Unknown("**".into())));
         let message = config(&["bogus"]).enabled().unwrap_err().to_string();
-        assert!(message.contains("\"bogus\" is not in the list of known controllers") && message.contains("nodeipam"), "{message}");
+        assert!(
+            message.contains("\"bogus\" is not in the list of known controllers") && message.contains("nodeipam"),
+            "{message}"
+        );
         // Asked for by name without its configuration.
         assert_eq!(
             config(&["serviceaccount-token"]).enabled(),
@@ -282,9 +312,13 @@ mod tests {
     async fn builtin_adds_only_the_chosen_controllers() {
         let fake = crate::testing::FakeCluster::new().await;
         let factory = || fake.factory().clone();
-        let config = |entries: &[&str]| ControllerManagerConfig { controllers: selection(entries), ..Default::default() };
+        let config =
+            |entries: &[&str]| ControllerManagerConfig { controllers: selection(entries), ..Default::default() };
         assert_eq!(builtin(factory(), config(&["*"])).unwrap().names(), ALL_BUT_TOKENS);
-        assert_eq!(builtin(factory(), config(&["endpoints", "namespace"])).unwrap().names(), ["namespace", "endpoints"]);
+        assert_eq!(
+            builtin(factory(), config(&["endpoints", "namespace"])).unwrap().names(),
+            ["namespace", "endpoints"]
+        );
         assert!(builtin(factory(), config(&["*", "-endpoint"])).is_err());
     }
 

@@ -103,13 +103,37 @@ pub fn conditions(remaining: &Remaining) -> Vec<(&'static str, bool, &'static st
         m.iter().map(|(k, n)| f(k, *n)).collect::<Vec<_>>().join(", ")
     };
     let mut out = vec![
-        ("NamespaceDeletionDiscoveryFailure", false, "ResourcesDiscovered", "All resources successfully discovered".to_string()),
-        ("NamespaceDeletionGroupVersionParsingFailure", false, "ParsedGroupVersions", "All legacy kube types successfully parsed".to_string()),
+        (
+            "NamespaceDeletionDiscoveryFailure",
+            false,
+            "ResourcesDiscovered",
+            "All resources successfully discovered".to_string(),
+        ),
+        (
+            "NamespaceDeletionGroupVersionParsingFailure",
+            false,
+            "ParsedGroupVersions",
+            "All legacy kube types successfully parsed".to_string(),
+        ),
     ];
     out.push(if remaining.failures.is_empty() {
-        ("NamespaceDeletionContentFailure", false, "ContentDeleted", "All content successfully deleted, may be waiting on finalization".into())
+        (
+            "NamespaceDeletionContentFailure",
+            false,
+            "ContentDeleted",
+            "All content successfully deleted, may be waiting on finalization".into(),
+        )
     } else {
-        ("NamespaceDeletionContentFailure", true, "ContentDeletionFailed", format!("Failed to delete all resource types, {} remaining: {}", remaining.failures.len(), remaining.failures.join(", ")))
+        (
+            "NamespaceDeletionContentFailure",
+            true,
+            "ContentDeletionFailed",
+            format!(
+                "Failed to delete all resource types, {} remaining: {}",
+                remaining.failures.len(),
+                remaining.failures.join(", ")
+            ),
+        )
     });
     out.push(if remaining.resources.is_empty() {
         ("NamespaceContentRemaining", false, "ContentRemoved", "All content successfully removed".into())
@@ -118,10 +142,20 @@ pub fn conditions(remaining: &Remaining) -> Vec<(&'static str, bool, &'static st
         ("NamespaceContentRemaining", true, "SomeResourcesRemain", format!("Some resources are remaining: {what}"))
     });
     out.push(if remaining.finalizers.is_empty() {
-        ("NamespaceFinalizersRemaining", false, "ContentHasNoFinalizers", "All content-preserving finalizers finished".into())
+        (
+            "NamespaceFinalizersRemaining",
+            false,
+            "ContentHasNoFinalizers",
+            "All content-preserving finalizers finished".into(),
+        )
     } else {
         let what = counted(&remaining.finalizers, &|f, n| format!("{f} in {n} resource instances"));
-        ("NamespaceFinalizersRemaining", true, "SomeFinalizersRemain", format!("Some content in the namespace has finalizers remaining: {what}"))
+        (
+            "NamespaceFinalizersRemaining",
+            true,
+            "SomeFinalizersRemain",
+            format!("Some content in the namespace has finalizers remaining: {what}"),
+        )
     });
     out
 }
@@ -140,7 +174,9 @@ async fn report(client: &Client, ns: &Namespace, remaining: &Remaining) -> Resul
     for (type_, status, reason, message) in conditions(remaining) {
         let status = if status { "True" } else { "False" };
         let previous = old.iter().find(|c| c.type_ == type_);
-        let same = previous.is_some_and(|c| c.status == status && c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(&message));
+        let same = previous.is_some_and(|c| {
+            c.status == status && c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(&message)
+        });
         changed |= !same;
         let transition = previous.filter(|c| c.status == status).and_then(|c| c.last_transition_time.clone());
         next.push(NamespaceCondition {
@@ -169,11 +205,7 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
     if ns.metadata.deletion_timestamp.is_none() {
         return Ok(Action::await_change());
     }
-    let finalizers = ns
-        .spec
-        .as_ref()
-        .and_then(|s| s.finalizers.clone())
-        .unwrap_or_default();
+    let finalizers = ns.spec.as_ref().and_then(|s| s.finalizers.clone()).unwrap_or_default();
     if !finalizers.iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
     }
@@ -187,10 +219,7 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
     let mut finalized = (*ns).clone();
     finalized.spec.get_or_insert_with(Default::default).finalizers =
         Some(finalizers.into_iter().filter(|f| f != FINALIZER).collect());
-    match api
-        .replace_subresource("finalize", &name, &PostParams::default(), &finalized)
-        .await
-    {
+    match api.replace_subresource("finalize", &name, &PostParams::default(), &finalized).await {
         Ok(_) => Ok(Action::await_change()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(Action::await_change()),
         Err(e) => Err(e.into()),
@@ -199,15 +228,8 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
 
 /// Runs the Namespace controller until `shutdown`.
 pub async fn run(factory: SharedInformerFactory, workers: usize, shutdown: impl Future<Output = ()> + Send) {
-    let ctx = Arc::new(Context {
-        client: factory.client().clone(),
-        recheck: Duration::from_millis(500),
-    });
-    Controller::<Namespace>::for_(&factory)
-        .name(NAME)
-        .concurrency(workers)
-        .run(reconcile, ctx, shutdown)
-        .await;
+    let ctx = Arc::new(Context { client: factory.client().clone(), recheck: Duration::from_millis(500) });
+    Controller::<Namespace>::for_(&factory).name(NAME).concurrency(workers).run(reconcile, ctx, shutdown).await;
 }
 
 #[cfg(test)]
@@ -299,7 +321,12 @@ mod tests {
                 namespace: namespace(true, &[FINALIZER]),
                 config_maps: vec![config_map("cfg", false)],
                 pods: vec![pod("p")],
-                writes: &["delete configmaps team/cfg", "delete pods team/p", "patch namespaces/status team", "update namespaces/finalize team"],
+                writes: &[
+                    "delete configmaps team/cfg",
+                    "delete pods team/p",
+                    "patch namespaces/status team",
+                    "update namespaces/finalize team",
+                ],
                 requeue: false,
                 remains: false,
                 conditions: &[],
@@ -309,7 +336,12 @@ mod tests {
                 namespace: namespace(true, &[FINALIZER]),
                 config_maps: vec![config_map("cfg", false)],
                 pods: vec![running_pod("p"), running_pod("q")],
-                writes: &["delete configmaps team/cfg", "delete pods team/p", "delete pods team/q", "patch namespaces/status team"],
+                writes: &[
+                    "delete configmaps team/cfg",
+                    "delete pods team/p",
+                    "delete pods team/q",
+                    "patch namespaces/status team",
+                ],
                 requeue: true,
                 remains: true,
                 conditions: &["Some resources are remaining: pods. has 2 resource instances"],
@@ -359,7 +391,12 @@ mod tests {
             },
         ];
         for row in rows {
-            let fake = FakeCluster::builder().object(&row.namespace).objects(&row.config_maps).objects(&row.pods).build().await;
+            let fake = FakeCluster::builder()
+                .object(&row.namespace)
+                .objects(&row.config_maps)
+                .objects(&row.pods)
+                .build()
+                .await;
             let ctx = Arc::new(Context { client: fake.client(), recheck: Duration::from_secs(7) });
             let ns: Namespace = fake.get_cluster("team").await.unwrap();
             let action = reconcile(Arc::new(ns), ctx).await.expect("reconciles");
@@ -392,7 +429,8 @@ mod tests {
             .await;
         let ctx = Arc::new(Context { client: fake.client(), recheck: Duration::from_secs(7) });
         reconcile(Arc::new(fake.get_cluster("team").await.unwrap()), ctx).await.unwrap();
-        let left: Vec<String> = fake.list::<ConfigMap>("team").await.into_iter().filter_map(|c| c.metadata.name).collect();
+        let left: Vec<String> =
+            fake.list::<ConfigMap>("team").await.into_iter().filter_map(|c| c.metadata.name).collect();
         assert_eq!(left, ["held"]);
         // Nothing changed since: the next pass writes no status.
         fake.clear_actions();

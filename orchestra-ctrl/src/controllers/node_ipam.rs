@@ -39,9 +39,7 @@ pub struct CidrSet {
 
 /// Parses `a.b.c.d/len` into the network address (host bits cleared) and length.
 fn parse_cidr(cidr: &str) -> Result<(u32, u8), Error> {
-    let (addr, len) = cidr
-        .split_once('/')
-        .ok_or_else(|| Error::Other(format!("bad CIDR {cidr}")))?;
+    let (addr, len) = cidr.split_once('/').ok_or_else(|| Error::Other(format!("bad CIDR {cidr}")))?;
     let addr: Ipv4Addr = addr.parse().map_err(|e| Error::Other(format!("bad CIDR {cidr}: {e}")))?;
     let len: u8 = len.parse().map_err(|e| Error::Other(format!("bad CIDR {cidr}: {e}")))?;
     if len > 32 {
@@ -67,11 +65,7 @@ impl CidrSet {
                 "a /{prefix} cut into /{node_prefix} blocks has too many blocks (the node prefix may be at most 16 longer)"
             )));
         }
-        Ok(Self {
-            base,
-            prefix,
-            node_prefix,
-        })
+        Ok(Self { base, prefix, node_prefix })
     }
 
     /// Number of node blocks.
@@ -153,7 +147,8 @@ impl Context {
     /// The blocks in use: every cached node's, and those being written.
     /// Forgets pending blocks the cache now shows, or whose node is gone.
     pub fn used(&self) -> HashSet<String> {
-        let mut used: HashSet<String> = self.nodes.list().iter().filter_map(|n| pod_cidr(n).map(str::to_owned)).collect();
+        let mut used: HashSet<String> =
+            self.nodes.list().iter().filter_map(|n| pod_cidr(n).map(str::to_owned)).collect();
         let mut pending = self.pending.lock();
         pending.retain(|_, p| {
             self.nodes
@@ -168,7 +163,9 @@ impl Context {
 fn pod_cidr(node: &Node) -> Option<&str> {
     node.spec
         .as_ref()
-        .and_then(|s| s.pod_cidr.as_deref().or_else(|| s.pod_cidrs.as_ref().and_then(|c| c.first()).map(String::as_str)))
+        .and_then(|s| {
+            s.pod_cidr.as_deref().or_else(|| s.pod_cidrs.as_ref().and_then(|c| c.first()).map(String::as_str))
+        })
         .filter(|c| !c.is_empty())
 }
 
@@ -198,7 +195,11 @@ pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Err
             ctx.cidrs.cluster(),
             ctx.cidrs.node_prefix
         );
-        if let Err(e) = ctx.recorder.publish(reference(node.as_ref()), EventType::Normal, CIDR_NOT_AVAILABLE, "AllocateCIDR", &note).await {
+        if let Err(e) = ctx
+            .recorder
+            .publish(reference(node.as_ref()), EventType::Normal, CIDR_NOT_AVAILABLE, "AllocateCIDR", &note)
+            .await
+        {
             tracing::debug!(error = %e, "could not record {CIDR_NOT_AVAILABLE}");
         }
         tracing::warn!(node = %name, cluster_cidr = %ctx.cidrs.cluster(), "no pod CIDR left to allocate");
@@ -224,7 +225,12 @@ pub async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Err
 }
 
 /// Runs the controller until `shutdown` (one worker: allocation is serial).
-pub async fn run(factory: SharedInformerFactory, cluster_cidr: &str, node_prefix: u8, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+pub async fn run(
+    factory: SharedInformerFactory,
+    cluster_cidr: &str,
+    node_prefix: u8,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), Error> {
     let ctx = Arc::new(Context::new(&factory, CidrSet::new(cluster_cidr, node_prefix)?));
     let mut controller = Controller::<Node>::for_(&factory).name(NAME).concurrency(1);
     // A deleted node's block is free: the nodes waiting for one (maybe in a

@@ -143,13 +143,8 @@ pub enum Health {
 
 /// Seconds since the node was last heard of (lease renewal or Ready heartbeat).
 pub fn silence(node: &Node, lease: Option<&Lease>, now: Timestamp) -> Option<f64> {
-    let lease_time = lease
-        .and_then(|l| l.spec.as_ref())
-        .and_then(|s| s.renew_time.as_ref())
-        .map(|t| t.0);
-    let heartbeat = ready_condition(node)
-        .and_then(|c| c.last_heartbeat_time.as_ref())
-        .map(|t| t.0);
+    let lease_time = lease.and_then(|l| l.spec.as_ref()).and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
+    let heartbeat = ready_condition(node).and_then(|c| c.last_heartbeat_time.as_ref()).map(|t| t.0);
     let last = match (lease_time, heartbeat) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
@@ -159,12 +154,7 @@ pub fn silence(node: &Node, lease: Option<&Lease>, now: Timestamp) -> Option<f64
 }
 
 fn ready_condition(node: &Node) -> Option<&NodeCondition> {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|c| c.type_ == "Ready")
+    node.status.as_ref().and_then(|s| s.conditions.as_ref()).into_iter().flatten().find(|c| c.type_ == "Ready")
 }
 
 /// Classifies a node.
@@ -254,12 +244,7 @@ pub struct NodeLifecycle {
 }
 
 fn zone_of(node: &Node) -> String {
-    node.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(ZONE))
-        .cloned()
-        .unwrap_or_default()
+    node.metadata.labels.as_ref().and_then(|l| l.get(ZONE)).cloned().unwrap_or_default()
 }
 
 impl NodeLifecycle {
@@ -295,11 +280,7 @@ impl NodeLifecycle {
     fn take_zone_token(&self, zone: &str, qps: f64) -> bool {
         let now = Instant::now();
         let mut zones = self.zones.lock();
-        let b = zones.entry(zone.into()).or_insert(Bucket {
-            tokens: 1.0,
-            at: now,
-            qps,
-        });
+        let b = zones.entry(zone.into()).or_insert(Bucket { tokens: 1.0, at: now, qps });
         b.take(qps, now)
     }
 
@@ -339,7 +320,9 @@ impl NodeLifecycle {
             let mut known = self.zone_states.lock();
             let was_all_down = !known.is_empty() && known.values().all(|s| *s == ZoneState::FullDisruption);
             if all_down && !was_all_down {
-                tracing::warn!("every zone is fully disrupted: no NoExecute taints, no evictions until a node is Ready");
+                tracing::warn!(
+                    "every zone is fully disrupted: no NoExecute taints, no evictions until a node is Ready"
+                );
             }
             for (zone, (state, _)) in &states {
                 if known.get(zone) != Some(state) {
@@ -351,14 +334,8 @@ impl NodeLifecycle {
         let mut on_tainted: HashSet<String> = HashSet::new();
         for (node, health) in nodes {
             let name = node.metadata.name.clone().unwrap_or_default();
-            if health == Health::Unknown
-                && ready_condition(&node).is_none_or(|c| c.status != "Unknown")
-            {
-                let mut conditions = node
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.clone())
-                    .unwrap_or_default();
+            if health == Health::Unknown && ready_condition(&node).is_none_or(|c| c.status != "Unknown") {
+                let mut conditions = node.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
                 conditions.retain(|c| c.type_ != "Ready");
                 conditions.push(NodeCondition {
                     type_: "Ready".into(),
@@ -385,19 +362,18 @@ impl NodeLifecycle {
                     // Not-ready turned unreachable or back: the NoExecute
                     // taint is swapped, not queued again (upstream's
                     // SwapNodeControllerTaint).
-                    let swap = effect == "NoExecute" && taints.iter().any(|t| ours(t) && t.key != key && t.effect == effect);
-                    let fresh = || Taint {
-                        key: key.into(),
-                        effect: effect.into(),
-                        value: None,
-                        time_added: Some(Time(now)),
-                    };
+                    let swap =
+                        effect == "NoExecute" && taints.iter().any(|t| ours(t) && t.key != key && t.effect == effect);
+                    let fresh =
+                        || Taint { key: key.into(), effect: effect.into(), value: None, time_added: Some(Time(now)) };
                     match existing {
                         // Every zone down: the controller's network, not the
                         // nodes', is the likelier fault; evict nothing.
                         _ if effect == "NoExecute" && all_down => {}
                         Some(t) => next.push(t.clone()),
-                        None if effect == "NoSchedule" || swap || self.take_zone_token(&zone, rate) => next.push(fresh()),
+                        None if effect == "NoSchedule" || swap || self.take_zone_token(&zone, rate) => {
+                            next.push(fresh())
+                        }
                         None => {}
                     }
                 }
@@ -424,10 +400,15 @@ impl NodeLifecycle {
             }
             ready.status = "False".into();
             ready.last_transition_time = Some(Time(Timestamp::now()));
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.metadata.namespace.as_deref().unwrap_or_default());
+            let api: Api<Pod> =
+                Api::namespaced(self.client.clone(), pod.metadata.namespace.as_deref().unwrap_or_default());
             let patch = serde_json::json!({"status": {"conditions": conditions}});
             let _ = api
-                .patch_status(pod.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(&patch))
+                .patch_status(
+                    pod.metadata.name.as_deref().unwrap_or_default(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
                 .await;
         }
         Ok(())
@@ -459,7 +440,8 @@ impl NodeLifecycle {
             if since.elapsed() < Duration::from_secs(seconds.max(0) as u64) {
                 continue;
             }
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.metadata.namespace.as_deref().unwrap_or_default());
+            let api: Api<Pod> =
+                Api::namespaced(self.client.clone(), pod.metadata.namespace.as_deref().unwrap_or_default());
             tracing::info!(pod = ?pod.metadata.name, node, "evicting for NoExecute taint");
             match api.delete(pod.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default()).await {
                 Ok(_) | Err(kube::Error::Api(_)) => {}
@@ -523,17 +505,9 @@ mod tests {
 
     #[test]
     fn toleration_table() {
-        let taint = Taint {
-            key: UNREACHABLE.into(),
-            effect: "NoExecute".into(),
-            value: None,
-            time_added: None,
-        };
+        let taint = Taint { key: UNREACHABLE.into(), effect: "NoExecute".into(), value: None, time_added: None };
         let with = |t: Vec<Toleration>| Pod {
-            spec: Some(PodSpec {
-                tolerations: Some(t),
-                ..Default::default()
-            }),
+            spec: Some(PodSpec { tolerations: Some(t), ..Default::default() }),
             ..Default::default()
         };
         let table = [
@@ -548,13 +522,7 @@ mod tests {
                 }]),
                 Some(5),
             ),
-            (
-                with(vec![Toleration {
-                    operator: Some("Exists".into()),
-                    ..Default::default()
-                }]),
-                None,
-            ),
+            (with(vec![Toleration { operator: Some("Exists".into()), ..Default::default() }]), None),
             (
                 with(vec![Toleration {
                     key: Some("other".into()),

@@ -9,16 +9,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec, ReplicaSetStatus};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::api::core::v1::{ReplicationController, ReplicationControllerStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 
-use super::util::{can_adopt, controller_of, ignore_not_found, is_active, is_available, is_ready, owner_reference, selector_matches};
-use crate::informer::{Event, Informer, Kind, ObjectKey, SharedInformerFactory};
+use super::util::{
+    can_adopt, controller_of, ignore_not_found, is_active, is_available, is_ready, owner_reference, selector_matches,
+};
 use crate::events::{EventType, Recorder};
+use crate::informer::{Event, Informer, Kind, ObjectKey, SharedInformerFactory};
 use crate::workqueue::{RateLimit, WorkQueue};
 use crate::{Action, Controller, Error};
 
@@ -65,14 +67,7 @@ impl Expectations {
     }
 
     fn set(&self, key: &ObjectKey, adds: i64, dels: HashSet<ObjectKey>) {
-        self.pending.lock().insert(
-            key.clone(),
-            Pending {
-                adds,
-                dels,
-                at: Instant::now(),
-            },
-        );
+        self.pending.lock().insert(key.clone(), Pending { adds, dels, at: Instant::now() });
     }
 
     /// One expected creation was observed (or will never happen).
@@ -123,7 +118,15 @@ pub struct Context {
 impl Context {
     /// Records an event about the owner `owner` (in `namespace`) without
     /// waiting for it, as upstream's broadcaster does.
-    fn record(&self, namespace: Option<&str>, owner: &OwnerReference, type_: EventType, reason: &'static str, action: &'static str, note: String) {
+    fn record(
+        &self,
+        namespace: Option<&str>,
+        owner: &OwnerReference,
+        type_: EventType,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
         let regarding = ObjectReference {
             api_version: Some(owner.api_version.clone()),
             kind: Some(owner.kind.clone()),
@@ -144,28 +147,14 @@ impl Context {
 /// Deletion preference: lower sorts first (deleted first). Unassigned before
 /// assigned, pending before running, not ready before ready, newer before older.
 fn deletion_rank(pod: &Pod) -> (u8, u8, u8, std::cmp::Reverse<String>) {
-    let assigned = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_ref())
-        .is_some_and(|n| !n.is_empty());
+    let assigned = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| !n.is_empty());
     let phase = match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
         Some("Pending") | None => 0,
         Some("Unknown") => 1,
         _ => 2,
     };
-    let created = pod
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0.to_string())
-        .unwrap_or_default();
-    (
-        u8::from(assigned),
-        phase,
-        u8::from(is_ready(pod)),
-        std::cmp::Reverse(created),
-    )
+    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+    (u8::from(assigned), phase, u8::from(is_ready(pod)), std::cmp::Reverse(created))
 }
 
 /// Picks the `count` pods to delete, most expendable first.
@@ -177,11 +166,7 @@ pub fn pods_to_delete(mut pods: Vec<Arc<Pod>>, count: usize) -> Vec<Arc<Pod>> {
 
 /// A new pod for `rs` from its template, controlled by `owner`.
 pub fn pod_from_template(rs: &ReplicaSet, owner: OwnerReference) -> Pod {
-    let template = rs
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.clone())
-        .unwrap_or_default();
+    let template = rs.spec.as_ref().and_then(|s| s.template.clone()).unwrap_or_default();
     let meta = template.metadata.unwrap_or_default();
     Pod {
         metadata: ObjectMeta {
@@ -201,12 +186,8 @@ pub fn pod_from_template(rs: &ReplicaSet, owner: OwnerReference) -> Pod {
 /// The status `rs` should report given its active owned pods.
 pub fn compute_status(rs: &ReplicaSet, owned: &[Arc<Pod>]) -> ReplicaSetStatus {
     let spec = rs.spec.clone().unwrap_or_default();
-    let template_labels = spec
-        .template
-        .as_ref()
-        .and_then(|t| t.metadata.as_ref())
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
+    let template_labels =
+        spec.template.as_ref().and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default();
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
     let fully = owned
         .iter()
@@ -234,8 +215,7 @@ fn candidates(pods: &Informer<Pod>, namespace: &str, uid: &str, selector: &Label
         return pods.by_namespace(namespace);
     };
     let mut out = pods.by_owner(uid);
-    let mut seen: std::collections::HashSet<String> =
-        out.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    let mut seen: std::collections::HashSet<String> = out.iter().filter_map(|p| p.metadata.uid.clone()).collect();
     for pod in pods.by_label(k, v) {
         if pod.metadata.namespace.as_deref() == Some(namespace)
             && seen.insert(pod.metadata.uid.clone().unwrap_or_default())
@@ -258,10 +238,7 @@ pub async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action,
     if rs.status.as_ref() != Some(&status) {
         let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
         let patch = serde_json::json!({"status": status});
-        ignore_not_found(
-            api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await,
-        )?;
+        ignore_not_found(api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
     }
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
     if min_ready > 0 && status.ready_replicas != status.available_replicas {
@@ -274,11 +251,7 @@ pub async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action,
 /// (map selector → matchLabels, defaulting to the template's labels).
 pub fn as_replica_set(rc: &ReplicationController) -> ReplicaSet {
     let spec = rc.spec.clone().unwrap_or_default();
-    let template_labels = spec
-        .template
-        .as_ref()
-        .and_then(|t| t.metadata.as_ref())
-        .and_then(|m| m.labels.clone());
+    let template_labels = spec.template.as_ref().and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.clone());
     ReplicaSet {
         metadata: rc.metadata.clone(),
         spec: Some(ReplicaSetSpec {
@@ -312,10 +285,7 @@ pub async fn reconcile_rc(rc: Arc<ReplicationController>, ctx: Arc<Context>) -> 
         let api: Api<ReplicationController> =
             Api::namespaced(ctx.client.clone(), key.namespace.as_deref().unwrap_or_default());
         let patch = serde_json::json!({"status": status});
-        ignore_not_found(
-            api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await,
-        )?;
+        ignore_not_found(api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
     }
     Ok(Action::await_change())
 }
@@ -348,14 +318,8 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
                 if matches {
                     owned.push(pod);
                 } else if !deleting {
-                    let refs: Vec<_> = pod
-                        .metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .filter(|r| r.uid != uid)
-                        .cloned()
-                        .collect();
+                    let refs: Vec<_> =
+                        pod.metadata.owner_references.iter().flatten().filter(|r| r.uid != uid).cloned().collect();
                     let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
                     let name = pod.metadata.name.clone().unwrap_or_default();
                     ignore_not_found(pods_api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
@@ -372,7 +336,9 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
                 refs.push(owner.clone());
                 let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
                 let name = pod.metadata.name.clone().unwrap_or_default();
-                if ignore_not_found(pods_api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)?.is_some() {
+                if ignore_not_found(pods_api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await)?
+                    .is_some()
+                {
                     owned.push(pod);
                 }
             }
@@ -400,13 +366,11 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
             let mut failure = None;
             while created < missing && failure.is_none() {
                 let n = batch.min(missing - created);
-                let results = futures::future::join_all(
-                    (0..n).map(|_| {
-                        let api = pods_api.clone();
-                        let pod = pod.clone();
-                        async move { api.create(&PostParams::default(), &pod).await }
-                    }),
-                )
+                let results = futures::future::join_all((0..n).map(|_| {
+                    let api = pods_api.clone();
+                    let pod = pod.clone();
+                    async move { api.create(&PostParams::default(), &pod).await }
+                }))
                 .await;
                 let namespace = rs.metadata.namespace.as_deref();
                 for r in results {
@@ -414,11 +378,25 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
                         Ok(pod) => {
                             created += 1;
                             let name = pod.metadata.name.unwrap_or_default();
-                            ctx.record(namespace, &owner, EventType::Normal, "SuccessfulCreate", "Create", format!("Created pod: {name}"));
+                            ctx.record(
+                                namespace,
+                                &owner,
+                                EventType::Normal,
+                                "SuccessfulCreate",
+                                "Create",
+                                format!("Created pod: {name}"),
+                            );
                         }
                         Err(e) => {
                             // Lowered below with the skipped ones (`created..missing`).
-                            ctx.record(namespace, &owner, EventType::Warning, "FailedCreate", "Create", format!("Error creating: {e}"));
+                            ctx.record(
+                                namespace,
+                                &owner,
+                                EventType::Warning,
+                                "FailedCreate",
+                                "Create",
+                                format!("Error creating: {e}"),
+                            );
                             failure = Some(e);
                         }
                     }
@@ -450,14 +428,28 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
             for (r, victim) in results.into_iter().zip(&victims) {
                 let name = victim.metadata.name.as_deref().unwrap_or_default();
                 match r {
-                    Ok(_) => ctx.record(namespace, &owner, EventType::Normal, "SuccessfulDelete", "Delete", format!("Deleted pod: {name}")),
+                    Ok(_) => ctx.record(
+                        namespace,
+                        &owner,
+                        EventType::Normal,
+                        "SuccessfulDelete",
+                        "Delete",
+                        format!("Deleted pod: {name}"),
+                    ),
                     Err(e) => {
                         // The watch will not report this deletion (a 404: it
                         // is gone already, and a report of it no longer
                         // counts), or not now: stop awaiting it.
                         ctx.expectations.deletion_observed(&key, &ObjectKey::of(victim.as_ref()));
                         if !matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                            ctx.record(namespace, &owner, EventType::Warning, "FailedDelete", "Delete", format!("Error deleting: {e}"));
+                            ctx.record(
+                                namespace,
+                                &owner,
+                                EventType::Warning,
+                                "FailedDelete",
+                                "Delete",
+                                format!("Error deleting: {e}"),
+                            );
                             failure.get_or_insert(e);
                         }
                     }
@@ -473,11 +465,7 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
 }
 
 /// Runs the ReplicaSet controller on `factory`'s informers until `shutdown`.
-pub async fn run(
-    factory: SharedInformerFactory,
-    workers: usize,
-    shutdown: impl Future<Output = ()> + Send,
-) {
+pub async fn run(factory: SharedInformerFactory, workers: usize, shutdown: impl Future<Output = ()> + Send) {
     let queue = WorkQueue::new(RateLimit::default());
     run_with_queue(factory, workers, queue, shutdown).await
 }
@@ -513,11 +501,9 @@ fn observe<K: Kind>(
 fn pod_changed<K: Kind>(event: &Event<Pod>, owners: &Informer<K>, ctx: &Context, queue: &WorkQueue<ObjectKey>) {
     let (pod, created, deleted) = match event {
         Event::Apply { old: None, new } => (new.clone(), true, false),
-        Event::Apply { old: Some(old), new } => (
-            new.clone(),
-            false,
-            old.metadata.deletion_timestamp.is_none() && new.metadata.deletion_timestamp.is_some(),
-        ),
+        Event::Apply { old: Some(old), new } => {
+            (new.clone(), false, old.metadata.deletion_timestamp.is_none() && new.metadata.deletion_timestamp.is_some())
+        }
         // Also when its terminating update was seen: a deletion is lowered
         // once however often it is reported.
         Event::Delete(old) => (old.clone(), false, true),
@@ -571,10 +557,7 @@ pub async fn run_with_queue(
         expectations: Expectations::default(),
         recorder: Recorder::new(factory.client().clone(), NAME, NAME),
     });
-    let controller = Controller::<ReplicaSet>::for_(&factory)
-        .with_queue(queue.clone())
-        .name(NAME)
-        .concurrency(workers);
+    let controller = Controller::<ReplicaSet>::for_(&factory).with_queue(queue.clone()).name(NAME).concurrency(workers);
     let observer = observe(&pods, controller.informer(), ctx.clone(), queue);
     controller.run(reconcile, ctx, shutdown).await;
     observer.abort();
@@ -613,11 +596,7 @@ mod tests {
 
     fn make_pod(name: &str) -> PodBuilder {
         PodBuilder(Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
+            metadata: ObjectMeta { name: Some(name.into()), namespace: Some("default".into()), ..Default::default() },
             spec: Some(PodSpec::default()),
             status: Some(PodStatus::default()),
         })
@@ -633,17 +612,12 @@ mod tests {
             self
         }
         fn ready(mut self) -> Self {
-            self.0.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: "True".into(),
-                ..Default::default()
-            }]);
+            self.0.status.as_mut().unwrap().conditions =
+                Some(vec![PodCondition { type_: "Ready".into(), status: "True".into(), ..Default::default() }]);
             self
         }
         fn created(mut self, secs: i64) -> Self {
-            self.0.metadata.creation_timestamp = Some(Time(
-                k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
-            ));
+            self.0.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap()));
             self
         }
         fn build(self) -> Arc<Pod> {
@@ -657,10 +631,7 @@ mod tests {
         type Row = (Vec<Arc<Pod>>, usize, Vec<&'static str>);
         let table: Vec<Row> = vec![
             (
-                vec![
-                    make_pod("running").node("n").phase("Running").ready().build(),
-                    make_pod("unscheduled").build(),
-                ],
+                vec![make_pod("running").node("n").phase("Running").ready().build(), make_pod("unscheduled").build()],
                 1,
                 vec!["unscheduled"],
             ),
@@ -691,10 +662,8 @@ mod tests {
             ),
         ];
         for (pods, count, expected) in table {
-            let got: Vec<String> = pods_to_delete(pods, count)
-                .iter()
-                .map(|p| p.metadata.name.clone().unwrap())
-                .collect();
+            let got: Vec<String> =
+                pods_to_delete(pods, count).iter().map(|p| p.metadata.name.clone().unwrap()).collect();
             assert_eq!(got, expected);
         }
     }
@@ -834,14 +803,22 @@ mod tests {
                     name: "creates the missing pods",
                     replicas: 3,
                     pods: vec![pod("a", "web", Ours, Ready, 100)],
-                    writes: &["create pods default/web-", "create pods default/web-", "patch replicasets/status default/web"],
+                    writes: &[
+                        "create pods default/web-",
+                        "create pods default/web-",
+                        "patch replicasets/status default/web",
+                    ],
                     pods_after: &[("a", Some(RS_UID))],
                     events: &[],
                 },
                 Row {
                     name: "deletes an unscheduled pod first",
                     replicas: 2,
-                    pods: vec![pod("a", "web", Ours, Ready, 100), pod("b", "web", Ours, Unscheduled, 50), pod("c", "web", Ours, NotReady, 100)],
+                    pods: vec![
+                        pod("a", "web", Ours, Ready, 100),
+                        pod("b", "web", Ours, Unscheduled, 50),
+                        pod("c", "web", Ours, NotReady, 100),
+                    ],
                     writes: &["delete pods default/b", "patch replicasets/status default/web"],
                     pods_after: &[("a", Some(RS_UID)), ("c", Some(RS_UID))],
                     events: &["Normal SuccessfulDelete Deleted pod: b"],
@@ -854,14 +831,25 @@ mod tests {
                         pod("new", "web", Ours, Ready, 200),
                         pod("not-ready", "web", Ours, NotReady, 50),
                     ],
-                    writes: &["delete pods default/new", "delete pods default/not-ready", "patch replicasets/status default/web"],
+                    writes: &[
+                        "delete pods default/new",
+                        "delete pods default/not-ready",
+                        "patch replicasets/status default/web",
+                    ],
                     pods_after: &[("old", Some(RS_UID))],
-                    events: &["Normal SuccessfulDelete Deleted pod: new", "Normal SuccessfulDelete Deleted pod: not-ready"],
+                    events: &[
+                        "Normal SuccessfulDelete Deleted pod: new",
+                        "Normal SuccessfulDelete Deleted pod: not-ready",
+                    ],
                 },
                 Row {
                     name: "adopts a matching orphan instead of creating",
                     replicas: 2,
-                    pods: vec![pod("a", "web", Ours, Ready, 100), pod("orphan", "web", Orphan, Ready, 100), pod("other", "db", Orphan, Ready, 100)],
+                    pods: vec![
+                        pod("a", "web", Ours, Ready, 100),
+                        pod("orphan", "web", Orphan, Ready, 100),
+                        pod("other", "db", Orphan, Ready, 100),
+                    ],
                     writes: &["patch pods default/orphan", "patch replicasets/status default/web"],
                     pods_after: &[("a", Some(RS_UID)), ("orphan", Some(RS_UID)), ("other", None)],
                     events: &[],
@@ -870,7 +858,11 @@ mod tests {
                     name: "releases an owned pod that stopped matching and replaces it",
                     replicas: 1,
                     pods: vec![pod("relabelled", "db", Ours, Ready, 100)],
-                    writes: &["create pods default/web-", "patch pods default/relabelled", "patch replicasets/status default/web"],
+                    writes: &[
+                        "create pods default/web-",
+                        "patch pods default/relabelled",
+                        "patch replicasets/status default/web",
+                    ],
                     pods_after: &[("relabelled", None)],
                     events: &[],
                 },
@@ -916,7 +908,12 @@ mod tests {
                 let expected: Vec<(String, Option<String>)> =
                     row.pods_after.iter().map(|(n, o)| (n.to_string(), o.map(str::to_owned))).collect();
                 assert_eq!(after, expected, "{}", row.name);
-                let created = fake.list::<Pod>("default").await.into_iter().filter(|p| p.metadata.generate_name.is_some()).collect::<Vec<_>>();
+                let created = fake
+                    .list::<Pod>("default")
+                    .await
+                    .into_iter()
+                    .filter(|p| p.metadata.generate_name.is_some())
+                    .collect::<Vec<_>>();
                 let creations = row.writes.iter().filter(|w| w.starts_with("create")).count();
                 assert_eq!(created.len(), creations, "{}", row.name);
                 for p in &created {
@@ -925,7 +922,11 @@ mod tests {
                     assert_eq!(p.metadata.labels.as_ref().unwrap()["app"], "web", "{}", row.name);
                 }
                 let mut expected_events: Vec<String> = row.events.iter().map(|e| e.to_string()).collect();
-                expected_events.extend(created.iter().map(|p| format!("Normal SuccessfulCreate Created pod: {}", p.metadata.name.as_deref().unwrap())));
+                expected_events.extend(
+                    created.iter().map(|p| {
+                        format!("Normal SuccessfulCreate Created pod: {}", p.metadata.name.as_deref().unwrap())
+                    }),
+                );
                 expected_events.sort();
                 assert_eq!(fake.events("default", expected_events.len()).await, expected_events, "{}", row.name);
             }
@@ -996,7 +997,14 @@ mod tests {
             reconcile_rc(Arc::new(rc), ctx).await.unwrap();
             let mut writes = fake.writes();
             writes.sort();
-            assert_eq!(writes, ["create pods default/legacy-", "patch pods default/orphan", "patch replicationcontrollers/status default/legacy"]);
+            assert_eq!(
+                writes,
+                [
+                    "create pods default/legacy-",
+                    "patch pods default/orphan",
+                    "patch replicationcontrollers/status default/legacy"
+                ]
+            );
             let adopted: Pod = fake.get("default", "orphan").await.unwrap();
             let owner = controller_of(&adopted).unwrap();
             assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("ReplicationController", "rc-uid"));
@@ -1011,7 +1019,8 @@ mod tests {
         #[tokio::test]
         async fn a_deleting_owner_adopts_nothing_even_when_its_cache_is_stale() {
             let mut stored = replica_set(2);
-            stored.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+            stored.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
             stored.metadata.finalizers = Some(vec!["orphan".into()]);
             let orphan = pod("orphan", "web", Owner::Orphan, State::Ready, 100);
             let fake = FakeCluster::builder().object(&stored).object(&orphan).build().await;
@@ -1031,7 +1040,8 @@ mod tests {
         #[tokio::test]
         async fn status_counts_terminating_pods_apart() {
             let mut going = pod("going", "web", Owner::Ours, State::Ready, 100);
-            going.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+            going.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
             going.metadata.finalizers = Some(vec!["test/keep".into()]);
             let mut failed = pod("failed", "web", Owner::Ours, State::NotReady, 100);
             failed.metadata.deletion_timestamp = going.metadata.deletion_timestamp.clone();
@@ -1099,7 +1109,8 @@ mod tests {
                     // `can_adopt` reads the ReplicaSet: meanwhile the watch
                     // delivers p1 and p2, and the observer lowers the
                     // expectations after the cache has them.
-                    if request.method() == http::Method::GET && request.uri().path().ends_with("/replicasets/web")
+                    if request.method() == http::Method::GET
+                        && request.uri().path().ends_with("/replicasets/web")
                         && let Some(earlier) = earlier.lock().take()
                     {
                         let ctx = ctx_slot.lock().clone().unwrap();
@@ -1132,7 +1143,8 @@ mod tests {
             let fake = FakeCluster::builder().object(&replica_set(3)).build().await;
             let posts = std::sync::atomic::AtomicUsize::new(0);
             let client = hooked_client(&fake, move |request| {
-                if request.method() == http::Method::POST && request.uri().path().ends_with("/pods")
+                if request.method() == http::Method::POST
+                    && request.uri().path().ends_with("/pods")
                     && posts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1
                 {
                     return Err("injected failure".into());
@@ -1159,7 +1171,11 @@ mod tests {
         async fn a_victim_already_gone_is_unexpected_once() {
             use Owner::*;
             use State::*;
-            let (a, b, c) = (pod("a", "web", Ours, Ready, 100), pod("b", "web", Ours, Unscheduled, 100), pod("c", "web", Ours, NotReady, 100));
+            let (a, b, c) = (
+                pod("a", "web", Ours, Ready, 100),
+                pod("b", "web", Ours, Unscheduled, 100),
+                pod("c", "web", Ours, NotReady, 100),
+            );
             // b is still cached, but gone from the API server.
             let fake = FakeCluster::builder().object(&replica_set(1)).object(&a).object(&c).build().await;
             let pods = Informer::<Pod>::new();
@@ -1168,15 +1184,24 @@ mod tests {
             reconcile_web(&fake, &ctx).await;
             let mut writes = fake.writes();
             writes.sort();
-            assert_eq!(writes, ["delete pods default/b", "delete pods default/c", "patch replicasets/status default/web"]);
+            assert_eq!(
+                writes,
+                ["delete pods default/b", "delete pods default/c", "patch replicasets/status default/web"]
+            );
             let key = ObjectKey::new("default", "web");
             assert!(!ctx.expectations.satisfied(&key), "c's deletion is awaited");
             // The watch reports b's deletion, as a terminating update and
             // then as a delete.
             let (owners, queue) = (Informer::<ReplicaSet>::new(), WorkQueue::new(RateLimit::default()));
             let mut terminating = b.clone();
-            terminating.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
-            pod_changed(&Event::Apply { old: Some(Arc::new(b.clone())), new: Arc::new(terminating) }, &owners, &ctx, &queue);
+            terminating.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+            pod_changed(
+                &Event::Apply { old: Some(Arc::new(b.clone())), new: Arc::new(terminating) },
+                &owners,
+                &ctx,
+                &queue,
+            );
             pod_changed(&Event::Delete(Arc::new(b)), &owners, &ctx, &queue);
             assert!(!ctx.expectations.satisfied(&key), "c's deletion is still awaited");
             pod_changed(&Event::Delete(Arc::new(c)), &owners, &ctx, &queue);
@@ -1192,7 +1217,11 @@ mod tests {
             use Owner::*;
             use State::*;
             // Deleted in this order: x and y fail, z goes.
-            let pods = [pod("x", "web", Ours, Unscheduled, 100), pod("y", "web", Ours, NotReady, 100), pod("z", "web", Ours, Ready, 100)];
+            let pods = [
+                pod("x", "web", Ours, Unscheduled, 100),
+                pod("y", "web", Ours, NotReady, 100),
+                pod("z", "web", Ours, Ready, 100),
+            ];
             let fake = FakeCluster::builder().object(&replica_set(0)).objects(&pods).build().await;
             let client = hooked_client(&fake, |request| {
                 if request.method() == http::Method::DELETE && !request.uri().path().ends_with("/pods/z") {
@@ -1219,7 +1248,12 @@ mod tests {
             // Only z's deletion is awaited.
             let key = ObjectKey::new("default", "web");
             assert!(!ctx.expectations.satisfied(&key));
-            pod_changed(&Event::Delete(Arc::new(pods[2].clone())), &Informer::<ReplicaSet>::new(), &ctx, &WorkQueue::new(RateLimit::default()));
+            pod_changed(
+                &Event::Delete(Arc::new(pods[2].clone())),
+                &Informer::<ReplicaSet>::new(),
+                &ctx,
+                &WorkQueue::new(RateLimit::default()),
+            );
             assert!(ctx.expectations.satisfied(&key), "x and y are not awaited");
         }
 
@@ -1292,13 +1326,8 @@ mod tests {
 
     #[test]
     fn status_counts() {
-        let rs = ReplicaSet {
-            metadata: ObjectMeta {
-                generation: Some(3),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let rs =
+            ReplicaSet { metadata: ObjectMeta { generation: Some(3), ..Default::default() }, ..Default::default() };
         let pods = vec![
             make_pod("a").node("n").phase("Running").ready().build(),
             make_pod("b").node("n").phase("Running").build(),

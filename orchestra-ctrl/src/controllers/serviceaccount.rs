@@ -35,29 +35,20 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
     }
     let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &name);
     let sa = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(DEFAULT.into()),
-            namespace: Some(name.clone()),
-            ..Default::default()
-        },
+        metadata: ObjectMeta { name: Some(DEFAULT.into()), namespace: Some(name.clone()), ..Default::default() },
         ..Default::default()
     };
     match api.create(&PostParams::default(), &sa).await {
         Ok(_) => Ok(Action::await_change()),
         // Exists already, or the namespace is going away.
-        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 403 || s.code == 404 => {
-            Ok(Action::await_change())
-        }
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 403 || s.code == 404 => Ok(Action::await_change()),
         Err(e) => Err(e.into()),
     }
 }
 
 /// Runs the controller until `shutdown`.
 pub async fn run(factory: SharedInformerFactory, shutdown: impl Future<Output = ()> + Send) {
-    let ctx = Arc::new(Context {
-        client: factory.client().clone(),
-        accounts: factory.informer::<ServiceAccount>(),
-    });
+    let ctx = Arc::new(Context { client: factory.client().clone(), accounts: factory.informer::<ServiceAccount>() });
     Controller::<Namespace>::for_(&factory)
         .watches::<ServiceAccount>(|sa| {
             (sa.metadata.name.as_deref() == Some(DEFAULT))
@@ -80,7 +71,8 @@ mod tests {
     use serde_json::json;
 
     fn namespace(phase: &str) -> Namespace {
-        let mut ns = json!({"metadata": {"name": "team"}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": phase}});
+        let mut ns =
+            json!({"metadata": {"name": "team"}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": phase}});
         if phase == "Terminating" {
             ns["metadata"]["deletionTimestamp"] = json!("1970-01-01T00:00:01Z");
         }
@@ -94,8 +86,18 @@ mod tests {
     #[tokio::test]
     async fn table() {
         let rows: [(&str, Namespace, Vec<ServiceAccount>, &[&str]); 4] = [
-            ("creates default in a new namespace", namespace("Active"), vec![], &["create serviceaccounts team/default"]),
-            ("other accounts do not count", namespace("Active"), vec![account("builder")], &["create serviceaccounts team/default"]),
+            (
+                "creates default in a new namespace",
+                namespace("Active"),
+                vec![],
+                &["create serviceaccounts team/default"],
+            ),
+            (
+                "other accounts do not count",
+                namespace("Active"),
+                vec![account("builder")],
+                &["create serviceaccounts team/default"],
+            ),
             ("default exists: nothing to do", namespace("Active"), vec![account(DEFAULT)], &[]),
             ("a terminating namespace gets none", namespace("Terminating"), vec![], &[]),
         ];
@@ -107,7 +109,11 @@ mod tests {
             assert_eq!(action, Action::await_change(), "{name}");
             assert_eq!(fake.writes(), writes, "{name}");
             let exists = fake.get::<ServiceAccount>("team", DEFAULT).await.is_some();
-            assert_eq!(exists, !writes.is_empty() || accounts.iter().any(|a| a.metadata.name.as_deref() == Some(DEFAULT)), "{name}");
+            assert_eq!(
+                exists,
+                !writes.is_empty() || accounts.iter().any(|a| a.metadata.name.as_deref() == Some(DEFAULT)),
+                "{name}"
+            );
         }
     }
 

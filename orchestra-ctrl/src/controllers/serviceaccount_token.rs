@@ -116,7 +116,8 @@ async fn account(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Se
 pub async fn reconcile(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = secret.metadata.namespace.clone().unwrap_or_default();
     let name = secret.metadata.name.clone().unwrap_or_default();
-    let account_name = secret.metadata.annotations.as_ref().and_then(|a| a.get(ACCOUNT_NAME)).cloned().unwrap_or_default();
+    let account_name =
+        secret.metadata.annotations.as_ref().and_then(|a| a.get(ACCOUNT_NAME)).cloned().unwrap_or_default();
     // Not a token Secret with an account to look up (another type, being
     // deleted, no annotation): nothing to fetch or do.
     if plan(&secret, None, false) == Plan::Nothing {
@@ -154,7 +155,8 @@ pub async fn reconcile(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Action,
 /// Runs the controller until `shutdown`.
 pub async fn run(factory: SharedInformerFactory, config: TokenConfig, shutdown: impl Future<Output = ()> + Send) {
     let secrets = factory.informer::<Secret>();
-    let ctx = Arc::new(Context { client: factory.client().clone(), accounts: factory.informer::<ServiceAccount>(), config });
+    let ctx =
+        Arc::new(Context { client: factory.client().clone(), accounts: factory.informer::<ServiceAccount>(), config });
     Controller::<Secret>::for_(&factory)
         .watches::<ServiceAccount>(move |sa| {
             // A changed or deleted account: its token Secrets.
@@ -163,7 +165,9 @@ pub async fn run(factory: SharedInformerFactory, config: TokenConfig, shutdown: 
             secrets
                 .by_index("namespace", &namespace)
                 .into_iter()
-                .filter(|s| s.metadata.annotations.as_ref().and_then(|a| a.get(ACCOUNT_NAME)).is_some_and(|n| n == name))
+                .filter(|s| {
+                    s.metadata.annotations.as_ref().and_then(|a| a.get(ACCOUNT_NAME)).is_some_and(|n| n == name)
+                })
                 .map(|s| ObjectKey::new(&namespace, s.metadata.name.as_deref().unwrap_or("")))
                 .collect()
         })
@@ -225,7 +229,8 @@ mod tests {
             assert_eq!(plan(&s, a.as_ref(), with_ca), want, "{name}");
         }
         let mut deleting = secret(&named, &[]);
-        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
         assert_eq!(plan(&deleting, None, true), Plan::Nothing);
     }
 
@@ -261,14 +266,26 @@ mod tests {
             (
                 "deleted when its account was recreated",
                 Some(account("u-2")),
-                secret(&[(ACCOUNT_NAME, "robot"), (ACCOUNT_UID, "u-1")], &[("token", "t"), ("namespace", "ci"), ("ca.crt", "PEM")]),
+                secret(
+                    &[(ACCOUNT_NAME, "robot"), (ACCOUNT_UID, "u-1")],
+                    &[("token", "t"), ("namespace", "ci"), ("ca.crt", "PEM")],
+                ),
                 &["delete secrets ci/robot-token"],
             ),
-            ("another Secret is left alone", Some(account("u-1")), Secret { type_: Some("Opaque".into()), ..secret(&named, &[]) }, &[]),
+            (
+                "another Secret is left alone",
+                Some(account("u-1")),
+                Secret { type_: Some("Opaque".into()), ..secret(&named, &[]) },
+                &[],
+            ),
         ];
         for (name, account, secret, writes) in rows {
             let fake = FakeCluster::builder().objects(&account).object(&secret).build().await;
-            let ctx = Arc::new(Context { client: fake.client(), accounts: fake.informer::<ServiceAccount>().await, config: config.clone() });
+            let ctx = Arc::new(Context {
+                client: fake.client(),
+                accounts: fake.informer::<ServiceAccount>().await,
+                config: config.clone(),
+            });
             let stored: Secret = fake.get("ci", "robot-token").await.unwrap();
             assert_eq!(reconcile(Arc::new(stored), ctx).await.unwrap(), Action::await_change(), "{name}");
             assert_eq!(fake.writes(), writes, "{name}");

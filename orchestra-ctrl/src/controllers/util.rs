@@ -71,12 +71,7 @@ pub async fn can_adopt(client: &kube::Client, namespace: &str, owner: &OwnerRefe
 
 /// The controller owner reference of `object`, if any.
 pub fn controller_of(object: &impl Resource) -> Option<&OwnerReference> {
-    object
-        .meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
+    object.meta().owner_references.iter().flatten().find(|r| r.controller == Some(true))
 }
 
 /// A controller owner reference to `owner` (with `blockOwnerDeletion`).
@@ -125,10 +120,7 @@ pub fn is_available(pod: &Pod, min_ready_seconds: i32) -> bool {
         .and_then(|c| c.last_transition_time.as_ref())
         .map(|t| t.0);
     since.is_some_and(|t| {
-        k8s_openapi::jiff::Timestamp::now()
-            .duration_since(t)
-            .as_secs()
-            >= i64::from(min_ready_seconds)
+        k8s_openapi::jiff::Timestamp::now().duration_since(t).as_secs() >= i64::from(min_ready_seconds)
     })
 }
 
@@ -145,11 +137,7 @@ pub fn fnv32a(bytes: &[u8]) -> u32 {
 /// Kubernetes' `rand.SafeEncodeString` alphabet applied to a number's digits.
 pub fn safe_encode(value: u32) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    value
-        .to_string()
-        .bytes()
-        .map(|d| ALPHABET[usize::from(d - b'0')] as char)
-        .collect()
+    value.to_string().bytes().map(|d| ALPHABET[usize::from(d - b'0')] as char).collect()
 }
 
 /// The `pod-template-hash` of a template (and a collision count).
@@ -172,10 +160,7 @@ mod tests {
 
     #[test]
     fn selectors() {
-        let by_app = LabelSelector {
-            match_labels: Some(labels(&[("app", "x")])),
-            ..Default::default()
-        };
+        let by_app = LabelSelector { match_labels: Some(labels(&[("app", "x")])), ..Default::default() };
         let in_tier = LabelSelector {
             match_expressions: Some(vec![LabelSelectorRequirement {
                 key: "tier".into(),

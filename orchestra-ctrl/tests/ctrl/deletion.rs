@@ -39,15 +39,11 @@ async fn background_deletion_removes_replica_sets_and_pods() {
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
     let sets: Api<ReplicaSet> = Api::namespaced(cluster.client.clone(), "default");
-    deployments
-        .create(&PostParams::default(), &deployment("default", "bg", 3))
-        .await
-        .unwrap();
+    deployments.create(&PostParams::default(), &deployment("default", "bg", 3)).await.unwrap();
     eventually(Duration::from_secs(10), "3 pods", || async { count_pods(&pods).await == 3 }).await;
     deployments.delete("bg", &DeleteParams::background()).await.unwrap();
     eventually(Duration::from_secs(10), "all gone", || async {
-        count_pods(&pods).await == 0
-            && sets.list(&ListParams::default()).await.unwrap().items.is_empty()
+        count_pods(&pods).await == 0 && sets.list(&ListParams::default()).await.unwrap().items.is_empty()
     })
     .await;
 }
@@ -80,10 +76,7 @@ async fn foreground_deletion_removes_dependents_first() {
     let cluster = support::cluster(Duration::from_millis(10)).await;
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
-    deployments
-        .create(&PostParams::default(), &deployment("default", "fg", 3))
-        .await
-        .unwrap();
+    deployments.create(&PostParams::default(), &deployment("default", "fg", 3)).await.unwrap();
     eventually(Duration::from_secs(10), "3 pods", || async { count_pods(&pods).await == 3 }).await;
 
     // Deletes ordered by the store's revision, which each DELETED watch
@@ -107,7 +100,8 @@ async fn foreground_deletion_removes_dependents_first() {
                             }
                         }
                         Ok(kube::runtime::watcher::Event::Delete(o)) => {
-                            let revision = o.metadata.resource_version.as_deref().and_then(|r| r.parse().ok()).unwrap_or(0);
+                            let revision =
+                                o.metadata.resource_version.as_deref().and_then(|r| r.parse().ok()).unwrap_or(0);
                             order.lock().push(($label, revision));
                         }
                         _ => {}
@@ -155,10 +149,7 @@ async fn namespace_deletion_empties_it() {
         .create(
             &PostParams::default(),
             &Namespace {
-                metadata: ObjectMeta {
-                    name: Some("doomed".into()),
-                    ..Default::default()
-                },
+                metadata: ObjectMeta { name: Some("doomed".into()), ..Default::default() },
                 ..Default::default()
             },
         )
@@ -167,10 +158,7 @@ async fn namespace_deletion_empties_it() {
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "doomed");
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "doomed");
     let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "doomed");
-    deployments
-        .create(&PostParams::default(), &deployment("doomed", "web", 2))
-        .await
-        .unwrap();
+    deployments.create(&PostParams::default(), &deployment("doomed", "web", 2)).await.unwrap();
     maps.create(
         &PostParams::default(),
         &ConfigMap {
@@ -187,8 +175,7 @@ async fn namespace_deletion_empties_it() {
     eventually(Duration::from_secs(10), "2 pods", || async { count_pods(&pods).await == 2 }).await;
     namespaces.delete("doomed", &DeleteParams::default()).await.unwrap();
     eventually(Duration::from_secs(10), "emptied but held", || async {
-        count_pods(&pods).await == 0
-            && deployments.list(&ListParams::default()).await.unwrap().items.is_empty()
+        count_pods(&pods).await == 0 && deployments.list(&ListParams::default()).await.unwrap().items.is_empty()
     })
     .await;
     // The config map's finalizer holds the namespace.
@@ -196,9 +183,7 @@ async fn namespace_deletion_empties_it() {
     let ns = namespaces.get("doomed").await.unwrap();
     assert_eq!(ns.status.unwrap().phase.as_deref(), Some("Terminating"));
     let patch = serde_json::json!({"metadata": {"finalizers": null}});
-    maps.patch("settings", &Default::default(), &kube::api::Patch::Merge(&patch))
-        .await
-        .unwrap();
+    maps.patch("settings", &Default::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
     eventually(Duration::from_secs(10), "namespace gone", || async {
         namespaces.get_opt("doomed").await.unwrap().is_none()
     })
@@ -207,12 +192,18 @@ async fn namespace_deletion_empties_it() {
 
 /// An API server, a client of it, its ConfigMaps in `default`, and there
 /// the ConfigMap `owner` with `finalizer`, whose UID comes last.
-async fn server_with_owner(finalizer: &str) -> (orchestra_core::server::ApiServer, kube::Client, Api<ConfigMap>, String) {
+async fn server_with_owner(
+    finalizer: &str,
+) -> (orchestra_core::server::ApiServer, kube::Client, Api<ConfigMap>, String) {
     let server = support::server().await;
     let client = orchestra_core::client::in_process(&server, "default");
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let owner = ConfigMap {
-        metadata: ObjectMeta { name: Some("owner".into()), finalizers: Some(vec![finalizer.into()]), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some("owner".into()),
+            finalizers: Some(vec![finalizer.into()]),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let uid = maps.create(&PostParams::default(), &owner).await.unwrap().metadata.uid.unwrap();
@@ -248,9 +239,14 @@ async fn collector_view(
     use orchestra_ctrl::controllers::discovery::deletable;
     use orchestra_ctrl::controllers::garbage_collector::{Node, kinds};
     let resources: Vec<_> = deletable(client).await.unwrap().into_iter().filter(|r| r.watchable).collect();
-    let configmaps = resources.iter().find(|r| r.resource.plural == "configmaps" && r.resource.group.is_empty()).unwrap().clone();
+    let configmaps =
+        resources.iter().find(|r| r.resource.plural == "configmaps" && r.resource.group.is_empty()).unwrap().clone();
     let node = move |object: &ConfigMap| Node {
-        object: kube::api::DynamicObject { types: None, metadata: object.metadata.clone(), data: serde_json::Value::Null },
+        object: kube::api::DynamicObject {
+            types: None,
+            metadata: object.metadata.clone(),
+            data: serde_json::Value::Null,
+        },
         resource: configmaps.clone(),
     };
     (kinds(&resources), node)

@@ -54,10 +54,7 @@ async fn deployment_creates_pods_and_scales() {
     let cluster = support::cluster(Duration::from_millis(10)).await;
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
-    deployments
-        .create(&PostParams::default(), &deployment("web", 3, "nginx:1"))
-        .await
-        .unwrap();
+    deployments.create(&PostParams::default(), &deployment("web", 3, "nginx:1")).await.unwrap();
     eventually(Duration::from_secs(10), "3 pods", || async {
         active_pods(&pods, "web").await.len() == 3 && rolled_out(&deployments, "web", 3).await
     })
@@ -71,11 +68,7 @@ async fn deployment_creates_pods_and_scales() {
 
     for replicas in [10, 3] {
         deployments
-            .patch(
-                "web",
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
-            )
+            .patch("web", &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})))
             .await
             .unwrap();
         eventually(Duration::from_secs(10), "scaled", || async {
@@ -94,7 +87,9 @@ async fn deployment_creates_pods_and_scales() {
     let count = |events: &[k8s_openapi::api::core::v1::Event], reason: &str| {
         events
             .iter()
-            .filter(|e| e.reason.as_deref() == Some(reason) && e.involved_object.name.as_deref() == Some(set_name.as_str()))
+            .filter(|e| {
+                e.reason.as_deref() == Some(reason) && e.involved_object.name.as_deref() == Some(set_name.as_str())
+            })
             .count()
     };
     support::eventually_explained(Duration::from_secs(10), || async {
@@ -126,7 +121,10 @@ async fn deployment_creates_pods_and_scales() {
             .unwrap()
             .items
             .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("ScalingReplicaSet") && e.involved_object.kind.as_deref() == Some("Deployment"))
+            .filter(|e| {
+                e.reason.as_deref() == Some("ScalingReplicaSet")
+                    && e.involved_object.kind.as_deref() == Some("Deployment")
+            })
             .filter_map(|e| e.message)
             .collect();
         notes.sort();
@@ -148,7 +146,8 @@ async fn sizes_by_image(api: &Api<ReplicaSet>, app: &str) -> Vec<(String, i32)> 
         .into_iter()
         .map(|rs| {
             let spec = rs.spec.unwrap_or_default();
-            let image = spec.template.and_then(|t| t.spec).and_then(|s| s.containers[0].image.clone()).unwrap_or_default();
+            let image =
+                spec.template.and_then(|t| t.spec).and_then(|s| s.containers[0].image.clone()).unwrap_or_default();
             (image, spec.replicas.unwrap_or(0))
         })
         .collect();
@@ -172,7 +171,8 @@ async fn scaling_during_a_rollout_is_proportional() {
     .unwrap();
     deployments.create(&PostParams::default(), &d).await.unwrap();
     eventually(Duration::from_secs(15), "10 available", || async { rolled_out(&deployments, "prop", 10).await }).await;
-    let image = serde_json::json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "stuck:2"}]}}}});
+    let image =
+        serde_json::json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "stuck:2"}]}}}});
     deployments.patch("prop", &PatchParams::default(), &Patch::Strategic(image)).await.unwrap();
     let stalled = vec![("nginx:1".to_owned(), 8), ("stuck:2".to_owned(), 5)];
     eventually(Duration::from_secs(15), "the rollout stalls at 8 + 5", || async {
@@ -182,7 +182,8 @@ async fn scaling_during_a_rollout_is_proportional() {
     let scale = serde_json::json!({"spec": {"replicas": 20}});
     deployments.patch("prop", &PatchParams::default(), &Patch::Merge(scale)).await.unwrap();
     let proportional = vec![("nginx:1".to_owned(), 14), ("stuck:2".to_owned(), 9)];
-    eventually(Duration::from_secs(15), "14 + 9", || async { sizes_by_image(&sets, "prop").await == proportional }).await;
+    eventually(Duration::from_secs(15), "14 + 9", || async { sizes_by_image(&sets, "prop").await == proportional })
+        .await;
     // And it stays there: the rollout cannot go on without available pods.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(sizes_by_image(&sets, "prop").await, proportional);
@@ -222,14 +223,8 @@ async fn rolling_update_keeps_availability_and_rolls_back() {
     let cluster = support::cluster(Duration::from_millis(50)).await;
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
-    deployments
-        .create(&PostParams::default(), &deployment("app", 4, "nginx:1"))
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(10), "rolled out", || async {
-        rolled_out(&deployments, "app", 4).await
-    })
-    .await;
+    deployments.create(&PostParams::default(), &deployment("app", 4, "nginx:1")).await.unwrap();
+    eventually(Duration::from_secs(10), "rolled out", || async { rolled_out(&deployments, "app", 4).await }).await;
 
     // Watch every pod change and record the fewest ready pods ever seen.
     let watcher = SharedInformerFactory::new(cluster.client.clone());
@@ -239,8 +234,7 @@ async fn rolling_update_keeps_availability_and_rolls_back() {
     let observations = Arc::new(AtomicUsize::new(0));
     let mut rx = informer.subscribe();
     let observer = {
-        let (informer, min_ready, observations) =
-            (informer.clone(), min_ready.clone(), observations.clone());
+        let (informer, min_ready, observations) = (informer.clone(), min_ready.clone(), observations.clone());
         tokio::spawn(async move {
             while rx.recv().await.is_some() {
                 let ready = informer
@@ -264,9 +258,10 @@ async fn rolling_update_keeps_availability_and_rolls_back() {
         .unwrap();
     eventually(Duration::from_secs(15), "updated", || async {
         rolled_out(&deployments, "app", 4).await
-            && active_pods(&pods, "app").await.iter().all(|p| {
-                p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("nginx:2")
-            })
+            && active_pods(&pods, "app")
+                .await
+                .iter()
+                .all(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("nginx:2"))
             && active_pods(&pods, "app").await.len() == 4
     })
     .await;
@@ -289,18 +284,15 @@ async fn rolling_update_keeps_availability_and_rolls_back() {
     let mut template = first.spec.clone().unwrap().template.unwrap();
     template.metadata.as_mut().unwrap().labels.as_mut().unwrap().remove("pod-template-hash");
     deployments
-        .patch(
-            "app",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"template": template}})),
-        )
+        .patch("app", &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"template": template}})))
         .await
         .unwrap();
     eventually(Duration::from_secs(15), "rolled back", || async {
         rolled_out(&deployments, "app", 4).await
-            && active_pods(&pods, "app").await.iter().all(|p| {
-                p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("nginx:1")
-            })
+            && active_pods(&pods, "app")
+                .await
+                .iter()
+                .all(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("nginx:1"))
     })
     .await;
     let sets = rs.list(&ListParams::default()).await.unwrap().items;
@@ -343,16 +335,25 @@ async fn replication_controller_adopts_orphans_and_releases_relabelled_pods() {
     eventually(Duration::from_secs(10), "3 pods, orphan adopted", || async {
         let list = active_pods(&pods, "rc").await;
         let owned = list.iter().filter(|p| {
-            p.metadata.owner_references.iter().flatten().any(|r| r.kind == "ReplicationController" && r.controller == Some(true))
+            p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|r| r.kind == "ReplicationController" && r.controller == Some(true))
         });
-        list.len() == 3 && owned.count() == 3
+        list.len() == 3
+            && owned.count() == 3
             && rcs.get("rc").await.unwrap().status.is_some_and(|s| s.ready_replicas == Some(3))
     })
     .await;
     // Relabelled: released and replaced.
-    pods.patch("orphan", &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"labels": {"app": "other"}}})))
-        .await
-        .unwrap();
+    pods.patch(
+        "orphan",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"labels": {"app": "other"}}})),
+    )
+    .await
+    .unwrap();
     eventually(Duration::from_secs(10), "released and replaced", || async {
         let released = pods.get("orphan").await.unwrap().metadata.owner_references.unwrap_or_default().is_empty();
         released && active_pods(&pods, "rc").await.len() == 3

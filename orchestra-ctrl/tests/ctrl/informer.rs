@@ -111,9 +111,7 @@ impl Service<http::Request<kube::client::Body>> for Gate {
 async fn gated() -> (Arc<MemStore>, ApiServer, Gate, Client) {
     let store = Arc::new(MemStore::new());
     let server = ApiServer::builder(store.clone())
-        .options(ServerOptions {
-            bookmark_interval: Duration::from_millis(200),
-        })
+        .options(ServerOptions { bookmark_interval: Duration::from_millis(200) })
         .build()
         .await
         .expect("server starts");
@@ -131,10 +129,7 @@ async fn gated() -> (Arc<MemStore>, ApiServer, Gate, Client) {
 }
 
 async fn create(api: &Api<ConfigMap>, name: &str) {
-    let cm = ConfigMap {
-        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
-        ..Default::default()
-    };
+    let cm = ConfigMap { metadata: ObjectMeta { name: Some(name.into()), ..Default::default() }, ..Default::default() };
     api.create(&PostParams::default(), &cm).await.unwrap();
 }
 
@@ -173,7 +168,9 @@ async fn events_until(
 
 /// Starts an informer of the ConfigMaps of `default` and waits for its list,
 /// returning it with a subscriber past the initial objects.
-async fn informer(client: &Client) -> (Arc<Informer<ConfigMap>>, mpsc::UnboundedReceiver<Event<ConfigMap>>, tokio::task::JoinHandle<()>) {
+async fn informer(
+    client: &Client,
+) -> (Arc<Informer<ConfigMap>>, mpsc::UnboundedReceiver<Event<ConfigMap>>, tokio::task::JoinHandle<()>) {
     let informer = Informer::<ConfigMap>::new();
     let task = tokio::spawn(informer.clone().run(Api::namespaced(client.clone(), "default")));
     informer.wait_synced().await;
@@ -258,15 +255,14 @@ async fn a_reconnect_resumes_from_the_last_bookmark() {
     // Writes the informer does not watch move the store's revision on.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     for i in 0..5 {
-        let s = Secret { metadata: ObjectMeta { name: Some(format!("s{i}")), ..Default::default() }, ..Default::default() };
+        let s =
+            Secret { metadata: ObjectMeta { name: Some(format!("s{i}")), ..Default::default() }, ..Default::default() };
         secrets.create(&PostParams::default(), &s).await.unwrap();
     }
     let revision = store.status().await.unwrap().revision;
     assert!(revision > listed);
-    until("a bookmark at the store's revision", || {
-        informer.resource_version().parse::<i64>().unwrap() >= revision
-    })
-    .await;
+    until("a bookmark at the store's revision", || informer.resource_version().parse::<i64>().unwrap() >= revision)
+        .await;
     assert!(informer.stats().bookmarks >= 1);
 
     gate.hold(true);

@@ -6,8 +6,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 
 use super::support::{self, eventually};
 
@@ -51,11 +51,10 @@ async fn kubectl_rollout_status_and_undo() {
     .unwrap();
     deployments.create(&PostParams::default(), &d).await.unwrap();
     let path = dir.path().to_owned();
-    let (ok, out, err) = tokio::task::spawn_blocking(move || {
-        kubectl(&path, &["rollout", "status", "deployment/web", "--timeout=20s"])
-    })
-    .await
-    .unwrap();
+    let (ok, out, err) =
+        tokio::task::spawn_blocking(move || kubectl(&path, &["rollout", "status", "deployment/web", "--timeout=20s"]))
+            .await
+            .unwrap();
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("successfully rolled out"), "{out}");
 
@@ -102,7 +101,8 @@ async fn kubectl_rollout_status_and_undo() {
     assert!(out.lines().any(|l| l.starts_with('2') && l.contains("image nginx:2")), "{out}");
     // kubectl describe shows the Deployment's scaling events.
     let path = dir.path().to_owned();
-    let (ok, out, err) = tokio::task::spawn_blocking(move || kubectl(&path, &["describe", "deployment", "web"])).await.unwrap();
+    let (ok, out, err) =
+        tokio::task::spawn_blocking(move || kubectl(&path, &["describe", "deployment", "web"])).await.unwrap();
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("ScalingReplicaSet") && out.contains("Scaled up replica set web-"), "{out}");
 }

@@ -154,7 +154,8 @@ async fn a_node_reporting_not_ready_gets_the_not_ready_taints_until_it_is_ready(
     assert!(taints(&client, "n2").await.is_empty());
 
     *n1_ready.lock() = "True";
-    eventually(Duration::from_secs(8), "n1's taints removed", || async { taints(&client, "n1").await.is_empty() }).await;
+    eventually(Duration::from_secs(8), "n1's taints removed", || async { taints(&client, "n1").await.is_empty() })
+        .await;
     let _ = stop.send(true);
     for t in tasks {
         t.abort();
@@ -167,9 +168,7 @@ async fn pods_are_evicted_after_their_toleration_seconds_and_never_if_tolerating
     let client = orchestra_core::client::in_process(&server, "default");
     dead_node(&client, "dead", "z").await;
     live_node(&client, "alive", "z").await;
-    let tolerate = |seconds: Option<i64>| {
-        serde_json::json!([{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}])
-    };
+    let tolerate = |seconds: Option<i64>| serde_json::json!([{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}]);
     create_pod(&client, "two-seconds", "dead", tolerate(Some(2))).await;
     create_pod(&client, "forever", "dead", tolerate(None)).await;
     // No toleration of its own: the default, 3 s here.
@@ -230,11 +229,13 @@ async fn settle(factory: &SharedInformerFactory, client: &Client) {
     let nodes: Api<Node> = Api::all(client.clone());
     eventually(Duration::from_secs(5), "the node cache caught up", || async {
         let taints = |n: &Node| n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
-        nodes.list(&Default::default()).await.unwrap().items.iter().all(|n| {
-            cache
-                .get(&ObjectKey::of(n))
-                .is_some_and(|c| taints(&c) == taints(n))
-        })
+        nodes
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .all(|n| cache.get(&ObjectKey::of(n)).is_some_and(|c| taints(&c) == taints(n)))
     })
     .await;
 }
@@ -326,7 +327,11 @@ async fn when_every_zone_is_down_nothing_is_evicted_until_a_node_returns() {
     assert_eq!(lifecycle.zone_state("x"), Some(ZoneState::FullDisruption));
     assert_eq!(lifecycle.zone_state("y"), Some(ZoneState::FullDisruption));
     for n in ["x1", "y1", "y2"] {
-        assert_eq!(taints(&client, n).await, [pair(UNREACHABLE, "NoSchedule")], "{n}: NoExecute removed or never added");
+        assert_eq!(
+            taints(&client, n).await,
+            [pair(UNREACHABLE, "NoSchedule")],
+            "{n}: NoExecute removed or never added"
+        );
         assert!(!evicted(&client, &format!("on-{n}")).await, "pod on {n} stays");
     }
 
@@ -335,7 +340,14 @@ async fn when_every_zone_is_down_nothing_is_evicted_until_a_node_returns() {
     let nodes = factory.informer::<Node>();
     eventually(Duration::from_secs(5), "the cache shows y1 ready", || {
         let n = nodes.get(&ObjectKey::cluster("y1"));
-        async move { n.is_some_and(|n| n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.status == "True"))) }
+        async move {
+            n.is_some_and(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.status == "True"))
+            })
+        }
     })
     .await;
     lifecycle.monitor().await.unwrap();

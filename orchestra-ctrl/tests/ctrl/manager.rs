@@ -48,7 +48,9 @@ async fn managers_hand_over_behind_one_lease() {
         retry_period: Duration::from_millis(50),
     };
     let elector = |id: &str| {
-        Arc::new(LeaderElector::new(client.clone(), "kube-system", "kube-controller-manager", id).config(config.clone()))
+        Arc::new(
+            LeaderElector::new(client.clone(), "kube-system", "kube-controller-manager", id).config(config.clone()),
+        )
     };
     let m1 = manager(client.clone());
     assert_eq!(m1.names(), ["replicaset", "deployment"]);
@@ -86,24 +88,15 @@ async fn repeated_events_are_aggregated() {
     let cm = maps
         .create(
             &PostParams::default(),
-            &ConfigMap {
-                metadata: ObjectMeta { name: Some("cm".into()), ..Default::default() },
-                ..Default::default()
-            },
+            &ConfigMap { metadata: ObjectMeta { name: Some("cm".into()), ..Default::default() }, ..Default::default() },
         )
         .await
         .unwrap();
     let recorder = Recorder::new(client.clone(), "test-controller", "test-1");
     for _ in 0..3 {
-        recorder
-            .publish(reference(&cm), EventType::Warning, "Failed", "Sync", "it broke")
-            .await
-            .unwrap();
+        recorder.publish(reference(&cm), EventType::Warning, "Failed", "Sync", "it broke").await.unwrap();
     }
-    recorder
-        .publish(reference(&cm), EventType::Normal, "Synced", "Sync", "fine")
-        .await
-        .unwrap();
+    recorder.publish(reference(&cm), EventType::Normal, "Synced", "Sync", "fine").await.unwrap();
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let list = events.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(list.len(), 2);
@@ -124,7 +117,9 @@ async fn concurrent_repeats_are_aggregated() {
     let recorder = Recorder::new(client.clone(), "test-controller", "test-1");
     let publishes = (0..8).map(|_| {
         let (recorder, regarding) = (recorder.clone(), reference(&cm));
-        tokio::spawn(async move { recorder.publish(regarding, EventType::Normal, "Scaled", "Scale", "from 3 to 10").await })
+        tokio::spawn(
+            async move { recorder.publish(regarding, EventType::Normal, "Scaled", "Scale", "from 3 to 10").await },
+        )
     });
     for publish in futures::future::join_all(publishes).await {
         publish.unwrap().unwrap();

@@ -48,16 +48,12 @@ async fn heartbeat(client: Client, node: String, alive: Arc<AtomicBool>) {
                 "metadata": {"name": node, "namespace": "kube-node-lease"},
                 "spec": {"holderIdentity": node, "leaseDurationSeconds": 1, "renewTime": now}
             });
-            let _ = leases
-                .patch(&node, &PatchParams::apply("test-kubelet").force(), &Patch::Apply(&lease))
-                .await;
+            let _ = leases.patch(&node, &PatchParams::apply("test-kubelet").force(), &Patch::Apply(&lease)).await;
             let status = serde_json::json!({"status": {"conditions": [
                 {"type": "Ready", "status": "True", "reason": "KubeletReady",
                  "lastHeartbeatTime": now, "lastTransitionTime": now}
             ]}});
-            let _ = nodes
-                .patch_status(&node, &PatchParams::default(), &Patch::Merge(&status))
-                .await;
+            let _ = nodes.patch_status(&node, &PatchParams::default(), &Patch::Merge(&status)).await;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -83,7 +79,9 @@ async fn fake_scheduler(client: Client) {
             continue;
         }
         for pod in pods.list() {
-            if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() || pod.metadata.deletion_timestamp.is_some() {
+            if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+                || pod.metadata.deletion_timestamp.is_some()
+            {
                 continue;
             }
             turn += 1;
@@ -166,13 +164,8 @@ async fn lost_node_lease_evicts_pods_and_they_come_back_elsewhere() {
     eventually(Duration::from_secs(10), "n1 tainted and Unknown", || async {
         let n = nodes.get("n1").await.unwrap();
         let taints = n.spec.unwrap_or_default().taints.unwrap_or_default();
-        let ready = n
-            .status
-            .unwrap_or_default()
-            .conditions
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| c.type_ == "Ready");
+        let ready =
+            n.status.unwrap_or_default().conditions.unwrap_or_default().into_iter().find(|c| c.type_ == "Ready");
         ready.is_some_and(|r| r.status == "Unknown")
             && taints.iter().any(|t| t.key == UNREACHABLE && t.effect == "NoExecute")
             && taints.iter().any(|t| t.key == UNREACHABLE && t.effect == "NoSchedule")
@@ -209,11 +202,7 @@ async fn ipam_service_accounts_and_endpoints() {
         tokio::spawn({
             let factory = factory.clone();
             let stop = stopped(&rx);
-            async move {
-                orchestra_ctrl::controllers::node_ipam::run(factory, "10.244.0.0/16", 24, stop)
-                    .await
-                    .unwrap()
-            }
+            async move { orchestra_ctrl::controllers::node_ipam::run(factory, "10.244.0.0/16", 24, stop).await.unwrap() }
         }),
         tokio::spawn(orchestra_ctrl::controllers::serviceaccount::run(factory.clone(), stopped(&rx))),
         tokio::spawn(orchestra_ctrl::controllers::endpoints::run(factory.clone(), 2, stopped(&rx))),
@@ -238,10 +227,13 @@ async fn ipam_service_accounts_and_endpoints() {
 
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
-        .create(&PostParams::default(), &Namespace {
-            metadata: ObjectMeta { name: Some("team".into()), ..Default::default() },
-            ..Default::default()
-        })
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: ObjectMeta { name: Some("team".into()), ..Default::default() },
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "team");
@@ -281,11 +273,7 @@ async fn ipam_service_accounts_and_endpoints() {
     };
     eventually(Duration::from_secs(10), "3 ready endpoints", || async { ready_count().await == 3 }).await;
     eventually(Duration::from_secs(5), "3 endpoints in slices", || async {
-        let list = slices
-            .list(&ListParams::default().labels("kubernetes.io/service-name=web"))
-            .await
-            .unwrap()
-            .items;
+        let list = slices.list(&ListParams::default().labels("kubernetes.io/service-name=web")).await.unwrap().items;
         list.iter().map(|s| s.endpoints.len()).sum::<usize>() == 3
     })
     .await;

@@ -14,11 +14,7 @@ use super::support::{self, eventually};
 
 fn config_map(name: &str) -> ConfigMap {
     ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
+        metadata: ObjectMeta { name: Some(name.into()), namespace: Some("default".into()), ..Default::default() },
         ..Default::default()
     }
 }
@@ -54,10 +50,7 @@ async fn one_informer_per_kind_and_a_closure_reconciler() {
         },
     ));
     api.create(&PostParams::default(), &config_map("after")).await.unwrap();
-    eventually(Duration::from_secs(5), "both reconciled", || async {
-        seen.load(Ordering::SeqCst) >= 2
-    })
-    .await;
+    eventually(Duration::from_secs(5), "both reconciled", || async { seen.load(Ordering::SeqCst) >= 2 }).await;
     assert_eq!(a.by_namespace("default").len(), 2);
     let _ = stop.send(true);
     tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
@@ -156,13 +149,17 @@ async fn reconciles_start_once_every_watched_cache_has_listed() {
         };
         secrets.create(&PostParams::default(), &secret).await.unwrap();
     }
-    Api::<ConfigMap>::namespaced(client.clone(), "default").create(&PostParams::default(), &config_map("c")).await.unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &config_map("c"))
+        .await
+        .unwrap();
     let factory = SharedInformerFactory::new(client.clone());
     let watched = factory.informer::<k8s_openapi::api::core::v1::Secret>();
     let seen_at_first: Arc<parking_lot::Mutex<Option<usize>>> = Default::default();
     let (stop, rx) = watch::channel(false);
     let (first, cache) = (seen_at_first.clone(), watched.clone());
-    let controller = Controller::<ConfigMap>::for_(&factory).watches::<k8s_openapi::api::core::v1::Secret>(|_| Vec::new());
+    let controller =
+        Controller::<ConfigMap>::for_(&factory).watches::<k8s_openapi::api::core::v1::Secret>(|_| Vec::new());
     let task = tokio::spawn(controller.run(
         move |_: Arc<ConfigMap>, _: Arc<()>| {
             let (first, cache) = (first.clone(), cache.clone());

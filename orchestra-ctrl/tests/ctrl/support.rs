@@ -16,9 +16,7 @@ use tokio::sync::watch;
 /// An API server on a MemStore with short bookmark intervals.
 pub async fn server() -> ApiServer {
     ApiServer::builder(Arc::new(MemStore::new()))
-        .options(ServerOptions {
-            bookmark_interval: Duration::from_millis(200),
-        })
+        .options(ServerOptions { bookmark_interval: Duration::from_millis(200) })
         .build()
         .await
         .expect("server starts")
@@ -67,37 +65,16 @@ pub async fn cluster(ready_after: Duration) -> Cluster {
     let client = orchestra_core::client::in_process(&server, "default");
     let (stop, rx) = watch::channel(false);
     let factory = SharedInformerFactory::new(client.clone());
-    let mut tasks = vec![tokio::spawn(orchestra_ctrl::controllers::replicaset::run(
-        factory.clone(),
-        4,
-        stopped(&rx),
-    ))];
-    tasks.push(tokio::spawn(orchestra_ctrl::controllers::deployment::run(
-        factory.clone(),
-        4,
-        stopped(&rx),
-    )));
-    tasks.push(tokio::spawn(orchestra_ctrl::controllers::namespace::run(
-        factory.clone(),
-        2,
-        stopped(&rx),
-    )));
+    let mut tasks = vec![tokio::spawn(orchestra_ctrl::controllers::replicaset::run(factory.clone(), 4, stopped(&rx)))];
+    tasks.push(tokio::spawn(orchestra_ctrl::controllers::deployment::run(factory.clone(), 4, stopped(&rx))));
+    tasks.push(tokio::spawn(orchestra_ctrl::controllers::namespace::run(factory.clone(), 2, stopped(&rx))));
     tasks.push(tokio::spawn(
         // A full pass only every hour: collection in the tests comes from
         // watch events.
-        orchestra_ctrl::controllers::garbage_collector::run(
-            client.clone(),
-            Duration::from_secs(3600),
-            stopped(&rx),
-        ),
+        orchestra_ctrl::controllers::garbage_collector::run(client.clone(), Duration::from_secs(3600), stopped(&rx)),
     ));
     tasks.push(tokio::spawn(fake_node_agent(client.clone(), ready_after)));
-    Cluster {
-        server,
-        client,
-        stop,
-        tasks,
-    }
+    Cluster { server, client, stop, tasks }
 }
 
 /// Marks pods Running and Ready (there is no kubelet yet).
@@ -109,11 +86,7 @@ pub async fn fake_node_agent(client: Client, ready_after: Duration) {
         let Event::Apply { new, .. } = event else {
             continue;
         };
-        let running = new
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            == Some("Running");
+        let running = new.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
         let stuck = new
             .spec
             .as_ref()
@@ -126,8 +99,7 @@ pub async fn fake_node_agent(client: Client, ready_after: Duration) {
         let client = client.clone();
         tokio::spawn(async move {
             tokio::time::sleep(ready_after).await;
-            let api: Api<Pod> =
-                Api::namespaced(client, new.metadata.namespace.as_deref().unwrap());
+            let api: Api<Pod> = Api::namespaced(client, new.metadata.namespace.as_deref().unwrap());
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
             let patch = serde_json::json!({"status": {
                 "phase": "Running",
@@ -135,11 +107,7 @@ pub async fn fake_node_agent(client: Client, ready_after: Duration) {
                 "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
             }});
             let _ = api
-                .patch_status(
-                    new.metadata.name.as_deref().unwrap(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
+                .patch_status(new.metadata.name.as_deref().unwrap(), &PatchParams::default(), &Patch::Merge(&patch))
                 .await;
         });
     }

@@ -44,10 +44,11 @@ async fn token_secrets_are_filled_and_go_with_their_account() {
     let client = orchestra_core::client::in_process(&server, "default");
     let (stop, stopped) = watch::channel(false);
     let config = TokenConfig { signer, root_ca: Some("-----BEGIN CERTIFICATE-----\nCA\n".into()) };
-    let controller = tokio::spawn(serviceaccount_token::run(SharedInformerFactory::new(client.clone()), config, async move {
-        let mut rx = stopped;
-        let _ = rx.wait_for(|s| *s).await;
-    }));
+    let controller =
+        tokio::spawn(serviceaccount_token::run(SharedInformerFactory::new(client.clone()), config, async move {
+            let mut rx = stopped;
+            let _ = rx.wait_for(|s| *s).await;
+        }));
 
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
     let account = ServiceAccount {

@@ -53,7 +53,10 @@ impl Backoff {
     }
 
     fn live(&self, key: &str, now: Instant) -> Option<Entry> {
-        self.entries.get(key).copied().filter(|e| now.saturating_duration_since(e.last_update) <= self.config.reset_after)
+        self.entries
+            .get(key)
+            .copied()
+            .filter(|e| now.saturating_duration_since(e.last_update) <= self.config.reset_after)
     }
 
     /// If `key` is backing off from an event at `since`: how long is left,
@@ -94,7 +97,8 @@ pub fn go_duration(d: Duration) -> String {
     let millis = d.as_millis() % 1000;
     let secs = d.as_secs();
     let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
-    let seconds = if millis == 0 { format!("{s}s") } else { format!("{s}.{}s", format!("{millis:03}").trim_end_matches('0')) };
+    let seconds =
+        if millis == 0 { format!("{s}s") } else { format!("{s}.{}s", format!("{millis:03}").trim_end_matches('0')) };
     if h > 0 {
         format!("{h}h{m}m{seconds}")
     } else if m > 0 {

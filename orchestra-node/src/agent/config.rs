@@ -180,8 +180,12 @@ impl NodeConfig {
 
     /// A fixed capacity (simulated nodes).
     pub fn fixed_capacity(mut self, cpu_millis: u64, memory_bytes: u64) -> Self {
-        self.capacity =
-            CapacitySource::Fixed(Resources { cpu_millis, memory_bytes, ephemeral_storage_bytes: 100 << 30, pods: self.max_pods });
+        self.capacity = CapacitySource::Fixed(Resources {
+            cpu_millis,
+            memory_bytes,
+            ephemeral_storage_bytes: 100 << 30,
+            pods: self.max_pods,
+        });
         self
     }
 

@@ -6,7 +6,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, ObjectFieldSelector, Pod, ResourceFieldSelector, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, ObjectFieldSelector, Pod, ResourceFieldSelector, Secret, Service,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::config::Resources;
@@ -193,10 +195,16 @@ pub fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
 
 /// The value of a `resourceFieldRef` for `container` (limits default to the
 /// node's allocatable).
-pub fn resource_value(container: &Container, selector: &ResourceFieldSelector, ctx: &EnvContext) -> Result<String, EnvError> {
+pub fn resource_value(
+    container: &Container,
+    selector: &ResourceFieldSelector,
+    ctx: &EnvContext,
+) -> Result<String, EnvError> {
     let resources = container.resources.as_ref();
-    let (kind, name) =
-        selector.resource.split_once('.').ok_or_else(|| EnvError::Unsupported(format!("resource {:?}", selector.resource)))?;
+    let (kind, name) = selector
+        .resource
+        .split_once('.')
+        .ok_or_else(|| EnvError::Unsupported(format!("resource {:?}", selector.resource)))?;
     let map = match kind {
         "limits" => resources.and_then(|r| r.limits.as_ref()),
         "requests" => resources.and_then(|r| r.requests.as_ref()),
@@ -230,7 +238,12 @@ pub fn resource_value(container: &Container, selector: &ResourceFieldSelector, c
 
 /// The environment of `container`, in order, later definitions replacing
 /// earlier ones in place.
-pub fn container_env(pod: &Pod, container: &Container, ctx: &EnvContext, objects: &Objects) -> Result<Vec<(String, String)>, EnvError> {
+pub fn container_env(
+    pod: &Pod,
+    container: &Container,
+    ctx: &EnvContext,
+    objects: &Objects,
+) -> Result<Vec<(String, String)>, EnvError> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let mut order: Vec<String> = Vec::new();
     let mut values: HashMap<String, String> = HashMap::new();
@@ -281,7 +294,12 @@ pub fn container_env(pod: &Pod, container: &Container, ctx: &EnvContext, objects
                         Some(v) => v.clone(),
                         None if optional => continue,
                         None => {
-                            return Err(EnvError::KeyNotFound { kind: "ConfigMap", namespace, name: r.name.clone(), key: r.key.clone() });
+                            return Err(EnvError::KeyNotFound {
+                                kind: "ConfigMap",
+                                namespace,
+                                name: r.name.clone(),
+                                key: r.key.clone(),
+                            });
                         }
                     },
                     None if optional => continue,
@@ -294,7 +312,12 @@ pub fn container_env(pod: &Pod, container: &Container, ctx: &EnvContext, objects
                         Some(v) => v.clone(),
                         None if optional => continue,
                         None => {
-                            return Err(EnvError::KeyNotFound { kind: "Secret", namespace, name: r.name.clone(), key: r.key.clone() });
+                            return Err(EnvError::KeyNotFound {
+                                kind: "Secret",
+                                namespace,
+                                name: r.name.clone(),
+                                key: r.key.clone(),
+                            });
                         }
                     },
                     None if optional => continue,
@@ -335,7 +358,10 @@ pub fn service_env(services: &[Service]) -> Vec<(String, String)> {
         out.push((format!("{name}_SERVICE_PORT"), first.port.to_string()));
         for p in ports {
             if let Some(port_name) = p.name.as_deref().filter(|n| !n.is_empty()) {
-                out.push((format!("{name}_SERVICE_PORT_{}", port_name.to_uppercase().replace('-', "_")), p.port.to_string()));
+                out.push((
+                    format!("{name}_SERVICE_PORT_{}", port_name.to_uppercase().replace('-', "_")),
+                    p.port.to_string(),
+                ));
             }
         }
         let proto = |p: &k8s_openapi::api::core::v1::ServicePort| p.protocol.clone().unwrap_or_else(|| "TCP".into());
@@ -365,7 +391,8 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::{
-        ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource, PodSpec, ResourceRequirements, SecretKeySelector,
+        ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource, PodSpec, ResourceRequirements,
+        SecretKeySelector,
     };
     use kube::api::ObjectMeta;
 
@@ -404,13 +431,20 @@ mod tests {
                 annotations: Some([("note".to_string(), "hi".to_string())].into()),
                 ..Default::default()
             },
-            spec: Some(PodSpec { node_name: Some("n1".into()), service_account_name: Some("sa".into()), ..Default::default() }),
+            spec: Some(PodSpec {
+                node_name: Some("n1".into()),
+                service_account_name: Some("sa".into()),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
 
     fn field(path: &str) -> Option<EnvVarSource> {
-        Some(EnvVarSource { field_ref: Some(ObjectFieldSelector { field_path: path.into(), api_version: None }), ..Default::default() })
+        Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector { field_path: path.into(), api_version: None }),
+            ..Default::default()
+        })
     }
 
     fn var(name: &str, value: &str) -> EnvVar {
@@ -434,7 +468,8 @@ mod tests {
             data: Some([("color".to_string(), "blue".to_string()), ("size".to_string(), "L".to_string())].into()),
             ..Default::default()
         };
-        let secret = Secret { data: Some([("pw".to_string(), ByteString(b"s3cret".to_vec()))].into()), ..Default::default() };
+        let secret =
+            Secret { data: Some([("pw".to_string(), ByteString(b"s3cret".to_vec()))].into()), ..Default::default() };
         let objects = Objects {
             config_maps: [("cfg".to_string(), Some(cm))].into(),
             secrets: [("sec".to_string(), Some(secret)), ("gone".to_string(), None)].into(),
@@ -482,21 +517,33 @@ mod tests {
                 from(
                     "COLOR",
                     Some(EnvVarSource {
-                        config_map_key_ref: Some(ConfigMapKeySelector { name: "cfg".into(), key: "color".into(), optional: None }),
+                        config_map_key_ref: Some(ConfigMapKeySelector {
+                            name: "cfg".into(),
+                            key: "color".into(),
+                            optional: None,
+                        }),
                         ..Default::default()
                     }),
                 ),
                 from(
                     "PW",
                     Some(EnvVarSource {
-                        secret_key_ref: Some(SecretKeySelector { name: "sec".into(), key: "pw".into(), optional: None }),
+                        secret_key_ref: Some(SecretKeySelector {
+                            name: "sec".into(),
+                            key: "pw".into(),
+                            optional: None,
+                        }),
                         ..Default::default()
                     }),
                 ),
                 from(
                     "OPT",
                     Some(EnvVarSource {
-                        secret_key_ref: Some(SecretKeySelector { name: "gone".into(), key: "x".into(), optional: Some(true) }),
+                        secret_key_ref: Some(SecretKeySelector {
+                            name: "gone".into(),
+                            key: "x".into(),
+                            optional: Some(true),
+                        }),
                         ..Default::default()
                     }),
                 ),
@@ -511,7 +558,10 @@ mod tests {
             args: Some(vec!["$(COLOR)".into(), "$$(COLOR)".into()]),
             ..Default::default()
         };
-        assert_eq!(env_references(&container), [(false, "cfg".to_string()), (true, "gone".to_string()), (true, "sec".to_string())]);
+        assert_eq!(
+            env_references(&container),
+            [(false, "cfg".to_string()), (true, "gone".to_string()), (true, "sec".to_string())]
+        );
         let env = container_env(&pod(), &container, &ctx, &objects).unwrap();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(env[0], ("CFG_color".to_string(), "blue".to_string()));
@@ -549,9 +599,10 @@ mod tests {
             "spec": {"clusterIP": "10.0.0.11", "ports": [{"name": "redis", "port": 6379}, {"port": 53, "protocol": "UDP"}]}
         }))
         .unwrap();
-        let headless: Service =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None", "ports": [{"port": 1}]}}))
-                .unwrap();
+        let headless: Service = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None", "ports": [{"port": 1}]}}),
+        )
+        .unwrap();
         let env = service_env(&[svc, headless]);
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("REDIS_PRIMARY_SERVICE_HOST"), Some("10.0.0.11"));
@@ -566,7 +617,10 @@ mod tests {
         let ctx = EnvContext { services: env.clone(), ..Default::default() };
         let container = Container {
             name: "c".into(),
-            env: Some(vec![var("URL", "redis://$(REDIS_PRIMARY_SERVICE_HOST)"), var("REDIS_PRIMARY_SERVICE_PORT", "1")]),
+            env: Some(vec![
+                var("URL", "redis://$(REDIS_PRIMARY_SERVICE_HOST)"),
+                var("REDIS_PRIMARY_SERVICE_PORT", "1"),
+            ]),
             ..Default::default()
         };
         let out = container_env(&pod(), &container, &ctx, &Objects::default()).unwrap();
@@ -578,8 +632,13 @@ mod tests {
     #[test]
     fn missing_references_are_config_errors() {
         let ctx = EnvContext::default();
-        let objects = Objects { config_maps: [("cfg".to_string(), Some(ConfigMap::default()))].into(), ..Default::default() };
-        let with = |source: EnvVarSource| Container { name: "c".into(), env: Some(vec![from("X", Some(source))]), ..Default::default() };
+        let objects =
+            Objects { config_maps: [("cfg".to_string(), Some(ConfigMap::default()))].into(), ..Default::default() };
+        let with = |source: EnvVarSource| Container {
+            name: "c".into(),
+            env: Some(vec![from("X", Some(source))]),
+            ..Default::default()
+        };
         let missing_key = with(EnvVarSource {
             config_map_key_ref: Some(ConfigMapKeySelector { name: "cfg".into(), key: "k".into(), optional: None }),
             ..Default::default()
@@ -592,6 +651,9 @@ mod tests {
             secret_key_ref: Some(SecretKeySelector { name: "s".into(), key: "k".into(), optional: Some(false) }),
             ..Default::default()
         });
-        assert_eq!(container_env(&pod(), &missing_secret, &ctx, &objects).unwrap_err().to_string(), "secret \"s\" not found");
+        assert_eq!(
+            container_env(&pod(), &missing_secret, &ctx, &objects).unwrap_err().to_string(),
+            "secret \"s\" not found"
+        );
     }
 }

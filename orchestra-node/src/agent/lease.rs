@@ -22,7 +22,12 @@ pub struct LeaseKeeper {
 impl LeaseKeeper {
     /// A keeper of the Lease of `node_name`.
     pub fn new(client: Client, node_name: &str, duration_seconds: i32) -> Self {
-        Self { api: Api::namespaced(client, NODE_LEASE_NAMESPACE), node_name: node_name.into(), duration_seconds, cached: None }
+        Self {
+            api: Api::namespaced(client, NODE_LEASE_NAMESPACE),
+            node_name: node_name.into(),
+            duration_seconds,
+            cached: None,
+        }
     }
 
     fn fill(&self, lease: &mut Lease, node_uid: Option<&str>) {
@@ -49,7 +54,8 @@ impl LeaseKeeper {
     /// Renews (or creates) the Lease; `node_uid` adds the owner reference.
     pub async fn renew(&mut self, node_uid: Option<&str>) -> Result<(), kube::Error> {
         if let Some(mut lease) = self.cached.take() {
-            let owned = node_uid.is_none_or(|uid| lease.metadata.owner_references.iter().flatten().any(|o| o.uid == uid));
+            let owned =
+                node_uid.is_none_or(|uid| lease.metadata.owner_references.iter().flatten().any(|o| o.uid == uid));
             self.fill(&mut lease, node_uid);
             let result = if owned {
                 // The usual renewal: only renewTime moves, a small merge patch.

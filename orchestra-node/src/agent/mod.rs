@@ -349,7 +349,8 @@ impl NodeAgentBuilder {
         let stats = Arc::new(Stats::default());
         let (events_tx, events_rx) = mpsc::channel(1024);
         let (done_tx, done_rx) = mpsc::unbounded_channel();
-        let recorder = self.recorder.unwrap_or_else(|| Recorder::new(self.client.clone(), "kubelet", &self.config.node_name));
+        let recorder =
+            self.recorder.unwrap_or_else(|| Recorder::new(self.client.clone(), "kubelet", &self.config.node_name));
         let allocatable = node_status::capacity(&self.config).saturating_sub(&self.config.reserved);
         let shared = Arc::new(Shared {
             client: self.client,
@@ -463,7 +464,12 @@ async fn publish_events(mut rx: mpsc::Receiver<EventMsg>, recorder: Recorder) {
     }
 }
 
-async fn scan_static_pods(dir: std::path::PathBuf, node_name: String, every: Duration, tx: mpsc::UnboundedSender<Vec<StaticPod>>) {
+async fn scan_static_pods(
+    dir: std::path::PathBuf,
+    node_name: String,
+    every: Duration,
+    tx: mpsc::UnboundedSender<Vec<StaticPod>>,
+) {
     let mut last: Option<Vec<StaticPod>> = None;
     loop {
         let (dir2, node2) = (dir.clone(), node_name.clone());
@@ -690,8 +696,10 @@ async fn reconcile_mirrors(shared: &Shared, informer: &PodView, statics: &[Pod],
     let node_uid = shared.node.lock().uid.clone();
     let Some(node_uid) = node_uid else { return };
     let node = &shared.config.node_name;
-    let wanted: HashSet<(String, String)> =
-        statics.iter().map(|p| (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default())).collect();
+    let wanted: HashSet<(String, String)> = statics
+        .iter()
+        .map(|p| (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default()))
+        .collect();
     for p in statics {
         let namespace = p.metadata.namespace.clone().unwrap_or_default();
         let name = p.metadata.name.clone().unwrap_or_default();
@@ -699,13 +707,18 @@ async fn reconcile_mirrors(shared: &Shared, informer: &PodView, statics: &[Pod],
         let api: Api<Pod> = Api::namespaced(shared.client.clone(), &namespace);
         let existing = informer.get(&ObjectKey::new(namespace.clone(), name.clone()));
         if let Some(existing) = &existing {
-            let ok = static_pods::mirror_hash(existing) == Some(uid.as_str()) && existing.metadata.deletion_timestamp.is_none();
+            let ok = static_pods::mirror_hash(existing) == Some(uid.as_str())
+                && existing.metadata.deletion_timestamp.is_none();
             if ok {
                 continue;
             }
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
-                preconditions: existing.metadata.uid.clone().map(|u| Preconditions { uid: Some(u), resource_version: None }),
+                preconditions: existing
+                    .metadata
+                    .uid
+                    .clone()
+                    .map(|u| Preconditions { uid: Some(u), resource_version: None }),
                 ..Default::default()
             };
             if let Err(e) = api.delete(&name, &params).await
@@ -742,7 +755,10 @@ async fn reconcile_mirrors(shared: &Shared, informer: &PodView, statics: &[Pod],
 
 /// Stops and removes this node's sandboxes that belong to no known pod.
 async fn remove_orphans(shared: &Shared) {
-    let filter = SandboxFilter { labels: [(LABEL_NODE_NAME.to_string(), shared.config.node_name.clone())].into(), ..Default::default() };
+    let filter = SandboxFilter {
+        labels: [(LABEL_NODE_NAME.to_string(), shared.config.node_name.clone())].into(),
+        ..Default::default()
+    };
     let Ok(sandboxes) = shared.runtime.list_pod_sandboxes(&filter).await else { return };
     let known: HashSet<String> = shared.workers.lock().keys().cloned().collect();
     for s in sandboxes {
@@ -798,7 +814,11 @@ async fn node_loop(shared: Arc<Shared>) {
             let capacity = node_status::capacity(config);
             let allocatable = capacity.saturating_sub(&config.reserved);
             shared.node.lock().allocatable = allocatable;
-            let pressure = if config.read_host_pressure { node_status::host_pressure(&config.root_dir) } else { Default::default() };
+            let pressure = if config.read_host_pressure {
+                node_status::host_pressure(&config.root_dir)
+            } else {
+                Default::default()
+            };
             let network_ready = shared.node.lock().pod_cidr.is_some();
             let observation = node_status::NodeObservation {
                 capacity,
@@ -818,9 +838,16 @@ async fn node_loop(shared: Arc<Shared>) {
                         shared.stats.node_status_posts.fetch_add(1, Ordering::Relaxed);
                         let was_ready = last_posted.as_ref().is_some_and(is_ready);
                         if is_ready(&status) != was_ready {
-                            let (reason, word) =
-                                if is_ready(&status) { ("NodeReady", "NodeReady") } else { ("NodeNotReady", "NodeNotReady") };
-                            shared.node_event(EventType::Normal, reason, format!("Node {} status is now: {word}", config.node_name));
+                            let (reason, word) = if is_ready(&status) {
+                                ("NodeReady", "NodeReady")
+                            } else {
+                                ("NodeNotReady", "NodeNotReady")
+                            };
+                            shared.node_event(
+                                EventType::Normal,
+                                reason,
+                                format!("Node {} status is now: {word}", config.node_name),
+                            );
                         }
                         last_posted = Some(status);
                         last_post_at = now;

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use k8s_openapi::api::core::v1::{
-    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus, NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -56,7 +57,9 @@ pub fn host_info() -> &'static HostInfo {
         let machine_id = read_trimmed("/etc/machine-id").unwrap_or_default();
         let os_image = std::fs::read_to_string("/etc/os-release")
             .ok()
-            .and_then(|t| t.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=").map(|v| v.trim_matches('"').to_owned())))
+            .and_then(|t| {
+                t.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=").map(|v| v.trim_matches('"').to_owned()))
+            })
             .unwrap_or_else(|| "Linux".into());
         HostInfo {
             system_uuid: read_trimmed("/sys/class/dmi/id/product_uuid").unwrap_or_else(|| machine_id.clone()),
@@ -127,7 +130,14 @@ pub fn host_pressure(root_dir: &Path) -> Pressure {
 
 fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
     [
-        ("cpu", if r.cpu_millis.is_multiple_of(1000) { (r.cpu_millis / 1000).to_string() } else { format!("{}m", r.cpu_millis) }),
+        (
+            "cpu",
+            if r.cpu_millis.is_multiple_of(1000) {
+                (r.cpu_millis / 1000).to_string()
+            } else {
+                format!("{}m", r.cpu_millis)
+            },
+        ),
         ("memory", format!("{}Ki", r.memory_bytes / 1024)),
         ("ephemeral-storage", format!("{}Ki", r.ephemeral_storage_bytes / 1024)),
         ("pods", r.pods.to_string()),
@@ -180,7 +190,9 @@ pub fn initial_node(config: &NodeConfig) -> Node {
         metadata: ObjectMeta {
             name: Some(config.node_name.clone()),
             labels: Some(node_labels(config)),
-            annotations: Some([("volumes.kubernetes.io/controller-managed-attach-detach".to_owned(), "true".to_owned())].into()),
+            annotations: Some(
+                [("volumes.kubernetes.io/controller-managed-attach-detach".to_owned(), "true".to_owned())].into(),
+            ),
             ..Default::default()
         },
         spec: Some(NodeSpec {
@@ -209,7 +221,14 @@ pub struct NodeObservation {
     pub images: Vec<Image>,
 }
 
-fn condition(old: Option<&NodeStatus>, type_: &str, status: bool, reason: &str, message: &str, now: &Time) -> NodeCondition {
+fn condition(
+    old: Option<&NodeStatus>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: &Time,
+) -> NodeCondition {
     let status = if status { "True" } else { "False" };
     let since = old
         .and_then(|s| s.conditions.iter().flatten().find(|c| c.type_ == type_))
@@ -233,9 +252,23 @@ pub fn node_status(config: &NodeConfig, obs: &NodeObservation, old: Option<&Node
     let p = obs.pressure;
     let conditions = vec![
         if p.memory {
-            condition(old, "MemoryPressure", true, "KubeletHasInsufficientMemory", "kubelet has insufficient memory available", now)
+            condition(
+                old,
+                "MemoryPressure",
+                true,
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available",
+                now,
+            )
         } else {
-            condition(old, "MemoryPressure", false, "KubeletHasSufficientMemory", "kubelet has sufficient memory available", now)
+            condition(
+                old,
+                "MemoryPressure",
+                false,
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+                now,
+            )
         },
         if p.disk {
             condition(old, "DiskPressure", true, "KubeletHasDiskPressure", "kubelet has disk pressure", now)
@@ -243,7 +276,14 @@ pub fn node_status(config: &NodeConfig, obs: &NodeObservation, old: Option<&Node
             condition(old, "DiskPressure", false, "KubeletHasNoDiskPressure", "kubelet has no disk pressure", now)
         },
         if p.pid {
-            condition(old, "PIDPressure", true, "KubeletHasInsufficientPID", "kubelet has insufficient PID available", now)
+            condition(
+                old,
+                "PIDPressure",
+                true,
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available",
+                now,
+            )
         } else {
             condition(old, "PIDPressure", false, "KubeletHasSufficientPID", "kubelet has sufficient PID available", now)
         },
@@ -279,7 +319,9 @@ pub fn node_status(config: &NodeConfig, obs: &NodeObservation, old: Option<&Node
             NodeAddress { type_: "InternalIP".into(), address: config.node_ip.to_string() },
             NodeAddress { type_: "Hostname".into(), address: config.hostname.clone() },
         ]),
-        daemon_endpoints: Some(NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: config.kubelet_port }) }),
+        daemon_endpoints: Some(NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint { port: config.kubelet_port }),
+        }),
         node_info: Some(NodeSystemInfo {
             machine_id: o.machine_id.clone().unwrap_or_else(|| host.machine_id.clone()),
             system_uuid: o.system_uuid.clone().unwrap_or_else(|| host.system_uuid.clone()),
@@ -334,7 +376,8 @@ mod tests {
         let t1 = time(SystemTime::UNIX_EPOCH + Duration::from_secs(10));
         let t2 = time(SystemTime::UNIX_EPOCH + Duration::from_secs(20));
         let s1 = node_status(&config, &obs(false), None, &t1);
-        let ready = |s: &NodeStatus| s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == "Ready").unwrap().clone();
+        let ready =
+            |s: &NodeStatus| s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == "Ready").unwrap().clone();
         assert_eq!(ready(&s1).status, "False");
         assert_eq!(s1.capacity.as_ref().unwrap()["cpu"].0, "4");
         assert_eq!(s1.capacity.as_ref().unwrap()["memory"].0, "8388608Ki");

@@ -33,8 +33,9 @@ use super::resources::{int_value, milli_value};
 use super::status::{self, ContainerView, PodObservation, Waiting};
 use super::volumes;
 use crate::runtime::{
-    ContainerConfig, ContainerFilter, ContainerResources, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
-    LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus, RuntimeError, SandboxFilter, SandboxState,
+    ContainerConfig, ContainerFilter, ContainerResources, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME,
+    LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus,
+    RuntimeError, SandboxFilter, SandboxState,
 };
 use orchestra_ctrl::events::EventType;
 
@@ -221,7 +222,8 @@ impl PodWorker {
         let mut reference = orchestra_ctrl::events::reference(pod);
         if let Some(c) = container {
             let init = pod.spec.iter().flat_map(|s| s.init_containers.iter().flatten()).any(|i| i.name == c);
-            reference.field_path = Some(if init { format!("spec.initContainers{{{c}}}") } else { format!("spec.containers{{{c}}}") });
+            reference.field_path =
+                Some(if init { format!("spec.initContainers{{{c}}}") } else { format!("spec.containers{{{c}}}") });
         }
         self.shared.events.send(reference, type_, reason, note);
     }
@@ -295,12 +297,14 @@ impl PodWorker {
     }
 
     async fn sandboxes(&self) -> Vec<PodSandboxStatus> {
-        let filter = SandboxFilter { labels: [(LABEL_POD_UID.to_string(), self.uid.clone())].into(), ..Default::default() };
+        let filter =
+            SandboxFilter { labels: [(LABEL_POD_UID.to_string(), self.uid.clone())].into(), ..Default::default() };
         self.shared.runtime.list_pod_sandboxes(&filter).await.unwrap_or_default()
     }
 
     async fn containers(&self) -> BTreeMap<String, Instances> {
-        let filter = ContainerFilter { labels: [(LABEL_POD_UID.to_string(), self.uid.clone())].into(), ..Default::default() };
+        let filter =
+            ContainerFilter { labels: [(LABEL_POD_UID.to_string(), self.uid.clone())].into(), ..Default::default() };
         let mut by_name: BTreeMap<String, Instances> = BTreeMap::new();
         for c in self.shared.runtime.list_containers(&filter).await.unwrap_or_default() {
             let name = c.labels.get(LABEL_CONTAINER_NAME).cloned().unwrap_or_else(|| c.name.clone());
@@ -350,9 +354,10 @@ impl PodWorker {
                 match (ip, probes::resolve_port(&http.port, spec)) {
                     (Some(ip), Some(port)) => match probes::http_get(ip, port, http, budget).await {
                         Ok(code) if (200..400).contains(&code) => Ok(()),
-                        Ok(code) => {
-                            Err(format!("HTTP lifecycle hook ({:?}) for Container {:?} failed - status {code}", http.path, spec.name))
-                        }
+                        Ok(code) => Err(format!(
+                            "HTTP lifecycle hook ({:?}) for Container {:?} failed - status {code}",
+                            http.path, spec.name
+                        )),
                         Err(e) => Err(e),
                     },
                     _ => Err("no address for the hook".into()),
@@ -373,7 +378,13 @@ impl PodWorker {
     async fn run_pre_stop(&self, pod: &Pod, spec: &Container, id: &String, pod_ip: Option<IpAddr>, budget: Duration) {
         let Some(hook) = spec.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) else { return };
         if let Err(cause) = self.run_hook(hook, spec, id, pod_ip, budget).await {
-            self.event(pod, Some(&spec.name), EventType::Warning, "FailedPreStopHook", format!("PreStopHook failed: {cause}"));
+            self.event(
+                pod,
+                Some(&spec.name),
+                EventType::Warning,
+                "FailedPreStopHook",
+                format!("PreStopHook failed: {cause}"),
+            );
         }
     }
 
@@ -387,7 +398,12 @@ impl PodWorker {
         let mut stops = Vec::new();
         for (name, instances) in &containers {
             for c in instances.iter().filter(|c| matches!(c.state, ContainerState::Running | ContainerState::Created)) {
-                let spec_c = spec.containers.iter().chain(spec.init_containers.iter().flatten()).find(|s| &s.name == name).cloned();
+                let spec_c = spec
+                    .containers
+                    .iter()
+                    .chain(spec.init_containers.iter().flatten())
+                    .find(|s| &s.name == name)
+                    .cloned();
                 let id = c.id.clone();
                 let name = name.clone();
                 let this = &*self;
@@ -486,7 +502,12 @@ impl PodWorker {
         labels.insert(LABEL_POD_UID.into(), self.uid.clone());
         labels.insert(super::LABEL_NODE_NAME.into(), self.shared.config.node_name.clone());
         PodSandboxConfig {
-            metadata: PodSandboxMetadata { name: name.clone(), namespace: namespace.clone(), uid: self.uid.clone(), attempt },
+            metadata: PodSandboxMetadata {
+                name: name.clone(),
+                namespace: namespace.clone(),
+                uid: self.uid.clone(),
+                attempt,
+            },
             hostname: spec.hostname.clone().unwrap_or_else(|| name.clone()),
             log_directory: self.shared.config.pod_log_dir.join(format!("{namespace}_{name}_{}", self.uid)),
             host_network: spec.host_network == Some(true),
@@ -568,7 +589,13 @@ impl PodWorker {
                 Ok(Some(status))
             }
             Err(e) => {
-                self.event(pod, None, EventType::Warning, "FailedCreatePodSandBox", format!("Failed to create pod sandbox: {e}"));
+                self.event(
+                    pod,
+                    None,
+                    EventType::Warning,
+                    "FailedCreatePodSandBox",
+                    format!("Failed to create pod sandbox: {e}"),
+                );
                 let now = Instant::now();
                 self.retry.next("sandbox", now);
                 self.failed_at.insert("sandbox".into(), now);
@@ -688,7 +715,13 @@ impl PodWorker {
         match self.shared.runtime.start_container(&c.id).await {
             Ok(()) => {
                 self.waiting.remove(&spec.name);
-                self.event(pod, Some(&spec.name), EventType::Normal, "Started", format!("Started container {}", spec.name));
+                self.event(
+                    pod,
+                    Some(&spec.name),
+                    EventType::Normal,
+                    "Started",
+                    format!("Started container {}", spec.name),
+                );
                 self.input.kick();
             }
             Err(e) => {
@@ -700,13 +733,26 @@ impl PodWorker {
     }
 
     /// An exited container the policy restarts: now, or after its back-off.
-    async fn restart(&mut self, pod: &Pod, spec: &Container, last: &ContainerStatus, sandbox: &PodSandboxStatus, pod_ip: Option<IpAddr>) {
+    async fn restart(
+        &mut self,
+        pod: &Pod,
+        spec: &Container,
+        last: &ContainerStatus,
+        sandbox: &PodSandboxStatus,
+        pod_ip: Option<IpAddr>,
+    ) {
         let now = Instant::now();
         let finished = last.finished_at.map(system_to_instant).unwrap_or(now);
         if let Some((left, delay)) = self.crash.remaining(&spec.name, finished, now) {
             let (namespace, name) = pod_key(pod);
-            let message =
-                format!("back-off {} restarting failed container={} pod={}_{}({})", ms(delay), spec.name, name, namespace, self.uid);
+            let message = format!(
+                "back-off {} restarting failed container={} pod={}_{}({})",
+                ms(delay),
+                spec.name,
+                name,
+                namespace,
+                self.uid
+            );
             self.waiting.insert(spec.name.clone(), Waiting::new("CrashLoopBackOff", message));
             let reported = self.backoff_reported.get(&spec.name).is_some_and(|at| *at >= finished);
             if !reported {
@@ -716,7 +762,10 @@ impl PodWorker {
                     Some(&spec.name),
                     EventType::Warning,
                     "BackOff",
-                    format!("Back-off restarting failed container {} in pod {}_{}({})", spec.name, name, namespace, self.uid),
+                    format!(
+                        "Back-off restarting failed container {} in pod {}_{}({})",
+                        spec.name, name, namespace, self.uid
+                    ),
                 );
             }
             self.wake_at(now + left);
@@ -754,7 +803,13 @@ impl PodWorker {
         if policy != "Always"
             && let Some(found) = present
         {
-            self.event(pod, Some(&spec.name), EventType::Normal, "Pulled", format!("Container image {image:?} already present on machine"));
+            self.event(
+                pod,
+                Some(&spec.name),
+                EventType::Normal,
+                "Pulled",
+                format!("Container image {image:?} already present on machine"),
+            );
             return Some(found.id);
         }
         if policy == "Never" {
@@ -770,7 +825,8 @@ impl PodWorker {
                 self.image.reset(&key);
                 self.failed_at.remove(&key);
                 let took = started.elapsed();
-                let size = self.shared.runtime.image_status(&image).await.ok().flatten().map(|i| i.size_bytes).unwrap_or(0);
+                let size =
+                    self.shared.runtime.image_status(&image).await.ok().flatten().map(|i| i.size_bytes).unwrap_or(0);
                 self.event(
                     pod,
                     Some(&spec.name),
@@ -814,7 +870,14 @@ impl PodWorker {
     }
 
     /// Pulls, creates and starts attempt `attempt` of a container.
-    async fn start(&mut self, pod: &Pod, spec: &Container, attempt: u32, sandbox: &PodSandboxStatus, pod_ip: Option<IpAddr>) {
+    async fn start(
+        &mut self,
+        pod: &Pod,
+        spec: &Container,
+        attempt: u32,
+        sandbox: &PodSandboxStatus,
+        pod_ip: Option<IpAddr>,
+    ) {
         let Some(_image_id) = self.pull(pod, spec).await else { return };
         let (namespace, _) = pod_key(pod);
         let objects = match self.fetch_objects(&namespace, &env::env_references(spec)).await {
@@ -879,7 +942,13 @@ impl PodWorker {
         match self.shared.runtime.start_container(&id).await {
             Ok(()) => {
                 self.waiting.remove(&spec.name);
-                self.event(pod, Some(&spec.name), EventType::Normal, "Started", format!("Started container {}", spec.name));
+                self.event(
+                    pod,
+                    Some(&spec.name),
+                    EventType::Normal,
+                    "Started",
+                    format!("Started container {}", spec.name),
+                );
                 if let Some(hook) = spec.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
                     let grace = Self::grace(pod);
                     if let Err(cause) = self.run_hook(hook, spec, &id, pod_ip, grace).await {
@@ -990,7 +1059,13 @@ impl PodWorker {
             self.wake_at(next);
         }
         for (kind, cause) in events {
-            self.event(pod, Some(&spec.name), EventType::Warning, "Unhealthy", format!("{} probe failed: {cause}", kind.as_str()));
+            self.event(
+                pod,
+                Some(&spec.name),
+                EventType::Warning,
+                "Unhealthy",
+                format!("{} probe failed: {cause}", kind.as_str()),
+            );
         }
         if let Some((kind, _)) = kill {
             let what = if kind == ProbeType::Liveness { "liveness" } else { "startup" };
@@ -1025,8 +1100,11 @@ impl PodWorker {
         let sandbox = sandboxes.iter().rev().find(|s| s.state == SandboxState::Ready);
         let containers = self.containers().await;
         // Probe state belongs to one instance: forget it once the instance stops running.
-        let running_names: Vec<&String> =
-            containers.iter().filter(|(_, l)| l.first().is_some_and(|c| c.state == ContainerState::Running)).map(|(n, _)| n).collect();
+        let running_names: Vec<&String> = containers
+            .iter()
+            .filter(|(_, l)| l.first().is_some_and(|c| c.state == ContainerState::Running))
+            .map(|(n, _)| n)
+            .collect();
         self.probes.retain(|name, _| running_names.contains(&name));
         let init: Vec<_> = spec
             .init_containers
@@ -1036,8 +1114,12 @@ impl PodWorker {
             .map(|(c, v)| status::container_status(c, &v))
             .collect();
         let default_app = if status::initialized(pod, &init) { "ContainerCreating" } else { "PodInitializing" };
-        let app: Vec<_> =
-            spec.containers.iter().map(|c| self.view(c, &containers, default_app)).map(|(c, v)| status::container_status(c, &v)).collect();
+        let app: Vec<_> = spec
+            .containers
+            .iter()
+            .map(|c| self.view(c, &containers, default_app))
+            .map(|(c, v)| status::container_status(c, &v))
+            .collect();
         let running = app.iter().any(|s| s.state.as_ref().is_some_and(|st| st.running.is_some()));
         self.input.running.store(running, Ordering::Relaxed);
         let pod_ip = match sandbox {

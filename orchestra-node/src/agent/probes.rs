@@ -276,7 +276,11 @@ mod tests {
     fn container_with_port(name: &str, port: u16) -> Container {
         Container {
             name: "c".into(),
-            ports: Some(vec![ContainerPort { name: Some(name.into()), container_port: port.into(), ..Default::default() }]),
+            ports: Some(vec![ContainerPort {
+                name: Some(name.into()),
+                container_port: port.into(),
+                ..Default::default()
+            }]),
             ..Default::default()
         }
     }

@@ -12,7 +12,8 @@ fn split_suffix(s: &str) -> (&str, &str) {
         .char_indices()
         .find(|(i, c)| {
             c.is_ascii_alphabetic()
-                && !((*c == 'e' || *c == 'E') && s[i + 1..].chars().next().is_some_and(|n| n.is_ascii_digit() || n == '-' || n == '+'))
+                && !((*c == 'e' || *c == 'E')
+                    && s[i + 1..].chars().next().is_some_and(|n| n.is_ascii_digit() || n == '-' || n == '+'))
         })
         .map(|(i, _)| i)
         .unwrap_or(s.len());
@@ -172,14 +173,21 @@ pub fn admit(request: &Resources, used: &Resources, allocatable: &Resources) -> 
         ("pods", request.pods, used.pods, allocatable.pods),
         ("cpu", request.cpu_millis, used.cpu_millis, allocatable.cpu_millis),
         ("memory", request.memory_bytes, used.memory_bytes, allocatable.memory_bytes),
-        ("ephemeral-storage", request.ephemeral_storage_bytes, used.ephemeral_storage_bytes, allocatable.ephemeral_storage_bytes),
+        (
+            "ephemeral-storage",
+            request.ephemeral_storage_bytes,
+            used.ephemeral_storage_bytes,
+            allocatable.ephemeral_storage_bytes,
+        ),
     ];
     for (name, requested, used, capacity) in checks {
         if requested > 0 && used + requested > capacity {
             let message = if name == "pods" {
                 "Node didn't have enough resource: pods".to_string()
             } else {
-                format!("Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}")
+                format!(
+                    "Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
+                )
             };
             return Err(Rejection { reason: format!("OutOf{name}"), message: format!("Pod was rejected: {message}") });
         }
@@ -203,16 +211,24 @@ mod tests {
     }
 
     fn container(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Container {
-        let map = |kv: &[(&str, &str)]| (!kv.is_empty()).then(|| kv.iter().map(|(k, v)| (k.to_string(), q(v))).collect());
+        let map =
+            |kv: &[(&str, &str)]| (!kv.is_empty()).then(|| kv.iter().map(|(k, v)| (k.to_string(), q(v))).collect());
         Container {
             name: "c".into(),
-            resources: Some(ResourceRequirements { requests: map(requests), limits: map(limits), ..Default::default() }),
+            resources: Some(ResourceRequirements {
+                requests: map(requests),
+                limits: map(limits),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
 
     fn pod(containers: Vec<Container>, init: Vec<Container>) -> Pod {
-        Pod { spec: Some(PodSpec { containers, init_containers: Some(init), ..Default::default() }), ..Default::default() }
+        Pod {
+            spec: Some(PodSpec { containers, init_containers: Some(init), ..Default::default() }),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -255,7 +271,10 @@ mod tests {
         let big = Resources { cpu_millis: 2000, pods: 1, ..Default::default() };
         let r = admit(&big, &used, &alloc).unwrap_err();
         assert_eq!(r.reason, "OutOfcpu");
-        assert_eq!(r.message, "Pod was rejected: Node didn't have enough resource: cpu, requested: 2000, used: 500, capacity: 1000");
+        assert_eq!(
+            r.message,
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 2000, used: 500, capacity: 1000"
+        );
         let mem = Resources { memory_bytes: 2 << 30, pods: 1, ..Default::default() };
         assert_eq!(admit(&mem, &used, &alloc).unwrap_err().reason, "OutOfmemory");
     }

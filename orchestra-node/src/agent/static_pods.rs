@@ -77,7 +77,8 @@ pub fn parse_manifest(file: &Path, content: &[u8], node_name: &str) -> Result<St
         return Err(invalid(format!("kind {kind:?} is not Pod")));
     }
     let mut pod: Pod = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
-    let name = pod.metadata.name.clone().filter(|n| !n.is_empty()).ok_or_else(|| invalid("the pod has no name".into()))?;
+    let name =
+        pod.metadata.name.clone().filter(|n| !n.is_empty()).ok_or_else(|| invalid("the pod has no name".into()))?;
     let hash = stable_hash(&[content, file.display().to_string().as_bytes(), node_name.as_bytes()]);
     let meta = &mut pod.metadata;
     meta.name = Some(format!("{name}-{node_name}"));
@@ -91,7 +92,11 @@ pub fn parse_manifest(file: &Path, content: &[u8], node_name: &str) -> Result<St
     spec.node_name = Some(node_name.into());
     let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
     if !tolerations.iter().any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none()) {
-        tolerations.push(Toleration { operator: Some("Exists".into()), effect: Some("NoExecute".into()), ..Default::default() });
+        tolerations.push(Toleration {
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            ..Default::default()
+        });
     }
     Ok(StaticPod { file: file.to_path_buf(), pod })
 }
@@ -161,7 +166,8 @@ pub fn mirror_hash(pod: &Pod) -> Option<&str> {
 mod tests {
     use super::*;
 
-    const MANIFEST: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: nginx\n";
+    const MANIFEST: &str =
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: nginx\n";
 
     #[test]
     fn hashing_is_stable_and_sensitive() {

@@ -94,7 +94,10 @@ pub fn container_status(spec: &Container, view: &ContainerView) -> K8sContainerS
     let default_waiting = Waiting::reason(view.default_waiting);
     let (state, last_state, running) = match &view.current {
         Some(c) if c.state == ContainerState::Running => (
-            K8sState { running: Some(ContainerStateRunning { started_at: c.started_at.map(time) }), ..Default::default() },
+            K8sState {
+                running: Some(ContainerStateRunning { started_at: c.started_at.map(time) }),
+                ..Default::default()
+            },
             previous_terminated,
             true,
         ),
@@ -164,7 +167,12 @@ fn incomplete_init(pod: &Pod, init: &[K8sContainerStatus]) -> Vec<String> {
 /// The pod phase, as the kubelet's `getPhase`. `terminating`: the pod is
 /// being stopped for good (deleted), so stopped containers will not restart
 /// and the phase is Succeeded or Failed whatever the restart policy.
-pub fn pod_phase(pod: &Pod, init: &[K8sContainerStatus], app: &[K8sContainerStatus], terminating: bool) -> &'static str {
+pub fn pod_phase(
+    pod: &Pod,
+    init: &[K8sContainerStatus],
+    app: &[K8sContainerStatus],
+    terminating: bool,
+) -> &'static str {
     let Some(spec) = pod.spec.as_ref() else { return "Pending" };
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
     let mut pending_init = 0;
@@ -261,7 +269,14 @@ pub struct PodObservation {
     pub forced: Option<(String, String, String)>,
 }
 
-fn condition(old: Option<&PodStatus>, type_: &str, ok: bool, reason: Option<&str>, message: Option<String>, now: &Time) -> PodCondition {
+fn condition(
+    old: Option<&PodStatus>,
+    type_: &str,
+    ok: bool,
+    reason: Option<&str>,
+    message: Option<String>,
+    now: &Time,
+) -> PodCondition {
     let status = if ok { "True" } else { "False" };
     let previous = old.and_then(|s| s.conditions.iter().flatten().find(|c| c.type_ == type_));
     let since = match previous {
@@ -292,16 +307,22 @@ pub fn pod_status(pod: &Pod, obs: PodObservation, now: &Time) -> PodStatus {
         None => pod_phase(pod, &obs.init, &obs.app, obs.terminating).to_owned(),
     };
     let mut conditions: Vec<PodCondition> = Vec::new();
-    let mut others: Vec<PodCondition> =
-        old.iter().flat_map(|s| s.conditions.iter().flatten()).filter(|c| !OWNED_CONDITIONS.contains(&c.type_.as_str())).cloned().collect();
+    let mut others: Vec<PodCondition> = old
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .filter(|c| !OWNED_CONDITIONS.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
     if !others.iter().any(|c| c.type_ == "PodScheduled") {
         others.insert(0, condition(None, "PodScheduled", true, None, None, now));
     }
     let terminal = phase == "Succeeded" || phase == "Failed";
     conditions.push(condition(old, "PodReadyToStartContainers", obs.sandbox_ready && !terminal, None, None, now));
     let incomplete = incomplete_init(pod, &obs.init);
-    let any_app_started =
-        obs.app.iter().any(|s| s.state.as_ref().is_some_and(|st| st.waiting.is_none()) || last_terminated_code(s).is_some());
+    let any_app_started = obs
+        .app
+        .iter()
+        .any(|s| s.state.as_ref().is_some_and(|st| st.waiting.is_none()) || last_terminated_code(s).is_some());
     let init_done = incomplete.is_empty() || any_app_started || phase == "Succeeded";
     conditions.push(if init_done {
         condition(old, "Initialized", true, None, None, now)
@@ -315,8 +336,12 @@ pub fn pod_status(pod: &Pod, obs: PodObservation, now: &Time) -> PodStatus {
             now,
         )
     });
-    let unready: Vec<String> =
-        spec.containers.iter().filter(|c| !obs.app.iter().any(|s| s.name == c.name && s.ready)).map(|c| c.name.clone()).collect();
+    let unready: Vec<String> = spec
+        .containers
+        .iter()
+        .filter(|c| !obs.app.iter().any(|s| s.name == c.name && s.ready))
+        .map(|c| c.name.clone())
+        .collect();
     let (containers_ready, reason, message) = if phase == "Succeeded" {
         (false, Some("PodCompleted"), None)
     } else if unready.is_empty() {
@@ -325,8 +350,11 @@ pub fn pod_status(pod: &Pod, obs: PodObservation, now: &Time) -> PodStatus {
         (false, Some("ContainersNotReady"), Some(format!("containers with unready status: [{}]", unready.join(" "))))
     };
     conditions.push(condition(old, "ContainersReady", containers_ready, reason, message.clone(), now));
-    let missing_gate =
-        spec.readiness_gates.iter().flatten().find(|g| !others.iter().any(|c| c.type_ == g.condition_type && c.status == "True"));
+    let missing_gate = spec
+        .readiness_gates
+        .iter()
+        .flatten()
+        .find(|g| !others.iter().any(|c| c.type_ == g.condition_type && c.status == "True"));
     conditions.push(match missing_gate {
         Some(gate) if containers_ready => condition(
             old,
@@ -409,7 +437,14 @@ mod tests {
     }
 
     fn view(current: Option<ContainerStatus>, waiting: Option<Waiting>) -> ContainerView {
-        ContainerView { current, waiting, default_waiting: "ContainerCreating", ready: true, started: true, ..Default::default() }
+        ContainerView {
+            current,
+            waiting,
+            default_waiting: "ContainerCreating",
+            ready: true,
+            started: true,
+            ..Default::default()
+        }
     }
 
     fn status(name: &str, v: ContainerView) -> K8sContainerStatus {
@@ -447,7 +482,10 @@ mod tests {
         let ok = status("a", view(Some(rt("a", 0, ContainerState::Exited, Some(0))), None));
         let bad = status("a", view(Some(rt("a", 0, ContainerState::Exited, Some(1))), None));
         let creating = status("a", view(None, None));
-        let backoff = status("a", view(Some(rt("a", 0, ContainerState::Exited, Some(1))), Some(Waiting::reason("CrashLoopBackOff"))));
+        let backoff = status(
+            "a",
+            view(Some(rt("a", 0, ContainerState::Exited, Some(1))), Some(Waiting::reason("CrashLoopBackOff"))),
+        );
         let p = |policy| pod(policy, &[], &["a"]);
         assert_eq!(pod_phase_of(&p("Always"), &[], std::slice::from_ref(&creating)), "Pending");
         assert_eq!(pod_phase_of(&p("Always"), &[], std::slice::from_ref(&running)), "Running");
@@ -464,7 +502,10 @@ mod tests {
         let init_ok = status("i", view(Some(rt("i", 0, ContainerState::Exited, Some(0))), None));
         let waiting_app = status("a", ContainerView { default_waiting: "PodInitializing", ..Default::default() });
         let with_init = |policy| pod(policy, &["i"], &["a"]);
-        assert_eq!(pod_phase_of(&with_init("Never"), std::slice::from_ref(&init_bad), std::slice::from_ref(&waiting_app)), "Failed");
+        assert_eq!(
+            pod_phase_of(&with_init("Never"), std::slice::from_ref(&init_bad), std::slice::from_ref(&waiting_app)),
+            "Failed"
+        );
         assert_eq!(pod_phase_of(&with_init("Always"), &[init_bad], std::slice::from_ref(&waiting_app)), "Pending");
         assert_eq!(pod_phase_of(&with_init("Always"), &[init_running], std::slice::from_ref(&waiting_app)), "Pending");
         assert_eq!(pod_phase_of(&with_init("Always"), &[init_ok], std::slice::from_ref(&running)), "Running");
@@ -487,7 +528,8 @@ mod tests {
             forced: None,
         };
         let s1 = pod_status(&p, obs, &t1);
-        let get = |s: &PodStatus, t: &str| s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == t).unwrap().clone();
+        let get =
+            |s: &PodStatus, t: &str| s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == t).unwrap().clone();
         assert_eq!(s1.phase.as_deref(), Some("Pending"));
         assert_eq!(get(&s1, "Initialized").message.as_deref(), Some("containers with incomplete status: [i]"));
         assert_eq!(get(&s1, "Ready").message.as_deref(), Some("containers with unready status: [a b]"));

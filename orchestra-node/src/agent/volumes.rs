@@ -153,7 +153,8 @@ fn key_files(
 }
 
 fn config_map_bytes(cm: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
-    let mut data: BTreeMap<String, Vec<u8>> = cm.data.iter().flatten().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect();
+    let mut data: BTreeMap<String, Vec<u8>> =
+        cm.data.iter().flatten().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect();
     for (k, v) in cm.binary_data.iter().flatten() {
         data.insert(k.clone(), v.0.clone());
     }
@@ -229,14 +230,25 @@ fn volume_files(pod: &Pod, v: &Volume, objects: &Objects, ctx: &EnvContext) -> R
         for source in p.sources.iter().flatten() {
             if let Some(cm) = &source.config_map {
                 match objects.config_maps.get(&cm.name).cloned().flatten() {
-                    Some(found) => key_files(volume, &cm.name, config_map_bytes(&found), cm.items.as_ref(), default_mode, &mut files)?,
+                    Some(found) => key_files(
+                        volume,
+                        &cm.name,
+                        config_map_bytes(&found),
+                        cm.items.as_ref(),
+                        default_mode,
+                        &mut files,
+                    )?,
                     None if cm.optional == Some(true) => {}
-                    None => return Err(VolumeError::ConfigMapNotFound { volume: volume.into(), name: cm.name.clone() }),
+                    None => {
+                        return Err(VolumeError::ConfigMapNotFound { volume: volume.into(), name: cm.name.clone() });
+                    }
                 }
             }
             if let Some(s) = &source.secret {
                 match objects.secrets.get(&s.name).cloned().flatten() {
-                    Some(found) => key_files(volume, &s.name, secret_bytes(&found), s.items.as_ref(), default_mode, &mut files)?,
+                    Some(found) => {
+                        key_files(volume, &s.name, secret_bytes(&found), s.items.as_ref(), default_mode, &mut files)?
+                    }
                     None if s.optional == Some(true) => {}
                     None => return Err(VolumeError::SecretNotFound { volume: volume.into(), name: s.name.clone() }),
                 }
@@ -281,7 +293,10 @@ fn sync_files(dir: &Path, files: &Files) -> std::io::Result<()> {
         if same {
             continue;
         }
-        let tmp = path.with_file_name(format!(".{}.tmp", path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()));
+        let tmp = path.with_file_name(format!(
+            ".{}.tmp",
+            path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        ));
         {
             let mut file = std::fs::File::create(&tmp)?;
             file.write_all(content)?;
@@ -294,7 +309,12 @@ fn sync_files(dir: &Path, files: &Files) -> std::io::Result<()> {
 
 /// Creates (or refreshes) every volume of `pod` under `root_dir`; returns the
 /// host directory of each volume by name.
-pub fn setup_volumes(root_dir: &Path, pod: &Pod, objects: &Objects, ctx: &EnvContext) -> Result<HashMap<String, PathBuf>, VolumeError> {
+pub fn setup_volumes(
+    root_dir: &Path,
+    pod: &Pod,
+    objects: &Objects,
+    ctx: &EnvContext,
+) -> Result<HashMap<String, PathBuf>, VolumeError> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let base = pod_dir(root_dir, &uid).join("volumes");
     let mut out = HashMap::new();
@@ -325,16 +345,18 @@ pub fn setup_volumes(root_dir: &Path, pod: &Pod, objects: &Objects, ctx: &EnvCon
 /// Whether volume `name` of `pod` is one whose content the agent writes
 /// (mounted read-only, as Kubernetes does).
 fn read_only_volume(pod: &Pod, name: &str) -> bool {
-    pod.spec
-        .iter()
-        .flat_map(|s| s.volumes.iter().flatten())
-        .find(|v| v.name == name)
-        .is_some_and(|v| v.config_map.is_some() || v.secret.is_some() || v.downward_api.is_some() || v.projected.is_some())
+    pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()).find(|v| v.name == name).is_some_and(|v| {
+        v.config_map.is_some() || v.secret.is_some() || v.downward_api.is_some() || v.projected.is_some()
+    })
 }
 
 /// The mounts of `container` given the volumes' host directories.
 /// `subPath`s are created inside writable volumes when missing.
-pub fn container_mounts(pod: &Pod, container: &Container, volumes: &HashMap<String, PathBuf>) -> Result<Vec<Mount>, VolumeError> {
+pub fn container_mounts(
+    pod: &Pod,
+    container: &Container,
+    volumes: &HashMap<String, PathBuf>,
+) -> Result<Vec<Mount>, VolumeError> {
     let mut mounts = Vec::new();
     for m in container.volume_mounts.iter().flatten() {
         let dir = volumes.get(&m.name).ok_or_else(|| VolumeError::NoSuchVolume(m.name.clone()))?;
@@ -368,8 +390,8 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::{
-        ConfigMapVolumeSource, DownwardAPIVolumeSource, EmptyDirVolumeSource, ObjectFieldSelector, PodSpec, ProjectedVolumeSource,
-        SecretProjection, SecretVolumeSource, VolumeMount, VolumeProjection,
+        ConfigMapVolumeSource, DownwardAPIVolumeSource, EmptyDirVolumeSource, ObjectFieldSelector, PodSpec,
+        ProjectedVolumeSource, SecretProjection, SecretVolumeSource, VolumeMount, VolumeProjection,
     };
     use kube::api::ObjectMeta;
 
@@ -387,7 +409,11 @@ mod tests {
             ..Default::default()
         });
         let mut sec = volume("sec");
-        sec.secret = Some(SecretVolumeSource { secret_name: Some("creds".into()), default_mode: Some(0o400), ..Default::default() });
+        sec.secret = Some(SecretVolumeSource {
+            secret_name: Some("creds".into()),
+            default_mode: Some(0o400),
+            ..Default::default()
+        });
         let mut down = volume("info");
         down.downward_api = Some(DownwardAPIVolumeSource {
             items: Some(vec![
@@ -418,7 +444,12 @@ mod tests {
             name: "c".into(),
             volume_mounts: Some(vec![
                 VolumeMount { name: "cfg".into(), mount_path: "/etc/app".into(), ..Default::default() },
-                VolumeMount { name: "scratch".into(), mount_path: "/data".into(), sub_path: Some("sub".into()), ..Default::default() },
+                VolumeMount {
+                    name: "scratch".into(),
+                    mount_path: "/data".into(),
+                    sub_path: Some("sub".into()),
+                    ..Default::default()
+                },
             ]),
             ..Default::default()
         };
@@ -436,15 +467,25 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(volume_references(&pod), [(false, "app".to_string()), (true, "creds".to_string()), (true, "missing".to_string())]);
+        assert_eq!(
+            volume_references(&pod),
+            [(false, "app".to_string()), (true, "creds".to_string()), (true, "missing".to_string())]
+        );
         let mut objects = Objects::default();
-        assert!(matches!(setup_volumes(root.path(), &pod, &objects, &EnvContext::default()), Err(VolumeError::ConfigMapNotFound { .. })));
-        objects
-            .config_maps
-            .insert("app".into(), Some(ConfigMap { data: Some([("a".to_string(), "one".to_string())].into()), ..Default::default() }));
+        assert!(matches!(
+            setup_volumes(root.path(), &pod, &objects, &EnvContext::default()),
+            Err(VolumeError::ConfigMapNotFound { .. })
+        ));
+        objects.config_maps.insert(
+            "app".into(),
+            Some(ConfigMap { data: Some([("a".to_string(), "one".to_string())].into()), ..Default::default() }),
+        );
         objects.secrets.insert(
             "creds".into(),
-            Some(Secret { data: Some([("pw".to_string(), ByteString(b"hunter2".to_vec()))].into()), ..Default::default() }),
+            Some(Secret {
+                data: Some([("pw".to_string(), ByteString(b"hunter2".to_vec()))].into()),
+                ..Default::default()
+            }),
         );
         objects.secrets.insert("missing".into(), None);
         let dirs = setup_volumes(root.path(), &pod, &objects, &EnvContext::default()).unwrap();
@@ -463,9 +504,10 @@ mod tests {
         assert!(mounts[1].host_path.ends_with("scratch/sub") && mounts[1].host_path.is_dir());
 
         // A changed ConfigMap is rewritten, stale keys disappear.
-        objects
-            .config_maps
-            .insert("app".into(), Some(ConfigMap { data: Some([("b".to_string(), "two".to_string())].into()), ..Default::default() }));
+        objects.config_maps.insert(
+            "app".into(),
+            Some(ConfigMap { data: Some([("b".to_string(), "two".to_string())].into()), ..Default::default() }),
+        );
         let mut pod2 = pod.clone();
         pod2.spec.as_mut().unwrap().volumes.as_mut().unwrap()[0].config_map.as_mut().unwrap().items = None;
         let dirs = setup_volumes(root.path(), &pod2, &objects, &EnvContext::default()).unwrap();

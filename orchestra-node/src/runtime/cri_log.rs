@@ -157,7 +157,9 @@ mod tests {
 
     #[test]
     fn malformed_lines_are_refused() {
-        for line in [&b""[..], b"yesterday stdout F x", b"2016-10-06T00:17:09Z stdin F x", b"2016-10-06T00:17:09Z stdout X x"] {
+        for line in
+            [&b""[..], b"yesterday stdout F x", b"2016-10-06T00:17:09Z stdin F x", b"2016-10-06T00:17:09Z stdout X x"]
+        {
             assert!(parse_entry(line).is_err(), "{:?}", String::from_utf8_lossy(line));
         }
     }

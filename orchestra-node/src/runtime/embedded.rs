@@ -25,8 +25,8 @@ use tokio::sync::{broadcast, watch};
 use super::cri_log::{self, Stream};
 use super::{
     ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecResult, Image,
-    PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError, RuntimeVersion,
-    SandboxFilter, SandboxId, SandboxState,
+    PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError, RuntimeVersion, SandboxFilter, SandboxId,
+    SandboxState,
 };
 
 /// What a component gets when its container starts.
@@ -60,7 +60,8 @@ impl ComponentLog {
         let mut out = Vec::new();
         cri_log::write_output(&mut out, SystemTime::now(), Stream::Stdout, format!("{}\n", text.as_ref()).as_bytes());
         use std::io::Write as _;
-        let written = std::fs::OpenOptions::new().create(true).append(true).open(&*self.path).and_then(|mut f| f.write_all(&out));
+        let written =
+            std::fs::OpenOptions::new().create(true).append(true).open(&*self.path).and_then(|mut f| f.write_all(&out));
         if let Err(error) = written {
             tracing::warn!(path = %self.path.display(), %error, "cannot write a component's log");
         }
@@ -161,7 +162,10 @@ impl EmbeddedRuntime {
 #[async_trait]
 impl RuntimeBackend for EmbeddedRuntime {
     async fn version(&self) -> Result<RuntimeVersion> {
-        Ok(RuntimeVersion { runtime_name: "orchestra-embedded".into(), runtime_version: env!("CARGO_PKG_VERSION").into() })
+        Ok(RuntimeVersion {
+            runtime_name: "orchestra-embedded".into(),
+            runtime_version: env!("CARGO_PKG_VERSION").into(),
+        })
     }
 
     async fn update_runtime_config(&self, _pod_cidr: &str) -> Result<()> {
@@ -303,7 +307,9 @@ impl RuntimeBackend for EmbeddedRuntime {
         container.done = done;
         container.status.state = ContainerState::Running;
         container.status.started_at = Some(SystemTime::now());
-        let _ = self.events.send(ContainerEvent::Started { id: id.clone(), sandbox_id: container.status.sandbox_id.clone() });
+        let _ = self
+            .events
+            .send(ContainerEvent::Started { id: id.clone(), sandbox_id: container.status.sandbox_id.clone() });
         Ok(())
     }
 
@@ -341,7 +347,8 @@ impl RuntimeBackend for EmbeddedRuntime {
             return Err(RuntimeError::InvalidState(format!("container {id} is running")));
         }
         if let Some(container) = state.containers.remove(id) {
-            let _ = self.events.send(ContainerEvent::Removed { id: id.clone(), sandbox_id: container.status.sandbox_id });
+            let _ =
+                self.events.send(ContainerEvent::Removed { id: id.clone(), sandbox_id: container.status.sandbox_id });
         }
         Ok(())
     }
@@ -415,14 +422,17 @@ mod tests {
     #[tokio::test]
     async fn a_component_runs_logs_and_stops_when_asked() {
         let dir = tempfile::tempdir().unwrap();
-        let runtime = EmbeddedRuntime::new("127.0.0.1".parse().unwrap()).component("orchestra/worker", |mut ctx| async move {
-            ctx.log.line(format!("started with {:?}", ctx.args));
-            ctx.stopped().await;
-            ctx.log.line("stopping");
-            0
-        });
+        let runtime =
+            EmbeddedRuntime::new("127.0.0.1".parse().unwrap()).component("orchestra/worker", |mut ctx| async move {
+                ctx.log.line(format!("started with {:?}", ctx.args));
+                ctx.stopped().await;
+                ctx.log.line("stopping");
+                0
+            });
         let mut events = runtime.events();
-        assert!(matches!(runtime.pull_image("docker.io/orchestra/worker:latest").await, Ok(id) if id == "embedded://orchestra/worker:latest"));
+        assert!(
+            matches!(runtime.pull_image("docker.io/orchestra/worker:latest").await, Ok(id) if id == "embedded://orchestra/worker:latest")
+        );
         assert!(matches!(runtime.pull_image("orchestra/other").await, Err(RuntimeError::ImageNotFound { .. })));
         let config = sandbox(dir.path());
         let sandbox_id = runtime.run_pod_sandbox(&config).await.unwrap();

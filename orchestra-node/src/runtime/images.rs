@@ -82,7 +82,12 @@ impl ImageEntry {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self { entrypoint: entrypoint.into_iter().map(Into::into).collect(), args: Vec::new(), env: BTreeMap::new(), size_bytes: 0 }
+        Self {
+            entrypoint: entrypoint.into_iter().map(Into::into).collect(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            size_bytes: 0,
+        }
     }
 
     /// Sets the default arguments.
@@ -192,7 +197,9 @@ impl ImageReference {
         }
         let mut components: Vec<&str> = path.split('/').collect();
         let registry = if components.len() > 1
-            && (components[0].contains(['.', ':']) || components[0] == "localhost" || components[0].chars().any(|c| c.is_ascii_uppercase()))
+            && (components[0].contains(['.', ':'])
+                || components[0] == "localhost"
+                || components[0].chars().any(|c| c.is_ascii_uppercase()))
         {
             let registry = components.remove(0);
             if registry == "index.docker.io" { DEFAULT_REGISTRY } else { registry }
@@ -201,7 +208,9 @@ impl ImageReference {
         };
         for component in &components {
             let valid = !component.is_empty()
-                && component.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
+                && component
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
                 && component.starts_with(|c: char| c.is_ascii_alphanumeric())
                 && component.ends_with(|c: char| c.is_ascii_alphanumeric());
             if !valid {
@@ -209,7 +218,11 @@ impl ImageReference {
             }
         }
         let repository = components.join("/");
-        let repository = if registry == DEFAULT_REGISTRY && components.len() == 1 { format!("library/{repository}") } else { repository };
+        let repository = if registry == DEFAULT_REGISTRY && components.len() == 1 {
+            format!("library/{repository}")
+        } else {
+            repository
+        };
         Ok(Self { name: format!("{registry}/{repository}"), tag: tag.map(str::to_owned), digest })
     }
 
@@ -359,11 +372,15 @@ impl ImageCatalog {
     }
 
     fn parse(text: &str, path: &str) -> Result<Self, CatalogError> {
-        let file: CatalogFile = serde_yaml::from_str(text).map_err(|source| CatalogError::Parse { path: path.to_owned(), source })?;
+        let file: CatalogFile =
+            serde_yaml::from_str(text).map_err(|source| CatalogError::Parse { path: path.to_owned(), source })?;
         file.images
             .into_iter()
             .fold(Self::builder(), |builder, e| {
-                builder.image(e.name, ImageEntry { entrypoint: e.entrypoint, args: e.args, env: e.env, size_bytes: e.size_bytes })
+                builder.image(
+                    e.name,
+                    ImageEntry { entrypoint: e.entrypoint, args: e.args, env: e.env, size_bytes: e.size_bytes },
+                )
             })
             .build()
     }
@@ -400,7 +417,9 @@ impl ImageCatalog {
         let candidates = [(parsed.name.clone(), Some(parsed.tag_or_default().to_owned())), (parsed.name.clone(), None)];
         let found = match (&parsed.digest, &parsed.tag) {
             // name@digest: any entry of the repository with that id.
-            (Some(digest), None) => self.entries.iter().find(|((name, _), entry)| *name == parsed.name && entry.image_id() == *digest),
+            (Some(digest), None) => {
+                self.entries.iter().find(|((name, _), entry)| *name == parsed.name && entry.image_id() == *digest)
+            }
             // name:tag@digest: the tag's entry, if its id matches.
             (Some(digest), Some(_)) => candidates
                 .iter()
@@ -424,7 +443,11 @@ impl ImageCatalog {
     }
 
     fn resolved((name, tag): &Key, entry: &Arc<ImageEntry>) -> ResolvedImage {
-        ResolvedImage { id: entry.image_id(), repo_tag: format!("{name}:{}", tag.as_deref().unwrap_or(DEFAULT_TAG)), entry: entry.clone() }
+        ResolvedImage {
+            id: entry.image_id(),
+            repo_tag: format!("{name}:{}", tag.as_deref().unwrap_or(DEFAULT_TAG)),
+            entry: entry.clone(),
+        }
     }
 
     /// Every image, entries with equal content merged into one image with
@@ -434,9 +457,11 @@ impl ImageCatalog {
         let mut by_id: BTreeMap<String, Image> = BTreeMap::new();
         for (key, entry) in self.entries.iter() {
             let resolved = Self::resolved(key, entry);
-            let image = by_id
-                .entry(resolved.id.clone())
-                .or_insert_with(|| Image { id: resolved.id.clone(), repo_tags: Vec::new(), size_bytes: entry.size_bytes });
+            let image = by_id.entry(resolved.id.clone()).or_insert_with(|| Image {
+                id: resolved.id.clone(),
+                repo_tags: Vec::new(),
+                size_bytes: entry.size_bytes,
+            });
             if !image.repo_tags.contains(&resolved.repo_tag) {
                 image.repo_tags.push(resolved.repo_tag);
             }
@@ -478,7 +503,9 @@ mod tests {
         let digest = ImageReference::parse("orchestra/echo@sha256:ABCD").unwrap();
         assert_eq!(digest.digest.as_deref(), Some("sha256:abcd"));
         assert_eq!(digest.to_string(), "docker.io/orchestra/echo@sha256:abcd");
-        for bad in ["", "orchestra/Echo", "echo:", "echo:-x", "a//b", "echo@sha256", "with space", "echo@sha256:xyz", "-echo"] {
+        for bad in
+            ["", "orchestra/Echo", "echo:", "echo:-x", "a//b", "echo@sha256", "with space", "echo@sha256:xyz", "-echo"]
+        {
             assert!(ImageReference::parse(bad).is_err(), "{bad:?}");
         }
     }
@@ -493,7 +520,12 @@ mod tests {
             .unwrap();
         let id = |r: &str| catalog.resolve(r).map(|i| i.id);
         let echo = id("orchestra/echo").unwrap();
-        for same in ["orchestra/echo:latest", "docker.io/orchestra/echo:latest", "docker.io/orchestra/echo", "orchestra/echo:1.7"] {
+        for same in [
+            "orchestra/echo:latest",
+            "docker.io/orchestra/echo:latest",
+            "docker.io/orchestra/echo",
+            "orchestra/echo:1.7",
+        ] {
             assert_eq!(id(same).unwrap(), echo, "{same}");
         }
         assert_ne!(id("orchestra/echo:2.0").unwrap(), echo);
@@ -546,7 +578,10 @@ mod tests {
         assert!(matches!(build("UPPER", ImageEntry::new(["x"])), Err(CatalogError::InvalidReference(_))));
         assert!(matches!(build("a@sha256:00", ImageEntry::new(["x"])), Err(CatalogError::DigestName(_))));
         assert!(matches!(build("a", ImageEntry::new(Vec::<String>::new())), Err(CatalogError::EmptyEntrypoint(_))));
-        let twice = ImageCatalog::builder().image("a", ImageEntry::new(["x"])).image("docker.io/library/a", ImageEntry::new(["y"])).build();
+        let twice = ImageCatalog::builder()
+            .image("a", ImageEntry::new(["x"]))
+            .image("docker.io/library/a", ImageEntry::new(["y"]))
+            .build();
         assert!(matches!(twice, Err(CatalogError::Duplicate(_))));
     }
 
@@ -557,7 +592,10 @@ mod tests {
         assert_eq!(resolve_command(&entry, &none, &none), strings(&["/bin/echo", "-n", "default"]));
         assert_eq!(resolve_command(&entry, &none, &strings(&["mine"])), strings(&["/bin/echo", "-n", "mine"]));
         assert_eq!(resolve_command(&entry, &strings(&["/bin/cat"]), &none), strings(&["/bin/cat"]));
-        assert_eq!(resolve_command(&entry, &strings(&["/bin/cat", "-u"]), &strings(&["f"])), strings(&["/bin/cat", "-u", "f"]));
+        assert_eq!(
+            resolve_command(&entry, &strings(&["/bin/cat", "-u"]), &strings(&["f"])),
+            strings(&["/bin/cat", "-u", "f"])
+        );
     }
 
     #[test]

@@ -23,8 +23,8 @@
 
 pub mod cri_log;
 pub mod embedded;
-pub mod mux;
 pub mod images;
+pub mod mux;
 pub mod process;
 pub mod sim;
 

@@ -12,9 +12,9 @@ use parking_lot::RwLock;
 use tokio::sync::broadcast;
 
 use super::{
-    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerStatus, ExecRequest, ExecResult, ExecSession, Image,
-    PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError, RuntimeVersion, SandboxFilter,
-    SandboxId,
+    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerStatus, ExecRequest, ExecResult,
+    ExecSession, Image, PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError, RuntimeVersion,
+    SandboxFilter, SandboxId,
 };
 
 /// Routes every call to the backend of the pod's runtime handler.
@@ -106,7 +106,8 @@ impl RuntimeBackend for RuntimeMux {
     }
 
     async fn run_pod_sandbox(&self, config: &PodSandboxConfig) -> Result<SandboxId> {
-        let handler = if self.handlers.contains_key(&config.runtime_handler) { config.runtime_handler.as_str() } else { "" };
+        let handler =
+            if self.handlers.contains_key(&config.runtime_handler) { config.runtime_handler.as_str() } else { "" };
         let id = self.backend_named(handler).run_pod_sandbox(config).await?;
         self.owners.write().insert(id.clone(), handler.to_owned());
         Ok(id)

@@ -50,8 +50,9 @@ use tokio::time::Instant;
 
 use super::cri_log::{self, Stream};
 use super::{
-    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecResult, Image, PodSandboxConfig,
-    PodSandboxStatus, Result, RuntimeBackend, RuntimeError, RuntimeVersion, SandboxFilter, SandboxId, SandboxState,
+    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecResult, Image,
+    PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError, RuntimeVersion, SandboxFilter, SandboxId,
+    SandboxState,
 };
 use crate::network::{Ipam, Ipv4Cidr};
 
@@ -292,7 +293,10 @@ pub struct SimRuntime {
 impl std::fmt::Debug for SimRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self.inner.state.lock();
-        f.debug_struct("SimRuntime").field("sandboxes", &state.sandboxes.len()).field("containers", &state.containers.len()).finish()
+        f.debug_struct("SimRuntime")
+            .field("sandboxes", &state.sandboxes.len())
+            .field("containers", &state.containers.len())
+            .finish()
     }
 }
 
@@ -322,7 +326,11 @@ impl SimRuntime {
         for reference in &config.preloaded_images {
             images.insert(
                 reference.clone(),
-                Image { id: image_id(reference), repo_tags: vec![reference.clone()], size_bytes: config.image_size_bytes },
+                Image {
+                    id: image_id(reference),
+                    repo_tags: vec![reference.clone()],
+                    size_bytes: config.image_size_bytes,
+                },
             );
         }
         let seq = RUNTIME_SEQ.fetch_add(1, Ordering::Relaxed);
@@ -426,14 +434,16 @@ impl SimRuntime {
 
     async fn run_builtin(&self, config: &ContainerConfig, command: &[String]) -> Result<ExecResult> {
         let ok = |stdout: Vec<u8>| ExecResult { exit_code: 0, stdout, stderr: Vec::new() };
-        let fail = |code: i32, stderr: String| ExecResult { exit_code: code, stdout: Vec::new(), stderr: stderr.into_bytes() };
+        let fail =
+            |code: i32, stderr: String| ExecResult { exit_code: code, stdout: Vec::new(), stderr: stderr.into_bytes() };
         let Some((program, args)) = command.split_first() else {
             return Err(RuntimeError::InvalidArgument("empty command".into()));
         };
         let program = program.rsplit('/').next().unwrap_or(program);
         match program {
             "sh" | "bash" if args.first().map(String::as_str) == Some("-c") && args.len() >= 2 => {
-                let words: Vec<String> = args[1].split_whitespace().map(|w| w.trim_matches(['\'', '"']).to_owned()).collect();
+                let words: Vec<String> =
+                    args[1].split_whitespace().map(|w| w.trim_matches(['\'', '"']).to_owned()).collect();
                 Box::pin(self.run_builtin(config, &words)).await
             }
             "true" => Ok(ok(Vec::new())),
@@ -485,7 +495,10 @@ impl Inner {
     fn exit(&self, id: &ContainerId, code: i32, generation: Option<u64>) -> Result<bool> {
         let sandbox_id = {
             let mut state = self.state.lock();
-            let c = state.containers.get_mut(id).ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })?;
+            let c = state
+                .containers
+                .get_mut(id)
+                .ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })?;
             if generation.is_some_and(|g| g != c.generation) || c.status.state == ContainerState::Exited {
                 return Ok(false);
             }
@@ -546,7 +559,8 @@ impl RuntimeBackend for SimRuntime {
     }
 
     async fn update_runtime_config(&self, pod_cidr: &str) -> Result<()> {
-        let cidr: Ipv4Cidr = pod_cidr.parse().map_err(|e: crate::network::InvalidCidr| RuntimeError::InvalidArgument(e.to_string()))?;
+        let cidr: Ipv4Cidr =
+            pod_cidr.parse().map_err(|e: crate::network::InvalidCidr| RuntimeError::InvalidArgument(e.to_string()))?;
         self.inner.ipam.set_range(cidr);
         Ok(())
     }
@@ -579,11 +593,10 @@ impl RuntimeBackend for SimRuntime {
             ip: Some(ip),
             labels,
         };
-        self.inner
-            .state
-            .lock()
-            .sandboxes
-            .insert(id.clone(), Sandbox { status, log_directory: config.log_directory.clone(), host_network: config.host_network });
+        self.inner.state.lock().sandboxes.insert(
+            id.clone(),
+            Sandbox { status, log_directory: config.log_directory.clone(), host_network: config.host_network },
+        );
         Ok(id)
     }
 
@@ -671,8 +684,10 @@ impl RuntimeBackend for SimRuntime {
         let id = self.new_id();
         {
             let mut state = self.inner.state.lock();
-            let sandbox =
-                state.sandboxes.get(sandbox_id).ok_or_else(|| RuntimeError::NotFound { kind: "sandbox", id: sandbox_id.clone() })?;
+            let sandbox = state
+                .sandboxes
+                .get(sandbox_id)
+                .ok_or_else(|| RuntimeError::NotFound { kind: "sandbox", id: sandbox_id.clone() })?;
             if sandbox.status.state != SandboxState::Ready {
                 return Err(RuntimeError::InvalidState(format!("sandbox {sandbox_id} is not ready")));
             }
@@ -716,7 +731,8 @@ impl RuntimeBackend for SimRuntime {
     async fn start_container(&self, id: &ContainerId) -> Result<()> {
         let (behavior, log_path, attempt) = {
             let state = self.inner.state.lock();
-            let c = state.containers.get(id).ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })?;
+            let c =
+                state.containers.get(id).ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })?;
             if c.status.state != ContainerState::Created {
                 return Err(RuntimeError::InvalidState(format!("container {id} is not in the created state")));
             }
@@ -735,7 +751,10 @@ impl RuntimeBackend for SimRuntime {
         let now = SystemTime::now();
         let (sandbox_id, generation) = {
             let mut state = self.inner.state.lock();
-            let c = state.containers.get_mut(id).ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })?;
+            let c = state
+                .containers
+                .get_mut(id)
+                .ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })?;
             if c.status.state != ContainerState::Created {
                 return Err(RuntimeError::InvalidState(format!("container {id} was stopped while starting")));
             }
@@ -768,7 +787,8 @@ impl RuntimeBackend for SimRuntime {
     async fn stop_container(&self, id: &ContainerId, timeout: Duration) -> Result<()> {
         let (behavior, generation) = {
             let state = self.inner.state.lock();
-            let c = state.containers.get(id).ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })?;
+            let c =
+                state.containers.get(id).ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })?;
             if c.status.state == ContainerState::Exited {
                 return Ok(());
             }
@@ -843,7 +863,8 @@ impl RuntimeBackend for SimRuntime {
     async fn exec_sync(&self, id: &ContainerId, command: &[String], timeout: Duration) -> Result<ExecResult> {
         let config = {
             let state = self.inner.state.lock();
-            let c = state.containers.get(id).ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })?;
+            let c =
+                state.containers.get(id).ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })?;
             if c.status.state != ContainerState::Running {
                 return Err(RuntimeError::InvalidState(format!("container {id} is not running")));
             }
@@ -865,10 +886,16 @@ impl RuntimeBackend for SimRuntime {
         if !self.image_exists(image) {
             return Err(RuntimeError::ImageNotFound {
                 image: image.into(),
-                message: format!("rpc error: code = NotFound desc = failed to pull and unpack image {image:?}: not found"),
+                message: format!(
+                    "rpc error: code = NotFound desc = failed to pull and unpack image {image:?}: not found"
+                ),
             });
         }
-        let found = Image { id: image_id(image), repo_tags: vec![image.into()], size_bytes: self.inner.config.image_size_bytes };
+        let found = Image {
+            id: image_id(image),
+            repo_tags: vec![image.into()],
+            size_bytes: self.inner.config.image_size_bytes,
+        };
         let id = found.id.clone();
         self.inner.state.lock().images.insert(image.into(), found);
         Ok(id)
@@ -978,7 +1005,10 @@ mod tests {
         assert_eq!((st.state, st.exit_code, st.reason.as_deref()), (ContainerState::Exited, Some(3), Some("Error")));
         let log = std::fs::read_to_string(&st.log_path).unwrap();
         let entries: Vec<_> = log.lines().map(|l| cri_log::parse_entry(l.as_bytes()).unwrap()).collect();
-        assert_eq!(entries.iter().map(|e| e.content.clone()).collect::<Vec<_>>(), [b"hello".to_vec(), b"world".to_vec()]);
+        assert_eq!(
+            entries.iter().map(|e| e.content.clone()).collect::<Vec<_>>(),
+            [b"hello".to_vec(), b"world".to_vec()]
+        );
         rt.stop_pod_sandbox(&sb).await.unwrap();
         assert_eq!(rt.ipam().in_use(), 0);
         rt.remove_pod_sandbox(&sb).await.unwrap();
@@ -1056,7 +1086,10 @@ mod tests {
         cfg.mounts.push(Mount { container_path: "/etc/cfg".into(), host_path: dir.path().into(), read_only: true });
         let c = rt.create_container(&sb, &cfg, &sc).await.unwrap();
         let cmd = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
-        assert!(matches!(rt.exec_sync(&c, &cmd(&["true"]), Duration::from_secs(1)).await, Err(RuntimeError::InvalidState(_))));
+        assert!(matches!(
+            rt.exec_sync(&c, &cmd(&["true"]), Duration::from_secs(1)).await,
+            Err(RuntimeError::InvalidState(_))
+        ));
         rt.start_container(&c).await.unwrap();
         let t = Duration::from_secs(1);
         assert_eq!(rt.exec_sync(&c, &cmd(&["cat", "/etc/cfg/key"]), t).await.unwrap().stdout, b"value");
@@ -1097,7 +1130,8 @@ mod tests {
         let sc = sandbox_config("many", dir.path());
         let sb = rt.run_pod_sandbox(&sc).await.unwrap();
         for i in 0..2000 {
-            let behavior = if i % 2 == 0 { SimBehavior::default() } else { SimBehavior::exits(0, Duration::from_millis(10)) };
+            let behavior =
+                if i % 2 == 0 { SimBehavior::default() } else { SimBehavior::exits(0, Duration::from_millis(10)) };
             let c = rt.create_container(&sb, &container(&format!("c{i}"), behavior), &sc).await.unwrap();
             rt.start_container(&c).await.unwrap();
         }

@@ -21,7 +21,9 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 
 use super::{Inner, attempts, status, url_pairs};
-use crate::runtime::{ContainerId, ContainerState, ExecRequest, ExecSession, RuntimeBackend, RuntimeError, TerminalSize};
+use crate::runtime::{
+    ContainerId, ContainerState, ExecRequest, ExecSession, RuntimeBackend, RuntimeError, TerminalSize,
+};
 
 /// The WebSocket sub-protocols served, most preferred first.
 pub const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
@@ -128,9 +130,7 @@ pub(super) async fn exec(
         Err(rejection) => return rejection.into_response(),
     };
     let runtime = inner.runtime.clone();
-    upgrade
-        .protocols(PROTOCOLS)
-        .on_upgrade(move |socket| attach(socket, runtime, running.id, options))
+    upgrade.protocols(PROTOCOLS).on_upgrade(move |socket| attach(socket, runtime, running.id, options))
 }
 
 /// A plain `POST`: the command's exit code and output as JSON.

@@ -107,7 +107,11 @@ const FOLLOW_POLL: Duration = Duration::from_millis(200);
 /// Streams the log at `path` as `options` ask. With `follow`, new lines are
 /// sent as they are written until `still_running` says the container has
 /// stopped and the file is drained, or the receiver goes away.
-pub fn stream(path: PathBuf, options: LogOptions, mut still_running: StillRunning) -> impl Stream<Item = std::io::Result<Bytes>> + Send {
+pub fn stream(
+    path: PathBuf,
+    options: LogOptions,
+    mut still_running: StillRunning,
+) -> impl Stream<Item = std::io::Result<Bytes>> + Send {
     async_stream(move |tx| async move {
         let since = options.since();
         let mut budget = options.limit_bytes.map(|n| n.max(0) as usize);
@@ -164,7 +168,11 @@ pub fn stream(path: PathBuf, options: LogOptions, mut still_running: StillRunnin
 
 /// Sends what `out` holds, within the byte budget. `false` when the stream
 /// must end (budget spent or receiver gone).
-async fn send(tx: &tokio::sync::mpsc::Sender<std::io::Result<Bytes>>, out: &mut Vec<u8>, budget: &mut Option<usize>) -> bool {
+async fn send(
+    tx: &tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
+    out: &mut Vec<u8>,
+    budget: &mut Option<usize>,
+) -> bool {
     if let Some(left) = budget {
         out.truncate(*left);
         *left -= out.len();
@@ -269,7 +277,15 @@ mod tests {
     #[test]
     fn invalid_options_are_refused() {
         assert!(LogOptions { tail_lines: Some(-1), ..Default::default() }.validate().is_err());
-        assert!(LogOptions { since_seconds: Some(1), since_time: Some("2023-11-14T22:13:21Z".into()), ..Default::default() }.validate().is_err());
+        assert!(
+            LogOptions {
+                since_seconds: Some(1),
+                since_time: Some("2023-11-14T22:13:21Z".into()),
+                ..Default::default()
+            }
+            .validate()
+            .is_err()
+        );
         assert!(LogOptions { since_time: Some("yesterday".into()), ..Default::default() }.validate().is_err());
         let parsed: LogOptions = serde_urlencoded_like("follow=true&tailLines=5&timestamps=false");
         assert_eq!(parsed, LogOptions { follow: true, tail_lines: Some(5), ..Default::default() });

@@ -31,8 +31,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
-use orchestra_core::tls::{CertificateSubject, PeerCertificates, certificate_subject};
 use orchestra_core::api::escape::percent_decode;
+use orchestra_core::tls::{CertificateSubject, PeerCertificates, certificate_subject};
 use parking_lot::Mutex;
 
 pub use exec::{ExecOptions, PROTOCOLS};
@@ -192,7 +192,12 @@ async fn authorize(State(inner): State<Arc<Inner>>, request: Request, next: Next
 
 /// The containers the runtime holds for one pod's container, newest attempt
 /// first.
-async fn attempts(inner: &Inner, namespace: &str, pod: &str, container: &str) -> Result<Vec<ContainerStatus>, Response> {
+async fn attempts(
+    inner: &Inner,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+) -> Result<Vec<ContainerStatus>, Response> {
     let labels = BTreeMap::from([
         (LABEL_POD_NAMESPACE.to_owned(), namespace.to_owned()),
         (LABEL_POD_NAME.to_owned(), pod.to_owned()),
@@ -272,5 +277,3 @@ fn url_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
         (percent_decode(k), percent_decode(v))
     })
 }
-
-

@@ -27,9 +27,9 @@ use tokio::sync::broadcast;
 use crate::network::Ipv4Cidr;
 use crate::runtime::cri_log::{Stream, parse_entry};
 use crate::runtime::{
-    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecRequest, LABEL_CONTAINER_NAME,
-    LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, PodSandboxMetadata, RuntimeBackend, RuntimeError,
-    SandboxFilter, SandboxId, SandboxState,
+    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecRequest,
+    LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, PodSandboxMetadata,
+    RuntimeBackend, RuntimeError, SandboxFilter, SandboxId, SandboxState,
 };
 
 /// A container that exits by itself.
@@ -92,7 +92,12 @@ pub struct Workloads {
 impl Workloads {
     /// Workloads with the defaults: pod CIDR `127.77.0.0/24`, no
     /// SIGTERM-ignoring container, no exec, 20 s of patience.
-    pub fn new(long_running: ContainerConfig, exiting: ExitingWorkload, unknown_image: impl Into<String>, log_root: impl Into<PathBuf>) -> Self {
+    pub fn new(
+        long_running: ContainerConfig,
+        exiting: ExitingWorkload,
+        unknown_image: impl Into<String>,
+        log_root: impl Into<PathBuf>,
+    ) -> Self {
         Self {
             long_running,
             exiting,
@@ -162,7 +167,10 @@ where
 
     async fn configured_backend(&self) -> B {
         let backend = self.backend().await;
-        backend.update_runtime_config(&self.workloads.pod_cidr).await.expect("update_runtime_config with the workloads' pod CIDR");
+        backend
+            .update_runtime_config(&self.workloads.pod_cidr)
+            .await
+            .expect("update_runtime_config with the workloads' pod CIDR");
         backend
     }
 
@@ -181,7 +189,12 @@ where
         ]
         .into();
         PodSandboxConfig {
-            metadata: PodSandboxMetadata { name: name.to_owned(), namespace: "conformance".to_owned(), uid: uid.clone(), attempt: 0 },
+            metadata: PodSandboxMetadata {
+                name: name.to_owned(),
+                namespace: "conformance".to_owned(),
+                uid: uid.clone(),
+                attempt: 0,
+            },
             hostname: name.to_owned(),
             log_directory: self.workloads.log_root.join(format!("conformance_{name}_{uid}")),
             host_network: false,
@@ -206,12 +219,26 @@ where
 
     async fn run_pod(&self, backend: &B, check: &str, name: &str) -> (SandboxId, PodSandboxConfig) {
         let pod = self.pod(check, name);
-        let id = backend.run_pod_sandbox(&pod).await.unwrap_or_else(|e| panic!("{check}: run_pod_sandbox({name}) failed: {e}"));
+        let id = backend
+            .run_pod_sandbox(&pod)
+            .await
+            .unwrap_or_else(|e| panic!("{check}: run_pod_sandbox({name}) failed: {e}"));
         (id, pod)
     }
 
-    async fn create(&self, backend: &B, check: &str, sandbox: &SandboxId, pod: &PodSandboxConfig, base: &ContainerConfig, name: &str) -> ContainerId {
-        backend.pull_image(&base.image).await.unwrap_or_else(|e| panic!("{check}: pull_image({:?}) failed: {e}", base.image));
+    async fn create(
+        &self,
+        backend: &B,
+        check: &str,
+        sandbox: &SandboxId,
+        pod: &PodSandboxConfig,
+        base: &ContainerConfig,
+        name: &str,
+    ) -> ContainerId {
+        backend
+            .pull_image(&base.image)
+            .await
+            .unwrap_or_else(|e| panic!("{check}: pull_image({:?}) failed: {e}", base.image));
         let config = Self::container(base, pod, name);
         backend
             .create_container(sandbox, &config, pod)
@@ -245,19 +272,30 @@ where
                 return status;
             }
             if Instant::now() >= deadline {
-                panic!("{check}: container {} still {:?} after {:?}, expected {state:?}: {status:?}", status.name, status.state, self.workloads.patience);
+                panic!(
+                    "{check}: container {} still {:?} after {:?}, expected {state:?}: {status:?}",
+                    status.name, status.state, self.workloads.patience
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
-    async fn expect_event(&self, events: &mut broadcast::Receiver<ContainerEvent>, check: &str, what: &str, matches: impl Fn(&ContainerEvent) -> bool) {
+    async fn expect_event(
+        &self,
+        events: &mut broadcast::Receiver<ContainerEvent>,
+        check: &str,
+        what: &str,
+        matches: impl Fn(&ContainerEvent) -> bool,
+    ) {
         let deadline = tokio::time::Instant::now() + self.workloads.patience;
         loop {
             match tokio::time::timeout_at(deadline, events.recv()).await {
                 Ok(Ok(event)) if matches(&event) => return,
                 Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => continue,
-                Ok(Err(broadcast::error::RecvError::Closed)) => panic!("{check}: the event channel closed before {what}"),
+                Ok(Err(broadcast::error::RecvError::Closed)) => {
+                    panic!("{check}: the event channel closed before {what}")
+                }
                 Err(_) => panic!("{check}: no {what} event within {:?}", self.workloads.patience),
             }
         }
@@ -299,13 +337,20 @@ where
 
         backend.stop_pod_sandbox(&a).await.expect("sandbox_addresses: stop_pod_sandbox");
         let stopped = backend.pod_sandbox_status(&a).await.expect("sandbox_addresses: status of a stopped sandbox");
-        assert_eq!((stopped.state, stopped.ip), (SandboxState::NotReady, None), "{check}: a stopped sandbox is NotReady without address");
+        assert_eq!(
+            (stopped.state, stopped.ip),
+            (SandboxState::NotReady, None),
+            "{check}: a stopped sandbox is NotReady without address"
+        );
 
         // Released addresses are reused: in a /29 (five usable addresses or
         // fewer, whatever the backend reserves) sandboxes run out, and
         // stopping one makes room for another.
         let small = Ipv4Cidr::new(cidr.network(), 29).expect("a /29");
-        backend.update_runtime_config(&small.to_string()).await.expect("sandbox_addresses: update_runtime_config to a /29");
+        backend
+            .update_runtime_config(&small.to_string())
+            .await
+            .expect("sandbox_addresses: update_runtime_config to a /29");
         let mut live = Vec::new();
         let exhausted = loop {
             assert!(live.len() <= 8, "{check}: more than 8 sandboxes in the /29 {small}");
@@ -323,7 +368,10 @@ where
             .await
             .unwrap_or_else(|e| panic!("{check}: a stopped sandbox's address was not released: {e}"));
         let again_ip = backend.pod_sandbox_status(&again).await.expect("status").ip;
-        assert!(matches!(again_ip, Some(IpAddr::V4(ip)) if small.contains(ip)), "{check}: reused address {again_ip:?} outside {small}");
+        assert!(
+            matches!(again_ip, Some(IpAddr::V4(ip)) if small.contains(ip)),
+            "{check}: reused address {again_ip:?} outside {small}"
+        );
         for id in live.iter().chain([&a, &b, &freed, &again]) {
             backend.remove_pod_sandbox(id).await.expect("sandbox_addresses: remove_pod_sandbox");
         }
@@ -339,7 +387,10 @@ where
         }
         let mut host = self.pod(check, "host");
         host.host_network = true;
-        let id = backend.run_pod_sandbox(&host).await.unwrap_or_else(|e| panic!("{check}: a host-network sandbox needs no CIDR: {e}"));
+        let id = backend
+            .run_pod_sandbox(&host)
+            .await
+            .unwrap_or_else(|e| panic!("{check}: a host-network sandbox needs no CIDR: {e}"));
         let status = backend.pod_sandbox_status(&id).await.expect("sandbox_needs_a_cidr: status");
         assert!(status.ip.is_some(), "{check}: a host-network sandbox has the node's address");
         if let Some(host_ip) = self.workloads.host_ip {
@@ -354,15 +405,29 @@ where
         let backend = self.backend().await;
         let unknown = &self.workloads.unknown_image;
         match backend.pull_image(unknown).await {
-            Err(RuntimeError::ImageNotFound { image, .. }) => assert_eq!(&image, unknown, "{check}: ImageNotFound names the image"),
+            Err(RuntimeError::ImageNotFound { image, .. }) => {
+                assert_eq!(&image, unknown, "{check}: ImageNotFound names the image")
+            }
             other => panic!("{check}: pulling {unknown:?} must fail with ImageNotFound, got {other:?}"),
         }
-        assert_eq!(backend.image_status(unknown).await.expect("images: image_status"), None, "{check}: an unknown image has no status");
+        assert_eq!(
+            backend.image_status(unknown).await.expect("images: image_status"),
+            None,
+            "{check}: an unknown image has no status"
+        );
         let image = &self.workloads.long_running.image;
         let id = backend.pull_image(image).await.unwrap_or_else(|e| panic!("{check}: pulling {image:?} failed: {e}"));
         assert!(!id.is_empty(), "{check}: empty image id");
-        assert_eq!(backend.pull_image(image).await.expect("images: second pull"), id, "{check}: pulling again gives the same id");
-        let status = backend.image_status(image).await.expect("images: image_status").unwrap_or_else(|| panic!("{check}: {image:?} pulled but absent"));
+        assert_eq!(
+            backend.pull_image(image).await.expect("images: second pull"),
+            id,
+            "{check}: pulling again gives the same id"
+        );
+        let status = backend
+            .image_status(image)
+            .await
+            .expect("images: image_status")
+            .unwrap_or_else(|| panic!("{check}: {image:?} pulled but absent"));
         assert_eq!(status.id, id, "{check}: image_status id");
         assert!(!status.repo_tags.is_empty(), "{check}: an image has repo tags");
         let listed = backend.list_images().await.expect("images: list_images");
@@ -380,17 +445,42 @@ where
         let id = self.create(&backend, check, &sandbox, &pod, &exiting.config, "exits").await;
         let created = Self::status(&backend, check, &id).await;
         assert_eq!(created.state, ContainerState::Created, "{check}: state after create");
-        assert_eq!((created.started_at, created.finished_at, created.exit_code), (None, None, None), "{check}: a created container has not run");
-        assert_eq!((created.name.as_str(), created.sandbox_id.as_str()), ("exits", sandbox.as_str()), "{check}: name and sandbox");
+        assert_eq!(
+            (created.started_at, created.finished_at, created.exit_code),
+            (None, None, None),
+            "{check}: a created container has not run"
+        );
+        assert_eq!(
+            (created.name.as_str(), created.sandbox_id.as_str()),
+            ("exits", sandbox.as_str()),
+            "{check}: name and sandbox"
+        );
         assert_eq!(created.image, exiting.config.image, "{check}: image as given");
         assert_eq!(created.image_ref, image_id, "{check}: image_ref is the pulled id");
-        self.expect_event(&mut events, check, "Created", |e| matches!(e, ContainerEvent::Created { id: i, .. } if *i == id)).await;
+        self.expect_event(
+            &mut events,
+            check,
+            "Created",
+            |e| matches!(e, ContainerEvent::Created { id: i, .. } if *i == id),
+        )
+        .await;
 
         backend.start_container(&id).await.unwrap_or_else(|e| panic!("{check}: start failed: {e}"));
-        self.expect_event(&mut events, check, "Started", |e| matches!(e, ContainerEvent::Started { id: i, .. } if *i == id)).await;
+        self.expect_event(
+            &mut events,
+            check,
+            "Started",
+            |e| matches!(e, ContainerEvent::Started { id: i, .. } if *i == id),
+        )
+        .await;
         let code = exiting.exit_code;
-        self.expect_event(&mut events, check, "Exited", |e| matches!(e, ContainerEvent::Exited { id: i, exit_code, .. } if *i == id && *exit_code == code))
-            .await;
+        self.expect_event(
+            &mut events,
+            check,
+            "Exited",
+            |e| matches!(e, ContainerEvent::Exited { id: i, exit_code, .. } if *i == id && *exit_code == code),
+        )
+        .await;
         let exited = self.wait_state(&backend, check, &id, ContainerState::Exited).await;
         assert_eq!(exited.exit_code, Some(code), "{check}: exit code");
         let reason = if code == 0 { "Completed" } else { "Error" };
@@ -420,10 +510,13 @@ where
         let status = self.wait_state(&backend, check, &id, ContainerState::Exited).await;
         let expected: PathBuf = pod.log_directory.join("writer/0.log");
         assert_eq!(status.log_path, expected, "{check}: log path is log_directory/log_path");
-        let text = std::fs::read(&expected).unwrap_or_else(|e| panic!("{check}: cannot read {}: {e}", expected.display()));
+        let text =
+            std::fs::read(&expected).unwrap_or_else(|e| panic!("{check}: cannot read {}: {e}", expected.display()));
         let entries: Vec<_> = text
             .split_inclusive(|&b| b == b'\n')
-            .map(|line| parse_entry(line).unwrap_or_else(|e| panic!("{check}: {e}: {:?}", String::from_utf8_lossy(line))))
+            .map(|line| {
+                parse_entry(line).unwrap_or_else(|e| panic!("{check}: {e}: {:?}", String::from_utf8_lossy(line)))
+            })
             .collect();
         let line = self.workloads.exiting.line.as_bytes();
         assert!(
@@ -442,34 +535,65 @@ where
         let check = "stop_escalates";
         let backend = self.configured_backend().await;
         let (sandbox, pod) = self.run_pod(&backend, check, "stop").await;
-        let polite = self.create_and_start(&backend, check, &sandbox, &pod, &self.workloads.long_running, "polite").await;
+        let polite =
+            self.create_and_start(&backend, check, &sandbox, &pod, &self.workloads.long_running, "polite").await;
         let began = Instant::now();
-        backend.stop_container(&polite, self.workloads.patience * 3).await.unwrap_or_else(|e| panic!("{check}: stop failed: {e}"));
-        assert!(began.elapsed() < self.workloads.patience, "{check}: a container exiting on SIGTERM took {:?} to stop", began.elapsed());
+        backend
+            .stop_container(&polite, self.workloads.patience * 3)
+            .await
+            .unwrap_or_else(|e| panic!("{check}: stop failed: {e}"));
+        assert!(
+            began.elapsed() < self.workloads.patience,
+            "{check}: a container exiting on SIGTERM took {:?} to stop",
+            began.elapsed()
+        );
         let stopped = Self::status(&backend, check, &polite).await;
         assert_eq!(stopped.state, ContainerState::Exited, "{check}: state once stop_container returned");
-        assert!(stopped.exit_code.is_some() && stopped.finished_at.is_some(), "{check}: a stopped container has an exit code");
+        assert!(
+            stopped.exit_code.is_some() && stopped.finished_at.is_some(),
+            "{check}: a stopped container has an exit code"
+        );
 
         if let Some(stubborn) = &self.workloads.ignores_sigterm {
             let id = self.create_and_start(&backend, check, &sandbox, &pod, &stubborn.config, "stubborn").await;
             let log = pod.log_directory.join("stubborn/0.log");
             let deadline = Instant::now() + self.workloads.patience;
             while !std::fs::read_to_string(&log).unwrap_or_default().contains(&stubborn.ready_line) {
-                assert!(Instant::now() < deadline, "{check}: no {:?} in {} within {:?}", stubborn.ready_line, log.display(), self.workloads.patience);
+                assert!(
+                    Instant::now() < deadline,
+                    "{check}: no {:?} in {} within {:?}",
+                    stubborn.ready_line,
+                    log.display(),
+                    self.workloads.patience
+                );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let grace = Duration::from_millis(800);
             let began = Instant::now();
             backend.stop_container(&id, grace).await.unwrap_or_else(|e| panic!("{check}: stop failed: {e}"));
             let took = began.elapsed();
-            assert!(took >= grace.mul_f32(0.9), "{check}: a container ignoring SIGTERM stopped after {took:?}, before the {grace:?} timeout");
+            assert!(
+                took >= grace.mul_f32(0.9),
+                "{check}: a container ignoring SIGTERM stopped after {took:?}, before the {grace:?} timeout"
+            );
             let status = Self::status(&backend, check, &id).await;
-            assert_eq!((status.state, status.exit_code), (ContainerState::Exited, Some(137)), "{check}: SIGKILL escalation gives 137");
+            assert_eq!(
+                (status.state, status.exit_code),
+                (ContainerState::Exited, Some(137)),
+                "{check}: SIGKILL escalation gives 137"
+            );
         }
         let quick = self.create_and_start(&backend, check, &sandbox, &pod, &self.workloads.long_running, "quick").await;
-        backend.stop_container(&quick, Duration::ZERO).await.unwrap_or_else(|e| panic!("{check}: stop with no timeout failed: {e}"));
+        backend
+            .stop_container(&quick, Duration::ZERO)
+            .await
+            .unwrap_or_else(|e| panic!("{check}: stop with no timeout failed: {e}"));
         let status = Self::status(&backend, check, &quick).await;
-        assert_eq!((status.state, status.exit_code), (ContainerState::Exited, Some(137)), "{check}: a zero timeout kills at once");
+        assert_eq!(
+            (status.state, status.exit_code),
+            (ContainerState::Exited, Some(137)),
+            "{check}: a zero timeout kills at once"
+        );
         backend.remove_pod_sandbox(&sandbox).await.expect("stop_escalates: remove_pod_sandbox");
     }
 
@@ -481,25 +605,46 @@ where
         let (sandbox, pod) = self.run_pod(&backend, check, "twice").await;
         let id = self.create_and_start(&backend, check, &sandbox, &pod, &self.workloads.long_running, "c").await;
         for round in 0..2 {
-            backend.stop_container(&id, Duration::from_secs(10)).await.unwrap_or_else(|e| panic!("{check}: stop #{round} failed: {e}"));
+            backend
+                .stop_container(&id, Duration::from_secs(10))
+                .await
+                .unwrap_or_else(|e| panic!("{check}: stop #{round} failed: {e}"));
         }
         for round in 0..2 {
             backend.remove_container(&id).await.unwrap_or_else(|e| panic!("{check}: remove #{round} failed: {e}"));
         }
-        self.expect_event(&mut events, check, "Removed", |e| matches!(e, ContainerEvent::Removed { id: i, .. } if *i == id)).await;
+        self.expect_event(
+            &mut events,
+            check,
+            "Removed",
+            |e| matches!(e, ContainerEvent::Removed { id: i, .. } if *i == id),
+        )
+        .await;
         match backend.container_status(&id).await {
             Err(RuntimeError::NotFound { .. }) => {}
             other => panic!("{check}: status of a removed container must be NotFound, got {other:?}"),
         }
         // A created, never started container stops and goes too.
         let created = self.create(&backend, check, &sandbox, &pod, &self.workloads.long_running, "idle").await;
-        backend.stop_container(&created, Duration::from_secs(1)).await.unwrap_or_else(|e| panic!("{check}: stop of a created container: {e}"));
-        backend.remove_container(&created).await.unwrap_or_else(|e| panic!("{check}: remove of a created container: {e}"));
+        backend
+            .stop_container(&created, Duration::from_secs(1))
+            .await
+            .unwrap_or_else(|e| panic!("{check}: stop of a created container: {e}"));
+        backend
+            .remove_container(&created)
+            .await
+            .unwrap_or_else(|e| panic!("{check}: remove of a created container: {e}"));
         for round in 0..2 {
-            backend.stop_pod_sandbox(&sandbox).await.unwrap_or_else(|e| panic!("{check}: stop_pod_sandbox #{round}: {e}"));
+            backend
+                .stop_pod_sandbox(&sandbox)
+                .await
+                .unwrap_or_else(|e| panic!("{check}: stop_pod_sandbox #{round}: {e}"));
         }
         for round in 0..2 {
-            backend.remove_pod_sandbox(&sandbox).await.unwrap_or_else(|e| panic!("{check}: remove_pod_sandbox #{round}: {e}"));
+            backend
+                .remove_pod_sandbox(&sandbox)
+                .await
+                .unwrap_or_else(|e| panic!("{check}: remove_pod_sandbox #{round}: {e}"));
         }
         match backend.pod_sandbox_status(&sandbox).await {
             Err(RuntimeError::NotFound { .. }) => {}
@@ -512,14 +657,20 @@ where
         let check = "sandbox_stop_and_removal";
         let backend = self.configured_backend().await;
         let (sandbox, pod) = self.run_pod(&backend, check, "whole").await;
-        let running = self.create_and_start(&backend, check, &sandbox, &pod, &self.workloads.long_running, "running").await;
+        let running =
+            self.create_and_start(&backend, check, &sandbox, &pod, &self.workloads.long_running, "running").await;
         let created = self.create(&backend, check, &sandbox, &pod, &self.workloads.long_running, "created").await;
         backend.stop_pod_sandbox(&sandbox).await.unwrap_or_else(|e| panic!("{check}: stop_pod_sandbox: {e}"));
         let status = Self::status(&backend, check, &running).await;
         assert_eq!(status.state, ContainerState::Exited, "{check}: stop_pod_sandbox stops running containers");
-        let refused = backend.create_container(&sandbox, &Self::container(&self.workloads.long_running, &pod, "late"), &pod).await;
+        let refused = backend
+            .create_container(&sandbox, &Self::container(&self.workloads.long_running, &pod, "late"), &pod)
+            .await;
         assert!(refused.is_err(), "{check}: creating a container in a stopped sandbox must fail");
-        assert!(backend.start_container(&created).await.is_err(), "{check}: starting a container of a stopped sandbox must fail");
+        assert!(
+            backend.start_container(&created).await.is_err(),
+            "{check}: starting a container of a stopped sandbox must fail"
+        );
 
         backend.remove_pod_sandbox(&sandbox).await.unwrap_or_else(|e| panic!("{check}: remove_pod_sandbox: {e}"));
         let left = backend
@@ -528,14 +679,20 @@ where
             .expect("sandbox_stop_and_removal: list_containers");
         assert!(left.is_empty(), "{check}: remove_pod_sandbox leaves containers: {left:?}");
         for id in [&running, &created] {
-            assert!(matches!(backend.container_status(id).await, Err(RuntimeError::NotFound { .. })), "{check}: container {id} outlived its sandbox");
+            assert!(
+                matches!(backend.container_status(id).await, Err(RuntimeError::NotFound { .. })),
+                "{check}: container {id} outlived its sandbox"
+            );
         }
 
         // Removing a ready sandbox stops and removes its running containers.
         let (ready, pod) = self.run_pod(&backend, check, "ready").await;
         let inside = self.create_and_start(&backend, check, &ready, &pod, &self.workloads.long_running, "inside").await;
         backend.remove_pod_sandbox(&ready).await.unwrap_or_else(|e| panic!("{check}: remove of a ready sandbox: {e}"));
-        assert!(matches!(backend.container_status(&inside).await, Err(RuntimeError::NotFound { .. })), "{check}: running container survived");
+        assert!(
+            matches!(backend.container_status(&inside).await, Err(RuntimeError::NotFound { .. })),
+            "{check}: running container survived"
+        );
         let sandboxes = backend.list_pod_sandboxes(&SandboxFilter::default()).await.expect("list_pod_sandboxes");
         assert!(sandboxes.is_empty(), "{check}: removed sandboxes still listed: {sandboxes:?}");
     }
@@ -546,8 +703,10 @@ where
         let backend = self.configured_backend().await;
         let (one, pod_one) = self.run_pod(&backend, check, "one").await;
         let (two, pod_two) = self.run_pod(&backend, check, "two").await;
-        let running = self.create_and_start(&backend, check, &one, &pod_one, &self.workloads.long_running, "running").await;
-        let exited = self.create_and_start(&backend, check, &one, &pod_one, &self.workloads.exiting.config, "exited").await;
+        let running =
+            self.create_and_start(&backend, check, &one, &pod_one, &self.workloads.long_running, "running").await;
+        let exited =
+            self.create_and_start(&backend, check, &one, &pod_one, &self.workloads.exiting.config, "exited").await;
         let other = self.create(&backend, check, &two, &pod_two, &self.workloads.long_running, "other").await;
         self.wait_state(&backend, check, &exited, ContainerState::Exited).await;
 
@@ -564,17 +723,40 @@ where
             let backend = &backend;
             async move { ids(backend.list_containers(&filter).await.expect("list_filters: list_containers")) }
         };
-        assert_eq!(list(ContainerFilter::default()).await, sorted(vec![running.clone(), exited.clone(), other.clone()]), "{check}: no filter");
+        assert_eq!(
+            list(ContainerFilter::default()).await,
+            sorted(vec![running.clone(), exited.clone(), other.clone()]),
+            "{check}: no filter"
+        );
         assert_eq!(
             list(ContainerFilter { sandbox_id: Some(one.clone()), ..Default::default() }).await,
             sorted(vec![running.clone(), exited.clone()]),
             "{check}: by sandbox"
         );
-        assert_eq!(list(ContainerFilter { id: Some(other.clone()), ..Default::default() }).await, vec![other.clone()], "{check}: by id");
-        assert_eq!(list(ContainerFilter { state: Some(ContainerState::Running), ..Default::default() }).await, vec![running.clone()], "{check}: Running");
-        assert_eq!(list(ContainerFilter { state: Some(ContainerState::Exited), ..Default::default() }).await, vec![exited.clone()], "{check}: Exited");
-        assert_eq!(list(ContainerFilter { state: Some(ContainerState::Created), ..Default::default() }).await, vec![other.clone()], "{check}: Created");
-        let by_name = |name: &str| ContainerFilter { labels: [(LABEL_CONTAINER_NAME.to_owned(), name.to_owned())].into(), ..Default::default() };
+        assert_eq!(
+            list(ContainerFilter { id: Some(other.clone()), ..Default::default() }).await,
+            vec![other.clone()],
+            "{check}: by id"
+        );
+        assert_eq!(
+            list(ContainerFilter { state: Some(ContainerState::Running), ..Default::default() }).await,
+            vec![running.clone()],
+            "{check}: Running"
+        );
+        assert_eq!(
+            list(ContainerFilter { state: Some(ContainerState::Exited), ..Default::default() }).await,
+            vec![exited.clone()],
+            "{check}: Exited"
+        );
+        assert_eq!(
+            list(ContainerFilter { state: Some(ContainerState::Created), ..Default::default() }).await,
+            vec![other.clone()],
+            "{check}: Created"
+        );
+        let by_name = |name: &str| ContainerFilter {
+            labels: [(LABEL_CONTAINER_NAME.to_owned(), name.to_owned())].into(),
+            ..Default::default()
+        };
         assert_eq!(list(by_name("exited")).await, vec![exited.clone()], "{check}: by label");
         let mut both = by_name("running");
         both.sandbox_id = Some(two.clone());
@@ -583,7 +765,13 @@ where
         let sandbox_ids = |filter: SandboxFilter| {
             let backend = &backend;
             async move {
-                let mut ids: Vec<SandboxId> = backend.list_pod_sandboxes(&filter).await.expect("list_pod_sandboxes").into_iter().map(|s| s.id).collect();
+                let mut ids: Vec<SandboxId> = backend
+                    .list_pod_sandboxes(&filter)
+                    .await
+                    .expect("list_pod_sandboxes")
+                    .into_iter()
+                    .map(|s| s.id)
+                    .collect();
                 ids.sort();
                 ids
             }
@@ -593,7 +781,11 @@ where
             ..Default::default()
         };
         assert_eq!(sandbox_ids(pod_label(&pod_two)).await, vec![two.clone()], "{check}: sandboxes by label");
-        assert_eq!(sandbox_ids(SandboxFilter { id: Some(one.clone()), ..Default::default() }).await, vec![one.clone()], "{check}: sandbox by id");
+        assert_eq!(
+            sandbox_ids(SandboxFilter { id: Some(one.clone()), ..Default::default() }).await,
+            vec![one.clone()],
+            "{check}: sandbox by id"
+        );
         backend.stop_pod_sandbox(&two).await.expect("list_filters: stop_pod_sandbox");
         assert_eq!(
             sandbox_ids(SandboxFilter { state: Some(SandboxState::NotReady), ..Default::default() }).await,
@@ -627,9 +819,19 @@ where
                     .exec_sync(&id, &workload.command, self.workloads.patience)
                     .await
                     .unwrap_or_else(|e| panic!("{check}: exec_sync({:?}) failed: {e}", workload.command));
-                assert_eq!(result.exit_code, 0, "{check}: exit code of {:?} (stderr {:?})", workload.command, String::from_utf8_lossy(&result.stderr));
+                assert_eq!(
+                    result.exit_code,
+                    0,
+                    "{check}: exit code of {:?} (stderr {:?})",
+                    workload.command,
+                    String::from_utf8_lossy(&result.stderr)
+                );
                 let stdout = String::from_utf8_lossy(&result.stdout);
-                assert!(stdout.contains(&workload.stdout_contains), "{check}: stdout {stdout:?} lacks {:?}", workload.stdout_contains);
+                assert!(
+                    stdout.contains(&workload.stdout_contains),
+                    "{check}: stdout {stdout:?} lacks {:?}",
+                    workload.stdout_contains
+                );
                 // The same command with its streams attached, where the
                 // backend can attach them.
                 let request = ExecRequest { command: workload.command.clone(), tty: false, stdin: false };
@@ -641,13 +843,18 @@ where
                         let mut stdout = session.stdout;
                         let mut out = Vec::new();
                         let read = stdout.read_to_end(&mut out);
-                        let (read, code) = tokio::time::timeout(self.workloads.patience, async { tokio::join!(read, session.exit) })
-                            .await
-                            .unwrap_or_else(|_| panic!("{check}: the attached exec did not end"));
+                        let (read, code) =
+                            tokio::time::timeout(self.workloads.patience, async { tokio::join!(read, session.exit) })
+                                .await
+                                .unwrap_or_else(|_| panic!("{check}: the attached exec did not end"));
                         read.expect("exec: reading stdout");
                         assert_eq!(code.expect("exec: exit"), 0, "{check}: exit code of the attached exec");
                         let out = String::from_utf8_lossy(&out);
-                        assert!(out.contains(&workload.stdout_contains), "{check}: attached stdout {out:?} lacks {:?}", workload.stdout_contains);
+                        assert!(
+                            out.contains(&workload.stdout_contains),
+                            "{check}: attached stdout {out:?} lacks {:?}",
+                            workload.stdout_contains
+                        );
                     }
                 }
                 backend.stop_container(&id, Duration::ZERO).await.expect("exec: stop");
@@ -669,7 +876,8 @@ where
             let backend = &backend;
             async move {
                 let (sandbox, pod) = self.run_pod(backend, check, &format!("pod{n}")).await;
-                let id = self.create_and_start(backend, check, &sandbox, &pod, &self.workloads.exiting.config, "main").await;
+                let id =
+                    self.create_and_start(backend, check, &sandbox, &pod, &self.workloads.exiting.config, "main").await;
                 let status = self.wait_state(backend, check, &id, ContainerState::Exited).await;
                 assert_eq!(status.exit_code, Some(self.workloads.exiting.exit_code), "{check}: pod{n} exit code");
                 let log = std::fs::read_to_string(pod.log_directory.join("main/0.log")).unwrap_or_default();
@@ -679,7 +887,10 @@ where
             }
         });
         let results = futures::future::join_all(pods).await;
-        let mut ips: Vec<_> = results.iter().map(|(_, ip)| ip.unwrap_or_else(|| panic!("{check}: a ready sandbox without address"))).collect();
+        let mut ips: Vec<_> = results
+            .iter()
+            .map(|(_, ip)| ip.unwrap_or_else(|| panic!("{check}: a ready sandbox without address")))
+            .collect();
         ips.sort();
         ips.dedup();
         assert_eq!(ips.len(), 4, "{check}: concurrent sandboxes share addresses");
@@ -688,4 +899,3 @@ where
         }
     }
 }
-

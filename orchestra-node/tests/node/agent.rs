@@ -47,7 +47,8 @@ async fn registration_and_lease() {
         async move {
             let n = nodes.get("reg-1").await.unwrap();
             n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-                cs.iter().any(|c| c.type_ == "Ready" && c.status == "True" && c.reason.as_deref() == Some("KubeletReady"))
+                cs.iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True" && c.reason.as_deref() == Some("KubeletReady"))
             })
         }
     })
@@ -76,7 +77,8 @@ async fn registration_and_lease() {
     assert_eq!(info.operating_system, "linux");
     assert!(!info.kernel_version.is_empty() && !info.os_image.is_empty());
     let conditions = status.conditions.unwrap();
-    for (t, s) in [("MemoryPressure", "False"), ("DiskPressure", "False"), ("PIDPressure", "False"), ("Ready", "True")] {
+    for (t, s) in [("MemoryPressure", "False"), ("DiskPressure", "False"), ("PIDPressure", "False"), ("Ready", "True")]
+    {
         assert!(conditions.iter().any(|c| c.type_ == t && c.status == s), "{t}");
     }
 
@@ -119,7 +121,12 @@ async fn registration_and_lease() {
 async fn not_ready_until_the_node_has_a_pod_cidr() {
     let cluster = cluster().await;
     let root = std::sync::Arc::new(tempfile::tempdir().unwrap());
-    let node = start_with(&cluster.client, config("cidr-1", root.path(), None), orchestra_node::SimRuntime::default(), root.clone());
+    let node = start_with(
+        &cluster.client,
+        config("cidr-1", root.path(), None),
+        orchestra_node::SimRuntime::default(),
+        root.clone(),
+    );
     node.handle.registered().await;
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     let ready = |n: &Node| {
@@ -135,7 +142,10 @@ async fn not_ready_until_the_node_has_a_pod_cidr() {
     })
     .await;
     create_pod(&cluster.client, pod_json("early", "cidr-1", &[("c", &[])])).await;
-    nodes.patch("cidr-1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"podCIDR": "10.77.3.0/24"}}))).await.unwrap();
+    nodes
+        .patch("cidr-1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"podCIDR": "10.77.3.0/24"}})))
+        .await
+        .unwrap();
     eventually(LONG, "Ready", || {
         let nodes = nodes.clone();
         async move { ready(&nodes.get("cidr-1").await.unwrap()).as_deref() == Some("True") }
@@ -258,7 +268,8 @@ async fn restart_policies_and_crash_loop_back_off() {
     create_pod(&cluster.client, with_policy("never-fails", "Never", failing)).await;
     create_pod(&cluster.client, with_policy("onfailure-ok", "OnFailure", done)).await;
     create_pod(&cluster.client, with_policy("always-crashes", "Always", failing)).await;
-    let recovers: &[(&str, &str)] = &[("SIM_EXIT_AFTER_MS", "20"), ("SIM_EXIT_CODE", "1"), ("SIM_EXIT_UNTIL_ATTEMPT", "2")];
+    let recovers: &[(&str, &str)] =
+        &[("SIM_EXIT_AFTER_MS", "20"), ("SIM_EXIT_CODE", "1"), ("SIM_EXIT_UNTIL_ATTEMPT", "2")];
     create_pod(&cluster.client, with_policy("onfailure-recovers", "OnFailure", recovers)).await;
 
     let with_failing_init = |name: &str, policy: &str| {
@@ -287,7 +298,8 @@ async fn restart_policies_and_crash_loop_back_off() {
     let message = c.state.clone().unwrap().waiting.unwrap().message.unwrap();
     let uid = looping.metadata.uid.clone().unwrap();
     assert!(
-        message.starts_with("back-off ") && message.ends_with(&format!("restarting failed container=c pod=always-crashes_default({uid})")),
+        message.starts_with("back-off ")
+            && message.ends_with(&format!("restarting failed container=c pod=always-crashes_default({uid})")),
         "{message}"
     );
     assert_eq!(c.last_state.clone().unwrap().terminated.unwrap().exit_code, 3);
@@ -300,9 +312,10 @@ async fn restart_policies_and_crash_loop_back_off() {
     assert_eq!(phase(&recovered), "Running");
     let init_never = wait_pod(&cluster.client, "default", "init-never", "Failed", |p| phase(p) == "Failed").await;
     assert_eq!(waiting_reason(&init_never, "app"), Some("PodInitializing"));
-    let init_always =
-        wait_pod(&cluster.client, "default", "init-always", "init retried", |p| container(p, "init").is_some_and(|c| c.restart_count >= 2))
-            .await;
+    let init_always = wait_pod(&cluster.client, "default", "init-always", "init retried", |p| {
+        container(p, "init").is_some_and(|c| c.restart_count >= 2)
+    })
+    .await;
     assert_eq!(phase(&init_always), "Pending");
     assert_eq!(condition(&init_always, "Initialized"), Some("False"));
     eventually(LONG, "BackOff event", || {
@@ -319,12 +332,17 @@ async fn unknown_images_back_off() {
     let mut p = pod_json("missing-image", "img-1", &[("c", &[])]);
     p["spec"]["containers"][0]["image"] = json!("registry.example/does-not-exist:1");
     create_pod(&cluster.client, p).await;
-    let pod =
-        wait_pod(&cluster.client, "default", "missing-image", "ErrImagePull", |p| waiting_reason(p, "c") == Some("ErrImagePull")).await;
+    let pod = wait_pod(&cluster.client, "default", "missing-image", "ErrImagePull", |p| {
+        waiting_reason(p, "c") == Some("ErrImagePull")
+    })
+    .await;
     assert_eq!(phase(&pod), "Pending");
     let message = container(&pod, "c").unwrap().state.clone().unwrap().waiting.unwrap().message.unwrap();
     assert!(message.contains("does-not-exist"), "{message}");
-    wait_pod(&cluster.client, "default", "missing-image", "ImagePullBackOff", |p| waiting_reason(p, "c") == Some("ImagePullBackOff")).await;
+    wait_pod(&cluster.client, "default", "missing-image", "ImagePullBackOff", |p| {
+        waiting_reason(p, "c") == Some("ImagePullBackOff")
+    })
+    .await;
     eventually(LONG, "Failed and BackOff events", || {
         let client = cluster.client.clone();
         async move {
@@ -343,7 +361,8 @@ async fn environment_and_volumes_reach_the_runtime() {
     let cms: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
     cms.create(
         &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "settings"}, "data": {"color": "blue", "mode": "fast"}})).unwrap(),
+        &serde_json::from_value(json!({"metadata": {"name": "settings"}, "data": {"color": "blue", "mode": "fast"}}))
+            .unwrap(),
     )
     .await
     .unwrap();
@@ -351,8 +370,10 @@ async fn environment_and_volumes_reach_the_runtime() {
     services
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "backend"}, "spec": {"clusterIP": "10.96.0.20", "ports": [{"port": 80}]}}))
-                .unwrap(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "backend"}, "spec": {"clusterIP": "10.96.0.20", "ports": [{"port": 80}]}}),
+            )
+            .unwrap(),
         )
         .await
         .unwrap();
@@ -360,7 +381,8 @@ async fn environment_and_volumes_reach_the_runtime() {
     secrets
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "creds"}, "data": {"password": "aHVudGVyMg=="}})).unwrap(),
+            &serde_json::from_value(json!({"metadata": {"name": "creds"}, "data": {"password": "aHVudGVyMg=="}}))
+                .unwrap(),
         )
         .await
         .unwrap();
@@ -429,7 +451,11 @@ async fn environment_and_volumes_reach_the_runtime() {
     let uid = pod.metadata.uid.clone().unwrap();
     assert!(scratch.host_path.starts_with(node.root.path().join("pods").join(&uid).join("volumes")));
     // Through the simulated exec: the container sees its files.
-    let out = node.runtime.exec_sync(&id, &["cat".to_string(), "/etc/cfg/colour".to_string()], Duration::from_secs(1)).await.unwrap();
+    let out = node
+        .runtime
+        .exec_sync(&id, &["cat".to_string(), "/etc/cfg/colour".to_string()], Duration::from_secs(1))
+        .await
+        .unwrap();
     assert_eq!(out.stdout, b"blue");
 
     // Deleting the pod removes its volumes.
@@ -448,7 +474,8 @@ async fn missing_config_is_a_config_error_until_it_appears() {
     let cluster = cluster().await;
     let _node = start(&cluster, "cfg-1", "10.7.0.0/24", |_| {});
     let mut p = pod_json("needs-config", "cfg-1", &[("c", &[])]);
-    p["spec"]["containers"][0]["env"] = json!([{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "late", "key": "x"}}}]);
+    p["spec"]["containers"][0]["env"] =
+        json!([{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "late", "key": "x"}}}]);
     create_pod(&cluster.client, p).await;
     let pod = wait_pod(&cluster.client, "default", "needs-config", "CreateContainerConfigError", |p| {
         waiting_reason(p, "c") == Some("CreateContainerConfigError")
@@ -457,9 +484,12 @@ async fn missing_config_is_a_config_error_until_it_appears() {
     let message = container(&pod, "c").unwrap().state.clone().unwrap().waiting.unwrap().message.unwrap();
     assert_eq!(message, "configmap \"late\" not found");
     let cms: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
-    cms.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "late"}, "data": {"x": "1"}})).unwrap())
-        .await
-        .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "late"}, "data": {"x": "1"}})).unwrap(),
+    )
+    .await
+    .unwrap();
     wait_pod(&cluster.client, "default", "needs-config", "Running", |p| phase(p) == "Running").await;
 }
 
@@ -487,7 +517,9 @@ async fn graceful_and_forced_deletion() {
     pods.delete("forced", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
     eventually(LONG, "containers stopped and sandboxes removed", || {
         let rt = node.runtime.clone();
-        async move { rt.running_containers() == 0 && rt.list_pod_sandboxes(&SandboxFilter::default()).await.unwrap().is_empty() }
+        async move {
+            rt.running_containers() == 0 && rt.list_pod_sandboxes(&SandboxFilter::default()).await.unwrap().is_empty()
+        }
     })
     .await;
     eventually(LONG, "workers gone", || {
@@ -499,7 +531,8 @@ async fn graceful_and_forced_deletion() {
         let client = cluster.client.clone();
         async move {
             let events = events_for(&client, "graceful").await;
-            events.iter().filter(|(r, _)| r == "Killing").count() == 2 && events.iter().any(|(r, _)| r == "FailedPreStopHook")
+            events.iter().filter(|(r, _)| r == "Killing").count() == 2
+                && events.iter().any(|(r, _)| r == "FailedPreStopHook")
         }
     })
     .await;
@@ -512,7 +545,10 @@ async fn failed_post_start_hooks_restart_the_container() {
     let mut p = pod_json("hooked", "hook-1", &[("c", &[])]);
     p["spec"]["containers"][0]["lifecycle"] = json!({"postStart": {"exec": {"command": ["sh", "-c", "exit 2"]}}});
     create_pod(&cluster.client, p).await;
-    wait_pod(&cluster.client, "default", "hooked", "restarted", |p| container(p, "c").is_some_and(|c| c.restart_count >= 1)).await;
+    wait_pod(&cluster.client, "default", "hooked", "restarted", |p| {
+        container(p, "c").is_some_and(|c| c.restart_count >= 1)
+    })
+    .await;
     eventually(LONG, "FailedPostStartHook", || {
         let client = cluster.client.clone();
         async move { events_for(&client, "hooked").await.iter().any(|(r, _)| r == "FailedPostStartHook") }
@@ -585,7 +621,9 @@ async fn agent_restart_adopts_running_containers_and_removes_orphans() {
     eventually(LONG, "orphan removed", || {
         let rt = runtime.clone();
         // The orphan's sandbox goes after its container has stopped.
-        async move { rt.list_pod_sandboxes(&SandboxFilter::default()).await.unwrap().len() == 2 && rt.running_containers() == 1 }
+        async move {
+            rt.list_pod_sandboxes(&SandboxFilter::default()).await.unwrap().len() == 2 && rt.running_containers() == 1
+        }
     })
     .await;
     let after = wait_pod(&cluster.client, "default", "keeper", "still Running", |p| phase(p) == "Running").await;
@@ -640,7 +678,8 @@ async fn probes_gate_readiness_and_restart_unhealthy_containers() {
     )
     .await;
     let pod = wait_pod(&cluster.client, "default", "probed", "liveness restarts and readiness", |p| {
-        container(p, "ready").is_some_and(|c| c.ready) && container(p, "unhealthy").is_some_and(|c| c.restart_count >= 1)
+        container(p, "ready").is_some_and(|c| c.ready)
+            && container(p, "unhealthy").is_some_and(|c| c.restart_count >= 1)
     })
     .await;
     assert!(!container(&pod, "never-ready").unwrap().ready);
@@ -652,7 +691,9 @@ async fn probes_gate_readiness_and_restart_unhealthy_containers() {
             let events = events_for(&client, "probed").await;
             events.iter().any(|(r, n)| r == "Unhealthy" && n.starts_with("Liveness probe failed"))
                 && events.iter().any(|(r, n)| r == "Unhealthy" && n.starts_with("Readiness probe failed"))
-                && events.iter().any(|(r, n)| r == "Killing" && n == "Container unhealthy failed liveness probe, will be restarted")
+                && events
+                    .iter()
+                    .any(|(r, n)| r == "Killing" && n == "Container unhealthy failed liveness probe, will be restarted")
         }
     })
     .await;
@@ -686,7 +727,8 @@ async fn static_pods_and_mirror_pods() {
     std::fs::write(manifests.path().join("etcd.yaml"), manifest("etcd:3.5")).unwrap();
     let dir = manifests.path().to_path_buf();
     let node = start(&cluster, "static-1", "10.14.0.0/24", |c| c.static_pod_path = Some(dir));
-    let mirror = wait_pod(&cluster.client, "kube-system", "etcd-static-1", "mirror Running", |p| phase(p) == "Running").await;
+    let mirror =
+        wait_pod(&cluster.client, "kube-system", "etcd-static-1", "mirror Running", |p| phase(p) == "Running").await;
     let annotations = mirror.metadata.annotations.clone().unwrap();
     assert_eq!(annotations["kubernetes.io/config.source"], "file");
     let hash = annotations["kubernetes.io/config.hash"].clone();
@@ -715,7 +757,9 @@ async fn static_pods_and_mirror_pods() {
     assert_ne!(updated.metadata.annotations.unwrap()["kubernetes.io/config.hash"], hash);
     eventually(LONG, "one sandbox left", || {
         let rt = node.runtime.clone();
-        async move { rt.list_pod_sandboxes(&SandboxFilter::default()).await.unwrap().len() == 1 && rt.running_containers() == 1 }
+        async move {
+            rt.list_pod_sandboxes(&SandboxFilter::default()).await.unwrap().len() == 1 && rt.running_containers() == 1
+        }
     })
     .await;
 
@@ -764,7 +808,8 @@ async fn many_agents_many_pods() {
         let mut c = config(&format!("scale-{i}"), root.path(), Some(&format!("10.{}.{}.0/24", 100 + i / 200, i % 200)));
         c.node_status_update_frequency = Duration::from_secs(1);
         c.lease_renew_interval = Duration::from_secs(2);
-        let runtime = orchestra_node::SimRuntime::new(orchestra_node::SimConfig { write_logs: false, ..Default::default() });
+        let runtime =
+            orchestra_node::SimRuntime::new(orchestra_node::SimConfig { write_logs: false, ..Default::default() });
         nodes.push(start_shared(&cluster.client, c, runtime, root, Some(shared.clone())));
     }
     for n in &nodes {
@@ -776,7 +821,8 @@ async fn many_agents_many_pods() {
     let mut creates = Vec::new();
     for i in 0..NODES {
         for j in 0..PODS {
-            let pod: Pod = serde_json::from_value(pod_json(&format!("p-{i}-{j}"), &format!("scale-{i}"), &[("c", &[])])).unwrap();
+            let pod: Pod =
+                serde_json::from_value(pod_json(&format!("p-{i}-{j}"), &format!("scale-{i}"), &[("c", &[])])).unwrap();
             let pods = pods.clone();
             creates.push(async move { pods.create(&PostParams::default(), &pod).await.unwrap() });
         }
@@ -804,8 +850,14 @@ async fn many_agents_many_pods() {
         running_at,
         started.elapsed()
     );
-    let ips: std::collections::HashSet<String> =
-        pods.list(&ListParams::default()).await.unwrap().items.iter().map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap()).collect();
+    let ips: std::collections::HashSet<String> = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap())
+        .collect();
     assert_eq!(ips.len(), NODES * PODS, "every pod has its own IP");
 }
 
@@ -824,19 +876,22 @@ async fn idle_agents_heartbeat_cpu() {
     let window: u64 = std::env::var("NODE_WINDOW_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     let cluster = cluster().await;
     let root = std::sync::Arc::new(tempfile::tempdir().unwrap());
-    let shared =
-        (std::env::var("NODE_SHARED_PODS").as_deref() != Ok("0")).then(|| orchestra_node::agent::SharedPods::start(cluster.client.clone()));
+    let shared = (std::env::var("NODE_SHARED_PODS").as_deref() != Ok("0"))
+        .then(|| orchestra_node::agent::SharedPods::start(cluster.client.clone()));
     let mut nodes = Vec::new();
     for i in 0..n {
         let mut c = orchestra_node::NodeConfig::new(format!("idle-{i}"))
             .root_dir(root.path().join(i.to_string()))
             .fixed_capacity(4000, 8 << 30)
             .pod_cidr(format!("10.{}.{}.0/24", i / 250, i % 250));
-        let secs = |name: &str, default: u64| Duration::from_secs(std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default));
+        let secs = |name: &str, default: u64| {
+            Duration::from_secs(std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default))
+        };
         c.housekeeping_interval = secs("NODE_HOUSEKEEPING_SECS", 10);
         c.lease_renew_interval = secs("NODE_LEASE_SECS", 10);
         c.node_status_update_frequency = secs("NODE_STATUS_SECS", 10);
-        let runtime = orchestra_node::SimRuntime::new(orchestra_node::SimConfig { write_logs: false, ..Default::default() });
+        let runtime =
+            orchestra_node::SimRuntime::new(orchestra_node::SimConfig { write_logs: false, ..Default::default() });
         nodes.push(start_shared(&cluster.client, c, runtime, root.clone(), shared.clone()));
     }
     let started = std::time::Instant::now();
@@ -893,7 +948,8 @@ async fn http_and_tcp_probes_reach_the_pod_ip() {
             });
         }
     });
-    let ready = wait_pod(&cluster.client, "default", "served", "Ready", |p| condition(p, "Ready") == Some("True")).await;
+    let ready =
+        wait_pod(&cluster.client, "default", "served", "Ready", |p| condition(p, "Ready") == Some("True")).await;
     assert!(container(&ready, "web").unwrap().ready);
     let request = tokio::time::timeout(LONG, seen_rx.recv()).await.unwrap().unwrap();
     assert!(request.starts_with("GET /ready HTTP/1.1\r\n") && request.contains("X-Check: 1\r\n"), "{request}");
@@ -923,7 +979,8 @@ async fn a_runtime_that_lost_its_containers_restarts_them_counting_on() {
     let fresh = orchestra_node::SimRuntime::default();
     let _node = start_with(&cluster.client, config("lost-1", root.path(), Some("10.18.0.0/24")), fresh.clone(), root);
     let after = wait_pod(&cluster.client, "default", "survivor", "running again", |p| {
-        container(p, "c").is_some_and(|c| c.restart_count == 1 && c.container_id != container(&before, "c").unwrap().container_id)
+        container(p, "c")
+            .is_some_and(|c| c.restart_count == 1 && c.container_id != container(&before, "c").unwrap().container_id)
     })
     .await;
     assert_eq!(phase(&after), "Running");

@@ -14,8 +14,8 @@ use orchestra_node::runtime::cri_log::parse_entry;
 use orchestra_node::runtime::images::{ImageCatalog, ImageEntry};
 use orchestra_node::runtime::process::{ENV_POD_IP, ENV_VOLUMES, ProcessRuntime, ProcessRuntimeConfig};
 use orchestra_node::runtime::{
-    ContainerConfig, ContainerResources, ContainerState, ContainerStatus, Mount, PodSandboxConfig, PodSandboxMetadata,
-    ExecRequest, RuntimeBackend, RuntimeError, SandboxId, TerminalSize,
+    ContainerConfig, ContainerResources, ContainerState, ContainerStatus, ExecRequest, Mount, PodSandboxConfig,
+    PodSandboxMetadata, RuntimeBackend, RuntimeError, SandboxId, TerminalSize,
 };
 use orchestra_node::testing::{ExecWorkload, ExitingWorkload, StubbornWorkload, Suite, Workloads};
 
@@ -39,7 +39,8 @@ fn sh(script: &str) -> ContainerConfig {
 
 fn config(dir: &Path) -> ProcessRuntimeConfig {
     static N: AtomicU64 = AtomicU64::new(0);
-    let mut config = ProcessRuntimeConfig::new(dir.join(format!("state{}", N.fetch_add(1, Ordering::Relaxed))), catalog());
+    let mut config =
+        ProcessRuntimeConfig::new(dir.join(format!("state{}", N.fetch_add(1, Ordering::Relaxed))), catalog());
     config.node_name = "test-node".into();
     config
 }
@@ -47,12 +48,20 @@ fn config(dir: &Path) -> ProcessRuntimeConfig {
 fn workloads(dir: &Path) -> Workloads {
     let mut workloads = Workloads::new(
         ContainerConfig { image: "orchestra/sleep".into(), ..Default::default() },
-        ExitingWorkload { config: sh("echo bye from the exiting container; exit 3"), line: "bye from the exiting container".into(), exit_code: 3 },
+        ExitingWorkload {
+            config: sh("echo bye from the exiting container; exit 3"),
+            line: "bye from the exiting container".into(),
+            exit_code: 3,
+        },
         "orchestra/does-not-exist:1.0",
         dir.join("logs"),
     );
-    workloads.ignores_sigterm = Some(StubbornWorkload { config: sh("trap '' TERM; echo stubborn; sleep 300"), ready_line: "stubborn".into() });
-    workloads.exec = Some(ExecWorkload { command: vec!["sh".into(), "-c".into(), "echo exec says $HOSTNAME".into()], stdout_contains: "exec says".into() });
+    workloads.ignores_sigterm =
+        Some(StubbornWorkload { config: sh("trap '' TERM; echo stubborn; sleep 300"), ready_line: "stubborn".into() });
+    workloads.exec = Some(ExecWorkload {
+        command: vec!["sh".into(), "-c".into(), "echo exec says $HOSTNAME".into()],
+        stdout_contains: "exec says".into(),
+    });
     workloads.host_ip = Some("127.0.0.1".parse().unwrap());
     workloads.patience = PATIENCE;
     workloads
@@ -244,8 +253,12 @@ async fn environment_is_exactly_the_given_one() {
     };
     let (sandbox, id, _) = node.run("envpod", config).await;
     let status = node.wait_exited(&id).await;
-    let env: BTreeMap<String, String> =
-        node.output(&status).lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    let env: BTreeMap<String, String> = node
+        .output(&status)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
     let ip = node.runtime.pod_sandbox_status(&sandbox).await.unwrap().ip.unwrap().to_string();
     let keys: Vec<&str> = env.keys().map(String::as_str).collect();
     assert_eq!(keys, ["A", "B", "FROM_IMAGE", "HOSTNAME", ENV_POD_IP, "PATH"], "{env:?}");
@@ -312,14 +325,22 @@ async fn start_failures_are_start_errors() {
     let node = Node::new().await;
     let pod = node.pod("broken");
     let sandbox = node.runtime.run_pod_sandbox(&pod).await.unwrap();
-    let config = ContainerConfig { name: "main".into(), image: "orchestra/missing".into(), log_path: "main/0.log".into(), ..Default::default() };
+    let config = ContainerConfig {
+        name: "main".into(),
+        image: "orchestra/missing".into(),
+        log_path: "main/0.log".into(),
+        ..Default::default()
+    };
     let id = node.runtime.create_container(&sandbox, &config, &pod).await.unwrap();
     match node.runtime.start_container(&id).await {
         Err(RuntimeError::StartFailed(message)) => assert!(message.contains("/nonexistent/program"), "{message}"),
         other => panic!("expected StartFailed, got {other:?}"),
     }
     let status = node.status(&id).await;
-    assert_eq!((status.state, status.exit_code, status.reason.as_deref()), (ContainerState::Exited, Some(128), Some("StartError")));
+    assert_eq!(
+        (status.state, status.exit_code, status.reason.as_deref()),
+        (ContainerState::Exited, Some(128), Some("StartError"))
+    );
     assert!(status.message.unwrap().contains("no such file"));
 
     // A working directory that does not exist is not created on the host.
@@ -331,7 +352,10 @@ async fn start_failures_are_start_errors() {
     assert!(!Path::new("/nonexistent-orchestra-wd").exists());
 
     let unknown = ContainerConfig { image: "orchestra/nope".into(), ..config };
-    assert!(matches!(node.runtime.create_container(&sandbox, &unknown, &pod).await, Err(RuntimeError::ImageNotFound { .. })));
+    assert!(matches!(
+        node.runtime.create_container(&sandbox, &unknown, &pod).await,
+        Err(RuntimeError::ImageNotFound { .. })
+    ));
 }
 
 #[tokio::test]
@@ -339,11 +363,18 @@ async fn exec_runs_in_the_container_and_times_out() {
     let node = Node::new().await;
     let config = ContainerConfig { envs: vec![("GREETING".into(), "hi".into())], ..sh("exec sleep 300") };
     let (_, id, _) = node.run("exec", config).await;
-    let work = node.runtime.exec_sync(&id, &["sh".into(), "-c".into(), "echo $GREETING; pwd; echo oops >&2; exit 7".into()], PATIENCE).await.unwrap();
+    let work = node
+        .runtime
+        .exec_sync(&id, &["sh".into(), "-c".into(), "echo $GREETING; pwd; echo oops >&2; exit 7".into()], PATIENCE)
+        .await
+        .unwrap();
     assert_eq!(work.exit_code, 7);
     let stdout = String::from_utf8(work.stdout).unwrap();
     assert!(stdout.starts_with("hi\n"), "{stdout}");
-    assert!(stdout.contains(node.runtime.state_dir().to_str().unwrap()), "default working dir under the state dir: {stdout}");
+    assert!(
+        stdout.contains(node.runtime.state_dir().to_str().unwrap()),
+        "default working dir under the state dir: {stdout}"
+    );
     assert_eq!(work.stderr, b"oops\n");
 
     let began = Instant::now();
@@ -371,7 +402,8 @@ async fn exec_streams_stdin_stdout_and_stderr() {
     let node = Node::new().await;
     let config = ContainerConfig { envs: vec![("GREETING".into(), "hi".into())], ..sh("exec sleep 300") };
     let (_, id, _) = node.run("exec-stream", config).await;
-    let command = ["sh", "-c", "read line; echo \"$GREETING $line\"; cat; echo oops >&2; exit 3"].map(String::from).to_vec();
+    let command =
+        ["sh", "-c", "read line; echo \"$GREETING $line\"; cat; echo oops >&2; exit 3"].map(String::from).to_vec();
     let session = node.runtime.exec(&id, ExecRequest { command, tty: false, stdin: true }).await.unwrap();
     assert!(session.resize.is_none());
     let mut stdin = session.stdin.expect("stdin asked for");
@@ -447,8 +479,12 @@ async fn volumes_appear_at_their_mount_path_and_the_host_stays_clean() {
     let existing = volume(host, "existing-mount-point", "host content"); // present: mounted over
     let nested_parent = host.join("parent"); // present, with a missing child path
     std::fs::create_dir_all(&nested_parent).unwrap();
-    let (ro, rw, over, nested) =
-        (volume(host, "ro", "read-only data"), volume(host, "rw", "writable"), volume(host, "over", "volume content"), volume(host, "nested", "deep"));
+    let (ro, rw, over, nested) = (
+        volume(host, "ro", "read-only data"),
+        volume(host, "rw", "writable"),
+        volume(host, "over", "volume content"),
+        volume(host, "nested", "deep"),
+    );
     let mounts = vec![
         Mount { container_path: top.join("config"), host_path: ro.clone(), read_only: true },
         Mount { container_path: top.join("data"), host_path: rw.clone(), read_only: false },
@@ -469,15 +505,27 @@ async fn volumes_appear_at_their_mount_path_and_the_host_stays_clean() {
     assert_eq!(lines, ["read-only data", "volume content", "deep", "ro-refused", "missing", "ready"], "{output}");
     assert_eq!(std::fs::read_to_string(rw.join("out.txt")).unwrap(), "written\n");
     // exec sees the container's mounts.
-    let exec = node.runtime.exec_sync(&id, &["cat".into(), top.join("data/out.txt").display().to_string()], PATIENCE).await.unwrap();
-    assert_eq!((exec.exit_code, exec.stdout.as_slice()), (0, &b"written\n"[..]), "{:?}", String::from_utf8_lossy(&exec.stderr));
+    let exec = node
+        .runtime
+        .exec_sync(&id, &["cat".into(), top.join("data/out.txt").display().to_string()], PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(
+        (exec.exit_code, exec.stdout.as_slice()),
+        (0, &b"written\n"[..]),
+        "{:?}",
+        String::from_utf8_lossy(&exec.stderr)
+    );
 
     // The host saw none of it.
     assert!(!top.exists(), "{} was created on the host", top.display());
     assert!(!nested_parent.join("missing").exists(), "a missing mount point was created on the host");
     assert_eq!(std::fs::read_to_string(existing.join("hello.txt")).unwrap(), "host content");
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mountinfo.contains(&unique) && !mountinfo.contains(existing.to_str().unwrap()), "mounts leaked to the host");
+    assert!(
+        !mountinfo.contains(&unique) && !mountinfo.contains(existing.to_str().unwrap()),
+        "mounts leaked to the host"
+    );
     node.runtime.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -514,7 +562,8 @@ async fn without_namespaces_volumes_are_symlinks() {
     assert!(!node.runtime.capabilities().mount_namespaces);
     let data = volume(node.dir.path(), "data", "via a link");
     let mounts = vec![Mount { container_path: "/srv/data".into(), host_path: data, read_only: true }];
-    let (_, id, _) = node.run("links", ContainerConfig { mounts, ..sh(&format!("cat ${ENV_VOLUMES}/srv/data/hello.txt")) }).await;
+    let (_, id, _) =
+        node.run("links", ContainerConfig { mounts, ..sh(&format!("cat ${ENV_VOLUMES}/srv/data/hello.txt")) }).await;
     let status = node.wait_exited(&id).await;
     assert_eq!((status.exit_code, node.output(&status).as_str()), (Some(0), "via a link"));
 }
@@ -526,9 +575,18 @@ async fn memory_limits_oom_kill() {
         eprintln!("skipped: no cgroups here ({:?})", node.runtime.capabilities().notes);
         return;
     };
-    let resources = ContainerResources { memory_limit_bytes: Some(24 << 20), cpu_limit_millis: Some(500), cpu_request_millis: Some(250) };
+    let resources = ContainerResources {
+        memory_limit_bytes: Some(24 << 20),
+        cpu_limit_millis: Some(500),
+        cpu_request_millis: Some(250),
+    };
     // `tail` keeps a line without newline whole: 256 MiB of it.
-    let (_, id, _) = node.run("oom", ContainerConfig { resources, ..sh("echo start; head -c 268435456 /dev/zero | tail -n 1 > /dev/null") }).await;
+    let (_, id, _) = node
+        .run(
+            "oom",
+            ContainerConfig { resources, ..sh("echo start; head -c 268435456 /dev/zero | tail -n 1 > /dev/null") },
+        )
+        .await;
     let status = node.wait_exited(&id).await;
     assert_eq!((status.reason.as_deref(), status.exit_code), (Some("OOMKilled"), Some(137)), "{version:?}: {status:?}");
 
@@ -538,10 +596,16 @@ async fn memory_limits_oom_kill() {
     let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     assert!(cgroups.contains(&id), "the container runs in its own cgroup: {cgroups}");
     let controller_dir = |controller: &str| {
-        let line = cgroups.lines().find(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == controller))).unwrap();
-        PathBuf::from(format!("/sys/fs/cgroup/{controller}")).join(line.splitn(3, ':').nth(2).unwrap().trim_start_matches('/'))
+        let line = cgroups
+            .lines()
+            .find(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == controller)))
+            .unwrap();
+        PathBuf::from(format!("/sys/fs/cgroup/{controller}"))
+            .join(line.splitn(3, ':').nth(2).unwrap().trim_start_matches('/'))
     };
-    let read = |path: PathBuf| std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).trim().to_owned();
+    let read = |path: PathBuf| {
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).trim().to_owned()
+    };
     match version {
         orchestra_node::runtime::process::CgroupVersion::V1 => {
             assert_eq!(read(controller_dir("memory").join("memory.limit_in_bytes")), (24u64 << 20).to_string());
@@ -549,7 +613,8 @@ async fn memory_limits_oom_kill() {
             assert_eq!(read(controller_dir("cpu").join("cpu.shares")), "256");
         }
         orchestra_node::runtime::process::CgroupVersion::V2 => {
-            let dir = PathBuf::from("/sys/fs/cgroup").join(cgroups.lines().find_map(|l| l.strip_prefix("0::")).unwrap().trim_start_matches('/'));
+            let dir = PathBuf::from("/sys/fs/cgroup")
+                .join(cgroups.lines().find_map(|l| l.strip_prefix("0::")).unwrap().trim_start_matches('/'));
             assert_eq!(read(dir.join("memory.max")), (24u64 << 20).to_string());
             assert_eq!(read(dir.join("cpu.max")), "50000 100000");
         }
@@ -571,7 +636,8 @@ async fn a_successor_kills_only_what_a_crashed_runtime_left() {
         ..Default::default()
     };
     let sandbox = crashed.run_pod_sandbox(&pod).await.unwrap();
-    let container = ContainerConfig { name: "main".into(), log_path: "main.log".into(), ..sh("sleep 300 & exec sleep 301") };
+    let container =
+        ContainerConfig { name: "main".into(), log_path: "main.log".into(), ..sh("sleep 300 & exec sleep 301") };
     let id = crashed.create_container(&sandbox, &container, &pod).await.unwrap();
     crashed.start_container(&id).await.unwrap();
     let leftover = crashed.container_status(&id).await.unwrap().pid.unwrap() as i32;

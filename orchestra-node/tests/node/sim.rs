@@ -16,7 +16,8 @@ async fn the_simulated_runtime_passes_the_conformance_suite() {
         workloads::UNKNOWN_IMAGE,
         dir.path(),
     );
-    suite.ignores_sigterm = Some(StubbornWorkload { config: workloads::ignores_sigterm("ready"), ready_line: "ready".into() });
+    suite.ignores_sigterm =
+        Some(StubbornWorkload { config: workloads::ignores_sigterm("ready"), ready_line: "ready".into() });
     let (command, stdout_contains) = workloads::exec();
     suite.exec = Some(ExecWorkload { command, stdout_contains });
     suite.host_ip = Some("127.0.0.1".parse().unwrap());

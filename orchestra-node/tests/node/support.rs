@@ -139,7 +139,11 @@ pub async fn wait_pod(client: &Client, ns: &str, name: &str, what: &str, pred: i
             if pred(&pod) {
                 return pod;
             }
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {name}: {what}; last: {:#?}", pod.status);
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {name}: {what}; last: {:#?}",
+                pod.status
+            );
         } else {
             assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {name}: {what}; the pod is gone");
         }
@@ -159,7 +163,8 @@ pub fn pod_json(name: &str, node: &str, containers: &[(&str, &[(&str, &str)])]) 
     let containers: Vec<serde_json::Value> = containers
         .iter()
         .map(|(c, env)| {
-            let env: Vec<serde_json::Value> = env.iter().map(|(k, v)| serde_json::json!({"name": k, "value": v})).collect();
+            let env: Vec<serde_json::Value> =
+                env.iter().map(|(k, v)| serde_json::json!({"name": k, "value": v})).collect();
             serde_json::json!({"name": c, "image": "busybox:1.36", "env": env})
         })
         .collect();

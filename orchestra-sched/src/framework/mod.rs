@@ -122,8 +122,7 @@ impl ClusterEvent {
     }
     /// Whether this registered interest matches the event `other` that happened.
     pub fn matches(&self, other: &ClusterEvent) -> bool {
-        (self.resource == EventResource::Wildcard || self.resource == other.resource)
-            && self.action & other.action != 0
+        (self.resource == EventResource::Wildcard || self.resource == other.resource) && self.action & other.action != 0
     }
 }
 

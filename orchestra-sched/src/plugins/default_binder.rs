@@ -45,7 +45,10 @@ impl Bind for DefaultBinder {
         let api: Api<Pod> = Api::namespaced(client, pod.namespace());
         let name = pod.pod.metadata.name.clone().unwrap_or_default();
         let body = binding(&pod.pod, node);
-        match api.create_subresource::<Binding, serde_json::Value>("binding", &name, &PostParams::default(), &body).await {
+        match api
+            .create_subresource::<Binding, serde_json::Value>("binding", &name, &PostParams::default(), &body)
+            .await
+        {
             Ok(_) => Status::success(),
             Err(kube::Error::Api(s)) if s.code == 404 => Status::unresolvable(format!("pod not found: {}", s.message)),
             Err(e) => Status::error(e.to_string()),

@@ -153,7 +153,11 @@ fn importance_order(a: &Arc<PodInfo>, b: &Arc<PodInfo>) -> std::cmp::Ordering {
 /// `selectVictimsOnNode`: remove every lower-priority pod; if the pod then
 /// fits, reprieve as many as possible — the budget-violating ones first,
 /// each group most important first.
-pub fn select_victims(args: &PostFilterArgs<'_>, node: &NodeInfo, budgets: &[Budget]) -> Option<(Vec<Arc<PodInfo>>, usize)> {
+pub fn select_victims(
+    args: &PostFilterArgs<'_>,
+    node: &NodeInfo,
+    budgets: &[Budget],
+) -> Option<(Vec<Arc<PodInfo>>, usize)> {
     let prio = pod_priority(&args.pod.pod);
     let mut trial = node.clone();
     // Room already promised to another preemptor is not there to take.
@@ -230,13 +234,14 @@ impl PostFilter for DefaultPreemption {
         let prio = pod_priority(&args.pod.pod);
         let running = self.running.lock().contains(args.pod.uid());
         if running
-            || args
-                .snapshot
-                .nominated_node_of(args.pod)
-                .and_then(|name| args.snapshot.get(name))
-                .is_some_and(|node| node.pods.iter().any(|p| p.pod.metadata.deletion_timestamp.is_some() && pod_priority(&p.pod) < prio))
+            || args.snapshot.nominated_node_of(args.pod).and_then(|name| args.snapshot.get(name)).is_some_and(|node| {
+                node.pods.iter().any(|p| p.pod.metadata.deletion_timestamp.is_some() && pod_priority(&p.pod) < prio)
+            })
         {
-            return (None, Status::unschedulable("preemption: not eligible due to a terminating pod on the nominated node."));
+            return (
+                None,
+                Status::unschedulable("preemption: not eligible due to a terminating pod on the nominated node."),
+            );
         }
         let n = args.snapshot.len();
         let mut not_helpful = 0;
@@ -273,7 +278,10 @@ impl PostFilter for DefaultPreemption {
             if not_helpful > 0 {
                 reasons.push(format!("{not_helpful} Preemption is not helpful for scheduling"));
             }
-            return (None, Status::unschedulable(format!("preemption: 0/{n} nodes are available: {}.", reasons.join(", "))));
+            return (
+                None,
+                Status::unschedulable(format!("preemption: 0/{n} nodes are available: {}.", reasons.join(", "))),
+            );
         };
         self.metrics.preemption_victims.observe(best.victims.len() as f64);
         if let Some(client) = &self.client {
@@ -310,7 +318,12 @@ impl PostFilter for DefaultPreemption {
 
 /// The factory.
 pub fn factory(handle: &Handle) -> PluginSet {
-    let p = Arc::new(DefaultPreemption { client: handle.client.clone(), listers: handle.listers.clone(), running: Default::default(), metrics: handle.metrics.clone() });
+    let p = Arc::new(DefaultPreemption {
+        client: handle.client.clone(),
+        listers: handle.listers.clone(),
+        running: Default::default(),
+        metrics: handle.metrics.clone(),
+    });
     PluginSet::new(&p).post_filter(&p)
 }
 
@@ -327,12 +340,24 @@ mod tests {
     /// (a maintained status).
     fn pdb(app: &str, allowed: i32) -> PodDisruptionBudget {
         PodDisruptionBudget {
-            metadata: ObjectMeta { name: Some(app.into()), namespace: Some("default".into()), generation: Some(1), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(app.into()),
+                namespace: Some("default".into()),
+                generation: Some(1),
+                ..Default::default()
+            },
             spec: Some(PodDisruptionBudgetSpec {
-                selector: Some(LabelSelector { match_labels: Some([("app".to_owned(), app.to_owned())].into()), ..Default::default() }),
+                selector: Some(LabelSelector {
+                    match_labels: Some([("app".to_owned(), app.to_owned())].into()),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
-            status: Some(PodDisruptionBudgetStatus { disruptions_allowed: allowed, observed_generation: Some(1), ..Default::default() }),
+            status: Some(PodDisruptionBudgetStatus {
+                disruptions_allowed: allowed,
+                observed_generation: Some(1),
+                ..Default::default()
+            }),
         }
     }
 
@@ -353,7 +378,8 @@ mod tests {
         let state = CycleState::new();
         let statuses: HashMap<String, Status> =
             snapshot.nodes.iter().map(|n| (n.name().to_owned(), Status::unschedulable("Insufficient cpu"))).collect();
-        let args = PostFilterArgs { state: &state, pod: &pod, snapshot: &snapshot, statuses: &statuses, profile: &profile };
+        let args =
+            PostFilterArgs { state: &state, pod: &pod, snapshot: &snapshot, statuses: &statuses, profile: &profile };
         let mut cands = Vec::new();
         for n in snapshot.nodes.iter() {
             if let Some((victims, num_pdb_violations)) = select_victims(&args, n, &budgets) {
@@ -370,13 +396,22 @@ mod tests {
             vec![
                 node_info(
                     NodeBuilder::new("a").cpu("4").build(),
-                    vec![PodBuilder::new("a-hi").cpu("2").priority(5).build(), PodBuilder::new("a-lo").cpu("2").priority(1).build()],
+                    vec![
+                        PodBuilder::new("a-hi").cpu("2").priority(5).build(),
+                        PodBuilder::new("a-lo").cpu("2").priority(1).build(),
+                    ],
                 ),
                 node_info(
                     NodeBuilder::new("b").cpu("4").build(),
-                    vec![PodBuilder::new("b-1").cpu("2").priority(3).build(), PodBuilder::new("b-2").cpu("2").priority(3).build()],
+                    vec![
+                        PodBuilder::new("b-1").cpu("2").priority(3).build(),
+                        PodBuilder::new("b-2").cpu("2").priority(3).build(),
+                    ],
                 ),
-                node_info(NodeBuilder::new("c").cpu("4").build(), vec![PodBuilder::new("c-top").cpu("4").priority(100).build()]),
+                node_info(
+                    NodeBuilder::new("c").cpu("4").build(),
+                    vec![PodBuilder::new("c-top").cpu("4").priority(100).build()],
+                ),
             ],
             vec![],
         );
@@ -392,8 +427,14 @@ mod tests {
         // higher (but still lower than the preemptor) unguarded pod.
         let nodes = || {
             vec![
-                node_info(NodeBuilder::new("a").cpu("2").build(), vec![PodBuilder::new("guarded").label("app", "db").cpu("2").priority(1).build()]),
-                node_info(NodeBuilder::new("b").cpu("2").build(), vec![PodBuilder::new("free").label("app", "web").cpu("2").priority(5).build()]),
+                node_info(
+                    NodeBuilder::new("a").cpu("2").build(),
+                    vec![PodBuilder::new("guarded").label("app", "db").cpu("2").priority(1).build()],
+                ),
+                node_info(
+                    NodeBuilder::new("b").cpu("2").build(),
+                    vec![PodBuilder::new("free").label("app", "web").cpu("2").priority(5).build()],
+                ),
             ]
         };
         let cases: Vec<(&str, Vec<PodDisruptionBudget>, &str, usize)> = vec![
@@ -435,9 +476,13 @@ mod tests {
 
     #[test]
     fn split_counts_allowed_disruptions() {
-        let pods: Vec<Arc<PodInfo>> = (0..3).map(|i| Arc::new(pod_info(PodBuilder::new(&format!("db{i}")).label("app", "db").build()))).collect();
+        let pods: Vec<Arc<PodInfo>> =
+            (0..3).map(|i| Arc::new(pod_info(PodBuilder::new(&format!("db{i}")).label("app", "db").build()))).collect();
         let budgets = vec![Budget { pdb: Arc::new(pdb("db", 2)), allowed: 2 }];
         let (violating, fine) = split_by_pdb_violation(&pods, &budgets);
-        assert_eq!((names(&violating), names(&fine)), (vec!["db2".to_string()], vec!["db0".to_string(), "db1".to_string()]));
+        assert_eq!(
+            (names(&violating), names(&fine)),
+            (vec!["db2".to_string()], vec!["db0".to_string(), "db1".to_string()])
+        );
     }
 }

@@ -18,7 +18,9 @@ pub fn requirement_matches(r: &NodeSelectorRequirement, labels: Option<&BTreeMap
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
         "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (value.and_then(|v| v.parse::<i64>().ok()), values.first().and_then(|b| b.parse::<i64>().ok())) else {
+            let (Some(v), Some(bound)) =
+                (value.and_then(|v| v.parse::<i64>().ok()), values.first().and_then(|b| b.parse::<i64>().ok()))
+            else {
                 return false;
             };
             if r.operator == "Gt" { v > bound } else { v < bound }
@@ -130,7 +132,10 @@ pub fn volume_node_affinity_matches(pv: &PersistentVolume, node: &Node) -> bool 
 pub fn topology_terms_match(terms: &[TopologySelectorTerm], labels: Option<&BTreeMap<String, String>>) -> bool {
     terms.is_empty()
         || terms.iter().any(|t| {
-            t.match_label_expressions.iter().flatten().all(|e| labels.and_then(|l| l.get(&e.key)).is_some_and(|v| e.values.contains(v)))
+            t.match_label_expressions
+                .iter()
+                .flatten()
+                .all(|e| labels.and_then(|l| l.get(&e.key)).is_some_and(|v| e.values.contains(v)))
         })
 }
 
@@ -140,7 +145,8 @@ mod tests {
 
     #[test]
     fn operators() {
-        let labels: BTreeMap<String, String> = [("zone".to_owned(), "a".to_owned()), ("gen".to_owned(), "5".to_owned())].into();
+        let labels: BTreeMap<String, String> =
+            [("zone".to_owned(), "a".to_owned()), ("gen".to_owned(), "5".to_owned())].into();
         let r = |key: &str, op: &str, values: &[&str]| NodeSelectorRequirement {
             key: key.into(),
             operator: op.into(),

@@ -44,7 +44,12 @@ pub fn normalized_image_name(name: &str) -> String {
 }
 
 impl PreFilter for ImageLocality {
-    fn pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snapshot: &crate::snapshot::Snapshot) -> (PreFilterResult, Status) {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &crate::snapshot::Snapshot,
+    ) -> (PreFilterResult, Status) {
         // Not an upstream PreFilter: records the image spread of the snapshot
         // and the pod's images once, for Score to read on every node.
         let mut images = Vec::new();
@@ -57,7 +62,10 @@ impl PreFilter for ImageLocality {
                 }
             }
         }
-        state.write(NAME, Spread { total_nodes: snapshot.len(), image_nodes: snapshot.image_nodes.clone(), images, containers });
+        state.write(
+            NAME,
+            Spread { total_nodes: snapshot.len(), image_nodes: snapshot.image_nodes.clone(), images, containers },
+        );
         (None, Status::success())
     }
 }
@@ -69,7 +77,8 @@ impl Score for ImageLocality {
         if !node.images.is_empty() {
             for (name, image) in &spread.images {
                 if let Some(state) = node.images.get(name).or_else(|| node.images.get(image)) {
-                    let holders = spread.image_nodes.get(name).or_else(|| spread.image_nodes.get(image)).copied().unwrap_or(1);
+                    let holders =
+                        spread.image_nodes.get(name).or_else(|| spread.image_nodes.get(image)).copied().unwrap_or(1);
                     sum += (state.size as f64 * holders as f64 / spread.total_nodes.max(1) as f64) as i64;
                 }
             }
@@ -94,7 +103,9 @@ mod tests {
 
     #[test]
     fn table() {
-        let pod = pod_info(PodBuilder::new("p").with(|p| p.spec.as_mut().unwrap().containers[0].image = Some("big".into())).build());
+        let pod = pod_info(
+            PodBuilder::new("p").with(|p| p.spec.as_mut().unwrap().containers[0].image = Some("big".into())).build(),
+        );
         let snapshot = Snapshot::from_nodes(vec![
             node_info(NodeBuilder::new("has").image("big:latest", 500 * MB).build(), vec![]),
             node_info(NodeBuilder::new("also").image("big:latest", 500 * MB).build(), vec![]),

@@ -77,7 +77,11 @@ impl InterPodAffinity {
         let listed = term.namespaces.as_deref().unwrap_or_default();
         let ns_ok = match &term.namespace_selector {
             None => {
-                if listed.is_empty() { target_ns == owner_ns } else { listed.iter().any(|n| n == target_ns) }
+                if listed.is_empty() {
+                    target_ns == owner_ns
+                } else {
+                    listed.iter().any(|n| n == target_ns)
+                }
             }
             Some(sel) => {
                 listed.iter().any(|n| n == target_ns) || {
@@ -103,7 +107,11 @@ impl InterPodAffinity {
         let owner_value = |k: &String| owner_labels.and_then(|l| l.get(k));
         let target_value = |k: &String| target_labels.and_then(|l| l.get(k));
         term.match_label_keys.iter().flatten().all(|k| owner_value(k).is_none_or(|v| target_value(k) == Some(v)))
-            && term.mismatch_label_keys.iter().flatten().all(|k| owner_value(k).is_none_or(|v| target_value(k) != Some(v)))
+            && term
+                .mismatch_label_keys
+                .iter()
+                .flatten()
+                .all(|k| owner_value(k).is_none_or(|v| target_value(k) != Some(v)))
     }
 }
 
@@ -120,7 +128,9 @@ fn affinity_terms(pod: &Pod) -> (&[PodAffinityTerm], &[PodAffinityTerm]) {
     (req, anti)
 }
 
-fn preferred_terms(pod: &Pod) -> (&[k8s_openapi::api::core::v1::WeightedPodAffinityTerm], &[k8s_openapi::api::core::v1::WeightedPodAffinityTerm]) {
+fn preferred_terms(
+    pod: &Pod,
+) -> (&[k8s_openapi::api::core::v1::WeightedPodAffinityTerm], &[k8s_openapi::api::core::v1::WeightedPodAffinityTerm]) {
     let a = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
     let aff = a
         .and_then(|a| a.pod_affinity.as_ref())
@@ -353,18 +363,48 @@ mod tests {
         let anti_web = || PodBuilder::new("aw").label("app", "db").pod_anti_affinity(&[("app", "db")], "zone").build();
         let cases: Vec<(&str, PodBuilder, Vec<Pod>, Vec<bool>)> = vec![
             ("no terms", PodBuilder::new("p"), vec![web()], vec![true, true, true]),
-            ("affinity to zone a", PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone"), vec![web()], vec![true, true, false]),
-            ("affinity by hostname", PodBuilder::new("p").pod_affinity(&[("app", "web")], "kubernetes.io/hostname"), vec![web()], vec![true, false, false]),
-            ("affinity nothing matches, self does not match", PodBuilder::new("p").pod_affinity(&[("app", "x")], "zone"), vec![web()], vec![false, false, false]),
+            (
+                "affinity to zone a",
+                PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone"),
+                vec![web()],
+                vec![true, true, false],
+            ),
+            (
+                "affinity by hostname",
+                PodBuilder::new("p").pod_affinity(&[("app", "web")], "kubernetes.io/hostname"),
+                vec![web()],
+                vec![true, false, false],
+            ),
+            (
+                "affinity nothing matches, self does not match",
+                PodBuilder::new("p").pod_affinity(&[("app", "x")], "zone"),
+                vec![web()],
+                vec![false, false, false],
+            ),
             (
                 "affinity first of its group",
                 PodBuilder::new("p").label("app", "x").pod_affinity(&[("app", "x")], "zone"),
                 vec![web()],
                 vec![true, true, true],
             ),
-            ("anti-affinity to zone a", PodBuilder::new("p").pod_anti_affinity(&[("app", "web")], "zone"), vec![web()], vec![false, false, true]),
-            ("existing pod's anti-affinity", PodBuilder::new("p").label("app", "db"), vec![anti_web()], vec![false, false, true]),
-            ("other namespace does not match", PodBuilder::new("p").namespace("other").pod_anti_affinity(&[("app", "web")], "zone"), vec![web()], vec![true, true, true]),
+            (
+                "anti-affinity to zone a",
+                PodBuilder::new("p").pod_anti_affinity(&[("app", "web")], "zone"),
+                vec![web()],
+                vec![false, false, true],
+            ),
+            (
+                "existing pod's anti-affinity",
+                PodBuilder::new("p").label("app", "db"),
+                vec![anti_web()],
+                vec![false, false, true],
+            ),
+            (
+                "other namespace does not match",
+                PodBuilder::new("p").namespace("other").pod_anti_affinity(&[("app", "web")], "zone"),
+                vec![web()],
+                vec![true, true, true],
+            ),
         ];
         for (name, pod, pods, want) in cases {
             let got: Vec<bool> = run(pod, zone_nodes(pods)).iter().map(|s| s.is_success()).collect();
@@ -386,7 +426,11 @@ mod tests {
                 .pod_affinity
                 .iter_mut()
                 .flat_map(|x| x.required_during_scheduling_ignored_during_execution.iter_mut().flatten())
-                .chain(a.pod_anti_affinity.iter_mut().flat_map(|x| x.required_during_scheduling_ignored_during_execution.iter_mut().flatten()));
+                .chain(
+                    a.pod_anti_affinity
+                        .iter_mut()
+                        .flat_map(|x| x.required_during_scheduling_ignored_during_execution.iter_mut().flatten()),
+                );
             for t in terms {
                 t.namespace_selector = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
                     match_labels: Some([("team".to_owned(), team.to_owned())].into()),
@@ -404,11 +448,36 @@ mod tests {
         let set = factory(None, namespaces).unwrap();
         let web_in = |ns: &str| PodBuilder::new("web").namespace(ns).label("app", "web").build();
         let cases: Vec<(&str, PodBuilder, Pod, Vec<bool>)> = vec![
-            ("affinity, selected namespace", PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone").with(ns_selector("blue")), web_in("shop"), vec![true, true, false]),
-            ("affinity, unselected namespace", PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone").with(ns_selector("blue")), web_in("lab"), vec![false, false, false]),
-            ("affinity, own namespace not implied", PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone").with(ns_selector("blue")), web_in("default"), vec![false, false, false]),
-            ("anti-affinity, selected namespace", PodBuilder::new("p").pod_anti_affinity(&[("app", "web")], "zone").with(ns_selector("red")), web_in("lab"), vec![false, false, true]),
-            ("anti-affinity, unknown namespace", PodBuilder::new("p").pod_anti_affinity(&[("app", "web")], "zone").with(ns_selector("red")), web_in("gone"), vec![true, true, true]),
+            (
+                "affinity, selected namespace",
+                PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone").with(ns_selector("blue")),
+                web_in("shop"),
+                vec![true, true, false],
+            ),
+            (
+                "affinity, unselected namespace",
+                PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone").with(ns_selector("blue")),
+                web_in("lab"),
+                vec![false, false, false],
+            ),
+            (
+                "affinity, own namespace not implied",
+                PodBuilder::new("p").pod_affinity(&[("app", "web")], "zone").with(ns_selector("blue")),
+                web_in("default"),
+                vec![false, false, false],
+            ),
+            (
+                "anti-affinity, selected namespace",
+                PodBuilder::new("p").pod_anti_affinity(&[("app", "web")], "zone").with(ns_selector("red")),
+                web_in("lab"),
+                vec![false, false, true],
+            ),
+            (
+                "anti-affinity, unknown namespace",
+                PodBuilder::new("p").pod_anti_affinity(&[("app", "web")], "zone").with(ns_selector("red")),
+                web_in("gone"),
+                vec![true, true, true],
+            ),
         ];
         for (name, pod, web, want) in cases {
             let snapshot = Snapshot::from_nodes(zone_nodes(vec![web]));
@@ -429,8 +498,16 @@ mod tests {
         let set = factory(None, Default::default()).unwrap();
         let snapshot = Snapshot::from_nodes(zone_nodes(vec![PodBuilder::new("web").label("app", "web").build()]));
         let cases = [
-            ("prefer with web", PodBuilder::new("p").preferred_pod_affinity(10, &[("app", "web")], "zone"), vec![100, 100, 0]),
-            ("prefer away from web", PodBuilder::new("p").preferred_pod_affinity(-10, &[("app", "web")], "zone"), vec![0, 0, 100]),
+            (
+                "prefer with web",
+                PodBuilder::new("p").preferred_pod_affinity(10, &[("app", "web")], "zone"),
+                vec![100, 100, 0],
+            ),
+            (
+                "prefer away from web",
+                PodBuilder::new("p").preferred_pod_affinity(-10, &[("app", "web")], "zone"),
+                vec![0, 0, 100],
+            ),
         ];
         for (name, pod, want) in cases {
             let pod = pod_info(pod.build());
@@ -456,11 +533,21 @@ mod tests {
             let mut terms: Vec<&mut PodAffinityTerm> = Vec::new();
             if let Some(x) = a.pod_affinity.as_mut() {
                 terms.extend(x.required_during_scheduling_ignored_during_execution.iter_mut().flatten());
-                terms.extend(x.preferred_during_scheduling_ignored_during_execution.iter_mut().flatten().map(|w| &mut w.pod_affinity_term));
+                terms.extend(
+                    x.preferred_during_scheduling_ignored_during_execution
+                        .iter_mut()
+                        .flatten()
+                        .map(|w| &mut w.pod_affinity_term),
+                );
             }
             if let Some(x) = a.pod_anti_affinity.as_mut() {
                 terms.extend(x.required_during_scheduling_ignored_during_execution.iter_mut().flatten());
-                terms.extend(x.preferred_during_scheduling_ignored_during_execution.iter_mut().flatten().map(|w| &mut w.pod_affinity_term));
+                terms.extend(
+                    x.preferred_during_scheduling_ignored_during_execution
+                        .iter_mut()
+                        .flatten()
+                        .map(|w| &mut w.pod_affinity_term),
+                );
             }
             for t in terms {
                 t.match_label_keys = Some(matching.iter().map(|k| k.to_string()).collect());
@@ -516,7 +603,12 @@ mod tests {
         // (case, incoming pod, existing pods by node, feasible per node)
         type Case<'a> = (&'a str, PodBuilder, Vec<(&'a str, Pod)>, Vec<bool>);
         let cases: Vec<Case<'_>> = vec![
-            ("affinity without keys: both webs", p(Some("v2")).pod_affinity(&[("app", "web")], "zone"), webs(), vec![true, true, false]),
+            (
+                "affinity without keys: both webs",
+                p(Some("v2")).pod_affinity(&[("app", "web")], "zone"),
+                webs(),
+                vec![true, true, false],
+            ),
             (
                 "affinity, matchLabelKeys: same version only",
                 p(Some("v2")).pod_affinity(&[("app", "web")], "zone").with(label_keys(&["version"], &[])),
@@ -561,19 +653,35 @@ mod tests {
             ),
             (
                 "first of its group, matchLabelKeys: matches itself",
-                p(Some("v1")).label("app", "x").pod_affinity(&[("app", "x")], "zone").with(label_keys(&["version"], &[])),
+                p(Some("v1"))
+                    .label("app", "x")
+                    .pod_affinity(&[("app", "x")], "zone")
+                    .with(label_keys(&["version"], &[])),
                 webs(),
                 vec![true, true, true],
             ),
             (
                 "first of its group, mismatchLabelKeys: does not match itself",
-                p(Some("v1")).label("app", "x").pod_affinity(&[("app", "x")], "zone").with(label_keys(&[], &["version"])),
+                p(Some("v1"))
+                    .label("app", "x")
+                    .pod_affinity(&[("app", "x")], "zone")
+                    .with(label_keys(&[], &["version"])),
                 webs(),
                 vec![false, false, false],
             ),
             // An existing pod's terms take the existing pod's values.
-            ("existing anti-affinity, same tenant", PodBuilder::new("p").label("app", "db").label("tenant", "t1"), tenant_db(), vec![false, true, true]),
-            ("existing anti-affinity, other tenant", PodBuilder::new("p").label("app", "db").label("tenant", "t2"), tenant_db(), vec![true, true, true]),
+            (
+                "existing anti-affinity, same tenant",
+                PodBuilder::new("p").label("app", "db").label("tenant", "t1"),
+                tenant_db(),
+                vec![false, true, true],
+            ),
+            (
+                "existing anti-affinity, other tenant",
+                PodBuilder::new("p").label("app", "db").label("tenant", "t2"),
+                tenant_db(),
+                vec![true, true, true],
+            ),
         ];
         for (name, pod, pods, want) in cases {
             let got: Vec<bool> = run(pod, zones_abc(pods)).iter().map(|s| s.is_success()).collect();
@@ -590,8 +698,11 @@ mod tests {
         set.pre_filter.as_ref().unwrap().pre_filter(&mut state, &pod, &snapshot);
         set.pre_score.as_ref().unwrap().pre_score(&mut state, &pod, &snapshot.nodes);
         let score = set.score.as_ref().unwrap();
-        let mut scores: Vec<NodeScore> =
-            snapshot.nodes.iter().map(|n| NodeScore { name: n.name().into(), score: score.score(&state, &pod, n).unwrap() }).collect();
+        let mut scores: Vec<NodeScore> = snapshot
+            .nodes
+            .iter()
+            .map(|n| NodeScore { name: n.name().into(), score: score.score(&state, &pod, n).unwrap() })
+            .collect();
         score.normalize(&state, &pod, &mut scores);
         scores.iter().map(|s| s.score).collect()
     }
@@ -608,7 +719,11 @@ mod tests {
             (
                 "preferred anti-affinity, weights per term",
                 None,
-                p().preferred_pod_affinity(-10, &[("app", "web")], "zone").preferred_pod_affinity(-5, &[("app", "db")], "zone"),
+                p().preferred_pod_affinity(-10, &[("app", "web")], "zone").preferred_pod_affinity(
+                    -5,
+                    &[("app", "db")],
+                    "zone",
+                ),
                 vec![("a1", with("w", "web").build()), ("b1", with("d", "db").build())],
                 vec![0, 50, 100],
             ),
@@ -617,22 +732,39 @@ mod tests {
                 "preferred anti-affinity, per matching pod",
                 None,
                 p().preferred_pod_affinity(-10, &[("app", "web")], "zone"),
-                vec![("a1", with("w1", "web").build()), ("a1", with("w2", "web").build()), ("b1", with("w3", "web").build())],
+                vec![
+                    ("a1", with("w1", "web").build()),
+                    ("a1", with("w2", "web").build()),
+                    ("b1", with("w3", "web").build()),
+                ],
                 vec![0, 50, 100],
             ),
             // Affinity 10 to web and anti-affinity 4 to db: a 10 - 4, b -4, c 0.
             (
                 "preferred affinity and anti-affinity together",
                 None,
-                p().preferred_pod_affinity(10, &[("app", "web")], "zone").preferred_pod_affinity(-4, &[("app", "db")], "zone"),
-                vec![("a1", with("w", "web").build()), ("a1", with("d1", "db").build()), ("b1", with("d2", "db").build())],
+                p().preferred_pod_affinity(10, &[("app", "web")], "zone").preferred_pod_affinity(
+                    -4,
+                    &[("app", "db")],
+                    "zone",
+                ),
+                vec![
+                    ("a1", with("w", "web").build()),
+                    ("a1", with("d1", "db").build()),
+                    ("b1", with("d2", "db").build()),
+                ],
                 vec![100, 0, 40],
             ),
             (
                 "preferred affinity, matchLabelKeys: same version only",
                 None,
-                p().label("version", "v2").preferred_pod_affinity(10, &[("app", "web")], "zone").with(label_keys(&["version"], &[])),
-                vec![("a1", with("w1", "web").label("version", "v1").build()), ("b1", with("w2", "web").label("version", "v2").build())],
+                p().label("version", "v2")
+                    .preferred_pod_affinity(10, &[("app", "web")], "zone")
+                    .with(label_keys(&["version"], &[])),
+                vec![
+                    ("a1", with("w1", "web").label("version", "v1").build()),
+                    ("b1", with("w2", "web").label("version", "v2").build()),
+                ],
                 vec![0, 100, 0],
             ),
             // Symmetry: an existing pod's preferred terms that select the incoming pod.
@@ -672,14 +804,20 @@ mod tests {
                 "existing pod's term in its own namespace only",
                 None,
                 p(),
-                vec![("b1", with("e", "e").namespace("other").preferred_pod_affinity(8, &[("app", "p")], "zone").build())],
+                vec![(
+                    "b1",
+                    with("e", "e").namespace("other").preferred_pod_affinity(8, &[("app", "p")], "zone").build(),
+                )],
                 vec![0, 0, 0],
             ),
             (
                 "existing pod's and the pod's terms add up: a 8, b 5",
                 None,
                 p().preferred_pod_affinity(5, &[("app", "web")], "zone"),
-                vec![("a1", with("e", "e").preferred_pod_affinity(8, &[("app", "p")], "zone").build()), ("b1", with("w", "web").build())],
+                vec![
+                    ("a1", with("e", "e").preferred_pod_affinity(8, &[("app", "p")], "zone").build()),
+                    ("b1", with("w", "web").build()),
+                ],
                 vec![100, 62, 0],
             ),
             // hardPodAffinityWeight: an existing pod in zone a requires the

@@ -108,10 +108,18 @@ mod tests {
             ("Lt", PodBuilder::new("p").required_node_affinity("gen", "Lt", &["2"]), false),
             (
                 "terms are ORed",
-                PodBuilder::new("p").required_node_affinity("zone", "In", &["x"]).required_node_affinity("gen", "In", &["3"]),
+                PodBuilder::new("p").required_node_affinity("zone", "In", &["x"]).required_node_affinity(
+                    "gen",
+                    "In",
+                    &["3"],
+                ),
                 true,
             ),
-            ("selector and affinity both", PodBuilder::new("p").node_selector("zone", "a").required_node_affinity("gen", "In", &["9"]), false),
+            (
+                "selector and affinity both",
+                PodBuilder::new("p").node_selector("zone", "a").required_node_affinity("gen", "In", &["9"]),
+                false,
+            ),
         ];
         for (name, pod, want) in cases {
             let s = NodeAffinity.filter(&CycleState::new(), &pod_info(pod.build()), &node());

@@ -46,12 +46,20 @@ mod tests {
 
     #[test]
     fn table() {
-        for (pod_node, node, want) in [(None, "n1", Code::Success), (Some("n1"), "n1", Code::Success), (Some("n2"), "n1", Code::UnschedulableAndUnresolvable)] {
+        for (pod_node, node, want) in [
+            (None, "n1", Code::Success),
+            (Some("n1"), "n1", Code::Success),
+            (Some("n2"), "n1", Code::UnschedulableAndUnresolvable),
+        ] {
             let mut b = PodBuilder::new("p");
             if let Some(n) = pod_node {
                 b = b.node(n);
             }
-            let s = NodeName.filter(&CycleState::new(), &pod_info(b.build()), &node_info(NodeBuilder::new(node).build(), vec![]));
+            let s = NodeName.filter(
+                &CycleState::new(),
+                &pod_info(b.build()),
+                &node_info(NodeBuilder::new(node).build(), vec![]),
+            );
             assert_eq!(s.code, want);
         }
     }

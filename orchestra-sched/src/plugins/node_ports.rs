@@ -20,19 +20,31 @@ impl Plugin for NodePorts {
         NAME
     }
     fn events_to_register(&self) -> Vec<ClusterEvent> {
-        vec![ClusterEvent::new(EventResource::AssignedPod, action::DELETE), ClusterEvent::new(EventResource::Node, action::ADD)]
+        vec![
+            ClusterEvent::new(EventResource::AssignedPod, action::DELETE),
+            ClusterEvent::new(EventResource::Node, action::ADD),
+        ]
     }
 }
 
 impl PreFilter for NodePorts {
-    fn pre_filter(&self, _: &mut CycleState, pod: &PodInfo, _: &crate::snapshot::Snapshot) -> (PreFilterResult, Status) {
+    fn pre_filter(
+        &self,
+        _: &mut CycleState,
+        pod: &PodInfo,
+        _: &crate::snapshot::Snapshot,
+    ) -> (PreFilterResult, Status) {
         if pod.host_ports.is_empty() { (None, Status::skip()) } else { (None, Status::success()) }
     }
 }
 
 impl Filter for NodePorts {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if pod.host_ports.iter().any(|p| node.port_conflicts(p)) { Status::unschedulable(ERR_REASON) } else { Status::success() }
+        if pod.host_ports.iter().any(|p| node.port_conflicts(p)) {
+            Status::unschedulable(ERR_REASON)
+        } else {
+            Status::success()
+        }
     }
 }
 

@@ -93,7 +93,10 @@ impl Default for NodeResourcesFit {
     fn default() -> Self {
         NodeResourcesFit {
             strategy: Strategy::LeastAllocated,
-            resources: vec![ResourceSpec { name: "cpu".into(), weight: 1 }, ResourceSpec { name: "memory".into(), weight: 1 }],
+            resources: vec![
+                ResourceSpec { name: "cpu".into(), weight: 1 },
+                ResourceSpec { name: "memory".into(), weight: 1 },
+            ],
             ignored_resources: Vec::new(),
             ignored_resource_groups: Vec::new(),
         }
@@ -107,7 +110,10 @@ impl Plugin for NodeResourcesFit {
     fn events_to_register(&self) -> Vec<ClusterEvent> {
         vec![
             ClusterEvent::new(EventResource::AssignedPod, action::DELETE | action::UPDATE_POD_SCALE_DOWN),
-            ClusterEvent::new(EventResource::Node, action::ADD | action::UPDATE_NODE_ALLOCATABLE | action::UPDATE_NODE_TAINT | action::UPDATE_NODE_LABEL),
+            ClusterEvent::new(
+                EventResource::Node,
+                action::ADD | action::UPDATE_NODE_ALLOCATABLE | action::UPDATE_NODE_TAINT | action::UPDATE_NODE_LABEL,
+            ),
         ]
     }
 }
@@ -149,11 +155,7 @@ impl Filter for NodeResourcesFit {
                 || name.split_once('/').is_some_and(|(g, _)| self.ignored_resource_groups.iter().any(|x| x == g))
         };
         let reasons = insufficient_resources(&pod.requests, node, &ignored);
-        if reasons.is_empty() {
-            Status::success()
-        } else {
-            Status { code: Code::Unschedulable, reasons, plugin: NAME }
-        }
+        if reasons.is_empty() { Status::success() } else { Status { code: Code::Unschedulable, reasons, plugin: NAME } }
     }
 }
 
@@ -193,10 +195,16 @@ impl Score for NodeResourcesFit {
             }
             let s = match &self.strategy {
                 Strategy::LeastAllocated => {
-                    if requested > capacity { 0 } else { (capacity - requested) * MAX_NODE_SCORE / capacity }
+                    if requested > capacity {
+                        0
+                    } else {
+                        (capacity - requested) * MAX_NODE_SCORE / capacity
+                    }
                 }
                 Strategy::MostAllocated => requested.min(capacity) * MAX_NODE_SCORE / capacity,
-                Strategy::RequestedToCapacityRatio(shape) => interpolate(shape, requested.min(capacity) * 100 / capacity),
+                Strategy::RequestedToCapacityRatio(shape) => {
+                    interpolate(shape, requested.min(capacity) * 100 / capacity)
+                }
             };
             total += s * r.weight;
             weights += r.weight;
@@ -211,7 +219,11 @@ pub fn factory(args: Option<&serde_json::Value>) -> Result<PluginSet, String> {
         Some(v) if !v.is_null() => serde_json::from_value(v.clone()).map_err(|e| e.to_string())?,
         _ => Args::default(),
     };
-    let mut p = NodeResourcesFit { ignored_resources: args.ignored_resources, ignored_resource_groups: args.ignored_resource_groups, ..Default::default() };
+    let mut p = NodeResourcesFit {
+        ignored_resources: args.ignored_resources,
+        ignored_resource_groups: args.ignored_resource_groups,
+        ..Default::default()
+    };
     if let Some(s) = args.scoring_strategy {
         if let Some(r) = s.resources {
             p.resources = r;
@@ -257,8 +269,18 @@ mod tests {
                 vec![PodBuilder::new("o").cpu("3").memory("4Gi").build()],
                 vec!["Insufficient cpu", "Insufficient memory"],
             ),
-            ("extended", PodBuilder::new("p").request("example.com/gpu", "3"), vec![], vec!["Insufficient example.com/gpu"]),
-            ("missing extended", PodBuilder::new("p").request("example.com/fpga", "1"), vec![], vec!["Insufficient example.com/fpga"]),
+            (
+                "extended",
+                PodBuilder::new("p").request("example.com/gpu", "3"),
+                vec![],
+                vec!["Insufficient example.com/gpu"],
+            ),
+            (
+                "missing extended",
+                PodBuilder::new("p").request("example.com/fpga", "1"),
+                vec![],
+                vec!["Insufficient example.com/fpga"],
+            ),
             ("init container counted", PodBuilder::new("p").cpu("1").init_cpu("5"), vec![], vec!["Insufficient cpu"]),
             ("overhead counted", PodBuilder::new("p").cpu("4").overhead_cpu("100m"), vec![], vec!["Insufficient cpu"]),
             (
@@ -267,7 +289,12 @@ mod tests {
                 vec![PodBuilder::new("a").build(), PodBuilder::new("b").build(), PodBuilder::new("c").build()],
                 vec!["Too many pods"],
             ),
-            ("ephemeral storage", PodBuilder::new("p").request("ephemeral-storage", "1Gi"), vec![], vec!["Insufficient ephemeral-storage"]),
+            (
+                "ephemeral storage",
+                PodBuilder::new("p").request("ephemeral-storage", "1Gi"),
+                vec![],
+                vec!["Insufficient ephemeral-storage"],
+            ),
         ];
         for (name, pod, pods, want) in cases {
             let s = NodeResourcesFit::default().filter(&CycleState::new(), &pod_info(pod.build()), &node(pods));

@@ -37,7 +37,10 @@ impl Filter for NodeUnschedulable {
                 let key_ok = t.key.as_deref().is_none_or(|k| k.is_empty() || k == TAINT_KEY);
                 let op_exists = t.operator.as_deref() == Some("Exists");
                 let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == "NoSchedule");
-                key_ok && effect_ok && (op_exists || (t.key.as_deref() == Some(TAINT_KEY) && t.value.as_deref().unwrap_or("").is_empty()))
+                key_ok
+                    && effect_ok
+                    && (op_exists
+                        || (t.key.as_deref() == Some(TAINT_KEY) && t.value.as_deref().unwrap_or("").is_empty()))
             })
         });
         if tolerated { Status::success() } else { Status::unresolvable(ERR_REASON) }
@@ -59,7 +62,11 @@ mod tests {
     fn table() {
         let cases = [
             (NodeBuilder::new("n").build(), PodBuilder::new("p").build(), Code::Success),
-            (NodeBuilder::new("n").unschedulable().build(), PodBuilder::new("p").build(), Code::UnschedulableAndUnresolvable),
+            (
+                NodeBuilder::new("n").unschedulable().build(),
+                PodBuilder::new("p").build(),
+                Code::UnschedulableAndUnresolvable,
+            ),
             (
                 NodeBuilder::new("n").unschedulable().build(),
                 PodBuilder::new("p").toleration(TAINT_KEY, "Exists", None, Some("NoSchedule")).build(),
@@ -67,7 +74,10 @@ mod tests {
             ),
         ];
         for (node, pod, want) in cases {
-            assert_eq!(NodeUnschedulable.filter(&CycleState::new(), &pod_info(pod), &node_info(node, vec![])).code, want);
+            assert_eq!(
+                NodeUnschedulable.filter(&CycleState::new(), &pod_info(pod), &node_info(node, vec![])).code,
+                want
+            );
         }
     }
 }

@@ -33,7 +33,10 @@ impl Plugin for PodTopologySpread {
     fn events_to_register(&self) -> Vec<ClusterEvent> {
         vec![
             ClusterEvent::new(EventResource::AssignedPod, action::ADD | action::DELETE | action::UPDATE_POD_LABEL),
-            ClusterEvent::new(EventResource::Node, action::ADD | action::DELETE | action::UPDATE_NODE_LABEL | action::UPDATE_NODE_TAINT),
+            ClusterEvent::new(
+                EventResource::Node,
+                action::ADD | action::DELETE | action::UPDATE_NODE_LABEL | action::UPDATE_NODE_TAINT,
+            ),
         ]
     }
 }
@@ -96,7 +99,11 @@ fn count_matching(c: &Constraint, pod: &PodInfo, node: &NodeInfo) -> i64 {
     let ns = pod.namespace();
     node.pods
         .iter()
-        .filter(|p| p.namespace() == ns && p.pod.metadata.deletion_timestamp.is_none() && selector_matches(&c.selector, pod_labels(&p.pod)))
+        .filter(|p| {
+            p.namespace() == ns
+                && p.pod.metadata.deletion_timestamp.is_none()
+                && selector_matches(&c.selector, pod_labels(&p.pod))
+        })
         .count() as i64
 }
 
@@ -236,7 +243,11 @@ impl Score for PodTopologySpread {
         let mut total = 0.0;
         for (i, c) in st.constraints.iter().enumerate() {
             let Some(v) = node.label(&c.key) else { return Ok(-1) };
-            let n = if c.key == HOSTNAME { count_matching(c, pod, node) } else { st.counts[i].get(v).copied().unwrap_or(0) };
+            let n = if c.key == HOSTNAME {
+                count_matching(c, pod, node)
+            } else {
+                st.counts[i].get(v).copied().unwrap_or(0)
+            };
             total += (n as f64) * st.weights[i] + (c.max_skew - 1) as f64;
         }
         Ok(total.round() as i64)
@@ -275,7 +286,11 @@ mod tests {
         let pod = pod_info(pod.build());
         let mut state = CycleState::new();
         let (_, s) = PodTopologySpread.pre_filter(&mut state, &pod, &snapshot);
-        snapshot.nodes.iter().map(|n| if s.is_skip() { Status::success() } else { PodTopologySpread.filter(&state, &pod, n) }).collect()
+        snapshot
+            .nodes
+            .iter()
+            .map(|n| if s.is_skip() { Status::success() } else { PodTopologySpread.filter(&state, &pod, n) })
+            .collect()
     }
 
     fn app(name: &str) -> k8s_openapi::api::core::v1::Pod {
@@ -292,7 +307,8 @@ mod tests {
                 node_info(NodeBuilder::new("nolabel").build(), vec![]),
             ]
         };
-        let spread = |skew| PodBuilder::new("p").label("app", "x").spread(skew, "zone", "DoNotSchedule", &[("app", "x")]);
+        let spread =
+            |skew| PodBuilder::new("p").label("app", "x").spread(skew, "zone", "DoNotSchedule", &[("app", "x")]);
         let cases = [
             ("maxSkew 1", spread(1), vec![false, false, true, false]),
             ("maxSkew 2", spread(2), vec![false, true, true, false]),
@@ -308,7 +324,8 @@ mod tests {
         assert_eq!(s[3].reasons, [ERR_MISSING_LABEL]);
         // minDomains 4 with 3 domains: the global minimum counts as 0 (as it
         // already is with zone c empty; min_domains_table has cases it decides).
-        let pod = spread(1).with(|p| p.spec.as_mut().unwrap().topology_spread_constraints.as_mut().unwrap()[0].min_domains = Some(4));
+        let pod = spread(1)
+            .with(|p| p.spec.as_mut().unwrap().topology_spread_constraints.as_mut().unwrap()[0].min_domains = Some(4));
         let got: Vec<bool> = run(pod, nodes()).iter().map(|s| s.is_success()).collect();
         assert_eq!(got, [false, false, true, false]);
         // node affinity policy Honor: excluded zone c does not count, the minimum is 1.
@@ -323,7 +340,10 @@ mod tests {
     }
 
     /// Sets nodeAffinityPolicy / nodeTaintsPolicy on the pod's first constraint.
-    fn policies(affinity: Option<&'static str>, taints: Option<&'static str>) -> impl FnOnce(&mut k8s_openapi::api::core::v1::Pod) {
+    fn policies(
+        affinity: Option<&'static str>,
+        taints: Option<&'static str>,
+    ) -> impl FnOnce(&mut k8s_openapi::api::core::v1::Pod) {
         move |p| {
             let c = &mut p.spec.as_mut().unwrap().topology_spread_constraints.as_mut().unwrap()[0];
             c.node_affinity_policy = affinity.map(Into::into);
@@ -370,32 +390,70 @@ mod tests {
             vec![
                 node_info(NodeBuilder::new("a1").label("zone", "a").build(), vec![app("1")]),
                 node_info(NodeBuilder::new("b1").label("zone", "b").build(), vec![]),
-                node_info(NodeBuilder::new("b2").label("zone", "b").taint("dedicated", "gpu", effect).build(), vec![app("2"), app("3")]),
+                node_info(
+                    NodeBuilder::new("b2").label("zone", "b").taint("dedicated", "gpu", effect).build(),
+                    vec![app("2"), app("3")],
+                ),
             ]
         };
         let tiered = || {
             vec![
                 node_info(NodeBuilder::new("a1").label("zone", "a").label("tier", "x").build(), vec![app("1")]),
                 node_info(NodeBuilder::new("b1").label("zone", "b").label("tier", "x").build(), vec![]),
-                node_info(NodeBuilder::new("b2").label("zone", "b").label("tier", "y").build(), vec![app("2"), app("3")]),
+                node_info(
+                    NodeBuilder::new("b2").label("zone", "b").label("tier", "y").build(),
+                    vec![app("2"), app("3")],
+                ),
             ]
         };
         let spread = || PodBuilder::new("p").label("app", "x").spread(1, "zone", "DoNotSchedule", &[("app", "x")]);
         let cases: Vec<(&str, Vec<NodeInfo>, PodBuilder, Vec<bool>)> = vec![
             ("taints: Ignore by default, tainted node counts", tainted("NoSchedule"), spread(), counted.clone()),
-            ("taints: Ignore, tainted node counts", tainted("NoSchedule"), spread().with(policies(None, Some("Ignore"))), counted.clone()),
-            ("taints: Honor, NoSchedule node excluded", tainted("NoSchedule"), spread().with(policies(None, Some("Honor"))), excluded.clone()),
-            ("taints: Honor, NoExecute node excluded", tainted("NoExecute"), spread().with(policies(None, Some("Honor"))), excluded.clone()),
-            ("taints: Honor, PreferNoSchedule node counts", tainted("PreferNoSchedule"), spread().with(policies(None, Some("Honor"))), counted.clone()),
+            (
+                "taints: Ignore, tainted node counts",
+                tainted("NoSchedule"),
+                spread().with(policies(None, Some("Ignore"))),
+                counted.clone(),
+            ),
+            (
+                "taints: Honor, NoSchedule node excluded",
+                tainted("NoSchedule"),
+                spread().with(policies(None, Some("Honor"))),
+                excluded.clone(),
+            ),
+            (
+                "taints: Honor, NoExecute node excluded",
+                tainted("NoExecute"),
+                spread().with(policies(None, Some("Honor"))),
+                excluded.clone(),
+            ),
+            (
+                "taints: Honor, PreferNoSchedule node counts",
+                tainted("PreferNoSchedule"),
+                spread().with(policies(None, Some("Honor"))),
+                counted.clone(),
+            ),
             (
                 "taints: Honor, tolerated taint counts",
                 tainted("NoSchedule"),
-                spread().toleration("dedicated", "Equal", Some("gpu"), Some("NoSchedule")).with(policies(None, Some("Honor"))),
+                spread()
+                    .toleration("dedicated", "Equal", Some("gpu"), Some("NoSchedule"))
+                    .with(policies(None, Some("Honor"))),
                 counted.clone(),
             ),
             ("affinity: no affinity, every node counts", tiered(), spread(), counted.clone()),
-            ("affinity: Honor by default, non-matching node excluded", tiered(), spread().required_node_affinity("tier", "In", &["x"]), excluded.clone()),
-            ("affinity: Honor, nodeSelector excludes too", tiered(), spread().node_selector("tier", "x"), excluded.clone()),
+            (
+                "affinity: Honor by default, non-matching node excluded",
+                tiered(),
+                spread().required_node_affinity("tier", "In", &["x"]),
+                excluded.clone(),
+            ),
+            (
+                "affinity: Honor, nodeSelector excludes too",
+                tiered(),
+                spread().node_selector("tier", "x"),
+                excluded.clone(),
+            ),
             (
                 "affinity: Honor explicit",
                 tiered(),
@@ -422,11 +480,16 @@ mod tests {
             node_info(NodeBuilder::new("b1").label("zone", "b").build(), vec![]),
         ];
         let snapshot = Snapshot::from_nodes(nodes);
-        let pod = pod_info(PodBuilder::new("p").label("app", "x").spread(1, "zone", "ScheduleAnyway", &[("app", "x")]).build());
+        let pod = pod_info(
+            PodBuilder::new("p").label("app", "x").spread(1, "zone", "ScheduleAnyway", &[("app", "x")]).build(),
+        );
         let mut state = CycleState::new();
         PodTopologySpread.pre_score(&mut state, &pod, &snapshot.nodes);
-        let mut scores: Vec<NodeScore> =
-            snapshot.nodes.iter().map(|n| NodeScore { name: n.name().into(), score: PodTopologySpread.score(&state, &pod, n).unwrap() }).collect();
+        let mut scores: Vec<NodeScore> = snapshot
+            .nodes
+            .iter()
+            .map(|n| NodeScore { name: n.name().into(), score: PodTopologySpread.score(&state, &pod, n).unwrap() })
+            .collect();
         PodTopologySpread.normalize(&state, &pod, &mut scores);
         assert!(scores[1].score > scores[0].score, "{scores:?}");
     }
@@ -440,8 +503,10 @@ mod tests {
         let mut state = CycleState::new();
         state.set_snapshot(snapshot.clone());
         assert!(PodTopologySpread.pre_score(&mut state, &pod, &feasible).is_success());
-        let mut scores: Vec<NodeScore> =
-            feasible.iter().map(|n| NodeScore { name: n.name().into(), score: PodTopologySpread.score(&state, &pod, n).unwrap() }).collect();
+        let mut scores: Vec<NodeScore> = feasible
+            .iter()
+            .map(|n| NodeScore { name: n.name().into(), score: PodTopologySpread.score(&state, &pod, n).unwrap() })
+            .collect();
         PodTopologySpread.normalize(&state, &pod, &mut scores);
         scores.iter().map(|s| s.score).collect()
     }
@@ -463,14 +528,27 @@ mod tests {
                 node_info(NodeBuilder::new("nolabel").build(), vec![app("5")]),
             ]
         };
-        let spread = |key: &str| PodBuilder::new("p").label("app", "x").spread(1, key, "ScheduleAnyway", &[("app", "x")]);
+        let spread =
+            |key: &str| PodBuilder::new("p").label("app", "x").spread(1, key, "ScheduleAnyway", &[("app", "x")]);
         // (case, incoming pod, nodes, the feasible ones, scores)
         type Case<'a> = (&'a str, PodBuilder, Vec<NodeInfo>, &'a [&'a str], Vec<i64>);
         let cases: Vec<Case<'_>> = vec![
             // weight ln(2 domains + 2): a1 round(3 * 1.39) = 4, b1 1 -> 100 * (4 + 1 - s) / 4.
             ("infeasible node's pods count", spread("zone"), nodes(None), &["a1", "b1"], vec![25, 100]),
-            ("tainted node counts (taints Ignore)", spread("zone"), nodes(Some("NoSchedule")), &["a1", "b1"], vec![25, 100]),
-            ("tainted node excluded (taints Honor)", spread("zone").with(policies(None, Some("Honor"))), nodes(Some("NoSchedule")), &["a1", "b1"], vec![100, 0]),
+            (
+                "tainted node counts (taints Ignore)",
+                spread("zone"),
+                nodes(Some("NoSchedule")),
+                &["a1", "b1"],
+                vec![25, 100],
+            ),
+            (
+                "tainted node excluded (taints Honor)",
+                spread("zone").with(policies(None, Some("Honor"))),
+                nodes(Some("NoSchedule")),
+                &["a1", "b1"],
+                vec![100, 0],
+            ),
             (
                 "node affinity excludes a2",
                 spread("zone").required_node_affinity("kubernetes.io/hostname", "NotIn", &["a2"]),

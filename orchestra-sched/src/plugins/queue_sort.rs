@@ -43,7 +43,9 @@ mod tests {
         let q = |prio: i32| QueuedPodInfo::new(Arc::new(pod_info(PodBuilder::new("p").priority(prio).build())));
         let (low, high) = (q(1), q(10));
         let later_high = q(10);
-        for (a, b, want) in [(&high, &low, true), (&low, &high, false), (&high, &later_high, true), (&later_high, &high, false)] {
+        for (a, b, want) in
+            [(&high, &low, true), (&low, &high, false), (&high, &later_high, true), (&later_high, &high, false)]
+        {
             assert_eq!(PrioritySort.less(a, b), want);
         }
     }

@@ -105,11 +105,23 @@ mod tests {
 
     #[test]
     fn filter_table() {
-        let node = || node_info(NodeBuilder::new("n").taint("dedicated", "gpu", "NoSchedule").taint("soft", "x", "PreferNoSchedule").build(), vec![]);
+        let node = || {
+            node_info(
+                NodeBuilder::new("n")
+                    .taint("dedicated", "gpu", "NoSchedule")
+                    .taint("soft", "x", "PreferNoSchedule")
+                    .build(),
+                vec![],
+            )
+        };
         let cases = [
             ("untolerated", PodBuilder::new("p"), false),
             ("Equal", PodBuilder::new("p").toleration("dedicated", "Equal", Some("gpu"), Some("NoSchedule")), true),
-            ("wrong value", PodBuilder::new("p").toleration("dedicated", "Equal", Some("cpu"), Some("NoSchedule")), false),
+            (
+                "wrong value",
+                PodBuilder::new("p").toleration("dedicated", "Equal", Some("cpu"), Some("NoSchedule")),
+                false,
+            ),
             ("Exists", PodBuilder::new("p").toleration("dedicated", "Exists", None, None), true),
             ("wrong effect", PodBuilder::new("p").toleration("dedicated", "Exists", None, Some("NoExecute")), false),
             ("tolerate all", PodBuilder::new("p").toleration("", "Exists", None, None), true),
@@ -128,14 +140,34 @@ mod tests {
         // NoExecute taints filter as NoSchedule ones do; tolerationSeconds
         // (how long a running pod stays after the taint) does not matter here.
         let node = || node_info(NodeBuilder::new("n").taint("evict", "now", "NoExecute").build(), vec![]);
-        let seconds = |s: i64| move |p: &mut k8s_openapi::api::core::v1::Pod| p.spec.as_mut().unwrap().tolerations.as_mut().unwrap()[0].toleration_seconds = Some(s);
+        let seconds = |s: i64| {
+            move |p: &mut k8s_openapi::api::core::v1::Pod| {
+                p.spec.as_mut().unwrap().tolerations.as_mut().unwrap()[0].toleration_seconds = Some(s)
+            }
+        };
         let cases = [
             ("untolerated", PodBuilder::new("p"), false),
             ("tolerated", PodBuilder::new("p").toleration("evict", "Equal", Some("now"), Some("NoExecute")), true),
-            ("tolerated with tolerationSeconds", PodBuilder::new("p").toleration("evict", "Equal", Some("now"), Some("NoExecute")).with(seconds(300)), true),
-            ("Exists, any effect, with tolerationSeconds", PodBuilder::new("p").toleration("evict", "Exists", None, None).with(seconds(0)), true),
-            ("NoSchedule toleration only", PodBuilder::new("p").toleration("evict", "Exists", None, Some("NoSchedule")), false),
-            ("wrong value", PodBuilder::new("p").toleration("evict", "Equal", Some("later"), Some("NoExecute")).with(seconds(300)), false),
+            (
+                "tolerated with tolerationSeconds",
+                PodBuilder::new("p").toleration("evict", "Equal", Some("now"), Some("NoExecute")).with(seconds(300)),
+                true,
+            ),
+            (
+                "Exists, any effect, with tolerationSeconds",
+                PodBuilder::new("p").toleration("evict", "Exists", None, None).with(seconds(0)),
+                true,
+            ),
+            (
+                "NoSchedule toleration only",
+                PodBuilder::new("p").toleration("evict", "Exists", None, Some("NoSchedule")),
+                false,
+            ),
+            (
+                "wrong value",
+                PodBuilder::new("p").toleration("evict", "Equal", Some("later"), Some("NoExecute")).with(seconds(300)),
+                false,
+            ),
         ];
         for (name, pod, want) in cases {
             let s = TaintToleration.filter(&CycleState::new(), &pod_info(pod.build()), &node());
@@ -154,7 +186,10 @@ mod tests {
             (NodeBuilder::new("clean").build(), 0),
             (NodeBuilder::new("tolerated").taint("a", "1", "PreferNoSchedule").build(), 0),
             (NodeBuilder::new("one").taint("b", "1", "PreferNoSchedule").build(), 1),
-            (NodeBuilder::new("two").taint("b", "1", "PreferNoSchedule").taint("c", "1", "PreferNoSchedule").build(), 2),
+            (
+                NodeBuilder::new("two").taint("b", "1", "PreferNoSchedule").taint("c", "1", "PreferNoSchedule").build(),
+                2,
+            ),
         ];
         let mut scores = Vec::new();
         for (n, want) in nodes {

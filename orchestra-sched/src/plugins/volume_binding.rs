@@ -24,7 +24,10 @@ use parking_lot::Mutex;
 use crate::framework::*;
 use crate::listers::{Listers, object_key};
 use crate::node_info::{NodeInfo, PodInfo};
-use crate::plugins::helpers::{claim_access_modes, claim_class, pod_claims, selector_matches, topology_terms_match, volume_class, volume_node_affinity_matches};
+use crate::plugins::helpers::{
+    claim_access_modes, claim_class, pod_claims, selector_matches, topology_terms_match, volume_class,
+    volume_node_affinity_matches,
+};
 use crate::registry::PluginSet;
 use crate::resource::parse_quantity;
 use crate::snapshot::Snapshot;
@@ -120,19 +123,31 @@ fn claim_request(pvc: &PersistentVolumeClaim) -> i64 {
 }
 
 fn volume_capacity(pv: &PersistentVolume) -> i64 {
-    pv.spec.as_ref().and_then(|s| s.capacity.as_ref()).and_then(|c| c.get("storage")).map_or(0, |q| parse_quantity(&q.0))
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"))
+        .map_or(0, |q| parse_quantity(&q.0))
 }
 
 fn claim_ref_key(pv: &PersistentVolume) -> Option<(String, Option<String>)> {
     let r = pv.spec.as_ref()?.claim_ref.as_ref()?;
-    Some((format!("{}/{}", r.namespace.as_deref().unwrap_or(""), r.name.as_deref().unwrap_or("")), r.uid.clone().filter(|u| !u.is_empty())))
+    Some((
+        format!("{}/{}", r.namespace.as_deref().unwrap_or(""), r.name.as_deref().unwrap_or("")),
+        r.uid.clone().filter(|u| !u.is_empty()),
+    ))
 }
 
 /// Whether `pv` may be bound to `pvc` on `node`, upstream's `FindMatchingVolume`
 /// conditions for one volume (capacity, volume mode, deletion, phase,
 /// selector, class, node affinity, access modes). `bound_to` is the claim the
 /// volume is (assumed) bound to.
-pub fn volume_matches(pv: &PersistentVolume, bound_to: Option<&str>, pvc: &PersistentVolumeClaim, node: &k8s_openapi::api::core::v1::Node) -> bool {
+pub fn volume_matches(
+    pv: &PersistentVolume,
+    bound_to: Option<&str>,
+    pvc: &PersistentVolumeClaim,
+    node: &k8s_openapi::api::core::v1::Node,
+) -> bool {
     let key = object_key(pvc);
     if bound_to.is_some_and(|b| b != key) {
         return false;
@@ -141,7 +156,9 @@ pub fn volume_matches(pv: &PersistentVolume, bound_to: Option<&str>, pvc: &Persi
         return false;
     }
     let mode = |m: Option<&String>| m.map_or("Filesystem", |m| m.as_str()).to_owned();
-    if mode(pvc.spec.as_ref().and_then(|s| s.volume_mode.as_ref())) != mode(pv.spec.as_ref().and_then(|s| s.volume_mode.as_ref())) {
+    if mode(pvc.spec.as_ref().and_then(|s| s.volume_mode.as_ref()))
+        != mode(pv.spec.as_ref().and_then(|s| s.volume_mode.as_ref()))
+    {
         return false;
     }
     let affinity_ok = volume_node_affinity_matches(pv, node);
@@ -245,7 +262,10 @@ impl VolumeBinding {
             if class.provisioner.is_empty() || class.provisioner == NO_PROVISIONER {
                 return None;
             }
-            if !topology_terms_match(class.allowed_topologies.as_deref().unwrap_or_default(), node.metadata.labels.as_ref()) {
+            if !topology_terms_match(
+                class.allowed_topologies.as_deref().unwrap_or_default(),
+                node.metadata.labels.as_ref(),
+            ) {
                 return None;
             }
             out.provisions.push(pvc);
@@ -267,15 +287,20 @@ impl VolumeBinding {
                     "uid": pvc.metadata.uid, "resourceVersion": pvc.metadata.resource_version,
                 }},
             });
-            pvs.patch(&pv_name, &pp, &Patch::Merge(patch)).await.map_err(|e| format!("binding volume {pv_name}: {e}"))?;
+            pvs.patch(&pv_name, &pp, &Patch::Merge(patch))
+                .await
+                .map_err(|e| format!("binding volume {pv_name}: {e}"))?;
             let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
             let patch = serde_json::json!({
                 "metadata": {"annotations": {ANN_BIND_COMPLETED: "yes", ANN_BOUND_BY_CONTROLLER: "yes"}},
                 "spec": {"volumeName": pv_name},
             });
-            pvcs.patch(&claim, &pp, &Patch::Merge(patch)).await.map_err(|e| format!("binding claim {ns}/{claim}: {e}"))?;
+            pvcs.patch(&claim, &pp, &Patch::Merge(patch))
+                .await
+                .map_err(|e| format!("binding claim {ns}/{claim}: {e}"))?;
             // Phases, as a PV controller would set them (best effort).
-            let _ = pvs.patch_status(&pv_name, &pp, &Patch::Merge(serde_json::json!({"status": {"phase": "Bound"}}))).await;
+            let _ =
+                pvs.patch_status(&pv_name, &pp, &Patch::Merge(serde_json::json!({"status": {"phase": "Bound"}}))).await;
             let spec = pv.spec.clone().unwrap_or_default();
             let status = serde_json::json!({"status": {"phase": "Bound", "accessModes": spec.access_modes, "capacity": spec.capacity}});
             let _ = pvcs.patch_status(&claim, &pp, &Patch::Merge(status)).await;
@@ -285,14 +310,21 @@ impl VolumeBinding {
             let claim = pvc.metadata.name.clone().unwrap_or_default();
             let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
             let patch = serde_json::json!({"metadata": {"annotations": {ANN_SELECTED_NODE: node}}});
-            pvcs.patch(&claim, &pp, &Patch::Merge(patch)).await.map_err(|e| format!("selecting node for claim {ns}/{claim}: {e}"))?;
+            pvcs.patch(&claim, &pp, &Patch::Merge(patch))
+                .await
+                .map_err(|e| format!("selecting node for claim {ns}/{claim}: {e}"))?;
         }
         // Wait until every provisioned claim is bound to a volume.
         let deadline = tokio::time::Instant::now() + self.bind_timeout;
         for pvc in &vols.provisions {
             let key = object_key(pvc.as_ref());
             loop {
-                let bound = self.listers.pvcs.get(&key).and_then(|c| c.spec.as_ref()?.volume_name.clone()).is_some_and(|v| !v.is_empty());
+                let bound = self
+                    .listers
+                    .pvcs
+                    .get(&key)
+                    .and_then(|c| c.spec.as_ref()?.volume_name.clone())
+                    .is_some_and(|v| !v.is_empty());
                 if bound {
                     break;
                 }
@@ -321,12 +353,30 @@ impl PreFilter for VolumeBinding {
             let Some(pvc) = self.listers.pvcs.get_namespaced(ns, claim) else {
                 return (None, Status::unresolvable(format!("persistentvolumeclaim {claim:?} not found")));
             };
-            if *ephemeral && !pvc.metadata.owner_references.iter().flatten().any(|o| Some(&o.uid) == pod.pod.metadata.uid.as_ref()) {
-                return (None, Status::unresolvable(format!("PVC {ns}/{claim} was not created for pod {} (pod is not owner)", pod.key())));
+            if *ephemeral
+                && !pvc
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| Some(&o.uid) == pod.pod.metadata.uid.as_ref())
+            {
+                return (
+                    None,
+                    Status::unresolvable(format!(
+                        "PVC {ns}/{claim} was not created for pod {} (pod is not owner)",
+                        pod.key()
+                    )),
+                );
             }
             if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost") {
                 let pv = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()).unwrap_or_default();
-                return (None, Status::unresolvable(format!("persistentvolumeclaim {claim:?} bound to non-existent persistentvolume {pv:?}")));
+                return (
+                    None,
+                    Status::unresolvable(format!(
+                        "persistentvolumeclaim {claim:?} bound to non-existent persistentvolume {pv:?}"
+                    )),
+                );
             }
             if pvc.metadata.deletion_timestamp.is_some() {
                 return (None, Status::unresolvable(format!("persistentvolumeclaim {claim:?} is being deleted")));
@@ -360,7 +410,10 @@ impl PreFilter for VolumeBinding {
                 if !delayed.iter().any(|(c, _)| claim_class(c) == class) {
                     continue;
                 }
-                let bound_to = assumed.get(pv.metadata.name.as_deref().unwrap_or("")).cloned().or_else(|| claim_ref_key(&pv).map(|(k, _)| k));
+                let bound_to = assumed
+                    .get(pv.metadata.name.as_deref().unwrap_or(""))
+                    .cloned()
+                    .or_else(|| claim_ref_key(&pv).map(|(k, _)| k));
                 volumes.entry(class.to_owned()).or_default().push((pv, bound_to));
             }
         }
@@ -533,8 +586,18 @@ mod tests {
                 vec![PvBuilder::new("pv1").claim("data").node_affinity("zone", &["a"]).build()],
                 Ok(vec![ok(), un(ERR_NODE_CONFLICT)]),
             ),
-            ("bound to a missing volume", vec![PvcBuilder::new("data").volume("gone").build()], vec![], Ok(vec![un(ERR_PV_NOT_EXIST), un(ERR_PV_NOT_EXIST)])),
-            ("unbound immediate", vec![PvcBuilder::new("data").class("fast").build()], vec![], Err(un(ERR_UNBOUND_IMMEDIATE))),
+            (
+                "bound to a missing volume",
+                vec![PvcBuilder::new("data").volume("gone").build()],
+                vec![],
+                Ok(vec![un(ERR_PV_NOT_EXIST), un(ERR_PV_NOT_EXIST)]),
+            ),
+            (
+                "unbound immediate",
+                vec![PvcBuilder::new("data").class("fast").build()],
+                vec![],
+                Err(un(ERR_UNBOUND_IMMEDIATE)),
+            ),
             ("unbound, no class", vec![PvcBuilder::new("data").build()], vec![], Err(un(ERR_UNBOUND_IMMEDIATE))),
             (
                 "delayed, local volume in zone b",
@@ -572,7 +635,12 @@ mod tests {
                 vec![PvBuilder::new("pv1").class("local").claim("other").phase("Bound").build()],
                 Ok(vec![un(ERR_BIND_CONFLICT), un(ERR_BIND_CONFLICT)]),
             ),
-            ("delayed, dynamic provisioning", vec![PvcBuilder::new("data").class("dyn").build()], vec![], Ok(vec![ok(), ok()])),
+            (
+                "delayed, dynamic provisioning",
+                vec![PvcBuilder::new("data").class("dyn").build()],
+                vec![],
+                Ok(vec![ok(), ok()]),
+            ),
             (
                 "delayed, provisioning already on b",
                 vec![PvcBuilder::new("data").class("dyn").annotation(ANN_SELECTED_NODE, "b").build()],
@@ -597,7 +665,10 @@ mod tests {
         let plugin = VolumeBinding::new(
             listers(
                 vec![PvcBuilder::new("data").class("local").build(), PvcBuilder::new("data2").class("local").build()],
-                vec![PvBuilder::new("big").class("local").capacity("10Gi").build(), PvBuilder::new("small").class("local").capacity("2Gi").build()],
+                vec![
+                    PvBuilder::new("big").class("local").capacity("10Gi").build(),
+                    PvBuilder::new("small").class("local").capacity("2Gi").build(),
+                ],
             ),
             None,
         );

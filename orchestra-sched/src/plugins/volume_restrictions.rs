@@ -19,7 +19,8 @@ pub const NAME: &str = "VolumeRestrictions";
 /// Upstream's reason for a disk mounted read-write by another pod.
 pub const ERR_REASON_DISK_CONFLICT: &str = "node(s) had no available disk";
 /// Upstream's reason for a ReadWriteOncePod claim in use.
-pub const ERR_REASON_RWOP_CONFLICT: &str = "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode";
+pub const ERR_REASON_RWOP_CONFLICT: &str =
+    "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode";
 
 /// The plugin.
 pub struct VolumeRestrictions {
@@ -59,7 +60,8 @@ fn disk_conflict(v: &Volume, existing: &Pod) -> bool {
     let ro = |b: Option<bool>| b.unwrap_or(false);
     existing.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten().any(|e| {
         if let (Some(a), Some(b)) = (&v.gce_persistent_disk, &e.gce_persistent_disk)
-            && a.pd_name == b.pd_name && !(ro(a.read_only) && ro(b.read_only))
+            && a.pd_name == b.pd_name
+            && !(ro(a.read_only) && ro(b.read_only))
         {
             return true;
         }
@@ -69,7 +71,8 @@ fn disk_conflict(v: &Volume, existing: &Pod) -> bool {
             return true;
         }
         if let (Some(a), Some(b)) = (&v.iscsi, &e.iscsi)
-            && a.iqn == b.iqn && !(ro(a.read_only) && ro(b.read_only))
+            && a.iqn == b.iqn
+            && !(ro(a.read_only) && ro(b.read_only))
         {
             return true;
         }
@@ -175,7 +178,11 @@ mod tests {
         move |p: &mut Pod| {
             p.spec.as_mut().unwrap().volumes.get_or_insert_with(Vec::new).push(Volume {
                 name: "disk".into(),
-                gce_persistent_disk: Some(GCEPersistentDiskVolumeSource { pd_name: pd, read_only: Some(read_only), ..Default::default() }),
+                gce_persistent_disk: Some(GCEPersistentDiskVolumeSource {
+                    pd_name: pd,
+                    read_only: Some(read_only),
+                    ..Default::default()
+                }),
                 ..Default::default()
             })
         }
@@ -191,14 +198,76 @@ mod tests {
         let ok = Code::Success;
         let cases: Vec<Case> = vec![
             ("no volumes", vec![], PodBuilder::new("p"), vec![], vec![], [Code::Skip, Code::Skip], ""),
-            ("missing claim", vec![], PodBuilder::new("p").pvc("data"), vec![], vec![], [Code::UnschedulableAndUnresolvable; 2], "persistentvolumeclaim \"data\" not found"),
+            (
+                "missing claim",
+                vec![],
+                PodBuilder::new("p").pvc("data"),
+                vec![],
+                vec![],
+                [Code::UnschedulableAndUnresolvable; 2],
+                "persistentvolumeclaim \"data\" not found",
+            ),
             ("rwop unused", rwop(), PodBuilder::new("p").pvc("data"), vec![], vec![], [Code::Skip, Code::Skip], ""),
-            ("rwop used on a", rwop(), PodBuilder::new("p").pvc("data"), vec![user("a")], vec![], [un, un], ERR_REASON_RWOP_CONFLICT),
-            ("rwop used in another namespace", rwop(), PodBuilder::new("p").pvc("data"), vec![user("a").clone()].into_iter().map(|mut p| { p.metadata.namespace = Some("other".into()); p }).collect(), vec![], [Code::Skip, Code::Skip], ""),
-            ("rwo used on a", rwo(), PodBuilder::new("p").pvc("data"), vec![user("a")], vec![], [Code::Skip, Code::Skip], ""),
-            ("gce disk read-write on a", vec![], PodBuilder::new("p").with(gce("pd1", false)), vec![PodBuilder::new("x").with(gce("pd1", true)).build()], vec![], [un, ok], ERR_REASON_DISK_CONFLICT),
-            ("gce disk read-only everywhere", vec![], PodBuilder::new("p").with(gce("pd1", true)), vec![PodBuilder::new("x").with(gce("pd1", true)).build()], vec![], [ok, ok], ""),
-            ("other gce disk", vec![], PodBuilder::new("p").with(gce("pd2", false)), vec![PodBuilder::new("x").with(gce("pd1", false)).build()], vec![], [ok, ok], ""),
+            (
+                "rwop used on a",
+                rwop(),
+                PodBuilder::new("p").pvc("data"),
+                vec![user("a")],
+                vec![],
+                [un, un],
+                ERR_REASON_RWOP_CONFLICT,
+            ),
+            (
+                "rwop used in another namespace",
+                rwop(),
+                PodBuilder::new("p").pvc("data"),
+                vec![user("a").clone()]
+                    .into_iter()
+                    .map(|mut p| {
+                        p.metadata.namespace = Some("other".into());
+                        p
+                    })
+                    .collect(),
+                vec![],
+                [Code::Skip, Code::Skip],
+                "",
+            ),
+            (
+                "rwo used on a",
+                rwo(),
+                PodBuilder::new("p").pvc("data"),
+                vec![user("a")],
+                vec![],
+                [Code::Skip, Code::Skip],
+                "",
+            ),
+            (
+                "gce disk read-write on a",
+                vec![],
+                PodBuilder::new("p").with(gce("pd1", false)),
+                vec![PodBuilder::new("x").with(gce("pd1", true)).build()],
+                vec![],
+                [un, ok],
+                ERR_REASON_DISK_CONFLICT,
+            ),
+            (
+                "gce disk read-only everywhere",
+                vec![],
+                PodBuilder::new("p").with(gce("pd1", true)),
+                vec![PodBuilder::new("x").with(gce("pd1", true)).build()],
+                vec![],
+                [ok, ok],
+                "",
+            ),
+            (
+                "other gce disk",
+                vec![],
+                PodBuilder::new("p").with(gce("pd2", false)),
+                vec![PodBuilder::new("x").with(gce("pd1", false)).build()],
+                vec![],
+                [ok, ok],
+                "",
+            ),
         ];
         for (name, pvcs, pod, pods_a, pods_b, want, reason) in cases {
             let l = Listers::new();
@@ -206,11 +275,18 @@ mod tests {
                 l.pvcs.insert(c);
             }
             let p = VolumeRestrictions::new(Arc::new(l));
-            let snapshot = Snapshot::from_nodes(vec![node_info(NodeBuilder::new("a").build(), pods_a), node_info(NodeBuilder::new("b").build(), pods_b)]);
+            let snapshot = Snapshot::from_nodes(vec![
+                node_info(NodeBuilder::new("a").build(), pods_a),
+                node_info(NodeBuilder::new("b").build(), pods_b),
+            ]);
             let pod = pod_info(pod.build());
             let mut state = CycleState::new();
             let (_, s) = p.pre_filter(&mut state, &pod, &snapshot);
-            let got: Vec<Status> = if s.is_success() { snapshot.nodes.iter().map(|n| p.filter(&state, &pod, n)).collect() } else { vec![s.clone(), s] };
+            let got: Vec<Status> = if s.is_success() {
+                snapshot.nodes.iter().map(|n| p.filter(&state, &pod, n)).collect()
+            } else {
+                vec![s.clone(), s]
+            };
             assert_eq!(got.iter().map(|s| s.code).collect::<Vec<_>>(), want, "{name}");
             let first_reason = got.iter().find(|s| !s.reasons.is_empty()).map(|s| s.message()).unwrap_or_default();
             assert_eq!(first_reason, reason, "{name}");

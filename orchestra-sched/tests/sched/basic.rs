@@ -10,7 +10,8 @@ use super::support::*;
 #[tokio::test]
 async fn pods_are_bound_and_spread() {
     let (_server, client) = server().await;
-    create_nodes(&client, (0..3).map(|i| NodeBuilder::new(&format!("n{i}")).cpu("4").memory("8Gi").build()).collect()).await;
+    create_nodes(&client, (0..3).map(|i| NodeBuilder::new(&format!("n{i}")).cpu("4").memory("8Gi").build()).collect())
+        .await;
     let _s = start(&client, SchedulerConfiguration::default());
     for i in 0..6 {
         create_pod(&client, PodBuilder::new(&format!("p{i}")).cpu("1").memory("1Gi").build()).await;
@@ -24,7 +25,14 @@ async fn pods_are_bound_and_spread() {
     // A Scheduled event for each.
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     for _ in 0..100 {
-        let n = events.list(&ListParams::default()).await.unwrap().items.iter().filter(|e| e.reason.as_deref() == Some("Scheduled")).count();
+        let n = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("Scheduled"))
+            .count();
         if n == 6 {
             return;
         }
@@ -51,7 +59,9 @@ async fn unschedulable_pod_gets_condition_and_event_then_fits_when_a_node_comes(
                 1 Preemption is not helpful for scheduling.";
     let p = wait_pod(&client, "default", "big", |p| {
         p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-            c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+            c.iter().any(|c| {
+                c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+            })
         })
     })
     .await;
@@ -61,7 +71,11 @@ async fn unschedulable_pod_gets_condition_and_event_then_fits_when_a_node_comes(
     let lp = ListParams::default().fields("involvedObject.name=big,involvedObject.kind=Pod");
     let mut found = false;
     for _ in 0..100 {
-        if events.list(&lp).await.unwrap().items.iter().any(|e| e.reason.as_deref() == Some("FailedScheduling") && e.message.as_deref() == Some(want) && e.type_.as_deref() == Some("Warning")) {
+        if events.list(&lp).await.unwrap().items.iter().any(|e| {
+            e.reason.as_deref() == Some("FailedScheduling")
+                && e.message.as_deref() == Some(want)
+                && e.type_.as_deref() == Some("Warning")
+        }) {
             found = true;
             break;
         }
@@ -85,14 +99,17 @@ async fn two_profiles_and_foreign_scheduler_names() {
         ],
     )
     .await;
-    let packing = ProfileConfig::named("bin-packing").args(
-        "NodeResourcesFit",
-        serde_json::json!({"scoringStrategy": {"type": "MostAllocated"}}),
-    ).disable("NodeResourcesBalancedAllocation");
+    let packing = ProfileConfig::named("bin-packing")
+        .args("NodeResourcesFit", serde_json::json!({"scoringStrategy": {"type": "MostAllocated"}}))
+        .disable("NodeResourcesBalancedAllocation");
     let config = SchedulerConfiguration::default().with_profiles(vec![ProfileConfig::default(), packing]);
     let _s = start(&client, config);
     for i in 0..4 {
-        create_pod(&client, PodBuilder::new(&format!("pack{i}")).scheduler("bin-packing").cpu("500m").memory("256Mi").build()).await;
+        create_pod(
+            &client,
+            PodBuilder::new(&format!("pack{i}")).scheduler("bin-packing").cpu("500m").memory("256Mi").build(),
+        )
+        .await;
         wait_pod(&client, "default", &format!("pack{i}"), |p| node_of(p).is_some()).await;
     }
     let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
@@ -131,7 +148,10 @@ async fn preemption_deletes_victims_and_nominates_the_node() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert!(nominated, "high is nominated to n");
-    assert!(api.get_opt("low").await.unwrap().is_none_or(|p| p.metadata.deletion_timestamp.is_some()), "low was preempted");
+    assert!(
+        api.get_opt("low").await.unwrap().is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        "low was preempted"
+    );
     // No kubelet here: finish the graceful deletion as a node agent would.
     let _ = api.delete("low", &kube::api::DeleteParams::default().grace_period(0)).await;
     let p = wait_pod(&client, "default", "high", |p| node_of(p).is_some()).await;

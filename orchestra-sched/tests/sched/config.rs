@@ -138,9 +138,13 @@ async fn a_scheduler_runs_the_profiles_of_a_file() {
     let (_dir, path) = write("scheduler.yaml", YAML);
     let cfg = SchedulerConfiguration::from_file(&path).unwrap();
     let (_server, client) = server().await;
-    create_nodes(&client, (0..2).map(|i| NodeBuilder::new(&format!("n{i}")).cpu("4").memory("8Gi").build()).collect()).await;
+    create_nodes(&client, (0..2).map(|i| NodeBuilder::new(&format!("n{i}")).cpu("4").memory("8Gi").build()).collect())
+        .await;
     let s = SchedulerBuilder::new(client.clone()).config(cfg).build().expect("scheduler builds");
-    assert_eq!(s.profiles().iter().map(|p| p.scheduler_name.as_str()).collect::<Vec<_>>(), ["default-scheduler", "packing"]);
+    assert_eq!(
+        s.profiles().iter().map(|p| p.scheduler_name.as_str()).collect::<Vec<_>>(),
+        ["default-scheduler", "packing"]
+    );
     tokio::spawn(async move {
         let _ = s.run().await;
     });
@@ -157,5 +161,8 @@ async fn a_scheduler_runs_the_profiles_of_a_file() {
     assert_eq!(placed("spread", "default-scheduler").await.len(), 2, "LeastAllocated spreads");
     assert_eq!(placed("pack", "packing").await.len(), 1, "MostAllocated packs");
     let api: Api<Pod> = Api::namespaced(client.clone(), "default");
-    assert_eq!(api.list(&ListParams::default()).await.unwrap().items.iter().filter(|p| node_of(p).is_some()).count(), 6);
+    assert_eq!(
+        api.list(&ListParams::default()).await.unwrap().items.iter().filter(|p| node_of(p).is_some()).count(),
+        6
+    );
 }

@@ -30,7 +30,8 @@ fn start_with(client: &kube::Client, registry: Registry, plugins: &[&str]) -> Sc
     let profile = plugins.iter().fold(ProfileConfig::default(), |p, name| p.enable(name, None));
     // A 2 s first backoff leaves time to look at a failed attempt before
     // its retry.
-    let config = SchedulerConfiguration { pod_initial_backoff_seconds: 2, ..SchedulerConfiguration::default() }.with_profiles(vec![profile]);
+    let config = SchedulerConfiguration { pod_initial_backoff_seconds: 2, ..SchedulerConfiguration::default() }
+        .with_profiles(vec![profile]);
     let s = SchedulerBuilder::new(client.clone()).config(config).registry(registry).build().expect("scheduler builds");
     let run = s.clone();
     tokio::spawn(async move {
@@ -116,7 +117,10 @@ async fn pre_enqueue_keeps_a_pod_out_of_the_queue_until_it_is_updated() {
     assert_eq!(s.profiles()[0].pre_enqueue.iter().map(|p| p.name()).collect::<Vec<_>>(), [HoldGate::NAME]);
     create_pod(&client, PodBuilder::new("held").cpu("1").label("hold", "yes").build()).await;
     // The gated pod is counted (the queue sizes are published every 200 ms)...
-    eventually("the gated gauge shows the pod", || s.metrics().sample(r#"scheduler_pending_pods{queue="gated"}"#) == Some(1.0)).await;
+    eventually("the gated gauge shows the pod", || {
+        s.metrics().sample(r#"scheduler_pending_pods{queue="gated"}"#) == Some(1.0)
+    })
+    .await;
     assert_eq!(s.queue().sizes().gated, 1);
     assert_eq!(s.metrics().sample(r#"scheduler_pending_pods{queue="active"}"#), Some(0.0));
     // ...and never tried: no attempt, no condition, no FailedScheduling.
@@ -130,13 +134,20 @@ async fn pre_enqueue_keeps_a_pod_out_of_the_queue_until_it_is_updated() {
     let lp = ListParams::default().fields("involvedObject.name=held");
     assert!(events.list(&lp).await.unwrap().items.iter().all(|e| e.reason.as_deref() != Some("FailedScheduling")));
     // The label goes: the update lets it in and it is bound.
-    api.patch("held", &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"labels": {"hold": null}}})))
-        .await
-        .unwrap();
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"labels": {"hold": null}}})),
+    )
+    .await
+    .unwrap();
     let p = wait_pod(&client, "default", "held", |p| node_of(p).is_some()).await;
     assert_eq!(node_of(&p), Some("n"));
     eventually("the attempt is counted as scheduled", || attempts(&s) == (1, 0, 0)).await;
-    eventually("the gated gauge empties", || s.metrics().sample(r#"scheduler_pending_pods{queue="gated"}"#) == Some(0.0)).await;
+    eventually("the gated gauge empties", || {
+        s.metrics().sample(r#"scheduler_pending_pods{queue="gated"}"#) == Some(0.0)
+    })
+    .await;
 }
 
 // -------------------------------------------------------------------- Permit
@@ -156,7 +167,8 @@ impl Gatekeeper {
     fn registry(timeout: Duration) -> (Registry, Arc<Gatekeeper>) {
         let p = Arc::new(Gatekeeper { timeout, calls: Mutex::default(), log: Log::default() });
         let plugin = p.clone();
-        let registry = Registry::default().with(Self::NAME, move |_, _| Ok(PluginSet::new(&plugin).permit(&plugin).reserve(&plugin)));
+        let registry = Registry::default()
+            .with(Self::NAME, move |_, _| Ok(PluginSet::new(&plugin).permit(&plugin).reserve(&plugin)));
         (registry, p)
     }
 
@@ -172,7 +184,10 @@ impl Plugin for Gatekeeper {
     // A pod it rejected is retried when a node is added or a placed pod
     // goes (though not when that pod is the rejected one itself).
     fn events_to_register(&self) -> Vec<ClusterEvent> {
-        vec![ClusterEvent::new(EventResource::Node, action::ADD), ClusterEvent::new(EventResource::AssignedPod, action::DELETE)]
+        vec![
+            ClusterEvent::new(EventResource::Node, action::ADD),
+            ClusterEvent::new(EventResource::AssignedPod, action::DELETE),
+        ]
     }
 }
 
@@ -257,7 +272,13 @@ async fn permit_reject_while_waiting_is_unschedulable() {
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let lp = ListParams::default().fields("involvedObject.name=denied");
     for _ in 0..200 {
-        let mut failed = events.list(&lp).await.unwrap().items.into_iter().filter(|e| e.reason.as_deref() == Some("FailedScheduling"));
+        let mut failed = events
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("FailedScheduling"));
         if let Some(e) = failed.next_back() {
             assert_eq!(e.message.as_deref(), Some("0/1 nodes are available: 1 denied by the test."));
             assert_eq!(e.type_.as_deref(), Some("Warning"));
@@ -385,7 +406,8 @@ async fn reserve_failure_unreserves_in_reverse_forgets_and_retries() {
     let log = Log::default();
     // A reserves, B fails once; C comes after B and never reserved, but is
     // unreserved too (every Reserve plugin is, in reverse order).
-    let (a, b, c) = (Probe::new("ReserveA", &log), Probe::new("ReserveB", &log).failing_reserve(1), Probe::new("ReserveC", &log));
+    let (a, b, c) =
+        (Probe::new("ReserveA", &log), Probe::new("ReserveB", &log).failing_reserve(1), Probe::new("ReserveC", &log));
     let s = start_with(&client, probes(&[a, b, c]), &["ReserveA", "ReserveB", "ReserveC"]);
     let pod = create_pod(&client, PodBuilder::new("p").cpu("1").build()).await;
     let uid = uid_of(&pod);
@@ -393,7 +415,13 @@ async fn reserve_failure_unreserves_in_reverse_forgets_and_retries() {
     eventually("the pod is forgotten", || !s.cache().is_placed(&uid)).await;
     assert_eq!(
         log.lock()[..5],
-        ["ReserveA reserve p n", "ReserveB reserve p n", "ReserveC unreserve p n", "ReserveB unreserve p n", "ReserveA unreserve p n"]
+        [
+            "ReserveA reserve p n",
+            "ReserveB reserve p n",
+            "ReserveC unreserve p n",
+            "ReserveB unreserve p n",
+            "ReserveA unreserve p n"
+        ]
     );
     assert_eq!(s.cache().snapshot().get("n").unwrap().requested.milli_cpu, 0, "the node's requests are as before");
     assert!(log_of(&log, "prebind").is_empty());
@@ -403,7 +431,10 @@ async fn reserve_failure_unreserves_in_reverse_forgets_and_retries() {
     eventually("the retry is counted as scheduled", || attempts(&s) == (1, 0, 1)).await;
     assert_eq!(log_of(&log, "reserve").len(), 5, "A and B once, then A, B and C");
     assert_eq!(log_of(&log, "unreserve").len(), 3, "no unreserve after the successful attempt");
-    eventually("the bound pod's requests are counted", || s.cache().snapshot().get("n").unwrap().requested.milli_cpu == 1000).await;
+    eventually("the bound pod's requests are counted", || {
+        s.cache().snapshot().get("n").unwrap().requested.milli_cpu == 1000
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -411,7 +442,10 @@ async fn post_bind_runs_once_with_the_node() {
     let (_server, client) = server().await;
     create_nodes(
         &client,
-        vec![NodeBuilder::new("small").cpu("1").memory("8Gi").build(), NodeBuilder::new("big").cpu("8").memory("8Gi").build()],
+        vec![
+            NodeBuilder::new("small").cpu("1").memory("8Gi").build(),
+            NodeBuilder::new("big").cpu("8").memory("8Gi").build(),
+        ],
     )
     .await;
     let log = Log::default();
@@ -465,7 +499,10 @@ async fn preemption_is_counted() {
     assert_eq!(s.metrics().sample("scheduler_preemption_attempts_total"), Some(0.0));
     // Needs both low pods gone: one nomination, two victims.
     create_pod(&client, PodBuilder::new("high").cpu("1500m").priority(100).build()).await;
-    wait_pod(&client, "default", "high", |p| p.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()) == Some("n")).await;
+    wait_pod(&client, "default", "high", |p| {
+        p.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()) == Some("n")
+    })
+    .await;
     let m = s.metrics();
     assert!(m.sample("scheduler_preemption_attempts_total").is_some_and(|v| v >= 1.0));
     assert_eq!(m.sample("scheduler_preemption_victims_count"), Some(1.0));
@@ -474,10 +511,17 @@ async fn preemption_is_counted() {
     let before = m.sample("scheduler_preemption_attempts_total").unwrap();
     create_pod(&client, PodBuilder::new("huge").cpu("16").priority(100).build()).await;
     wait_not_scheduled(&client, "huge", "Unschedulable").await;
-    eventually("the failed preemption is counted", || m.sample("scheduler_preemption_attempts_total").is_some_and(|v| v > before)).await;
+    eventually("the failed preemption is counted", || {
+        m.sample("scheduler_preemption_attempts_total").is_some_and(|v| v > before)
+    })
+    .await;
     assert_eq!(m.sample("scheduler_preemption_victims_count"), Some(1.0));
     let text = m.encode();
-    for name in ["scheduler_preemption_attempts_total", "scheduler_preemption_victims_bucket", "scheduler_schedule_attempts_total"] {
+    for name in [
+        "scheduler_preemption_attempts_total",
+        "scheduler_preemption_victims_bucket",
+        "scheduler_schedule_attempts_total",
+    ] {
         assert!(text.contains(name), "{name} missing");
     }
 }

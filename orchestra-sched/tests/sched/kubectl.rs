@@ -18,7 +18,10 @@ async fn describe_shows_failed_scheduling() {
     let _s = start(&client, SchedulerConfiguration::default());
     create_pod(&client, PodBuilder::new("big").cpu("2").build()).await;
     wait_pod(&client, "default", "big", |p| {
-        p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled"))
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled"))
     })
     .await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;

@@ -73,13 +73,21 @@ async fn a_stopped_leader_releases_the_lease_at_once() {
     };
     let a = SchedulerBuilder::new(client.clone()).config(config()).identity("a").build().unwrap();
     let (stop_a, stopped) = tokio::sync::oneshot::channel::<()>();
-    let a = tokio::spawn(async move { a.run_until(async move { let _ = stopped.await; }).await });
+    let a = tokio::spawn(async move {
+        a.run_until(async move {
+            let _ = stopped.await;
+        })
+        .await
+    });
     assert!(holds(&client, "a", Duration::from_secs(5)).await);
     let b = SchedulerBuilder::new(client.clone()).config(config()).identity("b").build().unwrap();
     let b = tokio::spawn(async move { b.run().await });
     stop_a.send(()).unwrap();
     assert!(a.await.unwrap().is_ok(), "a stopped run ends without error");
-    assert!(holds(&client, "b", Duration::from_secs(10)).await, "b takes the released lease well before it would expire");
+    assert!(
+        holds(&client, "b", Duration::from_secs(10)).await,
+        "b takes the released lease well before it would expire"
+    );
     create_pod(&client, PodBuilder::new("after").cpu("100m").build()).await;
     wait_pod(&client, "default", "after", |p| node_of(p).is_some()).await;
     b.abort();

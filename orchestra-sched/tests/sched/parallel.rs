@@ -113,7 +113,8 @@ async fn the_scheduler_finds_the_one_node_among_many() {
     use super::support::*;
     let (_server, client) = server().await;
     const MANY: usize = 1100;
-    let nodes = (0..MANY).map(|i| NodeBuilder::new(&format!("n{i:04}")).cpu(if i == 1066 { "8" } else { "1" }).memory("8Gi").build());
+    let nodes = (0..MANY)
+        .map(|i| NodeBuilder::new(&format!("n{i:04}")).cpu(if i == 1066 { "8" } else { "1" }).memory("8Gi").build());
     create_nodes(&client, nodes.collect()).await;
     let _s = start(&client, orchestra_sched::SchedulerConfiguration::default());
     create_pod(&client, PodBuilder::new("p").cpu("2").build()).await;
@@ -121,12 +122,17 @@ async fn the_scheduler_finds_the_one_node_among_many() {
     assert_eq!(node_of(&p), Some("n1066"));
     create_pod(&client, PodBuilder::new("big").cpu("7").build()).await;
     let p = wait_pod(&client, "default", "big", |p| {
-        p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
     })
     .await;
     let cond = p.status.unwrap().conditions.unwrap().into_iter().find(|c| c.type_ == "PodScheduled").unwrap();
     assert!(
-        cond.message.as_deref().is_some_and(|m| m.starts_with("0/1100 nodes are available: 1100 Insufficient cpu. preemption: ")),
+        cond.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("0/1100 nodes are available: 1100 Insufficient cpu. preemption: ")),
         "{:?}",
         cond.message
     );

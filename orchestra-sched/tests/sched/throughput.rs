@@ -36,11 +36,13 @@ async fn scheduling_basic_throughput() {
     let pods: usize = std::env::var("PODS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let (_server, client) = server().await;
     let napi: Api<Node> = Api::all(client.clone());
-    create(&napi, (0..nodes).map(|i| NodeBuilder::new(&format!("node-{i}")).cpu("4").memory("32Gi").build()).collect()).await;
+    create(&napi, (0..nodes).map(|i| NodeBuilder::new(&format!("node-{i}")).cpu("4").memory("32Gi").build()).collect())
+        .await;
     let _s = start(&client, SchedulerConfiguration::default());
     let papi: Api<Pod> = Api::namespaced(client.clone(), "default");
     let start = Instant::now();
-    create(&papi, (0..pods).map(|i| PodBuilder::new(&format!("p{i}")).cpu("100m").memory("500Mi").build()).collect()).await;
+    create(&papi, (0..pods).map(|i| PodBuilder::new(&format!("p{i}")).cpu("100m").memory("500Mi").build()).collect())
+        .await;
     let created = start.elapsed();
     loop {
         let list = papi.list(&Default::default()).await.unwrap();
@@ -51,5 +53,9 @@ async fn scheduling_basic_throughput() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let t = start.elapsed().as_secs_f64();
-    println!("sched quick nodes={nodes} pods={pods} created_in={:.2}s pods_per_s={:.0}", created.as_secs_f64(), pods as f64 / t);
+    println!(
+        "sched quick nodes={nodes} pods={pods} created_in={:.2}s pods_per_s={:.0}",
+        created.as_secs_f64(),
+        pods as f64 / t
+    );
 }

@@ -204,7 +204,8 @@ impl RocksStore {
     /// compaction of [`crate::Store::compact`]).
     pub fn background_busy(&self) -> Result<bool> {
         let core = &self.shared.core;
-        let int = |value: std::result::Result<Option<u64>, rocksdb::Error>| value.map(|v| v.unwrap_or(0)).map_err(storage);
+        let int =
+            |value: std::result::Result<Option<u64>, rocksdb::Error>| value.map(|v| v.unwrap_or(0)).map_err(storage);
         let running = int(core.db.property_int_value("rocksdb.num-running-flushes"))?
             + int(core.db.property_int_value("rocksdb.num-running-compactions"))?;
         let mut pending = 0;
@@ -325,7 +326,11 @@ impl Core {
             }
         } else if revision == current {
             let cf = self.cf(CF_KV);
-            for item in snapshot.iterator_cf_opt(cf, bounded(&request.range, false), IteratorMode::From(start, Direction::Forward)) {
+            for item in snapshot.iterator_cf_opt(
+                cf,
+                bounded(&request.range, false),
+                IteratorMode::From(start, Direction::Forward),
+            ) {
                 let (key, value) = item.map_err(storage)?;
                 let key = std::str::from_utf8(&key).map_err(|_| Error::Storage("corrupt key".into()))?;
                 if request.range.is_past_end(key) {
@@ -340,7 +345,11 @@ impl Core {
             // key's value at `revision` is its last version at or before it.
             let cf = self.cf(CF_HIST);
             let mut candidate: Option<(String, Box<[u8]>)> = None;
-            for item in snapshot.iterator_cf_opt(cf, bounded(&request.range, true), IteratorMode::From(start, Direction::Forward)) {
+            for item in snapshot.iterator_cf_opt(
+                cf,
+                bounded(&request.range, true),
+                IteratorMode::From(start, Direction::Forward),
+            ) {
                 let (hist_key, value) = item.map_err(storage)?;
                 let (key, rev) = codec::split_hist_key(&hist_key)?;
                 if request.range.is_past_end(key) {
@@ -405,7 +414,10 @@ impl Core {
                     }
                     (EventKind::Delete, Some(prev)) => Event::deleted(prev, rev),
                     (EventKind::Delete, None) => {
-                        return Err(Error::Storage(format!("delete of {:?} at {rev} has no previous value", entry.key)));
+                        return Err(Error::Storage(format!(
+                            "delete of {:?} at {rev} has no previous value",
+                            entry.key
+                        )));
                     }
                 };
                 events.push(event);
@@ -692,10 +704,7 @@ impl Store for RocksStore {
         txn.validate()?;
         let commands = self.shared.commands.as_ref().expect("open until dropped");
         let (reply, response) = oneshot::channel();
-        commands
-            .send(Request { txn, reply })
-            .await
-            .map_err(|_| Error::Unavailable("the store is shut down".into()))?;
+        commands.send(Request { txn, reply }).await.map_err(|_| Error::Unavailable("the store is shut down".into()))?;
         response.await.map_err(|_| Error::Unavailable("the store is shut down".into()))?
     }
 

@@ -35,7 +35,11 @@ impl Suite {
         let k1_2 = kv("/cp/k1", "2", 1, 3, 2);
         let k1_3 = kv("/cp/k1", "3", 1, 6, 3);
         let k3 = kv("/cp/k3", "1", 5, 5, 1);
-        assert_eq!(ok(s.range(at(4)).await, "read at 4").kvs, vec![k1_2.clone()], "the state at the compaction revision");
+        assert_eq!(
+            ok(s.range(at(4)).await, "read at 4").kvs,
+            vec![k1_2.clone()],
+            "the state at the compaction revision"
+        );
         assert_eq!(ok(s.range(at(5)).await, "read at 5").kvs, [k1_2.clone(), k3.clone()]);
         assert_eq!(ok(s.range(at(6)).await, "read at 6").kvs, [k1_3.clone(), k3.clone()]);
         let k2 = RangeRequest::new(KeyRange::key("/cp/k2")).at_revision(4);

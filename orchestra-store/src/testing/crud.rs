@@ -36,7 +36,11 @@ impl Suite {
         assert_eq!(revision(s).await, 5, "a delete takes a revision");
 
         let again = ok(s.create("/crud/a", "again".into(), None).await, "create /crud/a again");
-        assert_eq!(again, kv("/crud/a", "again", 6, 6, 1), "a re-created key starts over: new create revision, version 1");
+        assert_eq!(
+            again,
+            kv("/crud/a", "again", 6, 6, 1),
+            "a re-created key starts over: new create revision, version 1"
+        );
 
         assert_eq!(ok(s.delete("/crud/b", None).await, "unguarded delete of /crud/b"), b);
         assert_eq!(revision(s).await, 7);
@@ -112,7 +116,11 @@ impl Suite {
             "update at a future revision"
         );
         let missing = Error::NotFound { key: "/occ/missing".into() };
-        assert_eq!(s.update("/occ/missing", "x".into(), 1, None).await, Err(missing.clone()), "update of a missing key");
+        assert_eq!(
+            s.update("/occ/missing", "x".into(), 1, None).await,
+            Err(missing.clone()),
+            "update of a missing key"
+        );
         assert_eq!(s.delete("/occ/missing", Some(1)).await, Err(missing), "guarded delete of a missing key");
         assert_eq!(
             s.create("/occ/k", "x".into(), None).await,
@@ -143,7 +151,8 @@ impl Suite {
                     let mut conflicts = 0;
                     for _ in 0..INCREMENTS {
                         loop {
-                            let current = ok(store.get("/occ/counter").await, "read the counter").expect("counter exists");
+                            let current =
+                                ok(store.get("/occ/counter").await, "read the counter").expect("counter exists");
                             let n: usize = std::str::from_utf8(&current.value).unwrap().parse().unwrap();
                             let next = (n + 1).to_string().into();
                             match store.update("/occ/counter", next, current.mod_revision, None).await {

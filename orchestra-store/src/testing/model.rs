@@ -246,19 +246,50 @@ const PREFIXES: [&str; 5] = ["/a/", "/b/", "/", "/a/2", "/c/"];
 /// while proptest shrinks it.
 #[derive(Debug, Clone)]
 enum Action {
-    Put { key: usize, value: usize },
-    Create { key: usize, value: usize },
-    Update { key: usize, value: usize, expected: Expected },
-    Delete { key: usize, expected: Option<Expected> },
-    Get { key: usize },
-    Range { range: RangeSpec, limit: usize },
+    Put {
+        key: usize,
+        value: usize,
+    },
+    Create {
+        key: usize,
+        value: usize,
+    },
+    Update {
+        key: usize,
+        value: usize,
+        expected: Expected,
+    },
+    Delete {
+        key: usize,
+        expected: Option<Expected>,
+    },
+    Get {
+        key: usize,
+    },
+    Range {
+        range: RangeSpec,
+        limit: usize,
+    },
     /// A read `back` revisions before the next one (0: a future revision).
-    RangeAt { range: RangeSpec, limit: usize, back: i64 },
+    RangeAt {
+        range: RangeSpec,
+        limit: usize,
+        back: i64,
+    },
     /// Every page of a range, `page` keys at a time.
-    Paginate { range: RangeSpec, page: usize },
-    Txn { compares: Vec<CompareSpec>, success: Vec<OpSpec>, failure: Vec<OpSpec> },
+    Paginate {
+        range: RangeSpec,
+        page: usize,
+    },
+    Txn {
+        compares: Vec<CompareSpec>,
+        success: Vec<OpSpec>,
+        failure: Vec<OpSpec>,
+    },
     /// Compacts `back` revisions before the current one (-1: the future).
-    Compact { back: i64 },
+    Compact {
+        back: i64,
+    },
 }
 
 /// The revision a guarded write expects.
@@ -490,7 +521,8 @@ fn range_spec() -> impl Strategy<Value = RangeSpec> {
 }
 
 fn compare_spec() -> impl Strategy<Value = CompareSpec> {
-    let op = prop_oneof![Just(CompareOp::Equal), Just(CompareOp::NotEqual), Just(CompareOp::Less), Just(CompareOp::Greater)];
+    let op =
+        prop_oneof![Just(CompareOp::Equal), Just(CompareOp::NotEqual), Just(CompareOp::Less), Just(CompareOp::Greater)];
     let field = prop_oneof![
         (-1..=1i64).prop_map(Field::ModRevision),
         (-1..=1i64).prop_map(Field::CreateRevision),
@@ -574,7 +606,10 @@ async fn run_case<B: StoreBuilder + ?Sized>(builder: &B, actions: &[Action]) -> 
     if status.revision > 0 {
         let events = events_until(&mut live, status.revision, "a watch of every key").await;
         if events != model.events() {
-            return Err(fail(format!("a watch of every key saw\n  {events:?}\n  model expects\n  {:?}", model.events())));
+            return Err(fail(format!(
+                "a watch of every key saw\n  {events:?}\n  model expects\n  {:?}",
+                model.events()
+            )));
         }
         let expected: Vec<_> = model.events().iter().filter(|e| e.kv.key.starts_with("/a/")).cloned().collect();
         if let Some(last) = expected.last() {

@@ -152,6 +152,10 @@ impl Suite {
         let page = ok(s.range(at(6).with_limit(2)).await, "first page at revision 6");
         ok(s.compact(7).await, "compact to 7");
         let next = at(6).with_limit(2).next_page(&page).expect("more pages");
-        assert_eq!(s.range(next).await, Err(Error::Compacted { requested: 6, compacted: 7 }), "a page after compaction");
+        assert_eq!(
+            s.range(next).await,
+            Err(Error::Compacted { requested: 6, compacted: 7 }),
+            "a page after compaction"
+        );
     }
 }

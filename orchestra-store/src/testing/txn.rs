@@ -74,7 +74,8 @@ impl Suite {
         }
 
         // Every compare must hold.
-        let all_hold = [Compare::mod_revision("/t/a", Eq, 2), Compare::value("/t/b", Eq, "b1"), Compare::absent("/t/none")];
+        let all_hold =
+            [Compare::mod_revision("/t/a", Eq, 2), Compare::value("/t/b", Eq, "b1"), Compare::absent("/t/none")];
         let response = ok(s.txn(Txn::new().when(all_hold.clone())).await, "three compares that hold");
         assert!(response.succeeded && response.responses.is_empty());
         let one_fails = [all_hold[0].clone(), Compare::version("/t/b", Eq, 2), all_hold[2].clone()];

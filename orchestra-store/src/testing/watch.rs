@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::{
-    Recorder, Suite, assert_events, assert_quiet, events_until, expect_fresh, ok, put_event, revision,
-};
+use super::{Recorder, Suite, assert_events, assert_quiet, events_until, expect_fresh, ok, put_event, revision};
 use crate::error::Error;
 use crate::kv::{Event, EventKind, KeyRange, KeyValue};
 use crate::store::Store;
@@ -172,8 +170,13 @@ impl Suite {
             deleted(&c, 6),
         ];
         assert_events(&events_until(&mut live, 6, "live delete events").await, &expected, "live delete events");
-        let mut replay = ok(s.watch(WatchRequest::new(KeyRange::prefix("/wd/")).from_revision(1)).await, "watch from 1");
-        assert_events(&events_until(&mut replay, 6, "replayed delete events").await, &expected, "replayed delete events");
+        let mut replay =
+            ok(s.watch(WatchRequest::new(KeyRange::prefix("/wd/")).from_revision(1)).await, "watch from 1");
+        assert_events(
+            &events_until(&mut replay, 6, "replayed delete events").await,
+            &expected,
+            "replayed delete events",
+        );
     }
 
     /// A watch from a past revision replays the history from there and then
@@ -219,7 +222,8 @@ impl Suite {
 
         // A watch from the next revision waits for it.
         let next = end + 1;
-        let mut watch = ok(store.watch(WatchRequest::new(range).from_revision(next)).await, "watch from the next revision");
+        let mut watch =
+            ok(store.watch(WatchRequest::new(range).from_revision(next)).await, "watch from the next revision");
         assert_quiet(&mut watch, "watch from the next revision").await;
         writes.put("/h/k0", "next").await;
         let events = events_until(&mut watch, next, "watch from the next revision").await;

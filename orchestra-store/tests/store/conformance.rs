@@ -1,8 +1,8 @@
 //! The conformance suite and the model test, on both backends.
 
-use orchestra_store::testing::{MemStoreBuilder, Suite, model_test};
 #[cfg(feature = "rocksdb")]
 use orchestra_store::testing::RocksStoreBuilder;
+use orchestra_store::testing::{MemStoreBuilder, Suite, model_test};
 
 /// Random sequences per backend in the model tests.
 const MODEL_CASES: u32 = 32;

@@ -220,10 +220,7 @@ fn crash_recovery() {
             let kv = store.put("/crash/after", Bytes::from_static(b"x"), None).await.unwrap();
             assert_eq!(kv.mod_revision, status.revision + 1);
             last_revision = kv.mod_revision;
-            assert!(matches!(
-                store.create("/crash/after", Bytes::new(), None).await,
-                Err(Error::AlreadyExists { .. })
-            ));
+            assert!(matches!(store.create("/crash/after", Bytes::new(), None).await, Err(Error::AlreadyExists { .. })));
         });
     }
 }

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use orchestra_store::{CompactionPolicy, Error, MemStore, RangeRequest, RocksOptions, RocksStore, Store, StoreOptions};
 use orchestra_store::KeyRange;
+use orchestra_store::{CompactionPolicy, Error, MemStore, RangeRequest, RocksOptions, RocksStore, Store, StoreOptions};
 
 async fn backends(options: StoreOptions) -> (Vec<Arc<dyn Store>>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -69,7 +69,10 @@ async fn revision_cap_bounds_history() {
 async fn engine_flush_writes_tables_and_settles() {
     let dir = tempfile::tempdir().unwrap();
     let tables = || {
-        std::fs::read_dir(dir.path()).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sst")).count()
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sst"))
+            .count()
     };
     let store = RocksStore::open(dir.path()).await.unwrap();
     for i in 0..500 {

@@ -37,13 +37,9 @@ impl PathElement {
 
     /// Parses a `FieldsV1` key.
     pub fn decode(text: &str) -> Result<PathElement, String> {
-        let (kind, rest) = text
-            .split_once(':')
-            .ok_or_else(|| format!("invalid field path element {text:?}"))?;
-        let json = || {
-            serde_json::from_str::<Value>(rest)
-                .map_err(|e| format!("invalid field path element {text:?}: {e}"))
-        };
+        let (kind, rest) = text.split_once(':').ok_or_else(|| format!("invalid field path element {text:?}"))?;
+        let json =
+            || serde_json::from_str::<Value>(rest).map_err(|e| format!("invalid field path element {text:?}: {e}"));
         Ok(match kind {
             "f" => PathElement::Field(rest.to_owned()),
             "k" => match json()? {
@@ -51,10 +47,7 @@ impl PathElement {
                 _ => return Err(format!("invalid key field path element {text:?}")),
             },
             "v" => PathElement::Value(json()?.to_string()),
-            "i" => PathElement::Index(
-                rest.parse()
-                    .map_err(|_| format!("invalid index field path element {text:?}"))?,
-            ),
+            "i" => PathElement::Index(rest.parse().map_err(|_| format!("invalid index field path element {text:?}"))?),
             _ => return Err(format!("invalid field path element {text:?}")),
         })
     }
@@ -127,14 +120,8 @@ pub fn value_at<'a>(value: &'a Value, path: &[PathElement]) -> Option<&'a Value>
     for element in path {
         current = match element {
             PathElement::Field(name) => current.get(name)?,
-            PathElement::Key(key) => current
-                .as_array()?
-                .iter()
-                .find(|item| key_matches(item, key))?,
-            PathElement::Value(text) => current
-                .as_array()?
-                .iter()
-                .find(|item| item.to_string() == *text)?,
+            PathElement::Key(key) => current.as_array()?.iter().find(|item| key_matches(item, key))?,
+            PathElement::Value(text) => current.as_array()?.iter().find(|item| item.to_string() == *text)?,
             PathElement::Index(index) => current.as_array()?.get(*index)?,
         };
     }
@@ -150,12 +137,12 @@ pub fn remove_at(value: &mut Value, path: &[PathElement]) -> bool {
     for element in parent {
         let next = match element {
             PathElement::Field(name) => current.get_mut(name),
-            PathElement::Key(key) => current
-                .as_array_mut()
-                .and_then(|items| items.iter_mut().find(|item| key_matches(item, key))),
-            PathElement::Value(text) => current
-                .as_array_mut()
-                .and_then(|items| items.iter_mut().find(|item| item.to_string() == *text)),
+            PathElement::Key(key) => {
+                current.as_array_mut().and_then(|items| items.iter_mut().find(|item| key_matches(item, key)))
+            }
+            PathElement::Value(text) => {
+                current.as_array_mut().and_then(|items| items.iter_mut().find(|item| item.to_string() == *text))
+            }
             PathElement::Index(index) => current.as_array_mut().and_then(|a| a.get_mut(*index)),
         };
         match next {
@@ -207,10 +194,7 @@ impl FieldSet {
 
     /// True if the path or any path below it is in the set.
     pub fn contains_prefix(&self, prefix: &[PathElement]) -> bool {
-        self.0
-            .range(prefix.to_vec()..)
-            .next()
-            .is_some_and(|p| p.starts_with(prefix))
+        self.0.range(prefix.to_vec()..).next().is_some_and(|p| p.starts_with(prefix))
     }
 
     /// Keeps only the paths `keep` accepts.
@@ -274,9 +258,7 @@ impl FieldSet {
     /// Parses `fieldsV1` JSON.
     pub fn from_fields_v1(value: &Value) -> Result<FieldSet, String> {
         fn walk(value: &Value, path: &mut Path, set: &mut FieldSet) -> Result<(), String> {
-            let map = value
-                .as_object()
-                .ok_or_else(|| format!("fieldsV1 must hold objects, found {value}"))?;
+            let map = value.as_object().ok_or_else(|| format!("fieldsV1 must hold objects, found {value}"))?;
             for (key, child) in map {
                 if key == "." {
                     if !path.is_empty() {
@@ -304,24 +286,12 @@ impl FieldSet {
     /// fields). This is what an applier owns.
     pub fn of_value(value: &Value, shape: Shape<'_>) -> FieldSet {
         let mut set = FieldSet::new();
-        walk_value(
-            value,
-            shape,
-            &FieldMeta::default(),
-            &mut Vec::new(),
-            &mut set,
-        );
+        walk_value(value, shape, &FieldMeta::default(), &mut Vec::new(), &mut set);
         set
     }
 }
 
-fn walk_value(
-    value: &Value,
-    shape: Shape<'_>,
-    meta: &FieldMeta,
-    path: &mut Path,
-    set: &mut FieldSet,
-) {
+fn walk_value(value: &Value, shape: Shape<'_>, meta: &FieldMeta, path: &mut Path, set: &mut FieldSet) {
     match value {
         Value::Object(map) if meta.atomic_map || map.is_empty() => {
             if !path.is_empty() {
@@ -415,25 +385,16 @@ mod tests {
             PathElement::Field("image".into()),
         ];
         assert!(set.contains(&image));
-        assert_eq!(
-            path_string(&image),
-            ".spec.template.spec.containers[name=\"c\"].image"
-        );
+        assert_eq!(path_string(&image), ".spec.template.spec.containers[name=\"c\"].image");
         assert_eq!(value_at(&object, &image), Some(&json!("nginx")));
         let port = &object["spec"]["template"]["spec"]["containers"][0]["ports"][0];
         let mut port_path = image[..5].to_vec();
         port_path.push(PathElement::Field("ports".into()));
         port_path.push(item_key(port, &["containerPort".into(), "protocol".into()]));
         assert_eq!(value_at(&object, &port_path), Some(port));
-        assert_eq!(
-            path_string(&port_path[5..]),
-            ".ports[containerPort=80,protocol=\"TCP\"]"
-        );
+        assert_eq!(path_string(&port_path[5..]), ".ports[containerPort=80,protocol=\"TCP\"]");
         let mut removed = object.clone();
         assert!(remove_at(&mut removed, &port_path));
-        assert_eq!(
-            removed["spec"]["template"]["spec"]["containers"][0]["ports"],
-            json!([])
-        );
+        assert_eq!(removed["spec"]["template"]["spec"]["containers"][0]["ports"], json!([]));
     }
 }

@@ -155,29 +155,19 @@ pub fn managed_fields(object: &Value) -> Vec<ManagedEntry> {
 pub fn set_managed_fields(object: &mut Value, mut entries: Vec<ManagedEntry>) {
     entries.retain(|e| !e.fields.is_empty());
     entries.sort_by(|p, q| {
-        (
-            &p.operation,
-            &p.time,
-            &p.manager,
-            &p.api_version,
-            &p.subresource,
-        )
-            .cmp(&(
-                &q.operation,
-                &q.time,
-                &q.manager,
-                &q.api_version,
-                &q.subresource,
-            ))
+        (&p.operation, &p.time, &p.manager, &p.api_version, &p.subresource).cmp(&(
+            &q.operation,
+            &q.time,
+            &q.manager,
+            &q.api_version,
+            &q.subresource,
+        ))
     });
     let metadata = meta::metadata_mut(object);
     if entries.is_empty() {
         metadata.remove("managedFields");
     } else {
-        metadata.insert(
-            "managedFields".into(),
-            Value::Array(entries.iter().map(ManagedEntry::to_json).collect()),
-        );
+        metadata.insert("managedFields".into(), Value::Array(entries.iter().map(ManagedEntry::to_json).collect()));
     }
 }
 
@@ -219,15 +209,8 @@ fn changed(old: Option<&Value>, new: &Value, set: &FieldSet) -> FieldSet {
     let mut out = FieldSet::new();
     for path in set.paths() {
         let before = old.and_then(|old| value_at(old, path));
-        let is_item = matches!(
-            path.last(),
-            Some(PathElement::Key(_) | PathElement::Value(_))
-        );
-        let differs = if is_item {
-            before.is_none()
-        } else {
-            before != value_at(new, path)
-        };
+        let is_item = matches!(path.last(), Some(PathElement::Key(_) | PathElement::Value(_)));
+        let differs = if is_item { before.is_none() } else { before != value_at(new, path) };
         if differs {
             out.insert(path.clone());
         }
@@ -284,14 +267,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
             metadata.remove("managedFields");
         } else {
             let time = meta::now_rfc3339();
-            let entry = entry_json(
-                ctx.manager,
-                UPDATE,
-                ctx.api_version,
-                Some(&time),
-                ctx.subresource,
-                fields,
-            );
+            let entry = entry_json(ctx.manager, UPDATE, ctx.api_version, Some(&time), ctx.subresource, fields);
             metadata.insert("managedFields".into(), Value::Array(vec![entry]));
         }
         return;
@@ -302,9 +278,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
 /// [`record_update`] in general: with the field sets of both objects.
 fn record_with_field_sets(old: Option<&Value>, new: &mut Value, ctx: &Context<'_>) {
     let sent = meta::meta_value(new, "managedFields").cloned();
-    let stored = old
-        .and_then(|o| meta::meta_value(o, "managedFields"))
-        .cloned();
+    let stored = old.and_then(|o| meta::meta_value(o, "managedFields")).cloned();
     let mut entries = match (&sent, old) {
         (Some(sent), _) if Some(sent) != stored.as_ref() => managed_fields(new),
         (_, Some(old)) => managed_fields(old),
@@ -322,14 +296,7 @@ fn record_with_field_sets(old: Option<&Value>, new: &mut Value, ctx: &Context<'_
         // Like upstream, an updater that adds a map owns the map itself too
         // (`f:labels: {".": {}, ...}`).
         let mut maps = FieldSet::new();
-        added_maps(
-            old,
-            &new_part,
-            ctx.shape,
-            &FieldMeta::default(),
-            &mut Vec::new(),
-            &mut maps,
-        );
+        added_maps(old, &new_part, ctx.shape, &FieldMeta::default(), &mut Vec::new(), &mut maps);
         modified = modified.union(&maps);
     }
     let removed = old_set.difference(&new_set);
@@ -543,10 +510,7 @@ pub struct Conflict {
 /// The 409 Conflict upstream answers an apply with conflicts.
 pub fn conflict_error(conflicts: &[Conflict]) -> ApiError {
     let message = match conflicts {
-        [one] => format!(
-            "Apply failed with 1 conflict: conflict with {}: {}",
-            one.manager, one.field
-        ),
+        [one] => format!("Apply failed with 1 conflict: conflict with {}: {}", one.manager, one.field),
         _ => {
             let mut managers: Vec<&str> = conflicts.iter().map(|c| c.manager.as_str()).collect();
             managers.sort();
@@ -558,11 +522,7 @@ pub fn conflict_error(conflicts: &[Conflict]) -> ApiError {
                     lines.push(format!("- {}", conflict.field));
                 }
             }
-            format!(
-                "Apply failed with {} conflicts: {}",
-                conflicts.len(),
-                lines.join("\n")
-            )
+            format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
         }
     };
     ApiError {
@@ -640,10 +600,7 @@ fn interleave(
     let applied_keys: Vec<PathElement> = applied.iter().map(&key).collect();
     let live_index = |k: &PathElement| live_keys.iter().position(|l| l == k);
     let applied_index = |k: &PathElement| applied_keys.iter().position(|a| a == k);
-    let mut shared = applied_keys
-        .iter()
-        .filter(|k| live_index(k).is_some())
-        .peekable();
+    let mut shared = applied_keys.iter().filter(|k| live_index(k).is_some()).peekable();
     let mut out = Vec::with_capacity(live.len().max(applied.len()));
     let (mut l, mut r) = (0, 0);
     while l < live.len() || r < applied.len() {
@@ -655,9 +612,7 @@ fn interleave(
                 shared.next();
                 continue;
             }
-            if applied_index(&live_keys[l]).is_some()
-                && shared.peek().is_some_and(|next| **next != live_keys[l])
-            {
+            if applied_index(&live_keys[l]).is_some() && shared.peek().is_some_and(|next| **next != live_keys[l]) {
                 // A shared item the applied list wants later.
                 l += 1;
                 continue;
@@ -702,33 +657,20 @@ impl ApplyError {
     pub fn to_api_error(&self) -> ApiError {
         match self {
             ApplyError::Conflicts(conflicts) => conflict_error(conflicts),
-            ApplyError::Invalid(message) => ApiError {
-                code: 500,
-                reason: "",
-                message: message.clone(),
-                details: None,
-            },
+            ApplyError::Invalid(message) => ApiError { code: 500, reason: "", message: message.clone(), details: None },
         }
     }
 }
 
 /// The upstream name of a group-version-kind, e.g. `apps/v1, Kind=Deployment`.
 fn gvk_string(ctx: &Context<'_>) -> String {
-    let group_version = if ctx.api_version.contains('/') {
-        ctx.api_version.to_owned()
-    } else {
-        format!("/{}", ctx.api_version)
-    };
+    let group_version =
+        if ctx.api_version.contains('/') { ctx.api_version.to_owned() } else { format!("/{}", ctx.api_version) };
     format!("{group_version}, Kind={}", ctx.kind)
 }
 
 /// Checks that list-map items carry their keys, once each.
-fn check_list_keys(
-    value: &Value,
-    shape: Shape<'_>,
-    meta: &FieldMeta,
-    path: &mut Path,
-) -> Result<(), String> {
+fn check_list_keys(value: &Value, shape: Shape<'_>, meta: &FieldMeta, path: &mut Path) -> Result<(), String> {
     match value {
         Value::Object(map) if !meta.atomic_map => {
             for (key, child) in map {
@@ -746,9 +688,7 @@ fn check_list_keys(
             let mut seen = Vec::new();
             for (i, item) in items.iter().enumerate() {
                 for key in keys {
-                    if item.get(key).is_none_or(Value::is_null)
-                        && super::patch::meta::key_default(key).is_none()
-                    {
+                    if item.get(key).is_none_or(Value::is_null) && super::patch::meta::key_default(key).is_none() {
                         return Err(format!(
                             "{}: element {i}: associative list with keys has an element that omits key field {:?} (and doesn't have default value)",
                             path_string(path),
@@ -758,10 +698,7 @@ fn check_list_keys(
                 }
                 let element = item_key(item, keys);
                 if seen.contains(&element) {
-                    return Err(format!(
-                        "{}: duplicate entries for key {element}",
-                        path_string(path)
-                    ));
+                    return Err(format!("{}: duplicate entries for key {element}", path_string(path)));
                 }
                 path.push(element.clone());
                 check_list_keys(item, shape.items(), &FieldMeta::default(), path)?;
@@ -777,22 +714,13 @@ fn check_list_keys(
 /// Server-side apply of `config` by `ctx.manager` to `live` (`None` if the
 /// object does not exist yet). Returns the new object with its
 /// `managedFields`, or the conflicts with other managers unless `force`.
-pub fn apply(
-    live: Option<&Value>,
-    config: &Value,
-    ctx: &Context<'_>,
-    force: bool,
-) -> Result<Value, ApplyError> {
+pub fn apply(live: Option<&Value>, config: &Value, ctx: &Context<'_>, force: bool) -> Result<Value, ApplyError> {
     let mut config = config.clone();
     if let Some(metadata) = config.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.remove("managedFields");
     }
-    check_list_keys(&config, ctx.shape, &FieldMeta::default(), &mut Vec::new()).map_err(|e| {
-        ApplyError::Invalid(format!(
-            "failed to create typed patch object ({}): {e}",
-            gvk_string(ctx)
-        ))
-    })?;
+    check_list_keys(&config, ctx.shape, &FieldMeta::default(), &mut Vec::new())
+        .map_err(|e| ApplyError::Invalid(format!("failed to create typed patch object ({}): {e}", gvk_string(ctx))))?;
     let mut entries = live.map(managed_fields).unwrap_or_default();
     if let Some(live) = live
         && meta::meta_value(live, "managedFields").is_none()
@@ -841,10 +769,7 @@ pub fn apply(
         return Err(ApplyError::Conflicts(
             conflicts
                 .iter()
-                .map(|(i, path)| Conflict {
-                    manager: entries[*i].describe(),
-                    field: path_string(path),
-                })
+                .map(|(i, path)| Conflict { manager: entries[*i].describe(), field: path_string(path) })
                 .collect(),
         ));
     }
@@ -863,10 +788,8 @@ pub fn apply(
         .filter(|(i, _)| Some(*i) != mine)
         .fold(FieldSet::new(), |all, (_, e)| all.union(&e.fields));
     let dropped = previous.difference(&applied).difference(&others);
-    let mut dropped: Vec<&Path> = dropped
-        .paths()
-        .filter(|path| !others.contains_prefix(path) && !applied.contains_prefix(path))
-        .collect();
+    let mut dropped: Vec<&Path> =
+        dropped.paths().filter(|path| !others.contains_prefix(path) && !applied.contains_prefix(path)).collect();
     dropped.sort_by_key(|path| std::cmp::Reverse(path.len()));
     for path in dropped {
         remove_at(&mut merged, path);
@@ -903,16 +826,11 @@ pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration
 /// The fields of the object's last-applied configuration that still have
 /// the applied values (`None` without the annotation).
 fn last_applied_fields(live: &Value, ctx: &Context<'_>) -> Option<FieldSet> {
-    let text = meta::meta_value(live, "annotations")?
-        .get(LAST_APPLIED)?
-        .as_str()?;
+    let text = meta::meta_value(live, "annotations")?.get(LAST_APPLIED)?.as_str()?;
     let last_applied: Value = serde_json::from_str(text).ok()?;
     let mut allowed = FieldSet::new();
     for path in fields_of(&last_applied, ctx).paths() {
-        let is_item = matches!(
-            path.last(),
-            Some(PathElement::Key(_) | PathElement::Value(_))
-        );
+        let is_item = matches!(path.last(), Some(PathElement::Key(_) | PathElement::Value(_)));
         let live_value = value_at(live, path);
         if live_value.is_some() && (is_item || live_value == value_at(&last_applied, path)) {
             allowed.insert(path.clone());
@@ -924,27 +842,20 @@ fn last_applied_fields(live: &Value, ctx: &Context<'_>) -> Option<FieldSet> {
 /// Keeps an existing last-applied annotation in step with what `kubectl`
 /// applies server-side, like upstream.
 fn update_last_applied(object: &mut Value, config: &Value) {
-    let has_annotation = meta::meta_value(object, "annotations")
-        .and_then(|a| a.get(LAST_APPLIED))
-        .is_some();
+    let has_annotation = meta::meta_value(object, "annotations").and_then(|a| a.get(LAST_APPLIED)).is_some();
     if !has_annotation {
         return;
     }
     let mut applied = config.clone();
     if let Some(metadata) = applied.get_mut("metadata").and_then(Value::as_object_mut)
-        && let Some(annotations) = metadata
-            .get_mut("annotations")
-            .and_then(Value::as_object_mut)
+        && let Some(annotations) = metadata.get_mut("annotations").and_then(Value::as_object_mut)
     {
         annotations.remove(LAST_APPLIED);
         if annotations.is_empty() {
             metadata.remove("annotations");
         }
     }
-    if let Some(annotations) = object
-        .pointer_mut("/metadata/annotations")
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(annotations) = object.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
         annotations.insert(LAST_APPLIED.into(), applied.to_string().into());
     }
 }

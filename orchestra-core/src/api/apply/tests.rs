@@ -35,10 +35,7 @@ fn config(replicas: i64, image: &str, labels: Value) -> Value {
 }
 
 fn managers(object: &Value) -> Vec<(String, String)> {
-    managed_fields(object)
-        .into_iter()
-        .map(|e| (e.manager, e.operation))
-        .collect()
+    managed_fields(object).into_iter().map(|e| (e.manager, e.operation)).collect()
 }
 
 fn owns(object: &Value, manager: &str, path: &str) -> bool {
@@ -51,13 +48,7 @@ fn owns(object: &Value, manager: &str, path: &str) -> bool {
 #[test]
 fn apply_creates_and_records_ownership() {
     let schemas = schemas();
-    let object = apply(
-        None,
-        &config(1, "nginx:1", json!({"app": "web"})),
-        &ctx("a", &schemas),
-        false,
-    )
-    .unwrap();
+    let object = apply(None, &config(1, "nginx:1", json!({"app": "web"})), &ctx("a", &schemas), false).unwrap();
     assert_eq!(object["spec"]["replicas"], 1);
     assert_eq!(managers(&object), [("a".to_owned(), "Apply".to_owned())]);
     let entry = &object["metadata"]["managedFields"][0];
@@ -68,71 +59,32 @@ fn apply_creates_and_records_ownership() {
         entry["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"c\"}"],
         json!({".": {}, "f:image": {}, "f:name": {}})
     );
-    assert_eq!(
-        entry["fieldsV1"]["f:metadata"],
-        json!({"f:labels": {"f:app": {}}})
-    );
+    assert_eq!(entry["fieldsV1"]["f:metadata"], json!({"f:labels": {"f:app": {}}}));
     assert!(entry["fieldsV1"].get("f:apiVersion").is_none());
 }
 
 #[test]
 fn apply_scenarios() {
     let schemas = schemas();
-    let first = apply(
-        None,
-        &config(1, "nginx:1", json!({"app": "web", "tier": "front"})),
-        &ctx("a", &schemas),
-        false,
-    )
-    .unwrap();
+    let first =
+        apply(None, &config(1, "nginx:1", json!({"app": "web", "tier": "front"})), &ctx("a", &schemas), false).unwrap();
 
     // Dropped fields go away; changed ones are taken.
-    let second = apply(
-        Some(&first),
-        &config(1, "nginx:2", json!({"app": "web"})),
-        &ctx("a", &schemas),
-        false,
-    )
-    .unwrap();
+    let second = apply(Some(&first), &config(1, "nginx:2", json!({"app": "web"})), &ctx("a", &schemas), false).unwrap();
     assert_eq!(second["metadata"]["labels"], json!({"app": "web"}));
-    assert_eq!(
-        second["spec"]["template"]["spec"]["containers"][0]["image"],
-        "nginx:2"
-    );
+    assert_eq!(second["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:2");
 
     // Another manager changing a field: conflict naming the owner and field.
-    let conflicts = apply(
-        Some(&second),
-        &config(3, "nginx:2", json!({"app": "web"})),
-        &ctx("b", &schemas),
-        false,
-    )
-    .unwrap_err();
-    let ApplyError::Conflicts(conflicts) = conflicts else {
-        panic!("{conflicts:?}")
-    };
-    assert_eq!(
-        conflicts,
-        [Conflict {
-            manager: "\"a\"".into(),
-            field: ".spec.replicas".into()
-        }]
-    );
+    let conflicts =
+        apply(Some(&second), &config(3, "nginx:2", json!({"app": "web"})), &ctx("b", &schemas), false).unwrap_err();
+    let ApplyError::Conflicts(conflicts) = conflicts else { panic!("{conflicts:?}") };
+    assert_eq!(conflicts, [Conflict { manager: "\"a\"".into(), field: ".spec.replicas".into() }]);
     let error = conflict_error(&conflicts);
     assert_eq!(error.code, 409);
-    assert_eq!(
-        error.message,
-        "Apply failed with 1 conflict: conflict with \"a\": .spec.replicas"
-    );
+    assert_eq!(error.message, "Apply failed with 1 conflict: conflict with \"a\": .spec.replicas");
     let json = error.to_json();
-    assert_eq!(
-        json["details"]["causes"][0]["reason"],
-        "FieldManagerConflict"
-    );
-    assert_eq!(
-        json["details"]["causes"][0]["message"],
-        "conflict with \"a\""
-    );
+    assert_eq!(json["details"]["causes"][0]["reason"], "FieldManagerConflict");
+    assert_eq!(json["details"]["causes"][0]["message"], "conflict with \"a\"");
     assert_eq!(json["details"]["causes"][0]["field"], ".spec.replicas");
 
     // Equal values are shared without conflict.
@@ -147,38 +99,20 @@ fn apply_scenarios() {
     assert!(owns(&shared, "a", ".spec.replicas") && owns(&shared, "b", ".spec.replicas"));
     // ... and a field one manager drops stays while the other still owns it.
     let mut without_replicas = config(1, "nginx:2", json!({"app": "web"}));
-    without_replicas["spec"]
-        .as_object_mut()
-        .unwrap()
-        .remove("replicas");
+    without_replicas["spec"].as_object_mut().unwrap().remove("replicas");
     let dropped = apply(Some(&shared), &without_replicas, &ctx("a", &schemas), false).unwrap();
     assert_eq!(dropped["spec"]["replicas"], 1);
     assert!(!owns(&dropped, "a", ".spec.replicas") && owns(&dropped, "b", ".spec.replicas"));
 
     // Force takes the field over.
-    let forced = apply(
-        Some(&second),
-        &config(3, "nginx:2", json!({"app": "web"})),
-        &ctx("b", &schemas),
-        true,
-    )
-    .unwrap();
+    let forced = apply(Some(&second), &config(3, "nginx:2", json!({"app": "web"})), &ctx("b", &schemas), true).unwrap();
     assert_eq!(forced["spec"]["replicas"], 3);
     assert!(owns(&forced, "b", ".spec.replicas") && !owns(&forced, "a", ".spec.replicas"));
-    assert!(owns(
-        &forced,
-        "a",
-        ".spec.template.spec.containers[name=\"c\"].image"
-    ));
+    assert!(owns(&forced, "a", ".spec.template.spec.containers[name=\"c\"].image"));
 
     // Several conflicts are listed per manager.
-    let many = apply(
-        Some(&second),
-        &config(4, "nginx:9", json!({"app": "web"})),
-        &ctx("b", &schemas),
-        false,
-    )
-    .unwrap_err();
+    let many =
+        apply(Some(&second), &config(4, "nginx:9", json!({"app": "web"})), &ctx("b", &schemas), false).unwrap_err();
     assert_eq!(
         many.to_api_error().message,
         "Apply failed with 2 conflicts: conflicts with \"a\":\n- .spec.replicas\n- .spec.template.spec.containers[name=\"c\"].image"
@@ -190,25 +124,15 @@ fn updates_are_recorded_and_conflict_with_appliers() {
     let schemas = schemas();
     let mut created = config(1, "nginx:1", json!({"app": "web"}));
     record_update(None, &mut created, &ctx("kubectl-create", &schemas));
-    assert_eq!(
-        managers(&created),
-        [("kubectl-create".to_owned(), "Update".to_owned())]
-    );
+    assert_eq!(managers(&created), [("kubectl-create".to_owned(), "Update".to_owned())]);
     assert!(owns(&created, "kubectl-create", ".spec.replicas"));
     assert_eq!(
         created["metadata"]["managedFields"][0]["fieldsV1"]["f:metadata"],
         json!({"f:labels": {".": {}, "f:app": {}}})
     );
     let mut unlabeled = created.clone();
-    unlabeled["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("labels");
-    record_update(
-        Some(&created),
-        &mut unlabeled,
-        &ctx("kubectl-edit", &schemas),
-    );
+    unlabeled["metadata"].as_object_mut().unwrap().remove("labels");
+    record_update(Some(&created), &mut unlabeled, &ctx("kubectl-edit", &schemas));
     assert!(!owns(&unlabeled, "kubectl-create", ".metadata.labels"));
     assert!(!owns(&unlabeled, "kubectl-create", ".metadata.labels.app"));
 
@@ -217,37 +141,21 @@ fn updates_are_recorded_and_conflict_with_appliers() {
     record_update(Some(&created), &mut edited, &ctx("kubectl-edit", &schemas));
     assert!(owns(&edited, "kubectl-edit", ".spec.replicas"));
     assert!(!owns(&edited, "kubectl-create", ".spec.replicas"));
-    assert!(owns(
-        &edited,
-        "kubectl-create",
-        ".spec.template.spec.containers[name=\"c\"].image"
-    ));
+    assert!(owns(&edited, "kubectl-create", ".spec.template.spec.containers[name=\"c\"].image"));
 
-    let conflicts = apply(
-        Some(&edited),
-        &config(2, "nginx:1", json!({"app": "web"})),
-        &ctx("kubectl", &schemas),
-        false,
-    )
-    .unwrap_err();
-    let ApplyError::Conflicts(conflicts) = conflicts else {
-        panic!("{conflicts:?}")
-    };
+    let conflicts =
+        apply(Some(&edited), &config(2, "nginx:1", json!({"app": "web"})), &ctx("kubectl", &schemas), false)
+            .unwrap_err();
+    let ApplyError::Conflicts(conflicts) = conflicts else { panic!("{conflicts:?}") };
     assert_eq!(
         conflicts,
-        [Conflict {
-            manager: "\"kubectl-edit\" using apps/v1".into(),
-            field: ".spec.replicas".into()
-        }]
+        [Conflict { manager: "\"kubectl-edit\" using apps/v1".into(), field: ".spec.replicas".into() }]
     );
 
     // An update that changes nothing leaves the entries alone.
     let mut same = edited.clone();
     record_update(Some(&edited), &mut same, &ctx("other", &schemas));
-    assert_eq!(
-        same["metadata"]["managedFields"],
-        edited["metadata"]["managedFields"]
-    );
+    assert_eq!(same["metadata"]["managedFields"], edited["metadata"]["managedFields"]);
 
     // Status belongs to the status subresource.
     let mut with_status = edited.clone();
@@ -262,30 +170,20 @@ fn kubectl_takes_over_from_client_side_apply() {
     let applied = config(1, "nginx:1", json!({"app": "web"}));
     let mut created = applied.clone();
     created["metadata"]["annotations"] = json!({LAST_APPLIED: applied.to_string()});
-    record_update(
-        None,
-        &mut created,
-        &ctx("kubectl-client-side-apply", &schemas),
-    );
+    record_update(None, &mut created, &ctx("kubectl-client-side-apply", &schemas));
 
     let changed = config(2, "nginx:2", json!({"app": "web"}));
     // Other managers conflict with the client-side-apply fields ...
     let conflicts = apply(Some(&created), &changed, &ctx("someone", &schemas), false).unwrap_err();
-    let ApplyError::Conflicts(conflicts) = conflicts else {
-        panic!("{conflicts:?}")
-    };
+    let ApplyError::Conflicts(conflicts) = conflicts else { panic!("{conflicts:?}") };
     assert_eq!(conflicts.len(), 2);
     // ... kubectl takes them over, and keeps the annotation current.
     let taken = apply(Some(&created), &changed, &ctx("kubectl", &schemas), false).unwrap();
     assert_eq!(taken["spec"]["replicas"], 2);
     assert!(owns(&taken, "kubectl", ".spec.replicas"));
     assert!(!owns(&taken, "kubectl-client-side-apply", ".spec.replicas"));
-    let annotation: Value = serde_json::from_str(
-        taken["metadata"]["annotations"][LAST_APPLIED]
-            .as_str()
-            .unwrap(),
-    )
-    .unwrap();
+    let annotation: Value =
+        serde_json::from_str(taken["metadata"]["annotations"][LAST_APPLIED].as_str().unwrap()).unwrap();
     assert_eq!(annotation["spec"]["replicas"], 2);
 
     // Fields changed since the last client-side apply still conflict.
@@ -293,45 +191,24 @@ fn kubectl_takes_over_from_client_side_apply() {
     edited["spec"]["replicas"] = 7.into();
     record_update(Some(&created), &mut edited, &ctx("kubectl-edit", &schemas));
     let conflicts = apply(Some(&edited), &changed, &ctx("kubectl", &schemas), false).unwrap_err();
-    let ApplyError::Conflicts(conflicts) = conflicts else {
-        panic!("{conflicts:?}")
-    };
+    let ApplyError::Conflicts(conflicts) = conflicts else { panic!("{conflicts:?}") };
     assert_eq!(
         conflicts,
-        [Conflict {
-            manager: "\"kubectl-edit\" using apps/v1".into(),
-            field: ".spec.replicas".into()
-        }]
+        [Conflict { manager: "\"kubectl-edit\" using apps/v1".into(), field: ".spec.replicas".into() }]
     );
 }
 
 #[test]
 fn reapplying_is_a_noop() {
     let schemas = schemas();
-    let mut first = apply(
-        None,
-        &config(1, "nginx:1", json!({"app": "web"})),
-        &ctx("a", &schemas),
-        false,
-    )
-    .unwrap();
+    let mut first = apply(None, &config(1, "nginx:1", json!({"app": "web"})), &ctx("a", &schemas), false).unwrap();
     first["metadata"]["resourceVersion"] = "5".into();
-    let mut again = apply(
-        Some(&first),
-        &config(1, "nginx:1", json!({"app": "web"})),
-        &ctx("a", &schemas),
-        false,
-    )
-    .unwrap();
+    let mut again =
+        apply(Some(&first), &config(1, "nginx:1", json!({"app": "web"})), &ctx("a", &schemas), false).unwrap();
     again["metadata"]["managedFields"][0]["time"] = "2000-01-01T00:00:00Z".into();
     assert!(is_noop(&first, &again));
-    let changed = apply(
-        Some(&first),
-        &config(2, "nginx:1", json!({"app": "web"})),
-        &ctx("a", &schemas),
-        false,
-    )
-    .unwrap();
+    let changed =
+        apply(Some(&first), &config(2, "nginx:1", json!({"app": "web"})), &ctx("a", &schemas), false).unwrap();
     assert!(!is_noop(&first, &changed));
 }
 
@@ -346,23 +223,12 @@ fn invalid_configurations_and_untracked_objects() {
     );
     let mut twice = config(1, "nginx:1", json!({"app": "web"}));
     twice["spec"]["template"]["spec"]["containers"] = json!([{"name": "c"}, {"name": "c"}]);
-    let ApplyError::Invalid(message) = apply(None, &twice, &ctx("a", &schemas), false).unwrap_err()
-    else {
-        panic!()
-    };
-    assert!(
-        message.ends_with(".spec.template.spec.containers: duplicate entries for key [name=\"c\"]"),
-        "{message}"
-    );
+    let ApplyError::Invalid(message) = apply(None, &twice, &ctx("a", &schemas), false).unwrap_err() else { panic!() };
+    assert!(message.ends_with(".spec.template.spec.containers: duplicate entries for key [name=\"c\"]"), "{message}");
 
     let untracked = config(1, "nginx:1", json!({"app": "web"}));
-    let error = apply(
-        Some(&untracked),
-        &config(2, "nginx:1", json!({"app": "web"})),
-        &ctx("a", &schemas),
-        false,
-    )
-    .unwrap_err();
+    let error =
+        apply(Some(&untracked), &config(2, "nginx:1", json!({"app": "web"})), &ctx("a", &schemas), false).unwrap_err();
     assert_eq!(
         error.to_api_error().message,
         "Apply failed with 1 conflict: conflict with \"before-first-apply\" using apps/v1: .spec.replicas"
@@ -393,26 +259,13 @@ fn list_order_like_upstream() {
     let merge = |_: &Value, new: &Value| new.clone();
     let cases = [
         (json!(["a", "b"]), json!(["b", "a"]), json!(["b", "a"])),
-        (
-            json!(["a", "b", "c"]),
-            json!(["c", "a"]),
-            json!(["b", "c", "a"]),
-        ),
-        (
-            json!(["a", "b"]),
-            json!(["a", "x", "b"]),
-            json!(["a", "x", "b"]),
-        ),
+        (json!(["a", "b", "c"]), json!(["c", "a"]), json!(["b", "c", "a"])),
+        (json!(["a", "b"]), json!(["a", "x", "b"]), json!(["a", "x", "b"])),
         (json!(["a", "b"]), json!(["x"]), json!(["a", "b", "x"])),
         (json!([]), json!(["x", "y"]), json!(["x", "y"])),
     ];
     for (live, applied, expected) in cases {
-        let out = interleave(
-            live.as_array().unwrap(),
-            applied.as_array().unwrap(),
-            key,
-            merge,
-        );
+        let out = interleave(live.as_array().unwrap(), applied.as_array().unwrap(), key, merge);
         assert_eq!(Value::Array(out), expected, "{live} + {applied}");
     }
 }
@@ -437,32 +290,11 @@ fn custom_resources_use_their_schema_extensions() {
         json!({"apiVersion": "example.com/v1", "kind": "Widget",
         "metadata": {"name": "w"}, "spec": {"items": items}})
     };
-    let first = apply(
-        None,
-        &widget(json!([{"id": "a", "v": 1}])),
-        &ctx("one"),
-        false,
-    )
-    .unwrap();
-    let both = apply(
-        Some(&first),
-        &widget(json!([{"id": "b", "v": 2}])),
-        &ctx("two"),
-        false,
-    )
-    .unwrap();
-    assert_eq!(
-        both["spec"]["items"],
-        json!([{"id": "a", "v": 1}, {"id": "b", "v": 2}])
-    );
+    let first = apply(None, &widget(json!([{"id": "a", "v": 1}])), &ctx("one"), false).unwrap();
+    let both = apply(Some(&first), &widget(json!([{"id": "b", "v": 2}])), &ctx("two"), false).unwrap();
+    assert_eq!(both["spec"]["items"], json!([{"id": "a", "v": 1}, {"id": "b", "v": 2}]));
     assert!(owns(&both, "two", ".spec.items[id=\"b\"].v"));
-    let error = apply(
-        Some(&both),
-        &widget(json!([{"id": "a", "v": 5}])),
-        &ctx("two"),
-        false,
-    )
-    .unwrap_err();
+    let error = apply(Some(&both), &widget(json!([{"id": "a", "v": 5}])), &ctx("two"), false).unwrap_err();
     assert_eq!(
         error.to_api_error().message,
         "Apply failed with 1 conflict: conflict with \"one\": .spec.items[id=\"a\"].v"
@@ -533,11 +365,7 @@ fn created_fields_match_the_field_set_computation() {
                 record_update(None, &mut fast, &ctx);
                 let mut general = object.clone();
                 record_with_field_sets(None, &mut general, &ctx);
-                assert_eq!(
-                    without_time(fast),
-                    without_time(general),
-                    "{kind} {subresource:?} {object}"
-                );
+                assert_eq!(without_time(fast), without_time(general), "{kind} {subresource:?} {object}");
             }
         }
     }

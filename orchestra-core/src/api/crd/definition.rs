@@ -12,12 +12,7 @@ pub fn default_definition(crd: &mut Value) {
     let Some(spec) = crd.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
-    let kind = spec
-        .get("names")
-        .and_then(|n| n.get("kind"))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
+    let kind = spec.get("names").and_then(|n| n.get("kind")).and_then(Value::as_str).unwrap_or("").to_owned();
     if let Some(names) = spec.get_mut("names").and_then(Value::as_object_mut) {
         let empty = |v: Option<&Value>| v.and_then(Value::as_str).is_none_or(str::is_empty);
         if empty(names.get("singular")) && !kind.is_empty() {
@@ -44,9 +39,7 @@ pub fn is_dns1035_label(s: &str) -> bool {
     !bytes.is_empty()
         && bytes.len() <= 63
         && bytes[0].is_ascii_lowercase()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
         && bytes[bytes.len() - 1] != b'-'
 }
 
@@ -61,19 +54,12 @@ fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) -> F
     FieldError {
         reason: "FieldValueNotSupported",
         field: field.into(),
-        message: format!(
-            "Unsupported value: {value:?}: supported values: {}",
-            list.join(", ")
-        ),
+        message: format!("Unsupported value: {value:?}: supported values: {}", list.join(", ")),
     }
 }
 
 fn forbidden(field: impl Into<String>, detail: &str) -> FieldError {
-    FieldError {
-        reason: "FieldValueForbidden",
-        field: field.into(),
-        message: format!("Forbidden: {detail}"),
-    }
+    FieldError { reason: "FieldValueForbidden", field: field.into(), message: format!("Forbidden: {detail}") }
 }
 
 /// Validates a CRD (already defaulted): names, scope, versions, schemas,
@@ -85,38 +71,22 @@ pub fn validate_definition(crd: &Value) -> Vec<FieldError> {
     let plural = str_at(crd, "/spec/names/plural");
     let name = str_at(crd, "/metadata/name");
     if name != format!("{plural}.{group}") {
-        errors.push(FieldError::invalid(
-            "metadata.name",
-            name,
-            "must be spec.names.plural+\".\"+spec.group",
-        ));
+        errors.push(FieldError::invalid("metadata.name", name, "must be spec.names.plural+\".\"+spec.group"));
     }
     if group.is_empty() {
         errors.push(FieldError::required("spec.group"));
     } else if !crate::api::meta::validate_subdomain("spec.group", group).is_empty() {
         errors.extend(crate::api::meta::validate_subdomain("spec.group", group));
     } else if !group.contains('.') {
-        errors.push(FieldError::invalid(
-            "spec.group",
-            group,
-            "should be a domain with at least one dot",
-        ));
+        errors.push(FieldError::invalid("spec.group", group, "should be a domain with at least one dot"));
     }
     match str_at(crd, "/spec/scope") {
         "" => errors.push(FieldError::required("spec.scope")),
         "Cluster" | "Namespaced" => {}
-        other => errors.push(not_supported(
-            "spec.scope",
-            other,
-            &["Cluster", "Namespaced"],
-        )),
+        other => errors.push(not_supported("spec.scope", other, &["Cluster", "Namespaced"])),
     }
     validate_names(crd, &mut errors);
-    let versions = crd
-        .pointer("/spec/versions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let versions = crd.pointer("/spec/versions").and_then(Value::as_array).cloned().unwrap_or_default();
     let mut storage = 0;
     let mut seen: Vec<&str> = Vec::new();
     let mut unique = true;
@@ -134,16 +104,13 @@ pub fn validate_definition(crd: &Value) -> Vec<FieldError> {
         validate_version(version, &path, &mut errors);
     }
     if !unique {
-        errors.push(FieldError::invalid(
-            "spec.versions",
-            "",
-            "must contain unique version names",
-        ));
+        errors.push(FieldError::invalid("spec.versions", "", "must contain unique version names"));
     }
     if storage != 1 {
-        errors.push(FieldError::invalid("spec.versions", "", "").with_message(
-            "Invalid value: \"\": must have exactly one version marked as storage version",
-        ));
+        errors.push(
+            FieldError::invalid("spec.versions", "", "")
+                .with_message("Invalid value: \"\": must have exactly one version marked as storage version"),
+        );
     }
     if crd.pointer("/spec/preserveUnknownFields") == Some(&Value::Bool(true)) {
         errors.push(FieldError {
@@ -162,10 +129,7 @@ pub fn validate_definition(crd: &Value) -> Vec<FieldError> {
             }
         }
         "Webhook" => {
-            if crd
-                .pointer("/spec/conversion/webhook/clientConfig")
-                .is_none()
-            {
+            if crd.pointer("/spec/conversion/webhook/clientConfig").is_none() {
                 errors.push(
                     FieldError::required("spec.conversion.webhook")
                         .with_message("Required value: required when strategy is set to Webhook"),
@@ -173,11 +137,7 @@ pub fn validate_definition(crd: &Value) -> Vec<FieldError> {
             }
         }
         "" => errors.push(FieldError::required("spec.conversion.strategy")),
-        other => errors.push(not_supported(
-            "spec.conversion.strategy",
-            other,
-            &["None", "Webhook"],
-        )),
+        other => errors.push(not_supported("spec.conversion.strategy", other, &["None", "Webhook"])),
     }
     errors
 }
@@ -185,10 +145,7 @@ pub fn validate_definition(crd: &Value) -> Vec<FieldError> {
 /// Validates an update: the checks of a create, plus the immutable fields.
 pub fn validate_definition_update(crd: &Value, old: &Value) -> Vec<FieldError> {
     let mut errors = validate_definition(crd);
-    for (pointer, field) in [
-        ("/spec/group", "spec.group"),
-        ("/spec/names/plural", "spec.names.plural"),
-    ] {
+    for (pointer, field) in [("/spec/group", "spec.group"), ("/spec/names/plural", "spec.names.plural")] {
         if str_at(crd, pointer) != str_at(old, pointer) {
             errors.push(FieldError::immutable(field));
         }
@@ -196,15 +153,9 @@ pub fn validate_definition_update(crd: &Value, old: &Value) -> Vec<FieldError> {
     let established = old
         .pointer("/status/conditions")
         .and_then(Value::as_array)
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| c["type"] == "Established" && c["status"] == "True")
-        });
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Established" && c["status"] == "True"));
     if established {
-        for (pointer, field) in [
-            ("/spec/scope", "spec.scope"),
-            ("/spec/names/kind", "spec.names.kind"),
-        ] {
+        for (pointer, field) in [("/spec/scope", "spec.scope"), ("/spec/names/kind", "spec.names.kind")] {
             if str_at(crd, pointer) != str_at(old, pointer) {
                 errors.push(FieldError::immutable(field));
             }
@@ -235,20 +186,12 @@ fn validate_names(crd: &Value, errors: &mut Vec<FieldError>) {
         }
     }
     if !kind.is_empty() && kind == list_kind {
-        errors.push(FieldError::invalid(
-            "spec.names.listKind",
-            list_kind,
-            "kind and listKind may not be the same",
-        ));
+        errors.push(FieldError::invalid("spec.names.listKind", list_kind, "kind and listKind may not be the same"));
     }
     for list in ["shortNames", "categories"] {
         if let Some(items) = names.get(list).and_then(Value::as_array) {
             for (i, item) in items.iter().enumerate() {
-                dns1035(
-                    format!("spec.names.{list}[{i}]"),
-                    item.as_str().unwrap_or(""),
-                    errors,
-                );
+                dns1035(format!("spec.names.{list}[{i}]"), item.as_str().unwrap_or(""), errors);
             }
         }
     }
@@ -299,10 +242,7 @@ fn validate_version(version: &Value, path: &str, errors: &mut Vec<FieldError>) {
             _ => {}
         }
         let selector = str_at(scale, "/labelSelectorPath");
-        if !selector.is_empty()
-            && !selector.starts_with(".spec.")
-            && !selector.starts_with(".status.")
-        {
+        if !selector.is_empty() && !selector.starts_with(".spec.") && !selector.starts_with(".status.") {
             errors.push(FieldError::invalid(
                 format!("{at}.labelSelectorPath"),
                 selector,
@@ -310,10 +250,7 @@ fn validate_version(version: &Value, path: &str, errors: &mut Vec<FieldError>) {
             ));
         }
     }
-    if let Some(columns) = version
-        .get("additionalPrinterColumns")
-        .and_then(Value::as_array)
-    {
+    if let Some(columns) = version.get("additionalPrinterColumns").and_then(Value::as_array) {
         for (i, column) in columns.iter().enumerate() {
             let at = format!("{path}.additionalPrinterColumns[{i}]");
             if str_at(column, "/name").is_empty() {
@@ -329,21 +266,11 @@ fn validate_version(version: &Value, path: &str, errors: &mut Vec<FieldError>) {
                 )),
             }
             match str_at(column, "/format") {
-                "" | "int32" | "int64" | "float" | "double" | "byte" | "date" | "date-time"
-                | "password" => {}
+                "" | "int32" | "int64" | "float" | "double" | "byte" | "date" | "date-time" | "password" => {}
                 other => errors.push(not_supported(
                     format!("{at}.format"),
                     other,
-                    &[
-                        "byte",
-                        "date",
-                        "date-time",
-                        "double",
-                        "float",
-                        "int32",
-                        "int64",
-                        "password",
-                    ],
+                    &["byte", "date", "date-time", "double", "float", "int32", "int64", "password"],
                 )),
             }
             if str_at(column, "/jsonPath").is_empty() {
@@ -365,10 +292,7 @@ pub fn validate_structural(schema: &Value, path: &str, root: bool, errors: &mut 
         return;
     };
     let ty = map.get("type").and_then(Value::as_str).unwrap_or("");
-    let int_or_string = map
-        .get("x-kubernetes-int-or-string")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let int_or_string = map.get("x-kubernetes-int-or-string").and_then(Value::as_bool).unwrap_or(false);
     let preserve = map.get("x-kubernetes-preserve-unknown-fields");
     if let Some(p) = preserve
         && p != &Value::Bool(true)
@@ -380,33 +304,18 @@ pub fn validate_structural(schema: &Value, path: &str, root: bool, errors: &mut 
         });
     }
     if root && ty != "object" {
-        errors.push(FieldError::invalid(
-            format!("{path}.type"),
-            ty,
-            "must be object at the root",
-        ));
+        errors.push(FieldError::invalid(format!("{path}.type"), ty, "must be object at the root"));
     } else if ty.is_empty() && !int_or_string && preserve.is_none() {
-        let what = if path.ends_with(".items") {
-            "array items"
-        } else {
-            "object fields"
-        };
+        let what = if path.ends_with(".items") { "array items" } else { "object fields" };
         errors.push(
-            FieldError::required(format!("{path}.type")).with_message(format!(
-                "Required value: must not be empty for specified {what}"
-            )),
+            FieldError::required(format!("{path}.type"))
+                .with_message(format!("Required value: must not be empty for specified {what}")),
         );
     }
     if int_or_string && !ty.is_empty() {
-        errors.push(FieldError::invalid(
-            format!("{path}.type"),
-            ty,
-            "must be empty to be structural",
-        ));
+        errors.push(FieldError::invalid(format!("{path}.type"), ty, "must be empty to be structural"));
     }
-    if !ty.is_empty()
-        && !["object", "array", "string", "integer", "number", "boolean"].contains(&ty)
-    {
+    if !ty.is_empty() && !["object", "array", "string", "integer", "number", "boolean"].contains(&ty) {
         errors.push(not_supported(
             format!("{path}.type"),
             ty,
@@ -423,10 +332,8 @@ pub fn validate_structural(schema: &Value, path: &str, root: bool, errors: &mut 
         ));
     }
     match map.get("additionalProperties") {
-        Some(Value::Bool(false)) => errors.push(forbidden(
-            format!("{path}.additionalProperties"),
-            "additionalProperties cannot be set to false",
-        )),
+        Some(Value::Bool(false)) => errors
+            .push(forbidden(format!("{path}.additionalProperties"), "additionalProperties cannot be set to false")),
         Some(extra) if extra.is_object() => {
             if map.contains_key("properties") {
                 errors.push(forbidden(
@@ -434,12 +341,7 @@ pub fn validate_structural(schema: &Value, path: &str, root: bool, errors: &mut 
                     "additionalProperties and properties are mutual exclusive",
                 ));
             }
-            validate_structural(
-                extra,
-                &format!("{path}.additionalProperties"),
-                false,
-                errors,
-            );
+            validate_structural(extra, &format!("{path}.additionalProperties"), false, errors);
         }
         _ => {}
     }
@@ -451,10 +353,9 @@ pub fn validate_structural(schema: &Value, path: &str, root: bool, errors: &mut 
                     .get("properties")
                     .and_then(Value::as_object)
                     .is_none_or(|p| p.keys().all(|k| k == "name" || k == "generateName"));
-                let extra_keys = sub.as_object().is_some_and(|m| {
-                    m.keys()
-                        .any(|k| !["type", "properties", "description"].contains(&k.as_str()))
-                });
+                let extra_keys = sub
+                    .as_object()
+                    .is_some_and(|m| m.keys().any(|k| !["type", "properties", "description"].contains(&k.as_str())));
                 if !allowed || extra_keys {
                     errors.push(forbidden(
                         at.clone(),
@@ -467,17 +368,12 @@ pub fn validate_structural(schema: &Value, path: &str, root: bool, errors: &mut 
     }
     if ty == "array" {
         match map.get("items") {
-            Some(items) if items.is_object() => {
-                validate_structural(items, &format!("{path}.items"), false, errors)
+            Some(items) if items.is_object() => validate_structural(items, &format!("{path}.items"), false, errors),
+            Some(_) => {
+                errors.push(forbidden(format!("{path}.items"), "items must be a schema object and not an array"))
             }
-            Some(_) => errors.push(forbidden(
-                format!("{path}.items"),
-                "items must be a schema object and not an array",
-            )),
-            None => errors.push(
-                FieldError::required(format!("{path}.items"))
-                    .with_message("Required value: must be specified"),
-            ),
+            None => errors
+                .push(FieldError::required(format!("{path}.items")).with_message("Required value: must be specified")),
         }
     }
     for key in ["allOf", "anyOf", "oneOf"] {
@@ -494,20 +390,13 @@ pub fn validate_structural(schema: &Value, path: &str, root: bool, errors: &mut 
     }
     if let Some(default) = map.get("default") {
         if root {
-            errors.push(forbidden(
-                format!("{path}.default"),
-                "must not be set at the root",
-            ));
+            errors.push(forbidden(format!("{path}.default"), "must not be set at the root"));
         } else {
             let mut pruned = default.clone();
             super::schema::prune_value(schema, &mut pruned);
             let at = format!("{path}.default");
             if &pruned != default {
-                errors.push(FieldError::invalid(
-                    at.clone(),
-                    &default.to_string(),
-                    "must not have unknown fields",
-                ));
+                errors.push(FieldError::invalid(at.clone(), &default.to_string(), "must not have unknown fields"));
             }
             for e in super::schema::validate_at(schema, default, &at) {
                 errors.push(e);
@@ -545,10 +434,7 @@ mod tests {
         let mut c = crd();
         mutate(&mut c);
         default_definition(&mut c);
-        validate_definition(&c)
-            .into_iter()
-            .map(|e| (e.field, e.message))
-            .collect()
+        validate_definition(&c).into_iter().map(|e| (e.field, e.message)).collect()
     }
 
     #[test]
@@ -583,11 +469,7 @@ mod tests {
                 "spec.scope",
                 "Unsupported value: \"Global\": supported values: \"Cluster\", \"Namespaced\"",
             ),
-            (
-                |c| c["spec"]["names"]["kind"] = "".into(),
-                "spec.names.kind",
-                "Required value",
-            ),
+            (|c| c["spec"]["names"]["kind"] = "".into(), "spec.names.kind", "Required value"),
             (
                 |c| c["spec"]["versions"][0]["storage"] = false.into(),
                 "spec.versions",
@@ -607,8 +489,8 @@ mod tests {
             ),
             (
                 |c| {
-                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-                        ["x"] = json!({});
+                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["x"] =
+                        json!({});
                 },
                 "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[x].type",
                 "Required value: must not be empty for specified object fields",
@@ -622,24 +504,23 @@ mod tests {
             ),
             (
                 |c| {
-                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-                        ["l"] = json!({"type": "array"});
+                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["l"] =
+                        json!({"type": "array"});
                 },
                 "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[l].items",
                 "Required value: must be specified",
             ),
             (
                 |c| {
-                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-                        ["replicas"]["default"] = "one".into();
+                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"]
+                        ["default"] = "one".into();
                 },
                 "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[replicas].default",
                 "Invalid value: \"string\": spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[replicas].default in body must be of type integer: \"string\"",
             ),
             (
                 |c| {
-                    c["spec"]["versions"][0]["subresources"]["scale"]["specReplicasPath"] =
-                        ".replicas".into();
+                    c["spec"]["versions"][0]["subresources"]["scale"]["specReplicasPath"] = ".replicas".into();
                 },
                 "spec.versions[0].subresources.scale.specReplicasPath",
                 "Invalid value: \".replicas\": should be a json path under .spec",
@@ -652,11 +533,7 @@ mod tests {
                 "spec.versions[0].additionalPrinterColumns[0].type",
                 "Unsupported value: \"float\": supported values: \"boolean\", \"date\", \"integer\", \"number\", \"string\"",
             ),
-            (
-                |c| c["spec"]["names"]["plural"] = "Widgets".into(),
-                "spec.names.plural",
-                "",
-            ),
+            (|c| c["spec"]["names"]["plural"] = "Widgets".into(), "spec.names.plural", ""),
             (
                 |c| c["spec"]["preserveUnknownFields"] = true.into(),
                 "spec.preserveUnknownFields",
@@ -664,8 +541,8 @@ mod tests {
             ),
             (
                 |c| {
-                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-                        ["l"] = json!({"type": "array", "items": {}});
+                    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["l"] =
+                        json!({"type": "array", "items": {}});
                 },
                 "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[l].items.type",
                 "Required value: must not be empty for specified array items",
@@ -682,9 +559,7 @@ mod tests {
         for (mutate, field, message) in cases {
             let found = errors(mutate);
             assert!(
-                found
-                    .iter()
-                    .any(|(f, m)| f == field && (message.is_empty() || m == message)),
+                found.iter().any(|(f, m)| f == field && (message.is_empty() || m == message)),
                 "expected {field}: {message}, got {found:?}"
             );
         }
@@ -699,10 +574,7 @@ mod tests {
         new["spec"]["scope"] = "Cluster".into();
         new["spec"]["names"]["kind"] = "Gadget".into();
         new["spec"]["names"]["listKind"] = "GadgetList".into();
-        let fields: Vec<String> = validate_definition_update(&new, &old)
-            .into_iter()
-            .map(|e| e.field)
-            .collect();
+        let fields: Vec<String> = validate_definition_update(&new, &old).into_iter().map(|e| e.field).collect();
         assert_eq!(fields, ["spec.scope", "spec.names.kind"]);
     }
 }

@@ -19,17 +19,13 @@ pub fn string_matches(format: &str, s: &str) -> bool {
         "duration" => duration(s),
         "int32" => s.parse::<i32>().is_ok(),
         "int64" => s.parse::<i64>().is_ok(),
-        "email" => s
-            .split_once('@')
-            .is_some_and(|(user, host)| !user.is_empty() && hostname(host)),
+        "email" => s.split_once('@').is_some_and(|(user, host)| !user.is_empty() && hostname(host)),
         _ => true,
     }
 }
 
 fn digits(s: &str, n: usize) -> Option<u32> {
-    (s.len() == n && s.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| s.parse().ok())
-        .flatten()
+    (s.len() == n && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok()).flatten()
 }
 
 /// `YYYY-MM-DD` with a real day of the month.
@@ -76,27 +72,22 @@ fn date_time(s: &str) -> bool {
         && fraction.bytes().all(|b| b.is_ascii_digit());
     let ok_zone = matches!(zone, "Z" | "z")
         || (zone.len() == 6
-            && zone[1..].split_once(':').is_some_and(|(h, m)| {
-                digits(h, 2).is_some_and(|h| h < 24) && digits(m, 2).is_some_and(|m| m < 60)
-            }));
+            && zone[1..]
+                .split_once(':')
+                .is_some_and(|(h, m)| digits(h, 2).is_some_and(|h| h < 24) && digits(m, 2).is_some_and(|m| m < 60)));
     ok_clock && ok_zone
 }
 
 fn base64(s: &str) -> bool {
     let s = s.trim_end_matches('=');
-    s.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
-        && s.len() % 4 != 1
+    s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/') && s.len() % 4 != 1
 }
 
 fn uuid(s: &str, version: Option<char>) -> bool {
     let groups: Vec<&str> = s.split('-').collect();
     let lengths = [8, 4, 4, 4, 12];
     groups.len() == 5
-        && groups
-            .iter()
-            .zip(lengths)
-            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+        && groups.iter().zip(lengths).all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
         && version.is_none_or(|v| groups[2].starts_with(v))
 }
 
@@ -117,9 +108,7 @@ fn cidr(s: &str) -> bool {
 fn mac(s: &str) -> bool {
     let groups: Vec<&str> = s.split([':', '-']).collect();
     matches!(groups.len(), 6 | 8 | 20)
-        && groups
-            .iter()
-            .all(|g| g.len() == 2 && g.bytes().all(|b| b.is_ascii_hexdigit()))
+        && groups.iter().all(|g| g.len() == 2 && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 fn hostname(s: &str) -> bool {
@@ -130,9 +119,7 @@ fn hostname(s: &str) -> bool {
                 && label.len() <= 63
                 && !label.starts_with('-')
                 && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
         })
 }
 
@@ -147,18 +134,13 @@ fn duration(s: &str) -> bool {
         return false;
     }
     while !rest.is_empty() {
-        let number_len = rest
-            .bytes()
-            .take_while(|b| b.is_ascii_digit() || *b == b'.')
-            .count();
+        let number_len = rest.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
         if number_len == 0 {
             return false;
         }
         rest = &rest[number_len..];
-        let unit = ["ns", "us", "µs", "ms", "s", "m", "h"]
-            .into_iter()
-            .filter(|u| rest.starts_with(u))
-            .max_by_key(|u| u.len());
+        let unit =
+            ["ns", "us", "µs", "ms", "s", "m", "h"].into_iter().filter(|u| rest.starts_with(u)).max_by_key(|u| u.len());
         match unit {
             Some(u) => rest = &rest[u.len()..],
             None => return false,

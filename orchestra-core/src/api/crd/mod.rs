@@ -63,10 +63,7 @@ pub struct ScalePaths {
 /// Converts a simple JSON path (`.spec.replicas`) to a JSON pointer
 /// (`/spec/replicas`).
 pub fn json_path_pointer(path: &str) -> String {
-    path.trim_start_matches('.')
-        .split('.')
-        .map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1")))
-        .collect()
+    path.trim_start_matches('.').split('.').map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1"))).collect()
 }
 
 /// True if `info` is the CustomResourceDefinition kind.
@@ -83,11 +80,7 @@ pub fn is_definition(info: &ResourceInfo) -> bool {
 /// Creating a custom resource whose CRD is being deleted is refused (405,
 /// upstream's `create not allowed while custom resource definition is
 /// terminating`).
-pub fn prepare(
-    info: &ResourceInfo,
-    object: &mut Value,
-    old: Option<&Value>,
-) -> Result<Vec<FieldError>, ApiError> {
+pub fn prepare(info: &ResourceInfo, object: &mut Value, old: Option<&Value>) -> Result<Vec<FieldError>, ApiError> {
     if is_definition(info) {
         definition::default_definition(object);
         return Ok(match old {
@@ -99,9 +92,7 @@ pub fn prepare(
         return Ok(Vec::new());
     };
     if old.is_none() && custom.terminating {
-        return Err(ApiError::method_not_allowed(
-            "create not allowed while custom resource definition is terminating",
-        ));
+        return Err(ApiError::method_not_allowed("create not allowed while custom resource definition is terminating"));
     }
     if old.is_none()
         && custom.status_enabled
@@ -152,25 +143,14 @@ pub struct Names {
 fn strings(value: Option<&Value>) -> Vec<String> {
     value
         .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .unwrap_or_default()
 }
 
 impl Names {
     /// `spec.names` (or `status.acceptedNames`, given that object).
     pub fn from_value(names: &Value) -> Names {
-        let s = |k: &str| {
-            names
-                .get(k)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned()
-        };
+        let s = |k: &str| names.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
         Names {
             plural: s("plural"),
             singular: s("singular"),
@@ -228,18 +208,9 @@ pub fn names_conflict<'a>(
     if used(&requested.singular, &plurals) {
         conflict = Some(("SingularConflict", in_use(&requested.singular)));
     }
-    let shorts: Vec<String> = requested
-        .short_names
-        .iter()
-        .filter(|s| used(s, &plurals))
-        .map(|s| in_use(s))
-        .collect();
+    let shorts: Vec<String> = requested.short_names.iter().filter(|s| used(s, &plurals)).map(|s| in_use(s)).collect();
     if !shorts.is_empty() {
-        let message = if shorts.len() == 1 {
-            shorts[0].clone()
-        } else {
-            format!("[{}]", shorts.join(", "))
-        };
+        let message = if shorts.len() == 1 { shorts[0].clone() } else { format!("[{}]", shorts.join(", ")) };
         conflict = Some(("ShortNamesConflict", message));
     }
     if used(&requested.kind, &kinds) {
@@ -254,20 +225,10 @@ pub fn names_conflict<'a>(
 /// The resources a CRD serves: one per served version, named by `names`
 /// (the accepted names).
 pub fn resources_of(crd: &Value, names: &Names) -> Vec<ResourceInfo> {
-    let group = crd
-        .pointer("/spec/group")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let definition = crd
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or("");
+    let definition = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let namespaced = crd.pointer("/spec/scope").and_then(Value::as_str) != Some("Cluster");
-    let versions = crd
-        .pointer("/spec/versions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let versions = crd.pointer("/spec/versions").and_then(Value::as_array).cloned().unwrap_or_default();
     let storage_version = versions
         .iter()
         .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
@@ -276,10 +237,7 @@ pub fn resources_of(crd: &Value, names: &Names) -> Vec<ResourceInfo> {
         .unwrap_or("")
         .to_owned();
     let mut resources = Vec::new();
-    for version in versions
-        .iter()
-        .filter(|v| v.get("served").and_then(Value::as_bool) == Some(true))
-    {
+    for version in versions.iter().filter(|v| v.get("served").and_then(Value::as_bool) == Some(true)) {
         let name = version.get("name").and_then(Value::as_str).unwrap_or("");
         let mut info = ResourceInfo::new(group, name, &names.kind, &names.plural, namespaced);
         info.list_kind = names.list_kind.clone();
@@ -291,27 +249,19 @@ pub fn resources_of(crd: &Value, names: &Names) -> Vec<ResourceInfo> {
             info = info.with_status();
         }
         let scale = version.pointer("/subresources/scale").map(|s| ScalePaths {
-            spec_replicas: s["specReplicasPath"]
-                .as_str()
-                .unwrap_or(".spec.replicas")
-                .to_owned(),
-            status_replicas: s["statusReplicasPath"]
-                .as_str()
-                .unwrap_or(".status.replicas")
-                .to_owned(),
+            spec_replicas: s["specReplicasPath"].as_str().unwrap_or(".spec.replicas").to_owned(),
+            status_replicas: s["statusReplicasPath"].as_str().unwrap_or(".status.replicas").to_owned(),
             label_selector: s["labelSelectorPath"].as_str().map(str::to_owned),
         });
         if scale.is_some() {
             info = info.with_scale();
         }
-        let schema = version
-            .pointer("/schema/openAPIV3Schema")
-            .cloned()
-            .map(Arc::new);
+        let schema = version.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new);
         if let Some(schema) = &schema {
             info = info.with_schema(KindSchema::Json(schema.clone()));
         }
-        info.printer = Some(crate::api::table::Printer::new(crate::api::table::TableColumns::from_crd_version(version)));
+        info.printer =
+            Some(crate::api::table::Printer::new(crate::api::table::TableColumns::from_crd_version(version)));
         info.custom = Some(Arc::new(CustomResource {
             definition: definition.to_owned(),
             storage_version: storage_version.clone(),
@@ -324,7 +274,6 @@ pub fn resources_of(crd: &Value, names: &Names) -> Vec<ResourceInfo> {
     }
     resources
 }
-
 
 fn condition(type_: &str, status: bool, reason: &str, message: &str, now: &str) -> Value {
     json!({
@@ -349,49 +298,24 @@ pub fn status(
 ) -> Value {
     let old = crd.get("status").cloned().unwrap_or_else(|| json!({}));
     let requested = Names::from_value(crd.pointer("/spec/names").unwrap_or(&Value::Null));
-    let previously = old
-        .get("acceptedNames")
-        .map(Names::from_value)
-        .filter(|n| !n.plural.is_empty());
+    let previously = old.get("acceptedNames").map(Names::from_value).filter(|n| !n.plural.is_empty());
     let accepted = match (conflict, previously) {
         (None, _) => Some(requested),
         (Some(_), previous) => previous,
     };
     let mut conditions = vec![match conflict {
-        None => condition(
-            "NamesAccepted",
-            true,
-            "NoConflicts",
-            "no conflicts found",
-            now,
-        ),
+        None => condition("NamesAccepted", true, "NoConflicts", "no conflicts found", now),
         Some((reason, message)) => condition("NamesAccepted", false, reason, message, now),
     }];
     conditions.push(if accepted.is_some() {
-        condition(
-            "Established",
-            true,
-            "InitialNamesAccepted",
-            "the initial names have been accepted",
-            now,
-        )
+        condition("Established", true, "InitialNamesAccepted", "the initial names have been accepted", now)
     } else {
-        condition(
-            "Established",
-            false,
-            "NotAccepted",
-            "not all names are accepted",
-            now,
-        )
+        condition("Established", false, "NotAccepted", "not all names are accepted", now)
     });
     if let Some((reason, message)) = terminating {
         conditions.push(condition("Terminating", true, reason, message, now));
     }
-    let old_conditions = old
-        .get("conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let old_conditions = old.get("conditions").and_then(Value::as_array).cloned().unwrap_or_default();
     for c in &mut conditions {
         if let Some(previous) = old_conditions.iter().find(|o| o["type"] == c["type"])
             && previous["status"] == c["status"]
@@ -422,20 +346,14 @@ pub fn status(
 }
 
 fn accepted_is_empty(status: &Value) -> bool {
-    status
-        .pointer("/acceptedNames/plural")
-        .and_then(Value::as_str)
-        .is_none_or(str::is_empty)
+    status.pointer("/acceptedNames/plural").and_then(Value::as_str).is_none_or(str::is_empty)
 }
 
 /// True if the CRD's status says it is established (its kinds are served).
 pub fn is_established(crd: &Value) -> bool {
     crd.pointer("/status/conditions")
         .and_then(Value::as_array)
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| c["type"] == "Established" && c["status"] == "True")
-        })
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
 }
 
 #[cfg(test)]
@@ -469,24 +387,14 @@ mod tests {
         let resources = resources_of(&crd, &names);
         assert_eq!(resources.len(), 2);
         let v1 = &resources[0];
-        assert_eq!(
-            (
-                v1.version.as_str(),
-                v1.list_kind.as_str(),
-                v1.singular.as_str()
-            ),
-            ("v1", "WidgetList", "widget")
-        );
+        assert_eq!((v1.version.as_str(), v1.list_kind.as_str(), v1.singular.as_str()), ("v1", "WidgetList", "widget"));
         assert!(v1.namespaced && v1.has_subresource("status") && v1.has_subresource("scale"));
         assert_eq!(v1.short_names, ["wd"]);
         let printer = v1.printer.as_ref().unwrap();
         use crate::api::table::TablePrinter as _;
         assert!(printer.columns().iter().any(|c| c.name == "Replicas"), "{:?}", printer.columns());
         let custom = v1.custom.as_ref().unwrap();
-        assert_eq!(
-            custom.scale.as_ref().unwrap().label_selector.as_deref(),
-            Some(".status.selector")
-        );
+        assert_eq!(custom.scale.as_ref().unwrap().label_selector.as_deref(), Some(".status.selector"));
         assert_eq!(resources[1].custom.as_ref().unwrap().storage_version, "v1");
         assert!(!resources[1].has_subresource("status"));
     }
@@ -498,15 +406,9 @@ mod tests {
         let mut object = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"junk": 1}, "status": {"replicas": 3}});
         assert!(prepare(info, &mut object, None).unwrap().is_empty());
         assert_eq!(object["spec"], json!({"replicas": 1}));
-        assert!(
-            object.get("status").is_none(),
-            "create drops status with the status subresource"
-        );
+        assert!(object.get("status").is_none(), "create drops status with the status subresource");
         let mut bad = json!({"spec": {"replicas": "x"}});
-        assert_eq!(
-            prepare(info, &mut bad, Some(&json!({}))).unwrap()[0].field,
-            "spec.replicas"
-        );
+        assert_eq!(prepare(info, &mut bad, Some(&json!({}))).unwrap()[0].field, "spec.replicas");
     }
 
     #[test]
@@ -515,10 +417,7 @@ mod tests {
         let mut other = ResourceInfo::new("example.com", "v1", "Gadget", "gadgets", true);
         assert_eq!(names_conflict(&names, [&other]), None);
         other.short_names = vec!["wd".into()];
-        assert_eq!(
-            names_conflict(&names, [&other]),
-            Some(("ShortNamesConflict", "\"wd\" is already in use".into()))
-        );
+        assert_eq!(names_conflict(&names, [&other]), Some(("ShortNamesConflict", "\"wd\" is already in use".into())));
         let mut taken = ResourceInfo::new("example.com", "v1", "Widget", "things", true);
         taken.singular = "thing".into();
         taken.list_kind = "ThingList".into();
@@ -526,10 +425,7 @@ mod tests {
         taken.list_kind = "WidgetList".into();
         assert_eq!(
             names_conflict(&names, [&taken]),
-            Some((
-                "ListKindConflict",
-                "\"WidgetList\" is already in use".into()
-            ))
+            Some(("ListKindConflict", "\"WidgetList\" is already in use".into()))
         );
     }
 
@@ -543,12 +439,7 @@ mod tests {
         assert!(is_established(&crd));
         assert_eq!(status(&crd, None, None, "2025-01-01T00:00:00Z"), first);
         let conflict = ("PluralConflict", "\"widgets\" is already in use".to_owned());
-        let refused = status(
-            &json!({"spec": crd["spec"].clone()}),
-            Some(&conflict),
-            None,
-            "t",
-        );
+        let refused = status(&json!({"spec": crd["spec"].clone()}), Some(&conflict), None, "t");
         assert_eq!(refused["conditions"][0]["status"], "False");
         assert_eq!(refused["conditions"][1]["reason"], "NotAccepted");
     }

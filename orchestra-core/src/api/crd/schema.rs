@@ -16,11 +16,7 @@ use crate::api::FieldError;
 const ROOT_KEPT: [&str; 3] = ["apiVersion", "kind", "metadata"];
 
 fn child(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{path}.{name}")
-    }
+    if path.is_empty() { name.to_owned() } else { format!("{path}.{name}") }
 }
 
 fn flag(schema: &Value, name: &str) -> bool {
@@ -171,10 +167,7 @@ fn type_name(value: &Value) -> &'static str {
 }
 
 fn is_integer(n: &serde_json::Number) -> bool {
-    n.is_i64()
-        || n.is_u64()
-        || n.as_f64()
-            .is_some_and(|f| f.fract() == 0.0 && f.is_finite())
+    n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.is_finite())
 }
 
 fn type_matches(expected: &str, value: &Value) -> bool {
@@ -235,11 +228,7 @@ fn count(value: &Value, key: &str) -> Option<u64> {
 
 /// `3` rather than `3.0` in messages about whole bounds.
 fn show_number(n: f64) -> String {
-    if n.fract() == 0.0 && n.abs() < 1e15 {
-        format!("{}", n as i64)
-    } else {
-        n.to_string()
-    }
+    if n.fract() == 0.0 && n.abs() < 1e15 { format!("{}", n as i64) } else { n.to_string() }
 }
 
 fn validate_node(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
@@ -280,11 +269,7 @@ fn validate_node(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fie
         errors.push(FieldError {
             reason: "FieldValueNotSupported",
             field: path.to_owned(),
-            message: format!(
-                "Unsupported value: {}: supported values: {}",
-                show(value),
-                supported.join(", ")
-            ),
+            message: format!("Unsupported value: {}: supported values: {}", show(value), supported.join(", ")),
         });
     }
     match value {
@@ -294,11 +279,7 @@ fn validate_node(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fie
             if let Some(min) = count(schema, "minItems")
                 && (items.len() as u64) < min
             {
-                errors.push(invalid(
-                    path,
-                    value,
-                    format!("{at} in body should have at least {min} items"),
-                ));
+                errors.push(invalid(path, value, format!("{at} in body should have at least {min} items")));
             }
             if let Some(max) = count(schema, "maxItems")
                 && (items.len() as u64) > max
@@ -310,16 +291,9 @@ fn validate_node(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fie
                 });
             }
             if flag(schema, "uniqueItems") {
-                let duplicate = items
-                    .iter()
-                    .enumerate()
-                    .any(|(i, a)| items[..i].iter().any(|b| json_equal(a, b)));
+                let duplicate = items.iter().enumerate().any(|(i, a)| items[..i].iter().any(|b| json_equal(a, b)));
                 if duplicate {
-                    errors.push(invalid(
-                        path,
-                        value,
-                        format!("{at} in body shouldn't contain duplicates"),
-                    ));
+                    errors.push(invalid(path, value, format!("{at} in body shouldn't contain duplicates")));
                 }
             }
             if let Some(sub) = schema.get("items").filter(|i| i.is_object()) {
@@ -335,62 +309,35 @@ fn validate_node(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fie
     validate_combinators(schema, value, path, errors);
 }
 
-fn validate_number(
-    schema: &Value,
-    value: &Value,
-    n: &serde_json::Number,
-    path: &str,
-    errors: &mut Vec<FieldError>,
-) {
+fn validate_number(schema: &Value, value: &Value, n: &serde_json::Number, path: &str, errors: &mut Vec<FieldError>) {
     let at = body_path(path);
     let x = n.as_f64().unwrap_or(0.0);
     if let Some(min) = number(schema, "minimum") {
         if flag(schema, "exclusiveMinimum") && x <= min {
-            errors.push(invalid(
-                path,
-                value,
-                format!("{at} in body should be greater than {}", show_number(min)),
-            ));
+            errors.push(invalid(path, value, format!("{at} in body should be greater than {}", show_number(min))));
         } else if x < min {
             errors.push(invalid(
                 path,
                 value,
-                format!(
-                    "{at} in body should be greater than or equal to {}",
-                    show_number(min)
-                ),
+                format!("{at} in body should be greater than or equal to {}", show_number(min)),
             ));
         }
     }
     if let Some(max) = number(schema, "maximum") {
         if flag(schema, "exclusiveMaximum") && x >= max {
-            errors.push(invalid(
-                path,
-                value,
-                format!("{at} in body should be less than {}", show_number(max)),
-            ));
+            errors.push(invalid(path, value, format!("{at} in body should be less than {}", show_number(max))));
         } else if x > max {
             errors.push(invalid(
                 path,
                 value,
-                format!(
-                    "{at} in body should be less than or equal to {}",
-                    show_number(max)
-                ),
+                format!("{at} in body should be less than or equal to {}", show_number(max)),
             ));
         }
     }
     if let Some(factor) = number(schema, "multipleOf").filter(|f| *f > 0.0) {
         let q = x / factor;
         if (q - q.round()).abs() > 1e-9 {
-            errors.push(invalid(
-                path,
-                value,
-                format!(
-                    "{at} in body should be a multiple of {}",
-                    show_number(factor)
-                ),
-            ));
+            errors.push(invalid(path, value, format!("{at} in body should be a multiple of {}", show_number(factor))));
         }
     }
     let format = schema.get("format").and_then(Value::as_str);
@@ -413,23 +360,13 @@ fn validate_number(
     }
 }
 
-fn validate_string(
-    schema: &Value,
-    value: &Value,
-    s: &str,
-    path: &str,
-    errors: &mut Vec<FieldError>,
-) {
+fn validate_string(schema: &Value, value: &Value, s: &str, path: &str, errors: &mut Vec<FieldError>) {
     let at = body_path(path);
     let length = s.chars().count() as u64;
     if let Some(min) = count(schema, "minLength")
         && length < min
     {
-        errors.push(invalid(
-            path,
-            value,
-            format!("{at} in body should be at least {min} chars long"),
-        ));
+        errors.push(invalid(path, value, format!("{at} in body should be at least {min} chars long")));
     }
     if let Some(max) = count(schema, "maxLength")
         && length > max
@@ -437,19 +374,14 @@ fn validate_string(
         errors.push(FieldError {
             reason: "FieldValueTooLong",
             field: path.to_owned(),
-            message: format!(
-                "Too long: may not be more than {max} {}",
-                if max == 1 { "byte" } else { "bytes" }
-            ),
+            message: format!("Too long: may not be more than {max} {}", if max == 1 { "byte" } else { "bytes" }),
         });
     }
     if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
         match regex::Regex::new(pattern) {
-            Ok(re) if !re.is_match(s) => errors.push(invalid(
-                path,
-                value,
-                format!("{at} in body should match '{pattern}'"),
-            )),
+            Ok(re) if !re.is_match(s) => {
+                errors.push(invalid(path, value, format!("{at} in body should match '{pattern}'")))
+            }
             _ => {}
         }
     }
@@ -459,32 +391,18 @@ fn validate_string(
         errors.push(FieldError {
             reason: "FieldValueTypeInvalid",
             field: path.to_owned(),
-            message: format!(
-                "Invalid value: {}: {at} in body must be of type {format}: {}",
-                show(value),
-                show(value)
-            ),
+            message: format!("Invalid value: {}: {at} in body must be of type {format}: {}", show(value), show(value)),
         });
     }
 }
 
-fn validate_object(
-    schema: &Value,
-    value: &Value,
-    map: &Map<String, Value>,
-    path: &str,
-    errors: &mut Vec<FieldError>,
-) {
+fn validate_object(schema: &Value, value: &Value, map: &Map<String, Value>, path: &str, errors: &mut Vec<FieldError>) {
     let at = body_path(path);
     let root = path.is_empty();
     if let Some(min) = count(schema, "minProperties")
         && (map.len() as u64) < min
     {
-        errors.push(invalid(
-            path,
-            value,
-            format!("{at} in body should have at least {min} properties"),
-        ));
+        errors.push(invalid(path, value, format!("{at} in body should have at least {min} properties")));
     }
     if let Some(max) = count(schema, "maxProperties")
         && (map.len() as u64) > max
@@ -497,15 +415,8 @@ fn validate_object(
     }
     if flag(schema, "x-kubernetes-embedded-resource") {
         for field in ["apiVersion", "kind"] {
-            if map
-                .get(field)
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty)
-            {
-                errors.push(
-                    FieldError::required(child(path, field))
-                        .with_message("Required value: must not be empty"),
-                );
+            if map.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+                errors.push(FieldError::required(child(path, field)).with_message("Required value: must not be empty"));
             }
         }
     }
@@ -521,9 +432,7 @@ fn validate_object(
         if root && key == "metadata" {
             continue;
         }
-        let sub = props
-            .and_then(|p| p.get(key))
-            .or_else(|| additional(schema));
+        let sub = props.and_then(|p| p.get(key)).or_else(|| additional(schema));
         if let Some(sub) = sub {
             validate_node(sub, field, &child(path, key), errors);
         }
@@ -552,25 +461,16 @@ fn validate_list_type(schema: &Value, items: &[Value], path: &str, errors: &mut 
                 .map(|k| k.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
             let key_of = |item: &Value| -> Vec<Value> {
-                keys.iter()
-                    .map(|k| item.get(*k).cloned().unwrap_or(Value::Null))
-                    .collect()
+                keys.iter().map(|k| item.get(*k).cloned().unwrap_or(Value::Null)).collect()
             };
             for (i, item) in items.iter().enumerate() {
                 let key = key_of(item);
                 if items[..i].iter().any(|other| key_of(other) == key) {
-                    let shown: Vec<String> = keys
-                        .iter()
-                        .zip(&key)
-                        .map(|(k, v)| format!("\"{k}\":{v}"))
-                        .collect();
+                    let shown: Vec<String> = keys.iter().zip(&key).map(|(k, v)| format!("\"{k}\":{v}")).collect();
                     errors.push(FieldError {
                         reason: "FieldValueDuplicate",
                         field: format!("{path}[{i}]"),
-                        message: format!(
-                            "Duplicate value: map[string]interface {{}}{{{}}}",
-                            shown.join(", ")
-                        ),
+                        message: format!("Duplicate value: map[string]interface {{}}{{{}}}", shown.join(", ")),
                     });
                 }
             }
@@ -591,29 +491,17 @@ fn validate_combinators(schema: &Value, value: &Value, path: &str, errors: &mut 
     if let Some(any) = schema.get("anyOf").and_then(Value::as_array)
         && !any.iter().any(passes)
     {
-        errors.push(invalid(
-            path,
-            value,
-            format!("{at} in body must validate at least one schema (anyOf)"),
-        ));
+        errors.push(invalid(path, value, format!("{at} in body must validate at least one schema (anyOf)")));
     }
     if let Some(one) = schema.get("oneOf").and_then(Value::as_array)
         && one.iter().filter(|s| passes(s)).count() != 1
     {
-        errors.push(invalid(
-            path,
-            value,
-            format!("{at} in body must validate one and only one schema (oneOf)"),
-        ));
+        errors.push(invalid(path, value, format!("{at} in body must validate one and only one schema (oneOf)")));
     }
     if let Some(not) = schema.get("not")
         && passes(not)
     {
-        errors.push(invalid(
-            path,
-            value,
-            format!("{at} in body must not validate the schema (not)"),
-        ));
+        errors.push(invalid(path, value, format!("{at} in body must not validate the schema (not)")));
     }
 }
 
@@ -621,13 +509,9 @@ fn validate_combinators(schema: &Value, value: &Value, path: &str, errors: &mut 
 fn json_equal(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_equal(a, b))
-        }
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_equal(a, b)),
         (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
         }
         _ => a == b,
     }
@@ -673,13 +557,10 @@ mod tests {
     }
 
     fn errors_of(spec: Value) -> Vec<(String, String)> {
-        validate(
-            &schema(),
-            &json!({"apiVersion": "x/v1", "kind": "W", "metadata": {"name": "a"}, "spec": spec}),
-        )
-        .into_iter()
-        .map(|e| (e.field, e.message))
-        .collect()
+        validate(&schema(), &json!({"apiVersion": "x/v1", "kind": "W", "metadata": {"name": "a"}, "spec": spec}))
+            .into_iter()
+            .map(|e| (e.field, e.message))
+            .collect()
     }
 
     #[test]
@@ -726,11 +607,7 @@ mod tests {
                 "spec.name",
                 "Invalid value: \"a\": spec.name in body should be at least 2 chars long",
             ),
-            (
-                json!({"size": "small", "name": "abcdef"}),
-                "spec.name",
-                "Too long: may not be more than 5 bytes",
-            ),
+            (json!({"size": "small", "name": "abcdef"}), "spec.name", "Too long: may not be more than 5 bytes"),
             (
                 json!({"size": "small", "name": "AB"}),
                 "spec.name",
@@ -751,11 +628,7 @@ mod tests {
                 "spec.tags",
                 "Invalid value: \"[]\": spec.tags in body should have at least 1 items",
             ),
-            (
-                json!({"size": "small", "tags": ["a", "b", "c"]}),
-                "spec.tags",
-                "Too many: 3: must have at most 2 items",
-            ),
+            (json!({"size": "small", "tags": ["a", "b", "c"]}), "spec.tags", "Too many: 3: must have at most 2 items"),
             (
                 json!({"size": "small", "tags": ["a", "a"]}),
                 "spec.tags",
@@ -766,11 +639,7 @@ mod tests {
                 "spec.tags[0]",
                 "Invalid value: \"integer\": spec.tags[0] in body must be of type string: \"integer\"",
             ),
-            (
-                json!({"size": "small", "ports": [{"port": 1}, {}]}),
-                "spec.ports[1].port",
-                "Required value",
-            ),
+            (json!({"size": "small", "ports": [{"port": 1}, {}]}), "spec.ports[1].port", "Required value"),
             (
                 json!({"size": "small", "labels": {"a": 1}}),
                 "spec.labels.a",
@@ -796,11 +665,7 @@ mod tests {
                 "spec.template.apiVersion",
                 "Required value: must not be empty",
             ),
-            (
-                json!({"size": "small", "set": ["a", "b", "a"]}),
-                "spec.set[2]",
-                "Duplicate value: \"a\"",
-            ),
+            (json!({"size": "small", "set": ["a", "b", "a"]}), "spec.set[2]", "Duplicate value: \"a\""),
             (
                 json!({"size": "small", "map": [{"name": "a"}, {"name": "a"}]}),
                 "spec.map[1]",
@@ -814,11 +679,7 @@ mod tests {
         ];
         for (spec, field, message) in cases {
             let errors = errors_of(spec.clone());
-            assert_eq!(
-                errors,
-                vec![(field.to_owned(), message.to_owned())],
-                "for {spec}"
-            );
+            assert_eq!(errors, vec![(field.to_owned(), message.to_owned())], "for {spec}");
         }
     }
 
@@ -833,11 +694,7 @@ mod tests {
         assert_eq!(errors_of(ok), vec![]);
         assert_eq!(errors_of(json!({"size": "small", "port": 8080})), vec![]);
         assert_eq!(
-            validate(
-                &schema(),
-                &json!({"spec": {"size": "small"}, "status": {"ready": "yes"}})
-            )[0]
-            .field,
+            validate(&schema(), &json!({"spec": {"size": "small"}, "status": {"ready": "yes"}}))[0].field,
             "status.ready"
         );
     }
@@ -886,16 +743,14 @@ mod tests {
             })
         );
         let mut anything = json!({"a": {"b": 1}});
-        prune(
-            &json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
-            &mut anything,
-        );
+        prune(&json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}), &mut anything);
         assert_eq!(anything, json!({"a": {"b": 1}}));
     }
 
     #[test]
     fn defaults() {
-        let mut object = json!({"spec": {"size": "small", "ports": [{"port": 1}, {"port": 2, "protocol": "UDP"}], "note": null}});
+        let mut object =
+            json!({"spec": {"size": "small", "ports": [{"port": 1}, {"port": 2, "protocol": "UDP"}], "note": null}});
         apply_defaults(&schema(), &mut object);
         assert_eq!(
             object,

@@ -38,28 +38,13 @@ pub struct FieldStrategy {
     pub strategic_merge: bool,
 }
 
-const fn e(
-    type_name: &'static str,
-    field: &'static str,
-    strategy: Strategy,
-    strategic_merge: bool,
-) -> FieldStrategy {
-    FieldStrategy {
-        type_name,
-        field,
-        strategy,
-        strategic_merge,
-    }
+const fn e(type_name: &'static str, field: &'static str, strategy: Strategy, strategic_merge: bool) -> FieldStrategy {
+    FieldStrategy { type_name, field, strategy, strategic_merge }
 }
 
 /// Every non-default list or map field of the built-in kinds.
 pub const FIELD_STRATEGIES: &[FieldStrategy] = &[
-    e(
-        "io.k8s.api.admissionregistration.v1.MutatingWebhook",
-        "matchConditions",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
+    e("io.k8s.api.admissionregistration.v1.MutatingWebhook", "matchConditions", Strategy::ListMap(&["name"]), true),
     e(
         "io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration",
         "webhooks",
@@ -90,390 +75,80 @@ pub const FIELD_STRATEGIES: &[FieldStrategy] = &[
         Strategy::ListMap(&["type"]),
         true,
     ),
-    e(
-        "io.k8s.api.admissionregistration.v1.ValidatingWebhook",
-        "matchConditions",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
+    e("io.k8s.api.admissionregistration.v1.ValidatingWebhook", "matchConditions", Strategy::ListMap(&["name"]), true),
     e(
         "io.k8s.api.admissionregistration.v1.ValidatingWebhookConfiguration",
         "webhooks",
         Strategy::ListMap(&["name"]),
         true,
     ),
-    e(
-        "io.k8s.api.apps.v1.DaemonSetStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.apps.v1.DeploymentStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.apps.v1.ReplicaSetStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.apps.v1.StatefulSetStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.autoscaling.v2.HorizontalPodAutoscalerStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.batch.v1.JobStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.batch.v1.PodFailurePolicyOnExitCodesRequirement",
-        "values",
-        Strategy::ListSet,
-        false,
-    ),
-    e(
-        "io.k8s.api.batch.v1.UncountedTerminatedPods",
-        "failed",
-        Strategy::ListSet,
-        false,
-    ),
-    e(
-        "io.k8s.api.batch.v1.UncountedTerminatedPods",
-        "succeeded",
-        Strategy::ListSet,
-        false,
-    ),
-    e(
-        "io.k8s.api.certificates.v1.CertificateSigningRequestStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.ComponentStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.Container",
-        "env",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.Container",
-        "ports",
-        Strategy::ListMap(&["containerPort", "protocol"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.Container",
-        "volumeDevices",
-        Strategy::ListMap(&["devicePath"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.Container",
-        "volumeMounts",
-        Strategy::ListMap(&["mountPath"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.ContainerStatus",
-        "allocatedResourcesStatus",
-        Strategy::ListMap(&["name"]),
-        false,
-    ),
-    e(
-        "io.k8s.api.core.v1.ContainerStatus",
-        "volumeMounts",
-        Strategy::ListMap(&["mountPath"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "env",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "ports",
-        Strategy::ListMap(&["containerPort", "protocol"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "volumeDevices",
-        Strategy::ListMap(&["devicePath"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "volumeMounts",
-        Strategy::ListMap(&["mountPath"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.NamespaceStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.NodeSpec",
-        "podCIDRs",
-        Strategy::ListSet,
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.NodeStatus",
-        "addresses",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.NodeStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.PersistentVolumeClaimStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.PodSpec",
-        "containers",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.PodSpec",
-        "ephemeralContainers",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.PodSpec",
-        "hostAliases",
-        Strategy::ListMap(&["ip"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.PodSpec",
-        "imagePullSecrets",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.PodSpec",
-        "initContainers",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.PodSpec",
-        "nodeSelector",
-        Strategy::AtomicMap,
-        false,
-    ),
-    e(
-        "io.k8s.api.core.v1.PodSpec",
-        "resourceClaims",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.PodSpec",
-        "schedulingGates",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
+    e("io.k8s.api.apps.v1.DaemonSetStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.apps.v1.DeploymentStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.apps.v1.ReplicaSetStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.apps.v1.StatefulSetStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.autoscaling.v2.HorizontalPodAutoscalerStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.batch.v1.JobStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.batch.v1.PodFailurePolicyOnExitCodesRequirement", "values", Strategy::ListSet, false),
+    e("io.k8s.api.batch.v1.UncountedTerminatedPods", "failed", Strategy::ListSet, false),
+    e("io.k8s.api.batch.v1.UncountedTerminatedPods", "succeeded", Strategy::ListSet, false),
+    e("io.k8s.api.certificates.v1.CertificateSigningRequestStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.core.v1.ComponentStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.core.v1.Container", "env", Strategy::ListMap(&["name"]), true),
+    e("io.k8s.api.core.v1.Container", "ports", Strategy::ListMap(&["containerPort", "protocol"]), true),
+    e("io.k8s.api.core.v1.Container", "volumeDevices", Strategy::ListMap(&["devicePath"]), true),
+    e("io.k8s.api.core.v1.Container", "volumeMounts", Strategy::ListMap(&["mountPath"]), true),
+    e("io.k8s.api.core.v1.ContainerStatus", "allocatedResourcesStatus", Strategy::ListMap(&["name"]), false),
+    e("io.k8s.api.core.v1.ContainerStatus", "volumeMounts", Strategy::ListMap(&["mountPath"]), true),
+    e("io.k8s.api.core.v1.EphemeralContainer", "env", Strategy::ListMap(&["name"]), true),
+    e("io.k8s.api.core.v1.EphemeralContainer", "ports", Strategy::ListMap(&["containerPort", "protocol"]), true),
+    e("io.k8s.api.core.v1.EphemeralContainer", "volumeDevices", Strategy::ListMap(&["devicePath"]), true),
+    e("io.k8s.api.core.v1.EphemeralContainer", "volumeMounts", Strategy::ListMap(&["mountPath"]), true),
+    e("io.k8s.api.core.v1.NamespaceStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.core.v1.NodeSpec", "podCIDRs", Strategy::ListSet, true),
+    e("io.k8s.api.core.v1.NodeStatus", "addresses", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.core.v1.NodeStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.core.v1.PersistentVolumeClaimStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.core.v1.PodSpec", "containers", Strategy::ListMap(&["name"]), true),
+    e("io.k8s.api.core.v1.PodSpec", "ephemeralContainers", Strategy::ListMap(&["name"]), true),
+    e("io.k8s.api.core.v1.PodSpec", "hostAliases", Strategy::ListMap(&["ip"]), true),
+    e("io.k8s.api.core.v1.PodSpec", "imagePullSecrets", Strategy::ListMap(&["name"]), true),
+    e("io.k8s.api.core.v1.PodSpec", "initContainers", Strategy::ListMap(&["name"]), true),
+    e("io.k8s.api.core.v1.PodSpec", "nodeSelector", Strategy::AtomicMap, false),
+    e("io.k8s.api.core.v1.PodSpec", "resourceClaims", Strategy::ListMap(&["name"]), true),
+    e("io.k8s.api.core.v1.PodSpec", "schedulingGates", Strategy::ListMap(&["name"]), true),
     e(
         "io.k8s.api.core.v1.PodSpec",
         "topologySpreadConstraints",
         Strategy::ListMap(&["topologyKey", "whenUnsatisfiable"]),
         true,
     ),
-    e(
-        "io.k8s.api.core.v1.PodSpec",
-        "volumes",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.PodStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.PodStatus",
-        "hostIPs",
-        Strategy::ListMap(&["ip"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.PodStatus",
-        "podIPs",
-        Strategy::ListMap(&["ip"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.PodStatus",
-        "resourceClaimStatuses",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.ReplicationControllerSpec",
-        "selector",
-        Strategy::AtomicMap,
-        false,
-    ),
-    e(
-        "io.k8s.api.core.v1.ReplicationControllerStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.ResourceRequirements",
-        "claims",
-        Strategy::ListMap(&["name"]),
-        false,
-    ),
-    e(
-        "io.k8s.api.core.v1.ResourceStatus",
-        "resources",
-        Strategy::ListMap(&["resourceID"]),
-        false,
-    ),
-    e(
-        "io.k8s.api.core.v1.ServiceAccount",
-        "secrets",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.ServiceSpec",
-        "ports",
-        Strategy::ListMap(&["port", "protocol"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.core.v1.ServiceSpec",
-        "selector",
-        Strategy::AtomicMap,
-        false,
-    ),
-    e(
-        "io.k8s.api.core.v1.ServiceStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.discovery.v1.Endpoint",
-        "addresses",
-        Strategy::ListSet,
-        false,
-    ),
-    e(
-        "io.k8s.api.flowcontrol.v1.FlowSchemaStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.flowcontrol.v1.NonResourcePolicyRule",
-        "nonResourceURLs",
-        Strategy::ListSet,
-        false,
-    ),
-    e(
-        "io.k8s.api.flowcontrol.v1.NonResourcePolicyRule",
-        "verbs",
-        Strategy::ListSet,
-        false,
-    ),
-    e(
-        "io.k8s.api.flowcontrol.v1.PriorityLevelConfigurationStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.flowcontrol.v1.ResourcePolicyRule",
-        "apiGroups",
-        Strategy::ListSet,
-        false,
-    ),
-    e(
-        "io.k8s.api.flowcontrol.v1.ResourcePolicyRule",
-        "namespaces",
-        Strategy::ListSet,
-        false,
-    ),
-    e(
-        "io.k8s.api.flowcontrol.v1.ResourcePolicyRule",
-        "resources",
-        Strategy::ListSet,
-        false,
-    ),
-    e(
-        "io.k8s.api.flowcontrol.v1.ResourcePolicyRule",
-        "verbs",
-        Strategy::ListSet,
-        false,
-    ),
-    e(
-        "io.k8s.api.networking.v1.ServiceCIDRStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.node.v1.Scheduling",
-        "nodeSelector",
-        Strategy::AtomicMap,
-        false,
-    ),
-    e(
-        "io.k8s.api.policy.v1.PodDisruptionBudgetStatus",
-        "conditions",
-        Strategy::ListMap(&["type"]),
-        true,
-    ),
-    e(
-        "io.k8s.api.storage.v1.CSIDriverSpec",
-        "volumeLifecycleModes",
-        Strategy::ListSet,
-        false,
-    ),
-    e(
-        "io.k8s.api.storage.v1.CSINodeSpec",
-        "drivers",
-        Strategy::ListMap(&["name"]),
-        true,
-    ),
+    e("io.k8s.api.core.v1.PodSpec", "volumes", Strategy::ListMap(&["name"]), true),
+    e("io.k8s.api.core.v1.PodStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.core.v1.PodStatus", "hostIPs", Strategy::ListMap(&["ip"]), true),
+    e("io.k8s.api.core.v1.PodStatus", "podIPs", Strategy::ListMap(&["ip"]), true),
+    e("io.k8s.api.core.v1.PodStatus", "resourceClaimStatuses", Strategy::ListMap(&["name"]), true),
+    e("io.k8s.api.core.v1.ReplicationControllerSpec", "selector", Strategy::AtomicMap, false),
+    e("io.k8s.api.core.v1.ReplicationControllerStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.core.v1.ResourceRequirements", "claims", Strategy::ListMap(&["name"]), false),
+    e("io.k8s.api.core.v1.ResourceStatus", "resources", Strategy::ListMap(&["resourceID"]), false),
+    e("io.k8s.api.core.v1.ServiceAccount", "secrets", Strategy::ListMap(&["name"]), true),
+    e("io.k8s.api.core.v1.ServiceSpec", "ports", Strategy::ListMap(&["port", "protocol"]), true),
+    e("io.k8s.api.core.v1.ServiceSpec", "selector", Strategy::AtomicMap, false),
+    e("io.k8s.api.core.v1.ServiceStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.discovery.v1.Endpoint", "addresses", Strategy::ListSet, false),
+    e("io.k8s.api.flowcontrol.v1.FlowSchemaStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.flowcontrol.v1.NonResourcePolicyRule", "nonResourceURLs", Strategy::ListSet, false),
+    e("io.k8s.api.flowcontrol.v1.NonResourcePolicyRule", "verbs", Strategy::ListSet, false),
+    e("io.k8s.api.flowcontrol.v1.PriorityLevelConfigurationStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.flowcontrol.v1.ResourcePolicyRule", "apiGroups", Strategy::ListSet, false),
+    e("io.k8s.api.flowcontrol.v1.ResourcePolicyRule", "namespaces", Strategy::ListSet, false),
+    e("io.k8s.api.flowcontrol.v1.ResourcePolicyRule", "resources", Strategy::ListSet, false),
+    e("io.k8s.api.flowcontrol.v1.ResourcePolicyRule", "verbs", Strategy::ListSet, false),
+    e("io.k8s.api.networking.v1.ServiceCIDRStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.node.v1.Scheduling", "nodeSelector", Strategy::AtomicMap, false),
+    e("io.k8s.api.policy.v1.PodDisruptionBudgetStatus", "conditions", Strategy::ListMap(&["type"]), true),
+    e("io.k8s.api.storage.v1.CSIDriverSpec", "volumeLifecycleModes", Strategy::ListSet, false),
+    e("io.k8s.api.storage.v1.CSINodeSpec", "drivers", Strategy::ListMap(&["name"]), true),
     e(
         "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionStatus",
         "conditions",
@@ -486,18 +161,8 @@ pub const FIELD_STRATEGIES: &[FieldStrategy] = &[
         Strategy::ListMap(&["rule"]),
         true,
     ),
-    e(
-        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
-        "finalizers",
-        Strategy::ListSet,
-        true,
-    ),
-    e(
-        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
-        "ownerReferences",
-        Strategy::ListMap(&["uid"]),
-        true,
-    ),
+    e("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "finalizers", Strategy::ListSet, true),
+    e("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "ownerReferences", Strategy::ListMap(&["uid"]), true),
     e(
         "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIServiceStatus",
         "conditions",
@@ -548,10 +213,7 @@ pub const RETAIN_KEYS_FIELDS: &[(&str, &str)] = &[
 /// (`x-kubernetes-list-type`, `x-kubernetes-list-map-keys`,
 /// `x-kubernetes-map-type`, `x-kubernetes-patch-strategy`,
 /// `x-kubernetes-patch-merge-key`); empty for default fields.
-pub fn openapi_extensions(
-    type_name: &str,
-    field: &str,
-) -> serde_json::Map<String, serde_json::Value> {
+pub fn openapi_extensions(type_name: &str, field: &str) -> serde_json::Map<String, serde_json::Value> {
     let mut extensions = serde_json::Map::new();
     let retain_keys = RETAIN_KEYS_FIELDS.contains(&(type_name, field));
     let mut strategy = Vec::new();
@@ -583,10 +245,7 @@ pub fn openapi_extensions(
         strategy.push("retainKeys");
     }
     if !strategy.is_empty() {
-        extensions.insert(
-            "x-kubernetes-patch-strategy".into(),
-            strategy.join(",").into(),
-        );
+        extensions.insert("x-kubernetes-patch-strategy".into(), strategy.join(",").into());
     }
     extensions
 }
@@ -597,10 +256,7 @@ pub fn openapi_extensions(
 /// documents need for clients (kubectl's client-side apply) to compute
 /// strategic merge patches.
 pub fn annotate_definitions(definitions: &mut serde_json::Map<String, serde_json::Value>) {
-    let fields = FIELD_STRATEGIES
-        .iter()
-        .map(|e| (e.type_name, e.field))
-        .chain(RETAIN_KEYS_FIELDS.iter().copied());
+    let fields = FIELD_STRATEGIES.iter().map(|e| (e.type_name, e.field)).chain(RETAIN_KEYS_FIELDS.iter().copied());
     for (type_name, field) in fields {
         if let Some(property) = definitions
             .get_mut(type_name)
@@ -612,10 +268,7 @@ pub fn annotate_definitions(definitions: &mut serde_json::Map<String, serde_json
         }
     }
     for type_name in ATOMIC_TYPES {
-        if let Some(definition) = definitions
-            .get_mut(*type_name)
-            .and_then(serde_json::Value::as_object_mut)
-        {
+        if let Some(definition) = definitions.get_mut(*type_name).and_then(serde_json::Value::as_object_mut) {
             definition.insert("x-kubernetes-map-type".into(), "atomic".into());
         }
     }

@@ -22,10 +22,9 @@ mod tests {
     #[test]
     fn table_names_existing_fields() {
         use k8s_openapi::api::{
-            admissionregistration::v1 as admission, apps::v1 as apps,
-            autoscaling::v2 as autoscaling, batch::v1 as batch, certificates::v1 as certificates,
-            core::v1 as core, discovery::v1 as discovery, flowcontrol::v1 as flowcontrol,
-            networking::v1 as networking, node::v1 as node, policy::v1 as policy,
+            admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v2 as autoscaling,
+            batch::v1 as batch, certificates::v1 as certificates, core::v1 as core, discovery::v1 as discovery,
+            flowcontrol::v1 as flowcontrol, networking::v1 as networking, node::v1 as node, policy::v1 as policy,
             storage::v1 as storage,
         };
         let mut generator = SchemaGenerator::default();
@@ -63,26 +62,17 @@ mod tests {
         visit::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(g);
         let definitions = generator.definitions();
         for entry in FIELD_STRATEGIES {
-            let definition = definitions
-                .get(entry.type_name)
-                .unwrap_or_else(|| panic!("no schema type {}", entry.type_name));
+            let definition =
+                definitions.get(entry.type_name).unwrap_or_else(|| panic!("no schema type {}", entry.type_name));
             let field = definition
                 .pointer(&format!("/properties/{}", entry.field))
                 .unwrap_or_else(|| panic!("{} has no field {}", entry.type_name, entry.field));
             let is_array = field.get("type").and_then(|t| t.as_str()) == Some("array");
             match entry.strategy {
                 Strategy::ListMap(keys) => {
-                    assert!(
-                        is_array,
-                        "{}.{} is not a list",
-                        entry.type_name, entry.field
-                    );
-                    let items = field["items"]["$ref"]
-                        .as_str()
-                        .expect("list-map items are named types");
-                    let items = definitions
-                        .get(items.rsplit('/').next().unwrap())
-                        .expect("item type exists");
+                    assert!(is_array, "{}.{} is not a list", entry.type_name, entry.field);
+                    let items = field["items"]["$ref"].as_str().expect("list-map items are named types");
+                    let items = definitions.get(items.rsplit('/').next().unwrap()).expect("item type exists");
                     for key in keys {
                         assert!(
                             items.pointer(&format!("/properties/{key}")).is_some(),
@@ -93,21 +83,14 @@ mod tests {
                     }
                 }
                 Strategy::ListSet | Strategy::AtomicList => {
-                    assert!(
-                        is_array,
-                        "{}.{} is not a list",
-                        entry.type_name, entry.field
-                    )
+                    assert!(is_array, "{}.{} is not a list", entry.type_name, entry.field)
                 }
                 Strategy::AtomicMap => assert!(!is_array),
             }
         }
         for (type_name, field) in RETAIN_KEYS_FIELDS {
             assert!(
-                definitions
-                    .get(*type_name)
-                    .and_then(|d| d.pointer(&format!("/properties/{field}")))
-                    .is_some(),
+                definitions.get(*type_name).and_then(|d| d.pointer(&format!("/properties/{field}"))).is_some(),
                 "{type_name} has no field {field}"
             );
         }

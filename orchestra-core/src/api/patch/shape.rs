@@ -38,22 +38,13 @@ impl Schemas {
                 let mut generator = SchemaGenerator::default();
                 let root = generate(&mut generator).to_value();
                 let definitions = generator.definitions().clone().into_iter().collect();
-                let schemas = Arc::new(Schemas {
-                    root: Arc::new(root),
-                    definitions,
-                    typed: true,
-                });
-                cache()
-                    .lock()
-                    .expect("cache lock")
-                    .insert(id, schemas.clone());
+                let schemas = Arc::new(Schemas { root: Arc::new(root), definitions, typed: true });
+                cache().lock().expect("cache lock").insert(id, schemas.clone());
                 schemas
             }
-            KindSchema::Json(value) => Arc::new(Schemas {
-                root: value.clone(),
-                definitions: Default::default(),
-                typed: false,
-            }),
+            KindSchema::Json(value) => {
+                Arc::new(Schemas { root: value.clone(), definitions: Default::default(), typed: false })
+            }
         }
     }
 
@@ -98,11 +89,7 @@ pub struct FieldMeta {
 
 impl Default for FieldMeta {
     fn default() -> FieldMeta {
-        FieldMeta {
-            list: ListType::Atomic,
-            atomic_map: false,
-            strategic_merge: false,
-        }
+        FieldMeta { list: ListType::Atomic, atomic_map: false, strategic_merge: false }
     }
 }
 
@@ -118,27 +105,16 @@ pub struct Shape<'a> {
 impl<'a> Shape<'a> {
     /// The shape of values about which nothing is known.
     pub fn unknown() -> Shape<'static> {
-        Shape {
-            schemas: None,
-            name: None,
-            node: None,
-        }
+        Shape { schemas: None, name: None, node: None }
     }
 
     fn resolve(schemas: Option<&'a Schemas>, node: Option<&'a Value>) -> Shape<'a> {
-        let mut shape = Shape {
-            schemas,
-            name: None,
-            node,
-        };
+        let mut shape = Shape { schemas, name: None, node };
         for _ in 0..8 {
             let Some(reference) = shape.node.and_then(reference_of) else {
                 break;
             };
-            let name = reference
-                .rsplit_once('/')
-                .map(|(_, name)| name)
-                .unwrap_or(reference);
+            let name = reference.rsplit_once('/').map(|(_, name)| name).unwrap_or(reference);
             shape.name = Some(name);
             shape.node = schemas.and_then(|s| s.definition(name));
         }
@@ -168,8 +144,7 @@ impl<'a> Shape<'a> {
                 field_meta.strategic_merge = strategy.strategic_merge;
                 match strategy.strategy {
                     Strategy::ListMap(keys) => {
-                        field_meta.list =
-                            ListType::Map(keys.iter().map(|k| k.to_string()).collect())
+                        field_meta.list = ListType::Map(keys.iter().map(|k| k.to_string()).collect())
                     }
                     Strategy::ListSet => field_meta.list = ListType::Set,
                     Strategy::AtomicList => {}
@@ -194,8 +169,7 @@ impl<'a> Shape<'a> {
     /// struct.
     pub fn is_map(&self) -> bool {
         self.node.is_some_and(|n| {
-            n.get("properties").is_none()
-                && n.get("additionalProperties").is_some_and(Value::is_object)
+            n.get("properties").is_none() && n.get("additionalProperties").is_some_and(Value::is_object)
         })
     }
 
@@ -232,30 +206,20 @@ fn extension_meta(node: &Value) -> FieldMeta {
             let keys = node
                 .get("x-kubernetes-list-map-keys")
                 .and_then(Value::as_array)
-                .map(|keys| {
-                    keys.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
+                .map(|keys| keys.iter().filter_map(Value::as_str).map(str::to_owned).collect())
                 .unwrap_or_default();
             field_meta.list = ListType::Map(keys);
             field_meta.strategic_merge = true;
         }
         _ => {}
     }
-    if let Some(key) = node
-        .get("x-kubernetes-patch-merge-key")
-        .and_then(Value::as_str)
+    if let Some(key) = node.get("x-kubernetes-patch-merge-key").and_then(Value::as_str)
         && field_meta.list == ListType::Atomic
     {
         field_meta.list = ListType::Map(vec![key.to_owned()]);
         field_meta.strategic_merge = true;
     }
-    field_meta.atomic_map = matches!(
-        node.get("x-kubernetes-map-type").and_then(Value::as_str),
-        Some("atomic")
-    );
+    field_meta.atomic_map = matches!(node.get("x-kubernetes-map-type").and_then(Value::as_str), Some("atomic"));
     field_meta
 }
 
@@ -282,10 +246,7 @@ mod tests {
         assert_eq!(containers_meta.list, ListType::Map(vec!["name".into()]));
         assert!(containers_meta.strategic_merge);
         let (_, ports) = containers.items().field("ports");
-        assert_eq!(
-            ports.list,
-            ListType::Map(vec!["containerPort".into(), "protocol".into()])
-        );
+        assert_eq!(ports.list, ListType::Map(vec!["containerPort".into(), "protocol".into()]));
         let (_, tolerations) = pod.field("tolerations");
         assert_eq!(tolerations.list, ListType::Atomic);
         let (_, selector) = spec.field("selector");

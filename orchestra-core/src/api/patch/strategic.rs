@@ -39,17 +39,11 @@ pub enum PatchErrorKind {
 }
 
 fn bad(message: impl Into<String>) -> PatchError {
-    PatchError {
-        message: message.into(),
-        kind: PatchErrorKind::BadRequest,
-    }
+    PatchError { message: message.into(), kind: PatchErrorKind::BadRequest }
 }
 
 fn unknown(message: impl Into<String>) -> PatchError {
-    PatchError {
-        message: message.into(),
-        kind: PatchErrorKind::Unknown,
-    }
+    PatchError { message: message.into(), kind: PatchErrorKind::Unknown }
 }
 
 /// A value as Go's `%v` prints the decoded JSON (`map[a:1 b:[x y]]`).
@@ -57,17 +51,11 @@ fn go_format(value: &Value) -> String {
     match value {
         Value::Null => "<nil>".into(),
         Value::String(s) => s.clone(),
-        Value::Array(items) => format!(
-            "[{}]",
-            items.iter().map(go_format).collect::<Vec<_>>().join(" ")
-        ),
+        Value::Array(items) => format!("[{}]", items.iter().map(go_format).collect::<Vec<_>>().join(" ")),
         Value::Object(map) => {
             let mut pairs: Vec<(&String, &Value)> = map.iter().collect();
             pairs.sort_by(|a, b| a.0.cmp(b.0));
-            let pairs: Vec<String> = pairs
-                .iter()
-                .map(|(k, v)| format!("{k}:{}", go_format(v)))
-                .collect();
+            let pairs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}:{}", go_format(v))).collect();
             format!("map[{}]", pairs.join(" "))
         }
         other => other.to_string(),
@@ -75,20 +63,12 @@ fn go_format(value: &Value) -> String {
 }
 
 fn bad_patch_type(directive: &Value, map: &Map<String, Value>) -> PatchError {
-    unknown(format!(
-        "unknown patch type: {} in map: {}",
-        go_format(directive),
-        go_format(&Value::Object(map.clone()))
-    ))
+    unknown(format!("unknown patch type: {} in map: {}", go_format(directive), go_format(&Value::Object(map.clone()))))
 }
 
 /// Applies a strategic merge patch to `original` (both JSON objects), using
 /// the schema shape of the object for list merge keys.
-pub fn strategic_merge(
-    original: &Value,
-    patch: &Value,
-    shape: Shape<'_>,
-) -> Result<Value, PatchError> {
+pub fn strategic_merge(original: &Value, patch: &Value, shape: Shape<'_>) -> Result<Value, PatchError> {
     let (Some(original), Some(patch)) = (original.as_object(), patch.as_object()) else {
         return Err(bad("invalid JSON document"));
     };
@@ -132,10 +112,7 @@ fn merge_map(
             .as_array()
             .and_then(|keys| keys.iter().map(Value::as_str).collect())
             .ok_or_else(|| bad(RETAIN_KEYS_FORMAT))?;
-        if patch
-            .iter()
-            .any(|(k, v)| !is_directive(k) && !v.is_null() && !retain.contains(&k.as_str()))
-        {
+        if patch.iter().any(|(k, v)| !is_directive(k) && !v.is_null() && !retain.contains(&k.as_str())) {
             return Err(bad(RETAIN_KEYS_FORMAT));
         }
         original.retain(|k, _| retain.contains(&k.as_str()));
@@ -144,9 +121,7 @@ fn merge_map(
         let Some(field) = key.strip_prefix(DELETE_FROM_PRIMITIVE_LIST) else {
             continue;
         };
-        let values = values
-            .as_array()
-            .ok_or_else(|| bad("invalid patch format of primitive list"))?;
+        let values = values.as_array().ok_or_else(|| bad("invalid patch format of primitive list"))?;
         if let Some(list) = original.get_mut(field).and_then(Value::as_array_mut) {
             // Upstream leaves the rest deduplicated and sorted as text.
             list.retain(|item| !values.contains(item));
@@ -164,12 +139,8 @@ fn merge_map(
         }
         let (child, meta) = shape.field(key);
         let merged = match (original.remove(key), value) {
-            (Some(Value::Object(old)), Value::Object(patch)) => {
-                Value::Object(merge_map(old, patch, child)?)
-            }
-            (Some(Value::Array(old)), Value::Array(patch)) => {
-                Value::Array(merge_list(old, patch, child, &meta)?)
-            }
+            (Some(Value::Object(old)), Value::Object(patch)) => Value::Object(merge_map(old, patch, child)?),
+            (Some(Value::Array(old)), Value::Array(patch)) => Value::Array(merge_list(old, patch, child, &meta)?),
             (_, Value::Object(patch)) => Value::Object(merge_map(Map::new(), patch, child)?),
             (_, Value::Array(patch)) => Value::Array(merge_list(Vec::new(), patch, child, &meta)?),
             (_, scalar) => scalar.clone(),
@@ -180,9 +151,7 @@ fn merge_map(
         let Some(field) = key.strip_prefix(SET_ELEMENT_ORDER) else {
             continue;
         };
-        let order = order
-            .as_array()
-            .ok_or_else(|| bad("invalid patch format of setElementOrder list"))?;
+        let order = order.as_array().ok_or_else(|| bad("invalid patch format of setElementOrder list"))?;
         let (_, meta) = shape.field(field);
         if let Some(Value::Array(list)) = original.get_mut(field) {
             let identity = |item: &Value| match merge_key(&meta) {
@@ -215,15 +184,9 @@ fn merge_list(
     items: Shape<'_>,
     meta: &FieldMeta,
 ) -> Result<Vec<Value>, PatchError> {
-    let directive_of = |item: &Value| {
-        item.get(DIRECTIVE)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
+    let directive_of = |item: &Value| item.get(DIRECTIVE).and_then(Value::as_str).map(str::to_owned);
     if let Some(key) = merge_key(meta) {
-        let replace = patch
-            .iter()
-            .any(|item| directive_of(item).as_deref() == Some("replace"));
+        let replace = patch.iter().any(|item| directive_of(item).as_deref() == Some("replace"));
         let mut merged = if replace { Vec::new() } else { original };
         for item in patch {
             let Some(map) = item.as_object() else {
@@ -235,16 +198,12 @@ fn merge_list(
             match (directive_of(item).as_deref(), map.get(DIRECTIVE)) {
                 (Some("replace"), _) => continue,
                 (Some("delete"), _) => {
-                    let id = map
-                        .get(key)
-                        .ok_or_else(|| unknown("delete patch type with no merge key defined"))?;
+                    let id = map.get(key).ok_or_else(|| unknown("delete patch type with no merge key defined"))?;
                     merged.retain(|old| old.get(key) != Some(id));
                     continue;
                 }
                 (Some("merge"), _) => {
-                    return Err(unknown(
-                        "merging lists cannot yet be specified in the patch",
-                    ));
+                    return Err(unknown("merging lists cannot yet be specified in the patch"));
                 }
                 (_, Some(directive)) => return Err(bad_patch_type(directive, map)),
                 (_, None) => {}
@@ -281,26 +240,17 @@ fn merge_list(
 }
 
 fn missing_key(item: &Value, key: &str) -> PatchError {
-    unknown(format!(
-        "map: {} does not contain declared merge key: {key}",
-        go_format(item)
-    ))
+    unknown(format!("map: {} does not contain declared merge key: {key}", go_format(item)))
 }
 
 /// Orders a merged list like upstream: the items the patch orders
 /// (`$setElementOrder`) come in that order; the other (server-only) items
 /// keep their live order and are interleaved where the live order puts them
 /// before an ordered item.
-fn reorder(
-    list: &mut Vec<Value>,
-    order: &[Value],
-    server: &[Value],
-    identity: impl Fn(&Value) -> Value,
-) {
+fn reorder(list: &mut Vec<Value>, order: &[Value], server: &[Value], identity: impl Fn(&Value) -> Value) {
     let position = |list: &[Value], id: &Value| list.iter().position(|o| o == id);
-    let (mut ordered, server_only): (Vec<Value>, Vec<Value>) = list
-        .drain(..)
-        .partition(|item| position(order, &identity(item)).is_some());
+    let (mut ordered, server_only): (Vec<Value>, Vec<Value>) =
+        list.drain(..).partition(|item| position(order, &identity(item)).is_some());
     ordered.sort_by_key(|item| position(order, &identity(item)));
     let mut server_only = server_only.into_iter().peekable();
     let mut ordered = ordered.into_iter().peekable();
@@ -310,20 +260,13 @@ fn reorder(
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (Some(left), Some(right)) => {
-                match (
-                    position(server, &identity(left)),
-                    position(server, &identity(right)),
-                ) {
+                match (position(server, &identity(left)), position(server, &identity(right))) {
                     (Some(l), Some(r)) => l < r,
                     _ => false,
                 }
             }
         };
-        let next = if take_server {
-            server_only.next()
-        } else {
-            ordered.next()
-        };
+        let next = if take_server { server_only.next() } else { ordered.next() };
         list.extend(next);
     }
 }
@@ -389,10 +332,7 @@ mod tests {
                 "$patch replace on a list",
                 json!({"spec": {"containers": [{"$patch": "replace"}, {"name": "z", "image": "z"}]}}),
                 Box::new(|v: &Value| {
-                    assert_eq!(
-                        v["spec"]["containers"],
-                        json!([{"name": "z", "image": "z"}])
-                    );
+                    assert_eq!(v["spec"]["containers"], json!([{"name": "z", "image": "z"}]));
                 }),
             ),
             (
@@ -410,10 +350,7 @@ mod tests {
                 json!({"spec": {"tolerations": [{"key": "j", "operator": "Exists"}],
                                  "containers": [{"name": "d", "args": ["z"]}]}}),
                 Box::new(|v: &Value| {
-                    assert_eq!(
-                        v["spec"]["tolerations"],
-                        json!([{"key": "j", "operator": "Exists"}])
-                    );
+                    assert_eq!(v["spec"]["tolerations"], json!([{"key": "j", "operator": "Exists"}]));
                     assert_eq!(v["spec"]["containers"][1]["args"], json!(["z"]));
                 }),
             ),
@@ -421,10 +358,7 @@ mod tests {
                 "nested merge keys (env by name)",
                 json!({"spec": {"containers": [{"name": "c", "env": [{"name": "B", "value": "3"}, {"name": "A", "$patch": "delete"}]}]}}),
                 Box::new(|v: &Value| {
-                    assert_eq!(
-                        v["spec"]["containers"][0]["env"],
-                        json!([{"name": "B", "value": "3"}])
-                    );
+                    assert_eq!(v["spec"]["containers"][0]["env"], json!([{"name": "B", "value": "3"}]));
                 }),
             ),
             (
@@ -475,23 +409,17 @@ mod tests {
                 "$retainKeys drops the other keys",
                 json!({"spec": {"volumes": [{"name": "v", "$retainKeys": ["name", "hostPath"], "hostPath": {"path": "/x"}}]}}),
                 Box::new(|v: &Value| {
-                    assert_eq!(
-                        v["spec"]["volumes"],
-                        json!([{"name": "v", "hostPath": {"path": "/x"}}])
-                    );
+                    assert_eq!(v["spec"]["volumes"], json!([{"name": "v", "hostPath": {"path": "/x"}}]));
                 }),
             ),
             (
                 "directives in new values are stripped",
                 json!({"spec": {"affinity": {"$patch": "replace", "nodeAffinity": {}}}}),
-                Box::new(|v: &Value| {
-                    assert_eq!(v["spec"]["affinity"], json!({"nodeAffinity": {}}))
-                }),
+                Box::new(|v: &Value| assert_eq!(v["spec"]["affinity"], json!({"nodeAffinity": {}}))),
             ),
         ];
         for (name, patch, check) in cases {
-            let patched = strategic_merge(&pod(), &patch, schemas.root())
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let patched = strategic_merge(&pod(), &patch, schemas.root()).unwrap_or_else(|e| panic!("{name}: {e}"));
             println!("{name}");
             check(&patched);
         }
@@ -502,10 +430,7 @@ mod tests {
         let schemas = Schemas::of(ResourceInfo::of::<Pod>().schema.as_ref().unwrap());
         let missing_key = json!({"spec": {"containers": [{"image": "x"}]}});
         let error = strategic_merge(&pod(), &missing_key, schemas.root()).unwrap_err();
-        assert_eq!(
-            error.message,
-            "map: map[image:x] does not contain declared merge key: name"
-        );
+        assert_eq!(error.message, "map: map[image:x] does not contain declared merge key: name");
         assert_eq!(error.kind, PatchErrorKind::Unknown);
         let retain = json!({"spec": {"volumes": [{"name": "v", "$retainKeys": ["name"], "hostPath": {"path": "/x"}}]}});
         assert_eq!(
@@ -514,9 +439,7 @@ mod tests {
         );
         let unknown = json!({"metadata": {"$patch": "nope"}});
         assert_eq!(
-            strategic_merge(&pod(), &unknown, schemas.root())
-                .unwrap_err()
-                .message,
+            strategic_merge(&pod(), &unknown, schemas.root()).unwrap_err().message,
             "unknown patch type: nope in map: map[$patch:nope]"
         );
     }
@@ -528,10 +451,7 @@ mod tests {
         let service = json!({"spec": {"ports": [{"port": 80, "targetPort": 8080}, {"port": 443}]}});
         let patch = json!({"spec": {"ports": [{"port": 80, "targetPort": 9090}]}});
         let patched = strategic_merge(&service, &patch, schemas.root()).unwrap();
-        assert_eq!(
-            patched["spec"]["ports"],
-            json!([{"port": 80, "targetPort": 9090}, {"port": 443}])
-        );
+        assert_eq!(patched["spec"]["ports"], json!([{"port": 80, "targetPort": 9090}, {"port": 443}]));
 
         let schemas = Schemas::of(ResourceInfo::of::<Deployment>().schema.as_ref().unwrap());
         let deployment = json!({"spec": {"strategy": {"type": "RollingUpdate",

@@ -45,8 +45,7 @@ impl TableColumns {
 
     /// Adds a column read from a JSONPath.
     pub fn column(mut self, definition: ColumnDefinition, json_path: &str) -> TableColumns {
-        self.columns
-            .push((definition, ColumnSource::JsonPath(json_path.to_owned())));
+        self.columns.push((definition, ColumnSource::JsonPath(json_path.to_owned())));
         self
     }
 
@@ -54,10 +53,7 @@ impl TableColumns {
     /// `additionalPrinterColumns`, or an Age column if it has none (the
     /// apiextensions defaulting).
     pub fn from_crd_version(version: &Value) -> TableColumns {
-        let declared = version
-            .get("additionalPrinterColumns")
-            .and_then(Value::as_array)
-            .filter(|c| !c.is_empty());
+        let declared = version.get("additionalPrinterColumns").and_then(Value::as_array).filter(|c| !c.is_empty());
         let Some(declared) = declared else {
             return TableColumns::new().column(
                 ColumnDefinition::new("Age", "date", super::format::CREATION_TIMESTAMP_DESCRIPTION),
@@ -86,20 +82,14 @@ impl TableColumns {
         let found = crd
             .pointer("/spec/versions")
             .and_then(Value::as_array)
-            .and_then(|versions| {
-                versions
-                    .iter()
-                    .find(|v| v.get("name").and_then(Value::as_str) == Some(version))
-            });
+            .and_then(|versions| versions.iter().find(|v| v.get("name").and_then(Value::as_str) == Some(version)));
         TableColumns::from_crd_version(found.unwrap_or(&Value::Null))
     }
 }
 
 impl TablePrinter for TableColumns {
     fn columns(&self) -> Vec<ColumnDefinition> {
-        std::iter::once(ColumnDefinition::name_column())
-            .chain(self.columns.iter().map(|(d, _)| d.clone()))
-            .collect()
+        std::iter::once(ColumnDefinition::name_column()).chain(self.columns.iter().map(|(d, _)| d.clone())).collect()
     }
 
     fn cells(&self, object: &Value, now: Timestamp) -> Vec<Value> {
@@ -119,10 +109,7 @@ impl TablePrinter for TableColumns {
 fn cell(type_: &str, value: &Value, now: Timestamp) -> Value {
     match type_ {
         "integer" => match value {
-            Value::Number(n) => n
-                .as_i64()
-                .or_else(|| n.as_f64().map(|f| f as i64))
-                .map_or(Value::Null, Value::from),
+            Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)).map_or(Value::Null, Value::from),
             _ => Value::Null,
         },
         "number" => value.as_f64().map_or(Value::Null, Value::from),
@@ -145,10 +132,7 @@ fn cell(type_: &str, value: &Value, now: Timestamp) -> Value {
 /// Evaluates a simple JSONPath; the first result, if any.
 fn evaluate<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
     let path = path.trim();
-    let path = path
-        .strip_prefix('{')
-        .and_then(|p| p.strip_suffix('}'))
-        .unwrap_or(path);
+    let path = path.strip_prefix('{').and_then(|p| p.strip_suffix('}')).unwrap_or(path);
     let mut current = object;
     for step in steps(path.strip_prefix('$').unwrap_or(path))? {
         current = match step {
@@ -240,19 +224,10 @@ mod tests {
             "status": {"conditions": [{"type": "Synced", "status": "False"}, {"type": "Ready", "status": "True"}]}});
         let cases = [
             (".metadata.name", Some(json!("w"))),
-            (
-                ".metadata.labels.app\\.kubernetes\\.io/name",
-                Some(json!("x")),
-            ),
+            (".metadata.labels.app\\.kubernetes\\.io/name", Some(json!("x"))),
             (".status.conditions[0].type", Some(json!("Synced"))),
-            (
-                ".status.conditions[?(@.type==\"Ready\")].status",
-                Some(json!("True")),
-            ),
-            (
-                "{.metadata.labels['app.kubernetes.io/name']}",
-                Some(json!("x")),
-            ),
+            (".status.conditions[?(@.type==\"Ready\")].status", Some(json!("True"))),
+            ("{.metadata.labels['app.kubernetes.io/name']}", Some(json!("x"))),
             (".status.conditions[5].type", None),
             (".spec.missing", None),
         ];
@@ -269,31 +244,16 @@ mod tests {
             .column(ColumnDefinition::new("F", "number", ""), ".spec.f")
             .column(ColumnDefinition::new("B", "boolean", ""), ".spec.b")
             .column(ColumnDefinition::new("S", "string", ""), ".spec.n")
-            .column(
-                ColumnDefinition::new("D", "date", ""),
-                ".metadata.creationTimestamp",
-            )
+            .column(ColumnDefinition::new("D", "date", ""), ".metadata.creationTimestamp")
             .column(ColumnDefinition::new("Bad", "integer", ""), ".spec.b");
         let object = json!({"metadata": {"name": "w", "creationTimestamp": "2024-01-01T00:00:00Z"}, "spec": {"n": 2.0, "f": 1.5, "b": true}});
         assert_eq!(
             columns.cells(&object, now),
-            vec![
-                json!("w"),
-                json!(2),
-                json!(1.5),
-                json!(true),
-                json!("2.0"),
-                json!("60m"),
-                json!(null)
-            ]
+            vec![json!("w"), json!(2), json!(1.5), json!(true), json!("2.0"), json!("60m"), json!(null)]
         );
         let crd = json!({"spec": {"versions": [{"name": "v1"}, {"name": "v2", "additionalPrinterColumns": [
             {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}]}]}});
-        let v2: Vec<String> = TableColumns::from_crd(&crd, "v2")
-            .columns()
-            .into_iter()
-            .map(|c| c.name)
-            .collect();
+        let v2: Vec<String> = TableColumns::from_crd(&crd, "v2").columns().into_iter().map(|c| c.name).collect();
         assert_eq!(v2, ["Name", "Ready"]);
         let default = TableColumns::from_crd(&crd, "v1");
         let names: Vec<String> = default.columns().into_iter().map(|c| c.name).collect();

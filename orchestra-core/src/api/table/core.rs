@@ -4,20 +4,14 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use super::format::{
-    age, array_at, containers, format_labels, int_at, map_len, name, seconds_between, since, str_at,
-};
+use super::format::{age, array_at, containers, format_labels, int_at, map_len, name, seconds_between, since, str_at};
 use super::{ColumnDefinition as Col, FnPrinter, Timestamp, other};
 
 /// The printer of a core kind.
 pub(super) fn printer(kind: &str) -> Option<FnPrinter> {
     let (columns, cells): (super::ColumnsFn, super::CellsFn) = match kind {
         "Pod" => {
-            return Some(FnPrinter {
-                columns: pod_columns,
-                cells: pod_cells,
-                conditions: Some(pod_conditions),
-            });
+            return Some(FnPrinter { columns: pod_columns, cells: pod_cells, conditions: Some(pod_conditions) });
         }
         "Node" => (node_columns, node_cells),
         "Service" => (service_columns, service_cells),
@@ -34,11 +28,7 @@ pub(super) fn printer(kind: &str) -> Option<FnPrinter> {
         "LimitRange" => return Some(other::CREATED_AT),
         _ => return None,
     };
-    Some(FnPrinter {
-        columns,
-        cells,
-        conditions: None,
-    })
+    Some(FnPrinter { columns, cells, conditions: None })
 }
 
 // ---- pods ----
@@ -58,16 +48,12 @@ fn pod_columns() -> Vec<Col> {
 }
 
 fn condition_true(object: &Value, type_: &str) -> bool {
-    array_at(object, "/status/conditions")
-        .iter()
-        .any(|c| str_at(c, "/type") == type_ && str_at(c, "/status") == "True")
+    array_at(object, "/status/conditions").iter().any(|c| str_at(c, "/type") == type_ && str_at(c, "/status") == "True")
 }
 
 /// Keeps the later of two termination times.
 fn later(current: Option<Timestamp>, status: &Value) -> Option<Timestamp> {
-    let finished = status
-        .pointer("/lastState/terminated/finishedAt")
-        .and_then(super::format::parse_time);
+    let finished = status.pointer("/lastState/terminated/finishedAt").and_then(super::format::parse_time);
     match (current, finished) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
@@ -102,26 +88,17 @@ pub(crate) fn pod_summary(pod: &Value, now: Timestamp) -> (String, String, Strin
         reason = "SchedulingGated".into();
     }
     let init_specs = array_at(pod, "/spec/initContainers");
-    let restartable = |name: &str| {
-        init_specs
-            .iter()
-            .any(|c| str_at(c, "/name") == name && str_at(c, "/restartPolicy") == "Always")
-    };
+    let restartable =
+        |name: &str| init_specs.iter().any(|c| str_at(c, "/name") == name && str_at(c, "/restartPolicy") == "Always");
     let total = array_at(pod, "/spec/containers").len()
-        + init_specs
-            .iter()
-            .filter(|c| str_at(c, "/restartPolicy") == "Always")
-            .count();
+        + init_specs.iter().filter(|c| str_at(c, "/restartPolicy") == "Always").count();
     let mut ready = 0;
     let mut restarts = 0;
     let mut sidecar_restarts = 0;
     let mut last_restart: Option<Timestamp> = None;
     let mut last_sidecar_restart: Option<Timestamp> = None;
     let mut initializing = false;
-    for (i, status) in array_at(pod, "/status/initContainerStatuses")
-        .iter()
-        .enumerate()
-    {
+    for (i, status) in array_at(pod, "/status/initContainerStatuses").iter().enumerate() {
         let count = int_at(status, "/restartCount");
         restarts += count;
         last_restart = later(last_restart, status);
@@ -131,9 +108,7 @@ pub(crate) fn pod_summary(pod: &Value, now: Timestamp) -> (String, String, Strin
             sidecar_restarts += count;
             last_sidecar_restart = later(last_sidecar_restart, status);
         }
-        let terminated = status
-            .pointer("/state/terminated")
-            .filter(|t| t.is_object());
+        let terminated = status.pointer("/state/terminated").filter(|t| t.is_object());
         let waiting_reason = str_at(status, "/state/waiting/reason");
         if terminated.is_some_and(|t| int_at(t, "/exitCode") == 0) {
             continue;
@@ -162,43 +137,32 @@ pub(crate) fn pod_summary(pod: &Value, now: Timestamp) -> (String, String, Strin
             restarts += int_at(status, "/restartCount");
             last_restart = later(last_restart, status);
             let waiting_reason = str_at(status, "/state/waiting/reason");
-            let terminated = status
-                .pointer("/state/terminated")
-                .filter(|t| t.is_object());
+            let terminated = status.pointer("/state/terminated").filter(|t| t.is_object());
             if !waiting_reason.is_empty() {
                 reason = waiting_reason.to_owned();
             } else if let Some(terminated) = terminated {
                 reason = terminated_reason(terminated, "");
             } else if status.get("ready").and_then(Value::as_bool) == Some(true)
-                && status
-                    .pointer("/state/running")
-                    .is_some_and(Value::is_object)
+                && status.pointer("/state/running").is_some_and(Value::is_object)
             {
                 has_running = true;
                 ready += 1;
             }
         }
         if reason == "Completed" && has_running {
-            reason = if condition_true(pod, "Ready") {
-                "Running".into()
-            } else {
-                "NotReady".into()
-            };
+            reason = if condition_true(pod, "Ready") { "Running".into() } else { "NotReady".into() };
         }
     }
-    let deleting = pod
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null());
+    let deleting = pod.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
     if deleting && str_at(pod, "/status/reason") == "NodeLost" {
         reason = "Unknown".into();
     } else if deleting && phase != "Succeeded" && phase != "Failed" {
         reason = "Terminating".into();
     }
     let restarts = match last_restart {
-        Some(at) if restarts != 0 => format!(
-            "{restarts} ({} ago)",
-            super::format::human_duration(seconds_between(at, now))
-        ),
+        Some(at) if restarts != 0 => {
+            format!("{restarts} ({} ago)", super::format::human_duration(seconds_between(at, now)))
+        }
         _ => restarts.to_string(),
     };
     (format!("{ready}/{total}"), reason, restarts)
@@ -207,11 +171,7 @@ pub(crate) fn pod_summary(pod: &Value, now: Timestamp) -> (String, String, Strin
 fn pod_cells(pod: &Value, now: Timestamp) -> Vec<Value> {
     let (ready, status, restarts) = pod_summary(pod, now);
     let or_none = |s: &str| {
-        if s.is_empty() {
-            "<none>".to_owned()
-        } else {
-            s.to_owned()
-        }
+        if s.is_empty() { "<none>".to_owned() } else { s.to_owned() }
     };
     let ip = match array_at(pod, "/status/podIPs").first() {
         Some(first) => str_at(first, "/ip"),
@@ -226,10 +186,7 @@ fn pod_cells(pod: &Value, now: Timestamp) -> Vec<Value> {
             .iter()
             .filter(|gate| {
                 let type_ = str_at(gate, "/conditionType");
-                conditions
-                    .iter()
-                    .find(|c| str_at(c, "/type") == type_)
-                    .is_some_and(|c| str_at(c, "/status") == "True")
+                conditions.iter().find(|c| str_at(c, "/type") == type_).is_some_and(|c| str_at(c, "/status") == "True")
             })
             .count();
         format!("{true_count}/{}", gates.len())
@@ -267,9 +224,24 @@ fn node_columns() -> Vec<Col> {
         Col::new("Version", "string", "Kubelet Version reported by the node."),
         Col::new("Internal-IP", "string", "List of addresses reachable to the node.").priority(1),
         Col::new("External-IP", "string", "List of addresses reachable to the node.").priority(1),
-        Col::new("OS-Image", "string", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).").priority(1),
-        Col::new("Kernel-Version", "string", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).").priority(1),
-        Col::new("Container-Runtime", "string", "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).").priority(1),
+        Col::new(
+            "OS-Image",
+            "string",
+            "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).",
+        )
+        .priority(1),
+        Col::new(
+            "Kernel-Version",
+            "string",
+            "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).",
+        )
+        .priority(1),
+        Col::new(
+            "Container-Runtime",
+            "string",
+            "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
+        )
+        .priority(1),
     ]
 }
 
@@ -277,16 +249,8 @@ fn node_columns() -> Vec<Col> {
 /// `SchedulingDisabled` if cordoned.
 pub(crate) fn node_status(node: &Value) -> String {
     let mut status = Vec::new();
-    if let Some(ready) = array_at(node, "/status/conditions")
-        .iter()
-        .rev()
-        .find(|c| str_at(c, "/type") == "Ready")
-    {
-        status.push(if str_at(ready, "/status") == "True" {
-            "Ready"
-        } else {
-            "NotReady"
-        });
+    if let Some(ready) = array_at(node, "/status/conditions").iter().rev().find(|c| str_at(c, "/type") == "Ready") {
+        status.push(if str_at(ready, "/status") == "True" { "Ready" } else { "NotReady" });
     }
     if status.is_empty() {
         status.push("Unknown");
@@ -314,11 +278,7 @@ pub(crate) fn node_roles(node: &Value) -> String {
             }
         }
     }
-    if roles.is_empty() {
-        "<none>".into()
-    } else {
-        roles.into_iter().collect::<Vec<_>>().join(",")
-    }
+    if roles.is_empty() { "<none>".into() } else { roles.into_iter().collect::<Vec<_>>().join(",") }
 }
 
 fn node_address(node: &Value, type_: &str) -> String {
@@ -353,11 +313,7 @@ fn node_cells(node: &Value, now: Timestamp) -> Vec<Value> {
 fn service_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Type",
-            "string",
-            "type determines how the Service is exposed.",
-        ),
+        Col::new("Type", "string", "type determines how the Service is exposed."),
         Col::new(
             "Cluster-IP",
             "string",
@@ -368,11 +324,7 @@ fn service_columns() -> Vec<Col> {
             "string",
             "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.",
         ),
-        Col::new(
-            "Port(s)",
-            "string",
-            "The list of ports that are exposed by this service.",
-        ),
+        Col::new("Port(s)", "string", "The list of ports that are exposed by this service."),
         Col::age_column(),
         Col::new(
             "Selector",
@@ -399,38 +351,23 @@ pub(crate) fn service_ports(service: &Value) -> String {
             }
         })
         .collect();
-    if ports.is_empty() {
-        "<none>".into()
-    } else {
-        ports.join(",")
-    }
+    if ports.is_empty() { "<none>".into() } else { ports.join(",") }
 }
 
 /// The External-IP cell, as upstream's `getServiceExternalIP`.
 pub(crate) fn service_external_ip(service: &Value) -> String {
-    let external: Vec<&str> = array_at(service, "/spec/externalIPs")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let external: Vec<&str> = array_at(service, "/spec/externalIPs").iter().filter_map(Value::as_str).collect();
     match service_type(service) {
         "ClusterIP" | "NodePort" if !external.is_empty() => external.join(","),
         "ClusterIP" | "NodePort" => "<none>".into(),
         "LoadBalancer" => {
             let balancers: BTreeSet<&str> = array_at(service, "/status/loadBalancer/ingress")
                 .iter()
-                .filter_map(|i| {
-                    [str_at(i, "/ip"), str_at(i, "/hostname")]
-                        .into_iter()
-                        .find(|s| !s.is_empty())
-                })
+                .filter_map(|i| [str_at(i, "/ip"), str_at(i, "/hostname")].into_iter().find(|s| !s.is_empty()))
                 .collect();
             let mut all: Vec<&str> = balancers.into_iter().collect();
             all.extend(external);
-            if all.is_empty() {
-                "<pending>".into()
-            } else {
-                all.join(",")
-            }
+            if all.is_empty() { "<pending>".into() } else { all.join(",") }
         }
         "ExternalName" => str_at(service, "/spec/externalName").into(),
         _ => "<unknown>".into(),
@@ -452,12 +389,7 @@ fn service_cells(service: &Value, now: Timestamp) -> Vec<Value> {
     vec![
         name(service).into(),
         service_type(service).into(),
-        if cluster_ip.is_empty() {
-            "<none>"
-        } else {
-            cluster_ip
-        }
-        .into(),
+        if cluster_ip.is_empty() { "<none>" } else { cluster_ip }.into(),
         service_external_ip(service).into(),
         service_ports(service).into(),
         age(service, now).into(),
@@ -468,21 +400,13 @@ fn service_cells(service: &Value, now: Timestamp) -> Vec<Value> {
 fn endpoints_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Endpoints",
-            "string",
-            "The set of all endpoints is the union of all subsets.",
-        ),
+        Col::new("Endpoints", "string", "The set of all endpoints is the union of all subsets."),
         Col::age_column(),
     ]
 }
 
 fn join_host_port(host: &str, port: i64) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
+    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
 }
 
 /// The Endpoints cell: up to three `ip:port`, then `+ N more...`.
@@ -504,11 +428,7 @@ pub(crate) fn format_endpoints(endpoints: &Value) -> String {
         }
         for port in ports {
             count += addresses.len();
-            list.extend(
-                addresses
-                    .iter()
-                    .map(|a| join_host_port(str_at(a, "/ip"), int_at(port, "/port"))),
-            );
+            list.extend(addresses.iter().map(|a| join_host_port(str_at(a, "/ip"), int_at(port, "/port"))));
         }
     }
     if count > MAX {
@@ -519,29 +439,17 @@ pub(crate) fn format_endpoints(endpoints: &Value) -> String {
 }
 
 fn endpoints_cells(object: &Value, now: Timestamp) -> Vec<Value> {
-    vec![
-        name(object).into(),
-        format_endpoints(object).into(),
-        age(object, now).into(),
-    ]
+    vec![name(object).into(), format_endpoints(object).into(), age(object, now).into()]
 }
 
 // ---- namespaces, events, config ----
 
 fn namespace_columns() -> Vec<Col> {
-    vec![
-        Col::name_column(),
-        Col::new("Status", "string", "The status of the namespace"),
-        Col::age_column(),
-    ]
+    vec![Col::name_column(), Col::new("Status", "string", "The status of the namespace"), Col::age_column()]
 }
 
 fn namespace_cells(object: &Value, now: Timestamp) -> Vec<Value> {
-    vec![
-        name(object).into(),
-        str_at(object, "/status/phase").into(),
-        age(object, now).into(),
-    ]
+    vec![name(object).into(), str_at(object, "/status/phase").into(), age(object, now).into()]
 }
 
 fn event_columns() -> Vec<Col> {
@@ -596,22 +504,10 @@ fn core_event_fields(event: &Value) -> EventFields<'_> {
 }
 
 /// The cells of an event (both event APIs share upstream's printer).
-pub(crate) fn event_cells_from(
-    event: &Value,
-    fields: EventFields<'_>,
-    now: Timestamp,
-) -> Vec<Value> {
+pub(crate) fn event_cells_from(event: &Value, fields: EventFields<'_>, now: Timestamp) -> Vec<Value> {
     let set = |v: Option<&Value>| v.and_then(super::format::parse_time).is_some();
-    let first = if set(fields.first) {
-        since(fields.first, now)
-    } else {
-        since(fields.event_time, now)
-    };
-    let mut last = if set(fields.last) {
-        since(fields.last, now)
-    } else {
-        first.clone()
-    };
+    let first = if set(fields.first) { since(fields.first, now) } else { since(fields.event_time, now) };
+    let mut last = if set(fields.last) { since(fields.last, now) } else { first.clone() };
     let mut count = fields.count;
     if let Some(series) = fields.series {
         last = since(series.get("lastObservedTime"), now);
@@ -626,19 +522,11 @@ pub(crate) fn event_cells_from(
         n => format!("{kind}/{n}"),
     };
     let first_non_empty = |a: &'_ str, b: &'_ str| {
-        if a.is_empty() {
-            b.to_owned()
-        } else {
-            a.to_owned()
-        }
+        if a.is_empty() { b.to_owned() } else { a.to_owned() }
     };
     let component = first_non_empty(fields.component, fields.reporting_controller);
     let host = first_non_empty(fields.host, fields.reporting_instance);
-    let source = if host.is_empty() {
-        component
-    } else {
-        format!("{component}, {host}")
-    };
+    let source = if host.is_empty() { component } else { format!("{component}, {host}") };
     vec![
         last.into(),
         fields.type_.into(),
@@ -663,11 +551,7 @@ pub(crate) fn events_columns() -> Vec<Col> {
 }
 
 fn config_map_columns() -> Vec<Col> {
-    vec![
-        Col::name_column(),
-        Col::new("Data", "string", "Data contains the configuration data."),
-        Col::age_column(),
-    ]
+    vec![Col::name_column(), Col::new("Data", "string", "Data contains the configuration data."), Col::age_column()]
 }
 
 fn config_map_cells(object: &Value, now: Timestamp) -> Vec<Value> {
@@ -678,11 +562,7 @@ fn config_map_cells(object: &Value, now: Timestamp) -> Vec<Value> {
 fn secret_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Type",
-            "string",
-            "Used to facilitate programmatic handling of secret data.",
-        ),
+        Col::new("Type", "string", "Used to facilitate programmatic handling of secret data."),
         Col::new("Data", "string", "Data contains the secret data."),
         Col::age_column(),
     ]
@@ -699,12 +579,7 @@ fn secret_cells(object: &Value, now: Timestamp) -> Vec<Value> {
         "" => "Opaque",
         t => t,
     };
-    vec![
-        name(object).into(),
-        type_.into(),
-        keys.len().into(),
-        age(object, now).into(),
-    ]
+    vec![name(object).into(), type_.into(), keys.len().into(), age(object, now).into()]
 }
 
 fn service_account_columns() -> Vec<Col> {
@@ -720,11 +595,7 @@ fn service_account_columns() -> Vec<Col> {
 }
 
 fn service_account_cells(object: &Value, now: Timestamp) -> Vec<Value> {
-    vec![
-        name(object).into(),
-        array_at(object, "/secrets").len().into(),
-        age(object, now).into(),
-    ]
+    vec![name(object).into(), array_at(object, "/secrets").len().into(), age(object, now).into()]
 }
 
 // ---- storage ----
@@ -732,17 +603,12 @@ fn service_account_cells(object: &Value, now: Timestamp) -> Vec<Value> {
 /// Access modes as upstream's `GetAccessModesAsString`: `RWO,ROX,RWX,RWOP`.
 fn access_modes(modes: &[Value]) -> String {
     let has = |m: &str| modes.iter().any(|v| v.as_str() == Some(m));
-    [
-        ("ReadWriteOnce", "RWO"),
-        ("ReadOnlyMany", "ROX"),
-        ("ReadWriteMany", "RWX"),
-        ("ReadWriteOncePod", "RWOP"),
-    ]
-    .iter()
-    .filter(|(long, _)| has(long))
-    .map(|(_, short)| *short)
-    .collect::<Vec<_>>()
-    .join(",")
+    [("ReadWriteOnce", "RWO"), ("ReadOnlyMany", "ROX"), ("ReadWriteMany", "RWX"), ("ReadWriteOncePod", "RWOP")]
+        .iter()
+        .filter(|(long, _)| has(long))
+        .map(|(_, short)| *short)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn storage_class(object: &Value) -> String {
@@ -750,16 +616,11 @@ fn storage_class(object: &Value) -> String {
         .pointer("/metadata/annotations")
         .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class"))
         .and_then(Value::as_str);
-    annotation
-        .unwrap_or_else(|| str_at(object, "/spec/storageClassName"))
-        .to_owned()
+    annotation.unwrap_or_else(|| str_at(object, "/spec/storageClassName")).to_owned()
 }
 
 fn phase_or_terminating(object: &Value) -> String {
-    if object
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
-    {
+    if object.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()) {
         "Terminating".into()
     } else {
         str_at(object, "/status/phase").into()
@@ -812,39 +673,19 @@ fn pv_cells(pv: &Value, now: Timestamp) -> Vec<Value> {
 fn pvc_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Status",
-            "string",
-            "phase represents the current phase of PersistentVolumeClaim.",
-        ),
-        Col::new(
-            "Volume",
-            "string",
-            "volumeName is the binding reference to the PersistentVolume backing this claim.",
-        ),
-        Col::new(
-            "Capacity",
-            "string",
-            "capacity represents the actual resources of the underlying volume.",
-        ),
+        Col::new("Status", "string", "phase represents the current phase of PersistentVolumeClaim."),
+        Col::new("Volume", "string", "volumeName is the binding reference to the PersistentVolume backing this claim."),
+        Col::new("Capacity", "string", "capacity represents the actual resources of the underlying volume."),
         Col::new(
             "Access Modes",
             "string",
             "accessModes contains the actual access modes the volume backing the PVC has.",
         ),
         Col::new("StorageClass", "string", "StorageClass of the pvc"),
-        Col::new(
-            "VolumeAttributesClass",
-            "string",
-            "VolumeAttributesClass of the pvc",
-        ),
+        Col::new("VolumeAttributesClass", "string", "VolumeAttributesClass of the pvc"),
         Col::age_column(),
-        Col::new(
-            "VolumeMode",
-            "string",
-            "volumeMode defines what type of volume is required by the claim.",
-        )
-        .priority(1),
+        Col::new("VolumeMode", "string", "volumeMode defines what type of volume is required by the claim.")
+            .priority(1),
     ]
 }
 
@@ -853,10 +694,7 @@ fn pvc_cells(pvc: &Value, now: Timestamp) -> Vec<Value> {
     let (capacity, modes) = if volume.is_empty() {
         (String::new(), String::new())
     } else {
-        (
-            str_at(pvc, "/status/capacity/storage").to_owned(),
-            access_modes(array_at(pvc, "/status/accessModes")),
-        )
+        (str_at(pvc, "/status/capacity/storage").to_owned(), access_modes(array_at(pvc, "/status/accessModes")))
     };
     vec![
         name(pvc).into(),
@@ -876,48 +714,19 @@ fn pvc_cells(pvc: &Value, now: Timestamp) -> Vec<Value> {
 fn rc_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Desired",
-            "integer",
-            "Replicas is the number of desired replicas.",
-        ),
-        Col::new(
-            "Current",
-            "integer",
-            "Replicas is the most recently observed number of replicas.",
-        ),
-        Col::new(
-            "Ready",
-            "integer",
-            "The number of ready replicas for this replication controller.",
-        ),
+        Col::new("Desired", "integer", "Replicas is the number of desired replicas."),
+        Col::new("Current", "integer", "Replicas is the most recently observed number of replicas."),
+        Col::new("Ready", "integer", "The number of ready replicas for this replication controller."),
         Col::age_column(),
-        Col::new(
-            "Containers",
-            "string",
-            "Names of each container in the template.",
-        )
-        .priority(1),
-        Col::new(
-            "Images",
-            "string",
-            "Images referenced by each container in the template.",
-        )
-        .priority(1),
-        Col::new(
-            "Selector",
-            "string",
-            "Selector is a label query over pods that should match the Replicas count.",
-        )
-        .priority(1),
+        Col::new("Containers", "string", "Names of each container in the template.").priority(1),
+        Col::new("Images", "string", "Images referenced by each container in the template.").priority(1),
+        Col::new("Selector", "string", "Selector is a label query over pods that should match the Replicas count.")
+            .priority(1),
     ]
 }
 
 fn rc_cells(rc: &Value, now: Timestamp) -> Vec<Value> {
-    let desired = rc
-        .pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
+    let desired = rc.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
     let (names, images) = containers(rc.pointer("/spec/template/spec"));
     vec![
         name(rc).into(),
@@ -960,10 +769,7 @@ fn quota_cells(quota: &Value, now: Timestamp) -> Vec<Value> {
                 .and_then(|u| u.get(resource.as_str()))
                 .and_then(super::format::quantity)
                 .unwrap_or_else(|| "0".into());
-            let limit = hard
-                .get(resource.as_str())
-                .and_then(super::format::quantity)
-                .unwrap_or_else(|| "0".into());
+            let limit = hard.get(resource.as_str()).and_then(super::format::quantity).unwrap_or_else(|| "0".into());
             let entry = format!("{resource}: {used}/{limit}");
             match resource.split_once('.') {
                 Some(("limits", _)) => limits.push(entry),
@@ -971,12 +777,7 @@ fn quota_cells(quota: &Value, now: Timestamp) -> Vec<Value> {
             }
         }
     }
-    vec![
-        name(quota).into(),
-        requests.join(", ").into(),
-        limits.join(", ").into(),
-        age(quota, now).into(),
-    ]
+    vec![name(quota).into(), requests.join(", ").into(), limits.join(", ").into(), age(quota, now).into()]
 }
 
 #[cfg(test)]
@@ -1004,12 +805,7 @@ mod tests {
         let waiting = |reason: &str| json!({"name": "a", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": reason}}});
         let terminated = |reason: &str, code: i64| json!({"name": "a", "ready": false, "restartCount": 0, "state": {"terminated": {"reason": reason, "exitCode": code}}});
         let cases: Vec<(&str, Value, &str, &str)> = vec![
-            (
-                "pending, nothing known",
-                json!({"phase": "Pending"}),
-                "0/2",
-                "Pending",
-            ),
+            ("pending, nothing known", json!({"phase": "Pending"}), "0/2", "Pending"),
             (
                 "running, both ready",
                 json!({"phase": "Running", "containerStatuses": [running(true, 0), running(true, 0)]}),
@@ -1040,12 +836,7 @@ mod tests {
                 "0/2",
                 "Completed",
             ),
-            (
-                "error",
-                json!({"phase": "Failed", "containerStatuses": [terminated("Error", 1)]}),
-                "0/2",
-                "Error",
-            ),
+            ("error", json!({"phase": "Failed", "containerStatuses": [terminated("Error", 1)]}), "0/2", "Error"),
             (
                 "exit code without reason",
                 json!({"phase": "Failed", "containerStatuses": [terminated("", 137)]}),
@@ -1064,12 +855,7 @@ mod tests {
                 "1/2",
                 "NotReady",
             ),
-            (
-                "evicted",
-                json!({"phase": "Failed", "reason": "Evicted"}),
-                "0/2",
-                "Evicted",
-            ),
+            ("evicted", json!({"phase": "Failed", "reason": "Evicted"}), "0/2", "Evicted"),
             (
                 "gated",
                 json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}),
@@ -1090,8 +876,7 @@ mod tests {
             {"name": "i2", "restartCount": 0, "state": {"running": {}}}]}));
         p["spec"]["initContainers"] = json!([{"name": "i1"}, {"name": "i2"}, {"name": "i3"}]);
         assert_eq!(pod_summary(&p, now()).1, "Init:1/3");
-        p["status"]["initContainerStatuses"][1]["state"] =
-            json!({"waiting": {"reason": "ImagePullBackOff"}});
+        p["status"]["initContainerStatuses"][1]["state"] = json!({"waiting": {"reason": "ImagePullBackOff"}});
         assert_eq!(pod_summary(&p, now()).1, "Init:ImagePullBackOff");
         p["status"]["initContainerStatuses"][1]["state"] = json!({"terminated": {"exitCode": 2}});
         assert_eq!(pod_summary(&p, now()).1, "Init:ExitCode:2");
@@ -1118,8 +903,7 @@ mod tests {
     #[test]
     fn pod_restarts() {
         let mut c = running(true, 3);
-        c["lastState"] =
-            json!({"terminated": {"finishedAt": "2024-06-01T11:55:00Z", "exitCode": 1}});
+        c["lastState"] = json!({"terminated": {"finishedAt": "2024-06-01T11:55:00Z", "exitCode": 1}});
         let p = pod(json!({"phase": "Running", "containerStatuses": [c, running(true, 2)]}));
         assert_eq!(pod_summary(&p, now()).2, "5 (5m ago)");
         let p = pod(json!({"phase": "Running", "containerStatuses": [running(true, 2)]}));
@@ -1134,24 +918,15 @@ mod tests {
             json!({"phase": "Running", "podIPs": [{"ip": "10.0.0.5"}], "conditions": [{"type": "www.example.com/gate", "status": "True"}], "containerStatuses": [running(true, 0), running(true, 0)]}),
         );
         p["spec"]["nodeName"] = "n1".into();
-        p["spec"]["readinessGates"] =
-            json!([{"conditionType": "www.example.com/gate"}, {"conditionType": "other"}]);
+        p["spec"]["readinessGates"] = json!([{"conditionType": "www.example.com/gate"}, {"conditionType": "other"}]);
         let cells = pod_cells(&p, now());
         assert_eq!(
             cells,
-            json!([
-                "p", "2/2", "Running", "0", "5m", "10.0.0.5", "n1", "<none>", "1/2"
-            ])
-            .as_array()
-            .unwrap()
-            .clone()
+            json!(["p", "2/2", "Running", "0", "5m", "10.0.0.5", "n1", "<none>", "1/2"]).as_array().unwrap().clone()
         );
         assert_eq!(cells.len(), pod_columns().len());
         assert!(pod_conditions(&p).is_none());
-        assert_eq!(
-            pod_conditions(&pod(json!({"phase": "Succeeded"}))).unwrap()[0]["reason"],
-            "Succeeded"
-        );
+        assert_eq!(pod_conditions(&pod(json!({"phase": "Succeeded"}))).unwrap()[0]["reason"], "Succeeded");
     }
 
     #[test]
@@ -1159,21 +934,9 @@ mod tests {
         let node = |conditions: Value, unschedulable: bool| json!({"metadata": {"name": "n", "labels": {"node-role.kubernetes.io/control-plane": "", "kubernetes.io/role": "worker", "node-role.kubernetes.io/": "x"}}, "spec": {"unschedulable": unschedulable}, "status": {"conditions": conditions}});
         let cases = [
             (json!([{"type": "Ready", "status": "True"}]), false, "Ready"),
-            (
-                json!([{"type": "Ready", "status": "False"}]),
-                false,
-                "NotReady",
-            ),
-            (
-                json!([{"type": "Ready", "status": "Unknown"}]),
-                true,
-                "NotReady,SchedulingDisabled",
-            ),
-            (
-                json!([{"type": "MemoryPressure", "status": "False"}]),
-                false,
-                "Unknown",
-            ),
+            (json!([{"type": "Ready", "status": "False"}]), false, "NotReady"),
+            (json!([{"type": "Ready", "status": "Unknown"}]), true, "NotReady,SchedulingDisabled"),
+            (json!([{"type": "MemoryPressure", "status": "False"}]), false, "Unknown"),
             (json!([]), true, "Unknown,SchedulingDisabled"),
         ];
         for (conditions, cordoned, expected) in cases {
@@ -1186,21 +949,10 @@ mod tests {
                 "nodeInfo": {"kubeletVersion": "v1.33.0", "osImage": "Debian"}}});
         assert_eq!(
             node_cells(&full, now()),
-            json!([
-                "n1",
-                "Ready",
-                "<none>",
-                "5d",
-                "v1.33.0",
-                "10.1.0.1",
-                "<none>",
-                "Debian",
-                "<unknown>",
-                "<unknown>"
-            ])
-            .as_array()
-            .unwrap()
-            .clone()
+            json!(["n1", "Ready", "<none>", "5d", "v1.33.0", "10.1.0.1", "<none>", "Debian", "<unknown>", "<unknown>"])
+                .as_array()
+                .unwrap()
+                .clone()
         );
     }
 
@@ -1212,10 +964,7 @@ mod tests {
                 json!({"ports": [{"port": 80, "protocol": "TCP"}, {"port": 443, "nodePort": 30443}]}),
                 "80/TCP,443:30443/TCP",
             ),
-            (
-                json!({"ports": [{"port": 53, "protocol": "UDP"}]}),
-                "53/UDP",
-            ),
+            (json!({"ports": [{"port": 53, "protocol": "UDP"}]}), "53/UDP"),
             (json!({}), "<none>"),
         ];
         for (spec, expected) in cases {
@@ -1223,22 +972,14 @@ mod tests {
         }
         let externals = [
             (json!({"type": "ClusterIP"}), json!({}), "<none>"),
-            (
-                json!({"type": "NodePort", "externalIPs": ["1.2.3.4", "5.6.7.8"]}),
-                json!({}),
-                "1.2.3.4,5.6.7.8",
-            ),
+            (json!({"type": "NodePort", "externalIPs": ["1.2.3.4", "5.6.7.8"]}), json!({}), "1.2.3.4,5.6.7.8"),
             (json!({"type": "LoadBalancer"}), json!({}), "<pending>"),
             (
                 json!({"type": "LoadBalancer", "externalIPs": ["9.9.9.9"]}),
                 json!({"loadBalancer": {"ingress": [{"ip": "2.2.2.2"}, {"hostname": "lb.example"}]}}),
                 "2.2.2.2,lb.example,9.9.9.9",
             ),
-            (
-                json!({"type": "ExternalName", "externalName": "db.example"}),
-                json!({}),
-                "db.example",
-            ),
+            (json!({"type": "ExternalName", "externalName": "db.example"}), json!({}), "db.example"),
         ];
         for (spec, status, expected) in externals {
             assert_eq!(service_external_ip(&svc(spec, status)), expected);
@@ -1256,41 +997,22 @@ mod tests {
     #[test]
     fn endpoints_and_events() {
         let ep = json!({"subsets": [{"addresses": [{"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}], "ports": [{"port": 80}, {"port": 443}]}]});
-        assert_eq!(
-            format_endpoints(&ep),
-            "10.0.0.1:80,10.0.0.2:80,10.0.0.1:443 + 1 more..."
-        );
+        assert_eq!(format_endpoints(&ep), "10.0.0.1:80,10.0.0.2:80,10.0.0.1:443 + 1 more...");
         assert_eq!(format_endpoints(&json!({})), "<none>");
         let event = json!({"metadata": {"name": "p.123"}, "type": "Normal", "reason": "Scheduled", "message": " Assigned ",
             "involvedObject": {"kind": "Pod", "name": "p"}, "source": {"component": "scheduler"},
             "firstTimestamp": "2024-06-01T11:50:00Z", "lastTimestamp": "2024-06-01T11:59:00Z", "count": 2});
         assert_eq!(
             event_cells(&event, now()),
-            json!([
-                "60s",
-                "Normal",
-                "Scheduled",
-                "pod/p",
-                "",
-                "scheduler",
-                "Assigned",
-                "10m",
-                2,
-                "p.123"
-            ])
-            .as_array()
-            .unwrap()
-            .clone()
+            json!(["60s", "Normal", "Scheduled", "pod/p", "", "scheduler", "Assigned", "10m", 2, "p.123"])
+                .as_array()
+                .unwrap()
+                .clone()
         );
         let new_style = json!({"metadata": {"name": "e"}, "eventTime": "2024-06-01T11:59:30.000000Z", "reportingComponent": "ctl", "reportingInstance": "i1", "involvedObject": {"kind": "Node"}});
         let cells = event_cells(&new_style, now());
         assert_eq!(
-            (
-                cells[0].clone(),
-                cells[3].clone(),
-                cells[5].clone(),
-                cells[8].clone()
-            ),
+            (cells[0].clone(), cells[3].clone(), cells[5].clone(), cells[8].clone()),
             (json!("30s"), json!("node"), json!("ctl, i1"), json!(1))
         );
     }
@@ -1299,28 +1021,16 @@ mod tests {
     fn config_and_storage_cells() {
         let cm = json!({"metadata": {"name": "c"}, "data": {"a": "1"}, "binaryData": {"b": ""}});
         assert_eq!(config_map_cells(&cm, now())[1], 2);
-        let secret = json!({"metadata": {"name": "s"}, "type": "kubernetes.io/tls", "data": {"tls.crt": "", "tls.key": ""}});
-        assert_eq!(
-            secret_cells(&secret, now())[1..3],
-            [json!("kubernetes.io/tls"), json!(2)]
-        );
+        let secret =
+            json!({"metadata": {"name": "s"}, "type": "kubernetes.io/tls", "data": {"tls.crt": "", "tls.key": ""}});
+        assert_eq!(secret_cells(&secret, now())[1..3], [json!("kubernetes.io/tls"), json!(2)]);
         let pv = json!({"metadata": {"name": "pv"}, "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany", "ReadWriteOnce"], "persistentVolumeReclaimPolicy": "Retain", "claimRef": {"namespace": "d", "name": "c"}, "storageClassName": "fast"}, "status": {"phase": "Bound"}});
         let cells = pv_cells(&pv, now());
         assert_eq!(
             cells[1..7],
-            [
-                json!("1Gi"),
-                json!("RWO,RWX"),
-                json!("Retain"),
-                json!("Bound"),
-                json!("d/c"),
-                json!("fast")
-            ]
+            [json!("1Gi"), json!("RWO,RWX"), json!("Retain"), json!("Bound"), json!("d/c"), json!("fast")]
         );
         let quota = json!({"metadata": {"name": "q"}, "status": {"hard": {"pods": "10", "limits.cpu": "2"}, "used": {"pods": "3"}}});
-        assert_eq!(
-            quota_cells(&quota, now())[1..3],
-            [json!("pods: 3/10"), json!("limits.cpu: 0/2")]
-        );
+        assert_eq!(quota_cells(&quota, now())[1..3], [json!("pods: 3/10"), json!("limits.cpu: 0/2")]);
     }
 }

@@ -29,11 +29,7 @@ pub fn human_duration(seconds: i64) -> String {
     let minutes = seconds / 60;
     if minutes < 10 {
         let s = seconds % 60;
-        return if s == 0 {
-            format!("{minutes}m")
-        } else {
-            format!("{minutes}m{s}s")
-        };
+        return if s == 0 { format!("{minutes}m") } else { format!("{minutes}m{s}s") };
     }
     if minutes < 60 * 3 {
         return format!("{minutes}m");
@@ -41,33 +37,21 @@ pub fn human_duration(seconds: i64) -> String {
     let hours = minutes / 60;
     if hours < 8 {
         let m = minutes % 60;
-        return if m == 0 {
-            format!("{hours}h")
-        } else {
-            format!("{hours}h{m}m")
-        };
+        return if m == 0 { format!("{hours}h") } else { format!("{hours}h{m}m") };
     }
     if hours < 48 {
         return format!("{hours}h");
     }
     if hours < 24 * 8 {
         let h = hours % 24;
-        return if h == 0 {
-            format!("{}d", hours / 24)
-        } else {
-            format!("{}d{h}h", hours / 24)
-        };
+        return if h == 0 { format!("{}d", hours / 24) } else { format!("{}d{h}h", hours / 24) };
     }
     if hours < 24 * 365 * 2 {
         return format!("{}d", hours / 24);
     }
     if hours < 24 * 365 * 8 {
         let days = (hours / 24) % 365;
-        return if days == 0 {
-            format!("{}y", hours / 24 / 365)
-        } else {
-            format!("{}y{days}d", hours / 24 / 365)
-        };
+        return if days == 0 { format!("{}y", hours / 24 / 365) } else { format!("{}y{days}d", hours / 24 / 365) };
     }
     format!("{}y", hours / 24 / 365)
 }
@@ -87,9 +71,7 @@ pub(crate) fn since(value: Option<&Value>, now: Timestamp) -> String {
 
 /// Whole seconds from `from` to `to` (rounded toward zero, like Go).
 pub(crate) fn seconds_between(from: Timestamp, to: Timestamp) -> i64 {
-    to.as_second()
-        - from.as_second()
-        - i64::from(to.subsec_nanosecond() < from.subsec_nanosecond() && to > from)
+    to.as_second() - from.as_second() - i64::from(to.subsec_nanosecond() < from.subsec_nanosecond() && to > from)
 }
 
 /// The Age cell of an object: the time since `metadata.creationTimestamp`.
@@ -104,10 +86,7 @@ pub(crate) fn name(object: &Value) -> &str {
 
 /// The string at a JSON pointer, or "".
 pub(crate) fn str_at<'a>(object: &'a Value, pointer: &str) -> &'a str {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    object.pointer(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
 /// The integer at a JSON pointer, or 0.
@@ -117,19 +96,12 @@ pub(crate) fn int_at(object: &Value, pointer: &str) -> i64 {
 
 /// The array at a JSON pointer, or empty.
 pub(crate) fn array_at<'a>(object: &'a Value, pointer: &str) -> &'a [Value] {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
+    object.pointer(pointer).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
 }
 
 /// The number of entries of the map at a JSON pointer.
 pub(crate) fn map_len(object: &Value, pointer: &str) -> usize {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_object)
-        .map_or(0, |m| m.len())
+    object.pointer(pointer).and_then(Value::as_object).map_or(0, |m| m.len())
 }
 
 /// A string map as upstream's `labels.FormatLabels`: `a=b,c=d` sorted by
@@ -137,20 +109,12 @@ pub(crate) fn map_len(object: &Value, pointer: &str) -> usize {
 pub(crate) fn format_labels(map: Option<&Value>) -> String {
     let sorted: BTreeMap<&str, &str> = map
         .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or("")))
-                .collect()
-        })
+        .map(|m| m.iter().map(|(k, v)| (k.as_str(), v.as_str().unwrap_or(""))).collect())
         .unwrap_or_default();
     if sorted.is_empty() {
         return "<none>".into();
     }
-    sorted
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    sorted.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
 /// A `metav1.LabelSelector` as upstream's `FormatLabelSelector`:
@@ -163,26 +127,14 @@ pub(crate) fn format_label_selector(selector: Option<&Value>) -> String {
     let labels: BTreeMap<&str, &str> = selector
         .get("matchLabels")
         .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or("")))
-                .collect()
-        })
+        .map(|m| m.iter().map(|(k, v)| (k.as_str(), v.as_str().unwrap_or(""))).collect())
         .unwrap_or_default();
     for (k, v) in labels {
         terms.push(format!("{k}={v}"));
     }
-    for expression in selector
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for expression in selector.get("matchExpressions").and_then(Value::as_array).into_iter().flatten() {
         let key = str_at(expression, "/key");
-        let mut values: Vec<&str> = array_at(expression, "/values")
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
+        let mut values: Vec<&str> = array_at(expression, "/values").iter().filter_map(Value::as_str).collect();
         values.sort_unstable();
         let term = match str_at(expression, "/operator") {
             "In" => format!("{key} in ({})", values.join(",")),
@@ -195,11 +147,7 @@ pub(crate) fn format_label_selector(selector: Option<&Value>) -> String {
     }
     // Upstream sorts the requirements by key.
     terms.sort_by(|a, b| selector_key(a).cmp(selector_key(b)));
-    if terms.is_empty() {
-        "<none>".into()
-    } else {
-        terms.join(",")
-    }
+    if terms.is_empty() { "<none>".into() } else { terms.join(",") }
 }
 
 fn selector_key(term: &str) -> &str {
@@ -209,11 +157,7 @@ fn selector_key(term: &str) -> &str {
 
 /// Container names and images of a pod spec, comma-separated.
 pub(crate) fn containers(spec: Option<&Value>) -> (String, String) {
-    let containers = spec
-        .and_then(|s| s.get("containers"))
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
+    let containers = spec.and_then(|s| s.get("containers")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
     let names: Vec<&str> = containers.iter().map(|c| str_at(c, "/name")).collect();
     let images: Vec<&str> = containers.iter().map(|c| str_at(c, "/image")).collect();
     (names.join(","), images.join(","))
@@ -313,14 +257,8 @@ mod tests {
         let selector = json!({"matchLabels": {"app": "web"}, "matchExpressions": [
             {"key": "tier", "operator": "In", "values": ["b", "a"]},
             {"key": "canary", "operator": "DoesNotExist"}]});
-        assert_eq!(
-            format_label_selector(Some(&selector)),
-            "app=web,!canary,tier in (a,b)"
-        );
+        assert_eq!(format_label_selector(Some(&selector)), "app=web,!canary,tier in (a,b)");
         assert_eq!(format_label_selector(Some(&json!({}))), "<none>");
-        assert_eq!(
-            list_with_more(&["a", "b", "c", "d", "e"].map(String::from)),
-            "a,b,c + 2 more..."
-        );
+        assert_eq!(list_with_more(&["a", "b", "c", "d", "e"].map(String::from)), "a,b,c + 2 more...");
     }
 }

@@ -172,10 +172,7 @@ pub struct DefaultPrinter;
 
 impl TablePrinter for DefaultPrinter {
     fn columns(&self) -> Vec<ColumnDefinition> {
-        vec![
-            ColumnDefinition::name_column(),
-            ColumnDefinition::age_column(),
-        ]
+        vec![ColumnDefinition::name_column(), ColumnDefinition::age_column()]
     }
 
     fn cells(&self, object: &Value, now: Timestamp) -> Vec<Value> {
@@ -269,14 +266,7 @@ pub struct Table<'a> {
 impl<'a> Table<'a> {
     /// An empty table printed by `printer` at `now`, with headers.
     pub fn new(printer: &'a dyn TablePrinter, now: Timestamp) -> Table<'a> {
-        Table {
-            printer,
-            now,
-            include: IncludeObject::default(),
-            headers: true,
-            rows: Vec::new(),
-            metadata: Map::new(),
-        }
+        Table { printer, now, include: IncludeObject::default(), headers: true, rows: Vec::new(), metadata: Map::new() }
     }
 
     /// Sets what each row's `object` holds.
@@ -312,10 +302,7 @@ impl<'a> Table<'a> {
             }
             match self.include {
                 IncludeObject::Metadata => {
-                    row.insert(
-                        "object".into(),
-                        partial_object_metadata(object, "meta.k8s.io/v1"),
-                    );
+                    row.insert("object".into(), partial_object_metadata(object, "meta.k8s.io/v1"));
                 }
                 IncludeObject::Object => {
                     row.insert("object".into(), object.clone());
@@ -331,13 +318,7 @@ impl<'a> Table<'a> {
     /// `meta.k8s.io/v1beta1`).
     pub fn to_json(self, api_version: &str) -> Value {
         let columns = if self.headers {
-            Value::Array(
-                self.printer
-                    .columns()
-                    .iter()
-                    .map(ColumnDefinition::to_json)
-                    .collect(),
-            )
+            Value::Array(self.printer.columns().iter().map(ColumnDefinition::to_json).collect())
         } else {
             Value::Null
         };
@@ -384,10 +365,7 @@ mod tests {
         let object = json!({"kind": "Widget", "metadata": {"name": "w", "namespace": "d", "labels": {"a": "b"}, "creationTimestamp": "2024-01-01T00:00:00Z"}, "spec": {"x": 1}});
         let now = at("2024-01-01T00:00:30Z");
         let list_meta = json!({"resourceVersion": "7", "continue": "tok", "remainingItemCount": 3});
-        let table = Table::new(&*printer, now)
-            .metadata_from(&list_meta)
-            .rows([&object])
-            .to_json("meta.k8s.io/v1");
+        let table = Table::new(&*printer, now).metadata_from(&list_meta).rows([&object]).to_json("meta.k8s.io/v1");
         assert_eq!(table["kind"], "Table");
         assert_eq!(table["metadata"], list_meta);
         assert_eq!(table["columnDefinitions"][0]["name"], "Name");
@@ -399,10 +377,8 @@ mod tests {
             json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object["metadata"]})
         );
 
-        let full = Table::new(&*printer, now)
-            .include(IncludeObject::Object)
-            .rows([&object])
-            .to_json("meta.k8s.io/v1beta1");
+        let full =
+            Table::new(&*printer, now).include(IncludeObject::Object).rows([&object]).to_json("meta.k8s.io/v1beta1");
         assert_eq!(full["apiVersion"], "meta.k8s.io/v1beta1");
         assert_eq!(full["rows"][0]["object"], object);
 

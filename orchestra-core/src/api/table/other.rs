@@ -5,28 +5,17 @@ use serde_json::Value;
 
 use super::core::{EventFields, event_cells_from, events_columns};
 use super::format::{
-    age, array_at, format_endpoints_slice, int_at, int_or_string, list_with_more, name, parse_time,
-    str_at,
+    age, array_at, format_endpoints_slice, int_at, int_or_string, list_with_more, name, parse_time, str_at,
 };
 use super::{ColumnDefinition as Col, FnPrinter, Timestamp};
 
 /// Name and Created At: upstream's default table convertor (roles,
 /// cluster roles, limit ranges, CRDs).
-pub(crate) const CREATED_AT: FnPrinter = FnPrinter {
-    columns: created_at_columns,
-    cells: created_at_cells,
-    conditions: None,
-};
+pub(crate) const CREATED_AT: FnPrinter =
+    FnPrinter { columns: created_at_columns, cells: created_at_cells, conditions: None };
 
 fn created_at_columns() -> Vec<Col> {
-    vec![
-        Col::name_column(),
-        Col::new(
-            "Created At",
-            "date",
-            super::format::CREATION_TIMESTAMP_DESCRIPTION,
-        ),
-    ]
+    vec![Col::name_column(), Col::new("Created At", "date", super::format::CREATION_TIMESTAMP_DESCRIPTION)]
 }
 
 fn created_at_cells(object: &Value, _now: Timestamp) -> Vec<Value> {
@@ -39,25 +28,13 @@ fn created_at_cells(object: &Value, _now: Timestamp) -> Vec<Value> {
 }
 
 /// `autoscaling/v1` Scale (the scale subresource).
-pub(crate) const SCALE: FnPrinter = FnPrinter {
-    columns: scale_columns,
-    cells: scale_cells,
-    conditions: None,
-};
+pub(crate) const SCALE: FnPrinter = FnPrinter { columns: scale_columns, cells: scale_cells, conditions: None };
 
 fn scale_columns() -> Vec<Col> {
     vec![
         Col::new("Name", "string", super::format::NAME_DESCRIPTION),
-        Col::new(
-            "Desired",
-            "integer",
-            "replicas is the desired number of instances for the scaled object.",
-        ),
-        Col::new(
-            "Available",
-            "integer",
-            "replicas is the actual number of observed instances of the scaled object.",
-        ),
+        Col::new("Desired", "integer", "replicas is the desired number of instances for the scaled object."),
+        Col::new("Available", "integer", "replicas is the actual number of observed instances of the scaled object."),
         Col::age_column(),
     ]
 }
@@ -73,56 +50,36 @@ fn scale_cells(scale: &Value, now: Timestamp) -> Vec<Value> {
 
 /// The printer of a kind in another group.
 pub(super) fn printer(group: &str, kind: &str) -> Option<FnPrinter> {
-    let (columns, cells): (super::ColumnsFn, super::CellsFn) =
-        match (group, kind) {
-            ("discovery.k8s.io", "EndpointSlice") => (slice_columns, slice_cells),
-            ("coordination.k8s.io", "Lease") => (lease_columns, lease_cells),
-            ("rbac.authorization.k8s.io", "RoleBinding") => {
-                (role_binding_columns, role_binding_cells)
-            }
-            ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
-                (cluster_role_binding_columns, role_binding_cells)
-            }
-            ("rbac.authorization.k8s.io", "Role" | "ClusterRole")
-            | ("apiextensions.k8s.io", "CustomResourceDefinition") => return Some(CREATED_AT),
-            ("storage.k8s.io", "StorageClass") => (storage_class_columns, storage_class_cells),
-            ("scheduling.k8s.io", "PriorityClass") => {
-                (priority_class_columns, priority_class_cells)
-            }
-            ("policy", "PodDisruptionBudget") => (pdb_columns, pdb_cells),
-            ("autoscaling", "Scale") => return Some(SCALE),
-            ("events.k8s.io", "Event") => (events_columns, event_cells),
-            (
-                "admissionregistration.k8s.io",
-                "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration",
-            ) => (webhook_columns, webhook_cells),
-            _ => return None,
-        };
-    Some(FnPrinter {
-        columns,
-        cells,
-        conditions: None,
-    })
+    let (columns, cells): (super::ColumnsFn, super::CellsFn) = match (group, kind) {
+        ("discovery.k8s.io", "EndpointSlice") => (slice_columns, slice_cells),
+        ("coordination.k8s.io", "Lease") => (lease_columns, lease_cells),
+        ("rbac.authorization.k8s.io", "RoleBinding") => (role_binding_columns, role_binding_cells),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => (cluster_role_binding_columns, role_binding_cells),
+        ("rbac.authorization.k8s.io", "Role" | "ClusterRole")
+        | ("apiextensions.k8s.io", "CustomResourceDefinition") => return Some(CREATED_AT),
+        ("storage.k8s.io", "StorageClass") => (storage_class_columns, storage_class_cells),
+        ("scheduling.k8s.io", "PriorityClass") => (priority_class_columns, priority_class_cells),
+        ("policy", "PodDisruptionBudget") => (pdb_columns, pdb_cells),
+        ("autoscaling", "Scale") => return Some(SCALE),
+        ("events.k8s.io", "Event") => (events_columns, event_cells),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration") => {
+            (webhook_columns, webhook_cells)
+        }
+        _ => return None,
+    };
+    Some(FnPrinter { columns, cells, conditions: None })
 }
 
 fn slice_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "AddressType",
-            "string",
-            "addressType specifies the type of address carried by this EndpointSlice.",
-        ),
+        Col::new("AddressType", "string", "addressType specifies the type of address carried by this EndpointSlice."),
         Col::new(
             "Ports",
             "string",
             "ports specifies the list of network ports exposed by each endpoint in this slice.",
         ),
-        Col::new(
-            "Endpoints",
-            "string",
-            "endpoints is a list of unique endpoints in this slice.",
-        ),
+        Col::new("Endpoints", "string", "endpoints is a list of unique endpoints in this slice."),
         Col::age_column(),
     ]
 }
@@ -150,40 +107,23 @@ fn slice_cells(slice: &Value, now: Timestamp) -> Vec<Value> {
 fn lease_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Holder",
-            "string",
-            "holderIdentity contains the identity of the holder of a current lease.",
-        ),
+        Col::new("Holder", "string", "holderIdentity contains the identity of the holder of a current lease."),
         Col::age_column(),
     ]
 }
 
 fn lease_cells(lease: &Value, now: Timestamp) -> Vec<Value> {
-    vec![
-        name(lease).into(),
-        str_at(lease, "/spec/holderIdentity").into(),
-        age(lease, now).into(),
-    ]
+    vec![name(lease).into(), str_at(lease, "/spec/holderIdentity").into(), age(lease, now).into()]
 }
 
 fn binding_columns(what: &str) -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Role",
-            "string",
-            "RoleRef can only reference a ClusterRole in the global namespace.",
-        ),
+        Col::new("Role", "string", "RoleRef can only reference a ClusterRole in the global namespace."),
         Col::age_column(),
         Col::new("Users", "string", &format!("Users in the {what}")).priority(1),
         Col::new("Groups", "string", &format!("Groups in the {what}")).priority(1),
-        Col::new(
-            "ServiceAccounts",
-            "string",
-            &format!("ServiceAccounts in the {what}"),
-        )
-        .priority(1),
+        Col::new("ServiceAccounts", "string", &format!("ServiceAccounts in the {what}")).priority(1),
     ]
 }
 
@@ -202,20 +142,13 @@ fn role_binding_cells(binding: &Value, now: Timestamp) -> Vec<Value> {
         match str_at(subject, "/kind") {
             "User" => users.push(subject_name.to_owned()),
             "Group" => groups.push(subject_name.to_owned()),
-            "ServiceAccount" => {
-                accounts.push(format!("{}/{subject_name}", str_at(subject, "/namespace")))
-            }
+            "ServiceAccount" => accounts.push(format!("{}/{subject_name}", str_at(subject, "/namespace"))),
             _ => {}
         }
     }
     vec![
         name(binding).into(),
-        format!(
-            "{}/{}",
-            str_at(binding, "/roleRef/kind"),
-            str_at(binding, "/roleRef/name")
-        )
-        .into(),
+        format!("{}/{}", str_at(binding, "/roleRef/kind"), str_at(binding, "/roleRef/name")).into(),
         age(binding, now).into(),
         users.join(", ").into(),
         groups.join(", ").into(),
@@ -226,11 +159,7 @@ fn role_binding_cells(binding: &Value, now: Timestamp) -> Vec<Value> {
 fn storage_class_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Provisioner",
-            "string",
-            "provisioner indicates the type of the provisioner.",
-        ),
+        Col::new("Provisioner", "string", "provisioner indicates the type of the provisioner."),
         Col::new(
             "ReclaimPolicy",
             "string",
@@ -252,12 +181,9 @@ fn storage_class_columns() -> Vec<Col> {
 
 fn storage_class_cells(sc: &Value, now: Timestamp) -> Vec<Value> {
     let annotations = sc.pointer("/metadata/annotations");
-    let default = [
-        "storageclass.kubernetes.io/is-default-class",
-        "storageclass.beta.kubernetes.io/is-default-class",
-    ]
-    .iter()
-    .any(|a| annotations.and_then(|m| m.get(*a)).and_then(Value::as_str) == Some("true"));
+    let default = ["storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class"]
+        .iter()
+        .any(|a| annotations.and_then(|m| m.get(*a)).and_then(Value::as_str) == Some("true"));
     let mut display = name(sc).to_owned();
     if default {
         display.push_str(" (default)");
@@ -271,10 +197,7 @@ fn storage_class_cells(sc: &Value, now: Timestamp) -> Vec<Value> {
         str_at(sc, "/provisioner").into(),
         or("/reclaimPolicy", "Delete").into(),
         or("/volumeBindingMode", "Immediate").into(),
-        sc.get("allowVolumeExpansion")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-            .into(),
+        sc.get("allowVolumeExpansion").and_then(Value::as_bool).unwrap_or(false).into(),
         age(sc, now).into(),
     ]
 }
@@ -282,11 +205,7 @@ fn storage_class_cells(sc: &Value, now: Timestamp) -> Vec<Value> {
 fn priority_class_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Value",
-            "integer",
-            "value represents the integer value of this priority class.",
-        ),
+        Col::new("Value", "integer", "value represents the integer value of this priority class."),
         Col::new(
             "Global-Default",
             "boolean",
@@ -305,10 +224,7 @@ fn priority_class_cells(pc: &Value, now: Timestamp) -> Vec<Value> {
     vec![
         name(pc).into(),
         int_at(pc, "/value").into(),
-        pc.get("globalDefault")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-            .into(),
+        pc.get("globalDefault").and_then(Value::as_bool).unwrap_or(false).into(),
         age(pc, now).into(),
         str_at(pc, "/preemptionPolicy").into(),
     ]
@@ -317,21 +233,9 @@ fn priority_class_cells(pc: &Value, now: Timestamp) -> Vec<Value> {
 fn pdb_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Min Available",
-            "string",
-            "The minimum number of pods that must be available.",
-        ),
-        Col::new(
-            "Max Unavailable",
-            "string",
-            "The maximum number of pods that may be unavailable.",
-        ),
-        Col::new(
-            "Allowed Disruptions",
-            "integer",
-            "Calculated number of pods that may be disrupted at this time.",
-        ),
+        Col::new("Min Available", "string", "The minimum number of pods that must be available."),
+        Col::new("Max Unavailable", "string", "The maximum number of pods that may be unavailable."),
+        Col::new("Allowed Disruptions", "integer", "Calculated number of pods that may be disrupted at this time."),
         Col::age_column(),
     ]
 }
@@ -369,21 +273,13 @@ fn event_cells(event: &Value, now: Timestamp) -> Vec<Value> {
 fn webhook_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Webhooks",
-            "integer",
-            "Webhooks indicates the number of webhooks registered in this configuration",
-        ),
+        Col::new("Webhooks", "integer", "Webhooks indicates the number of webhooks registered in this configuration"),
         Col::age_column(),
     ]
 }
 
 fn webhook_cells(config: &Value, now: Timestamp) -> Vec<Value> {
-    vec![
-        name(config).into(),
-        array_at(config, "/webhooks").len().into(),
-        age(config, now).into(),
-    ]
+    vec![name(config).into(), array_at(config, "/webhooks").len().into(), age(config, now).into()]
 }
 
 #[cfg(test)]
@@ -401,56 +297,30 @@ mod tests {
             "endpoints": [{"addresses": ["10.0.0.1", "10.0.0.2"]}, {"addresses": ["10.0.0.3", "10.0.0.4"]}]});
         assert_eq!(
             slice_cells(&slice, now())[1..4],
-            [
-                json!("IPv4"),
-                json!("80,http,*"),
-                json!("10.0.0.1,10.0.0.2,10.0.0.3 + 1 more...")
-            ]
+            [json!("IPv4"), json!("80,http,*"), json!("10.0.0.1,10.0.0.2,10.0.0.3 + 1 more...")]
         );
         assert_eq!(slice_cells(&json!({"metadata": {}}), now())[3], "<unset>");
         let binding = json!({"metadata": {"name": "b"}, "roleRef": {"kind": "ClusterRole", "name": "admin"},
             "subjects": [{"kind": "User", "name": "alice"}, {"kind": "Group", "name": "devs"}, {"kind": "ServiceAccount", "namespace": "d", "name": "sa"}, {"kind": "User", "name": "bob"}]});
         assert_eq!(
             role_binding_cells(&binding, now())[1..6].to_vec(),
-            vec![
-                json!("ClusterRole/admin"),
-                json!("<unknown>"),
-                json!("alice, bob"),
-                json!("devs"),
-                json!("d/sa")
-            ]
+            vec![json!("ClusterRole/admin"), json!("<unknown>"), json!("alice, bob"), json!("devs"), json!("d/sa")]
         );
         let sc = json!({"metadata": {"name": "fast", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}}, "provisioner": "x.csi"});
         assert_eq!(
             storage_class_cells(&sc, now())[..5],
-            [
-                json!("fast (default)"),
-                json!("x.csi"),
-                json!("Delete"),
-                json!("Immediate"),
-                json!(false)
-            ]
+            [json!("fast (default)"), json!("x.csi"), json!("Delete"), json!("Immediate"), json!(false)]
         );
-        let pdb = json!({"metadata": {"name": "p"}, "spec": {"minAvailable": "50%"}, "status": {"disruptionsAllowed": 1}});
-        assert_eq!(
-            pdb_cells(&pdb, now())[1..4],
-            [json!("50%"), json!("N/A"), json!(1)]
-        );
+        let pdb =
+            json!({"metadata": {"name": "p"}, "spec": {"minAvailable": "50%"}, "status": {"disruptionsAllowed": 1}});
+        assert_eq!(pdb_cells(&pdb, now())[1..4], [json!("50%"), json!("N/A"), json!(1)]);
         let role = json!({"metadata": {"name": "r", "creationTimestamp": "2024-05-01T10:00:00Z"}});
         assert_eq!(created_at_cells(&role, now())[1], "2024-05-01T10:00:00Z");
         let event = json!({"metadata": {"name": "e"}, "regarding": {"kind": "Pod", "name": "p"}, "note": "hi", "reason": "R", "type": "Warning",
             "eventTime": "2024-06-01T11:59:00.000000Z", "reportingController": "c"});
         assert_eq!(
             event_cells(&event, now())[..7],
-            [
-                json!("60s"),
-                json!("Warning"),
-                json!("R"),
-                json!("pod/p"),
-                json!(""),
-                json!("c"),
-                json!("hi")
-            ]
+            [json!("60s"), json!("Warning"), json!("R"), json!("pod/p"), json!(""), json!("c"), json!("hi")]
         );
     }
 }

@@ -3,8 +3,8 @@
 use serde_json::Value;
 
 use super::format::{
-    age, array_at, containers, format_label_selector, format_labels, human_duration, int_at, name,
-    parse_time, seconds_between, since, str_at,
+    age, array_at, containers, format_label_selector, format_labels, human_duration, int_at, name, parse_time,
+    seconds_between, since, str_at,
 };
 use super::{ColumnDefinition as Col, FnPrinter, Timestamp};
 
@@ -20,29 +20,15 @@ pub(super) fn printer(kind: &str) -> Option<FnPrinter> {
         "CronJob" => (cron_job_columns, cron_job_cells),
         _ => return None,
     };
-    Some(FnPrinter {
-        columns,
-        cells,
-        conditions: None,
-    })
+    Some(FnPrinter { columns, cells, conditions: None })
 }
 
 fn containers_col() -> Col {
-    Col::new(
-        "Containers",
-        "string",
-        "Names of each container in the template.",
-    )
-    .priority(1)
+    Col::new("Containers", "string", "Names of each container in the template.").priority(1)
 }
 
 fn images_col() -> Col {
-    Col::new(
-        "Images",
-        "string",
-        "Images referenced by each container in the template.",
-    )
-    .priority(1)
+    Col::new("Images", "string", "Images referenced by each container in the template.").priority(1)
 }
 
 fn selector_col(description: &str) -> Col {
@@ -51,10 +37,7 @@ fn selector_col(description: &str) -> Col {
 
 /// `spec.replicas`, which defaults to 1.
 fn desired(object: &Value) -> i64 {
-    object
-        .pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(1)
+    object.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
 }
 
 fn deployment_columns() -> Vec<Col> {
@@ -97,21 +80,9 @@ fn deployment_cells(d: &Value, now: Timestamp) -> Vec<Value> {
 fn replica_set_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Desired",
-            "integer",
-            "Replicas is the number of desired replicas.",
-        ),
-        Col::new(
-            "Current",
-            "integer",
-            "Replicas is the most recently observed number of replicas.",
-        ),
-        Col::new(
-            "Ready",
-            "integer",
-            "The number of ready replicas for this replica set.",
-        ),
+        Col::new("Desired", "integer", "Replicas is the number of desired replicas."),
+        Col::new("Current", "integer", "Replicas is the most recently observed number of replicas."),
+        Col::new("Ready", "integer", "The number of ready replicas for this replica set."),
         Col::age_column(),
         containers_col(),
         images_col(),
@@ -172,11 +143,7 @@ fn daemon_set_columns() -> Vec<Col> {
             "integer",
             "numberReady is the number of nodes that should be running the daemon pod and have one or more of the daemon pod running with a Ready Condition.",
         ),
-        Col::new(
-            "Up-to-date",
-            "integer",
-            "The total number of nodes that are running updated daemon pod",
-        ),
+        Col::new("Up-to-date", "integer", "The total number of nodes that are running updated daemon pod"),
         Col::new(
             "Available",
             "integer",
@@ -215,11 +182,7 @@ fn revision_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
         Col::new("Controller", "string", "Controller of the object"),
-        Col::new(
-            "Revision",
-            "string",
-            "Revision indicates the revision of the state represented by Data.",
-        ),
+        Col::new("Revision", "string", "Revision indicates the revision of the state represented by Data."),
         Col::age_column(),
     ]
 }
@@ -229,36 +192,20 @@ fn revision_cells(rev: &Value, now: Timestamp) -> Vec<Value> {
         .iter()
         .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
         .map(|r| {
-            let group = str_at(r, "/apiVersion")
-                .rsplit_once('/')
-                .map(|(g, _)| g)
-                .unwrap_or("");
+            let group = str_at(r, "/apiVersion").rsplit_once('/').map(|(g, _)| g).unwrap_or("");
             let kind = str_at(r, "/kind");
-            let group_kind = if group.is_empty() {
-                kind.to_owned()
-            } else {
-                format!("{kind}.{group}")
-            };
+            let group_kind = if group.is_empty() { kind.to_owned() } else { format!("{kind}.{group}") };
             format!("{}/{}", group_kind.to_ascii_lowercase(), str_at(r, "/name"))
         })
         .unwrap_or_else(|| "<none>".into());
-    vec![
-        name(rev).into(),
-        controller.into(),
-        int_at(rev, "/revision").into(),
-        age(rev, now).into(),
-    ]
+    vec![name(rev).into(), controller.into(), int_at(rev, "/revision").into(), age(rev, now).into()]
 }
 
 fn job_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
         Col::new("Status", "string", "Status of the job."),
-        Col::new(
-            "Completions",
-            "string",
-            "The number of pods which reached phase Succeeded.",
-        ),
+        Col::new("Completions", "string", "The number of pods which reached phase Succeeded."),
         Col::new("Duration", "string", "Time required to complete the job."),
         Col::age_column(),
         containers_col(),
@@ -281,10 +228,7 @@ pub(crate) fn job_status(job: &Value) -> &'static str {
         "Complete"
     } else if job_condition(job, "Failed") {
         "Failed"
-    } else if job
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
-    {
+    } else if job.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()) {
         "Terminating"
     } else if job_condition(job, "Suspended") {
         "Suspended"
@@ -331,11 +275,7 @@ fn job_cells(job: &Value, now: Timestamp) -> Vec<Value> {
 fn cron_job_columns() -> Vec<Col> {
     vec![
         Col::name_column(),
-        Col::new(
-            "Schedule",
-            "string",
-            "The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron.",
-        ),
+        Col::new("Schedule", "string", "The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron."),
         Col::new(
             "Timezone",
             "string",
@@ -346,16 +286,8 @@ fn cron_job_columns() -> Vec<Col> {
             "boolean",
             "This flag tells the controller to suspend subsequent executions, it does not apply to already started executions.",
         ),
-        Col::new(
-            "Active",
-            "integer",
-            "A list of pointers to currently running jobs.",
-        ),
-        Col::new(
-            "Last Schedule",
-            "string",
-            "Information when was the last time the job was successfully scheduled.",
-        ),
+        Col::new("Active", "integer", "A list of pointers to currently running jobs."),
+        Col::new("Last Schedule", "string", "Information when was the last time the job was successfully scheduled."),
         Col::age_column(),
         containers_col(),
         images_col(),
@@ -369,10 +301,7 @@ fn cron_job_cells(cj: &Value, now: Timestamp) -> Vec<Value> {
         Some(false) => "False",
         None => "<unset>",
     };
-    let last = match cj
-        .pointer("/status/lastScheduleTime")
-        .filter(|v| !v.is_null())
-    {
+    let last = match cj.pointer("/status/lastScheduleTime").filter(|v| !v.is_null()) {
         Some(t) => since(Some(t), now),
         None => "<none>".into(),
     };
@@ -412,10 +341,7 @@ mod tests {
             "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}});
         assert_eq!(
             deployment_cells(&d, now()),
-            json!(["web", "2/3", 3, 2, "60m", "c,s", "nginx,envoy", "app=web"])
-                .as_array()
-                .unwrap()
-                .clone()
+            json!(["web", "2/3", 3, 2, "60m", "c,s", "nginx,envoy", "app=web"]).as_array().unwrap().clone()
         );
         let sts = json!({"metadata": {"name": "db"}, "spec": {}});
         assert_eq!(stateful_set_cells(&sts, now())[1], "0/1");
@@ -425,12 +351,7 @@ mod tests {
     fn job_statuses_and_completions() {
         let job = |spec: Value, status: Value| json!({"metadata": {"name": "j"}, "spec": spec, "status": status});
         let cases = [
-            (
-                json!({"completions": 3}),
-                json!({"succeeded": 1}),
-                "Running",
-                "1/3",
-            ),
+            (json!({"completions": 3}), json!({"succeeded": 1}), "Running", "1/3"),
             (json!({"parallelism": 4}), json!({}), "Running", "0/1 of 4"),
             (
                 json!({}),
@@ -438,36 +359,16 @@ mod tests {
                 "Complete",
                 "1/1",
             ),
-            (
-                json!({}),
-                json!({"conditions": [{"type": "Failed", "status": "True"}]}),
-                "Failed",
-                "0/1",
-            ),
-            (
-                json!({}),
-                json!({"conditions": [{"type": "Suspended", "status": "True"}]}),
-                "Suspended",
-                "0/1",
-            ),
-            (
-                json!({}),
-                json!({"conditions": [{"type": "Complete", "status": "False"}]}),
-                "Running",
-                "0/1",
-            ),
+            (json!({}), json!({"conditions": [{"type": "Failed", "status": "True"}]}), "Failed", "0/1"),
+            (json!({}), json!({"conditions": [{"type": "Suspended", "status": "True"}]}), "Suspended", "0/1"),
+            (json!({}), json!({"conditions": [{"type": "Complete", "status": "False"}]}), "Running", "0/1"),
         ];
         for (spec, status, expected_status, expected_completions) in cases {
             let j = job(spec, status);
-            assert_eq!(
-                (job_status(&j), job_completions(&j).as_str()),
-                (expected_status, expected_completions)
-            );
+            assert_eq!((job_status(&j), job_completions(&j).as_str()), (expected_status, expected_completions));
         }
-        let finished = job(
-            json!({}),
-            json!({"startTime": "2024-06-01T11:00:00Z", "completionTime": "2024-06-01T11:02:30Z"}),
-        );
+        let finished =
+            job(json!({}), json!({"startTime": "2024-06-01T11:00:00Z", "completionTime": "2024-06-01T11:02:30Z"}));
         assert_eq!(job_cells(&finished, now())[3], "2m30s");
         let running = job(json!({}), json!({"startTime": "2024-06-01T11:59:00Z"}));
         assert_eq!(job_cells(&running, now())[3], "60s");
@@ -479,18 +380,9 @@ mod tests {
         let cj = json!({"metadata": {"name": "c"}, "spec": {"schedule": "*/5 * * * *", "suspend": false}, "status": {"active": [{}], "lastScheduleTime": "2024-06-01T11:55:00Z"}});
         assert_eq!(
             cron_job_cells(&cj, now())[1..6],
-            [
-                json!("*/5 * * * *"),
-                json!("<none>"),
-                json!("False"),
-                json!(1),
-                json!("5m")
-            ]
+            [json!("*/5 * * * *"), json!("<none>"), json!("False"), json!(1), json!("5m")]
         );
         let rev = json!({"metadata": {"name": "web-1", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "controller": true}]}, "revision": 2});
-        assert_eq!(
-            revision_cells(&rev, now())[1..3],
-            [json!("statefulset.apps/web"), json!(2)]
-        );
+        assert_eq!(revision_cells(&rev, now())[1..3], [json!("statefulset.apps/web"), json!(2)]);
     }
 }

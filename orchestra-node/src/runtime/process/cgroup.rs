@@ -114,13 +114,18 @@ fn own_cgroup(controller: &str) -> io::Result<Option<String>> {
         let _id = parts.next()?;
         let controllers = parts.next()?;
         let path = parts.next()?;
-        let matches = if controller.is_empty() { controllers.is_empty() } else { controllers.split(',').any(|c| c == controller) };
+        let matches = if controller.is_empty() {
+            controllers.is_empty()
+        } else {
+            controllers.split(',').any(|c| c == controller)
+        };
         matches.then(|| path.to_owned())
     }))
 }
 
 fn write(path: &Path, value: &str) -> io::Result<()> {
-    fs::write(path, value).map_err(|e| io::Error::new(e.kind(), format!("writing {value:?} to {}: {e}", path.display())))
+    fs::write(path, value)
+        .map_err(|e| io::Error::new(e.kind(), format!("writing {value:?} to {}: {e}", path.display())))
 }
 
 impl CgroupRoot {
@@ -129,12 +134,15 @@ impl CgroupRoot {
     pub(crate) fn detect(parent: &str) -> Result<Self, String> {
         let mounts = mounts().map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
         // v2: the unified hierarchy, with its controllers.
-        if let Some(unified) = mounts.iter().find(|m| m.fs_type == "cgroup2" && m.mount_point == Path::new("/sys/fs/cgroup")) {
+        if let Some(unified) =
+            mounts.iter().find(|m| m.fs_type == "cgroup2" && m.mount_point == Path::new("/sys/fs/cgroup"))
+        {
             return Self::detect_v2(&unified.mount_point, parent);
         }
         // v1: the memory (and cpu) hierarchies, under the agent's own cgroup.
         let dir_of = |controller: &str| -> Option<PathBuf> {
-            let mount = mounts.iter().find(|m| m.fs_type == "cgroup" && m.super_options.split(',').any(|o| o == controller))?;
+            let mount =
+                mounts.iter().find(|m| m.fs_type == "cgroup" && m.super_options.split(',').any(|o| o == controller))?;
             let own = own_cgroup(controller).ok()??;
             let relative = own.strip_prefix(mount.root.as_str()).unwrap_or(&own).trim_start_matches('/').to_owned();
             Some(mount.mount_point.join(relative).join(parent))
@@ -288,7 +296,11 @@ impl ContainerCgroup {
 
     /// A cgroup rebuilt from recorded directories (leftovers of a crash).
     pub(crate) fn from_dirs(dirs: Vec<PathBuf>) -> Self {
-        let version = if dirs.first().is_some_and(|d| d.join("memory.events").exists()) { CgroupVersion::V2 } else { CgroupVersion::V1 };
+        let version = if dirs.first().is_some_and(|d| d.join("memory.events").exists()) {
+            CgroupVersion::V2
+        } else {
+            CgroupVersion::V1
+        };
         Self { version, dirs }
     }
 
@@ -301,7 +313,9 @@ impl ContainerCgroup {
         let Some(text) = dir.and_then(|d| fs::read_to_string(d.join(file)).ok()) else {
             return false;
         };
-        text.lines().any(|line| line.strip_prefix("oom_kill ").and_then(|n| n.trim().parse::<u64>().ok()).is_some_and(|n| n > 0))
+        text.lines().any(|line| {
+            line.strip_prefix("oom_kill ").and_then(|n| n.trim().parse::<u64>().ok()).is_some_and(|n| n > 0)
+        })
     }
 
     /// Pids still in the cgroup.

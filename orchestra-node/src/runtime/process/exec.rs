@@ -97,7 +97,9 @@ impl ProcessRuntime {
             let script = launch::exec_script(&cgroup_procs, &c.working_dir, &c.env);
             let mut args: Vec<OsString> = Vec::new();
             let program = if namespaced {
-                args.extend([format!("--target={pid}"), "--mount".into(), "--root".into(), "--".into()].map(Into::into));
+                args.extend(
+                    [format!("--target={pid}"), "--mount".into(), "--root".into(), "--".into()].map(Into::into),
+                );
                 args.push(tools.sh.clone().into());
                 tools.nsenter.clone().expect("namespaces need nsenter")
             } else {
@@ -172,11 +174,7 @@ fn start_on_terminal(cmd: ExecCommand, tools: &Tools) -> io::Result<ExecSession>
         .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "a terminal needs setsid (util-linux), not found"))?;
     let (master, slave) = open_pty()?;
     let mut command = Command::from(cmd.std(Some((setsid, &["--ctty"]))));
-    command
-        .stdin(slave.try_clone()?)
-        .stdout(slave.try_clone()?)
-        .stderr(slave)
-        .kill_on_drop(true);
+    command.stdin(slave.try_clone()?).stdout(slave.try_clone()?).stderr(slave).kill_on_drop(true);
     let mut child = command.spawn()?;
     // The parent's copies of the slave must go, so that reading the master
     // ends (EIO) once the command and its children have closed theirs.
@@ -196,7 +194,8 @@ fn start_on_terminal(cmd: ExecCommand, tools: &Tools) -> io::Result<ExecSession>
         stdout: Box::pin(PtyOutput(output)),
         stderr: None,
         resize: Some(Box::new(move |size: TerminalSize| {
-            let winsize = rustix::termios::Winsize { ws_row: size.height, ws_col: size.width, ws_xpixel: 0, ws_ypixel: 0 };
+            let winsize =
+                rustix::termios::Winsize { ws_row: size.height, ws_col: size.width, ws_xpixel: 0, ws_ypixel: 0 };
             rustix::termios::tcsetwinsize(&master, winsize).map_err(io::Error::from)
         })),
         exit: exit.boxed(),

@@ -112,7 +112,12 @@ pub(crate) struct Executable {
 /// Finds `argv0` as runc does: a name with a `/` as a path (relative to the
 /// working directory), otherwise along the container's `PATH`. The error is
 /// runc's message.
-pub(crate) fn resolve_executable(argv0: &str, path_env: &str, working_dir: &Path, mounts: &[Mount]) -> Result<Executable, String> {
+pub(crate) fn resolve_executable(
+    argv0: &str,
+    path_env: &str,
+    working_dir: &Path,
+    mounts: &[Mount],
+) -> Result<Executable, String> {
     let check = |candidate: PathBuf| -> Option<Result<Executable, String>> {
         let host = host_view(&candidate, mounts);
         let meta = std::fs::metadata(&host).ok()?;
@@ -258,8 +263,20 @@ impl Prelude<'_> {
             line(&mut s, &[b"  for _orc_e in \"$1\"/* \"$1\"/.[!.]* \"$1\"/..?*; do"]);
             line(&mut s, &[b"    [ -e \"$_orc_e\" ] || [ -L \"$_orc_e\" ] || continue"]);
             line(&mut s, &[b"    _orc_n=\"$2/${_orc_e##*/}\""]);
-            line(&mut s, &[b"    if [ -L \"$_orc_e\" ]; then ", &ln, b" -s \"$(", &readlink, b" \"$_orc_e\")\" \"$_orc_n\""]);
-            line(&mut s, &[b"    elif [ -d \"$_orc_e\" ]; then ", &mkdir, b" \"$_orc_n\" && ", &mount, b" --rbind \"$_orc_e\" \"$_orc_n\""]);
+            line(
+                &mut s,
+                &[b"    if [ -L \"$_orc_e\" ]; then ", &ln, b" -s \"$(", &readlink, b" \"$_orc_e\")\" \"$_orc_n\""],
+            );
+            line(
+                &mut s,
+                &[
+                    b"    elif [ -d \"$_orc_e\" ]; then ",
+                    &mkdir,
+                    b" \"$_orc_n\" && ",
+                    &mount,
+                    b" --rbind \"$_orc_e\" \"$_orc_n\"",
+                ],
+            );
             // An entry that vanished meanwhile (a temporary file) is skipped.
             line(&mut s, &[b"    else : > \"$_orc_n\" && ", &mount, b" --bind \"$_orc_e\" \"$_orc_n\"; fi \\"]);
             line(&mut s, &[b"      || { [ ! -e \"$_orc_e\" ] && [ ! -L \"$_orc_e\" ]; } || _orc_fail \"cannot replicate $_orc_e\""]);
@@ -269,7 +286,16 @@ impl Prelude<'_> {
             line(&mut s, &[b"_orc_k=0"]);
             line(&mut s, &[b"_orc_shadow() {"]);
             line(&mut s, &[b"  _orc_k=$((_orc_k + 1)); _orc_s=\"$_orc_ns/shadow$_orc_k\""]);
-            line(&mut s, &[b"  ", &mkdir, b" \"$_orc_s\" && ", &mount, b" -t tmpfs orchestra-shadow \"$_orc_s\" || _orc_fail \"cannot shadow $1\""]);
+            line(
+                &mut s,
+                &[
+                    b"  ",
+                    &mkdir,
+                    b" \"$_orc_s\" && ",
+                    &mount,
+                    b" -t tmpfs orchestra-shadow \"$_orc_s\" || _orc_fail \"cannot shadow $1\"",
+                ],
+            );
             line(&mut s, &[b"  ", &chmod, b" --reference=\"$1\" \"$_orc_s\""]);
             line(&mut s, &[b"  _orc_replicate \"$1\" \"$_orc_s\""]);
             line(&mut s, &[b"  ", &mount, b" --move \"$_orc_s\" \"$1\" || _orc_fail \"cannot shadow $1\""]);
@@ -277,7 +303,15 @@ impl Prelude<'_> {
             line(&mut s, &[b"_orc_created='\n'"]);
             if root_shadow {
                 line(&mut s, &[b"_orc_r=\"$_orc_ns/root\""]);
-                line(&mut s, &[&mkdir, b" \"$_orc_r\" && ", &mount, b" -t tmpfs -o mode=0755 orchestra-root \"$_orc_r\" || _orc_fail 'cannot mount the root tmpfs'"]);
+                line(
+                    &mut s,
+                    &[
+                        &mkdir,
+                        b" \"$_orc_r\" && ",
+                        &mount,
+                        b" -t tmpfs -o mode=0755 orchestra-root \"$_orc_r\" || _orc_fail 'cannot mount the root tmpfs'",
+                    ],
+                );
                 line(&mut s, &[b"_orc_replicate / \"$_orc_r\""]);
             } else {
                 line(&mut s, &[b"_orc_r="]);
@@ -294,19 +328,38 @@ impl Prelude<'_> {
                 // Never create anything on the host's own root.
                 line(&mut s, &[b"  [ -n \"$_orc_a$_orc_r\" ] || _orc_fail \"refusing to create $_orc_t on the host\""]);
                 line(&mut s, &[b"  if [ -n \"$_orc_a\" ] && [ \"$_orc_a\" != \"$_orc_r\" ]; then"]);
-                line(&mut s, &[b"    case \"$_orc_created\" in *\"\n$_orc_a\n\"*) ;; *) _orc_shadow \"$_orc_a\";; esac"]);
+                line(
+                    &mut s,
+                    &[b"    case \"$_orc_created\" in *\"\n$_orc_a\n\"*) ;; *) _orc_shadow \"$_orc_a\";; esac"],
+                );
                 line(&mut s, &[b"  fi"]);
                 if is_file {
                     line(&mut s, &[b"  ", &mkdir, b" -p \"${_orc_t%/*}\" && : > \"$_orc_t\" || _orc_fail \"cannot create mount point $_orc_t\""]);
                 } else {
-                    line(&mut s, &[b"  ", &mkdir, b" -p \"$_orc_t\" || _orc_fail \"cannot create mount point $_orc_t\""]);
+                    line(
+                        &mut s,
+                        &[b"  ", &mkdir, b" -p \"$_orc_t\" || _orc_fail \"cannot create mount point $_orc_t\""],
+                    );
                 }
                 line(&mut s, &[b"  _orc_p=\"$_orc_t\""]);
                 line(&mut s, &[b"  while [ -n \"$_orc_p\" ] && [ \"$_orc_p\" != \"$_orc_a\" ]; do _orc_created=\"$_orc_created$_orc_p\n\"; _orc_p=\"${_orc_p%/*}\"; done"]);
                 line(&mut s, &[b"fi"]);
-                line(&mut s, &[&mount, b" --rbind ", &q(&m.host_path), b" \"$_orc_t\" || _orc_fail \"cannot mount ", &q_inner(&m.host_path), b" at $_orc_t\""]);
+                line(
+                    &mut s,
+                    &[
+                        &mount,
+                        b" --rbind ",
+                        &q(&m.host_path),
+                        b" \"$_orc_t\" || _orc_fail \"cannot mount ",
+                        &q_inner(&m.host_path),
+                        b" at $_orc_t\"",
+                    ],
+                );
                 if m.read_only {
-                    line(&mut s, &[&mount, b" -o remount,bind,ro \"$_orc_t\" || _orc_fail \"cannot make $_orc_t read-only\""]);
+                    line(
+                        &mut s,
+                        &[&mount, b" -o remount,bind,ro \"$_orc_t\" || _orc_fail \"cannot make $_orc_t read-only\""],
+                    );
                 }
             }
             if root_shadow {
@@ -315,19 +368,22 @@ impl Prelude<'_> {
                 inner.extend(restore_pwd(self.env));
                 inner.extend_from_slice(b"shift; printf '%s\\n' \"$1\" >&2; shift; exec \"$@\"");
                 line(&mut s, &[b"cd \"$_orc_r\" || _orc_fail 'cannot enter the root replica'"]);
-                line(&mut s, &[
-                    b"exec ",
-                    &chroot,
-                    b" . ",
-                    &q(&tools.sh),
-                    b" -c ",
-                    &q(OsStr::from_bytes(&inner)),
-                    b" sh ",
-                    &q(self.working_dir),
-                    b" ",
-                    &q(marker),
-                    b" \"$@\"",
-                ]);
+                line(
+                    &mut s,
+                    &[
+                        b"exec ",
+                        &chroot,
+                        b" . ",
+                        &q(&tools.sh),
+                        b" -c ",
+                        &q(OsStr::from_bytes(&inner)),
+                        b" sh ",
+                        &q(self.working_dir),
+                        b" ",
+                        &q(marker),
+                        b" \"$@\"",
+                    ],
+                );
                 return OsString::from_vec(s);
             }
         }
@@ -404,7 +460,10 @@ mod tests {
         let sh = resolve_executable("sh", DEFAULT_PATH, wd, &[]).unwrap();
         assert!(sh.container_path.ends_with("sh") && sh.container_path == sh.host_path);
         assert_eq!(resolve_executable("/bin/sh", "", wd, &[]).unwrap().container_path, Path::new("/bin/sh"));
-        assert_eq!(resolve_executable("no-such-program", DEFAULT_PATH, wd, &[]).unwrap_err(), "exec: \"no-such-program\": executable file not found in $PATH");
+        assert_eq!(
+            resolve_executable("no-such-program", DEFAULT_PATH, wd, &[]).unwrap_err(),
+            "exec: \"no-such-program\": executable file not found in $PATH"
+        );
         assert!(resolve_executable("/nope/x", "", wd, &[]).unwrap_err().contains("no such file"));
         assert!(resolve_executable("", "", wd, &[]).is_err());
         // Through a volume: the container path is kept, the host path checked.
@@ -418,7 +477,10 @@ mod tests {
         std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(resolve_executable("/scripts/data.txt", "", wd, &mounts).unwrap_err().contains("permission denied"));
         let found = resolve_executable("/scripts/run.sh", "", wd, &mounts).unwrap();
-        assert_eq!((found.container_path.as_path(), found.host_path.as_path()), (Path::new("/scripts/run.sh"), script.as_path()));
+        assert_eq!(
+            (found.container_path.as_path(), found.host_path.as_path()),
+            (Path::new("/scripts/run.sh"), script.as_path())
+        );
         assert_eq!(resolve_executable("run.sh", "/scripts", wd, &mounts).unwrap().host_path, script);
         let relative = resolve_executable("./run.sh", "", Path::new("/scripts"), &mounts).unwrap();
         assert_eq!(relative.host_path, script);
@@ -436,14 +498,26 @@ mod tests {
     #[test]
     fn environment_layers_in_order() {
         let image: BTreeMap<String, String> = [("PATH".into(), "/img".into()), ("A".into(), "image".into())].into();
-        let envs = vec![("A".to_owned(), "first".to_owned()), ("A".to_owned(), "container".to_owned()), ("HOSTNAME".to_owned(), "mine".to_owned())];
+        let envs = vec![
+            ("A".to_owned(), "first".to_owned()),
+            ("A".to_owned(), "container".to_owned()),
+            ("HOSTNAME".to_owned(), "mine".to_owned()),
+        ];
         let env = environment(&image, "pod", &envs, &[("ORCHESTRA_POD_IP", "127.0.0.5".to_owned())]);
         assert_eq!(env["PATH"], "/img");
         assert_eq!(env["A"], "container");
         assert_eq!(env["HOSTNAME"], "mine");
         assert_eq!(env["ORCHESTRA_POD_IP"], "127.0.0.5");
-        let env = environment(&BTreeMap::new(), "pod", &[("ORCHESTRA_POD_IP".to_owned(), "x".to_owned())], &[("ORCHESTRA_POD_IP", "y".to_owned())]);
-        assert_eq!((env["PATH"].as_str(), env["HOSTNAME"].as_str(), env["ORCHESTRA_POD_IP"].as_str()), (DEFAULT_PATH, "pod", "y"));
+        let env = environment(
+            &BTreeMap::new(),
+            "pod",
+            &[("ORCHESTRA_POD_IP".to_owned(), "x".to_owned())],
+            &[("ORCHESTRA_POD_IP", "y".to_owned())],
+        );
+        assert_eq!(
+            (env["PATH"].as_str(), env["HOSTNAME"].as_str(), env["ORCHESTRA_POD_IP"].as_str()),
+            (DEFAULT_PATH, "pod", "y")
+        );
     }
 
     #[test]

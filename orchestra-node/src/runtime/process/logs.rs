@@ -105,7 +105,10 @@ mod tests {
     use super::*;
     use crate::runtime::cri_log::parse_entry;
 
-    async fn run(input: &[u8], with_marker: bool) -> (Vec<crate::runtime::cri_log::LogEntry>, Option<Result<(), String>>) {
+    async fn run(
+        input: &[u8],
+        with_marker: bool,
+    ) -> (Vec<crate::runtime::cri_log::LogEntry>, Option<Result<(), String>>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log");
         let file = Arc::new(Mutex::new(File::create(&path).unwrap()));

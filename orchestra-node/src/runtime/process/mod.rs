@@ -70,16 +70,16 @@ use tokio::process::{Child, Command};
 use tokio::sync::{broadcast, oneshot, watch};
 
 pub use self::cgroup::CgroupVersion;
-pub use self::state::LeftoverReport;
 use self::cgroup::{CgroupRoot, ContainerCgroup};
 use self::launch::{Prelude, Tools};
+pub use self::state::LeftoverReport;
 use self::state::{Record, StateFile};
 use super::cri_log::Stream;
 use super::images::{ImageCatalog, resolve_command};
 use super::{
-    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecRequest, ExecResult, ExecSession, Image,
-    PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError, RuntimeVersion, SandboxFilter, SandboxId,
-    SandboxState,
+    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecRequest,
+    ExecResult, ExecSession, Image, PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError,
+    RuntimeVersion, SandboxFilter, SandboxId, SandboxState,
 };
 use crate::network::{Ipam, Ipv4Cidr};
 
@@ -234,12 +234,22 @@ impl ProcessRuntime {
     pub async fn new(config: ProcessRuntimeConfig) -> Result<Self> {
         fs::create_dir_all(&config.state_dir).map_err(|e| io_error(config.state_dir.display(), e))?;
         let lock_path = config.state_dir.join("lock");
-        let lock_file = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| io_error(lock_path.display(), e))?;
-        let lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
-            RuntimeError::InvalidState(format!("state directory {} is in use by another process runtime ({errno})", config.state_dir.display()))
+        let lock_file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| io_error(lock_path.display(), e))?;
+        let lock =
+            nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+                RuntimeError::InvalidState(format!(
+                    "state directory {} is in use by another process runtime ({errno})",
+                    config.state_dir.display()
+                ))
+            })?;
+        let tools = Tools::find().ok_or_else(|| {
+            RuntimeError::Io(std::io::Error::new(std::io::ErrorKind::NotFound, "no sh in the default PATH"))
         })?;
-        let tools = Tools::find()
-            .ok_or_else(|| RuntimeError::Io(std::io::Error::new(std::io::ErrorKind::NotFound, "no sh in the default PATH")))?;
         let root = nix::unistd::geteuid().is_root();
         let mut notes = Vec::new();
 
@@ -266,7 +276,10 @@ impl ProcessRuntime {
             match probe {
                 Ok(out) if out.status.success() => true,
                 Ok(out) => {
-                    notes.push(format!("unshare --mount fails ({}): volumes are symlinks", String::from_utf8_lossy(&out.stderr).trim()));
+                    notes.push(format!(
+                        "unshare --mount fails ({}): volumes are symlinks",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
                     false
                 }
                 Err(e) => {
@@ -286,7 +299,9 @@ impl ProcessRuntime {
             format!("runtime-{hex}")
         };
         let cgroup_root = if config.cgroups {
-            match CgroupRoot::detect(&config.cgroup_parent).and_then(|root| root.scoped(&scope).map_err(|e| format!("cannot create the runtime's cgroup: {e}"))) {
+            match CgroupRoot::detect(&config.cgroup_parent)
+                .and_then(|root| root.scoped(&scope).map_err(|e| format!("cannot create the runtime's cgroup: {e}")))
+            {
                 Ok(root) => Some(root),
                 Err(why) => {
                     notes.push(format!("no cgroups ({why}): limits are not enforced, OOM kills not detected"));
@@ -297,13 +312,15 @@ impl ProcessRuntime {
             notes.push("cgroups disabled by the configuration".to_owned());
             None
         };
-        let capabilities = Capabilities { mount_namespaces, cgroups: cgroup_root.as_ref().map(CgroupRoot::version), notes };
+        let capabilities =
+            Capabilities { mount_namespaces, cgroups: cgroup_root.as_ref().map(CgroupRoot::version), notes };
         for note in &capabilities.notes {
             tracing::info!(node = %config.node_name, "process runtime: {note}");
         }
 
         let state = StateFile::new(&config.state_dir);
-        let leftovers = state.clean_leftovers(Duration::from_secs(10)).await.map_err(|e| io_error("reading the state file", e))?;
+        let leftovers =
+            state.clean_leftovers(Duration::from_secs(10)).await.map_err(|e| io_error("reading the state file", e))?;
         if leftovers != LeftoverReport::default() {
             tracing::info!(node = %config.node_name, ?leftovers, "process runtime: cleaned up after a predecessor");
         }
@@ -381,7 +398,12 @@ impl ProcessRuntime {
     }
 
     fn container(&self, id: &ContainerId) -> Result<Arc<Container>> {
-        self.inner.containers.lock().get(id).cloned().ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })
+        self.inner
+            .containers
+            .lock()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.clone() })
     }
 
     fn publish(&self, event: ContainerEvent) {
@@ -398,7 +420,8 @@ impl ProcessRuntime {
         let exe = launch::resolve_executable(&c.argv[0], path_env, &c.working_dir, mounts)?;
 
         if let Some(parent) = c.log_path.parent() {
-            fs::create_dir_all(parent).map_err(|e| format!("cannot create the log directory {}: {e}", parent.display()))?;
+            fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create the log directory {}: {e}", parent.display()))?;
         }
         let log = OpenOptions::new()
             .create(true)
@@ -412,7 +435,10 @@ impl ProcessRuntime {
             fs::create_dir_all(&scratch).map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
         }
         let cgroup = match &inner.cgroup_root {
-            Some(root) => Some(root.create(&c.id, &c.config.resources).map_err(|e| format!("cannot set up the container's cgroup: {e}"))?),
+            Some(root) => Some(
+                root.create(&c.id, &c.config.resources)
+                    .map_err(|e| format!("cannot set up the container's cgroup: {e}"))?,
+            ),
             None => None,
         };
         let prelude = namespaced || cgroup.is_some();
@@ -464,7 +490,10 @@ impl ProcessRuntime {
         };
         let pid = child.id().expect("a child just spawned has a pid") as i32;
         let start_time = state::proc_stat(pid).map(|s| s.start_time).unwrap_or_default();
-        inner.state.add(&c.id, Record { pid, start_time, cgroups: cgroup.as_ref().map(|g| g.dirs().to_vec()).unwrap_or_default() });
+        inner.state.add(
+            &c.id,
+            Record { pid, start_time, cgroups: cgroup.as_ref().map(|g| g.dirs().to_vec()).unwrap_or_default() },
+        );
         {
             let mut run = c.run.lock();
             run.pid = Some(pid);
@@ -485,7 +514,15 @@ impl ProcessRuntime {
             tokio::spawn(logs::copy(stderr, Stream::Stderr, log, marker_tx)),
         ];
         let (started_tx, started_rx) = oneshot::channel();
-        tokio::spawn(monitor(Arc::downgrade(inner), inner.events.clone(), c.clone(), child, copiers, marker_rx, started_tx));
+        tokio::spawn(monitor(
+            Arc::downgrade(inner),
+            inner.events.clone(),
+            c.clone(),
+            child,
+            copiers,
+            marker_rx,
+            started_tx,
+        ));
         started_rx.await.unwrap_or_else(|_| Err("the container's monitor stopped".to_owned()))
     }
 
@@ -589,7 +626,17 @@ async fn monitor(
         (Some(error), _) => (128, "StartError", Some(error.clone())),
         (None, Ok(status)) => {
             let code = exit_code(status);
-            (code, if oom { "OOMKilled" } else if code == 0 { "Completed" } else { "Error" }, None)
+            (
+                code,
+                if oom {
+                    "OOMKilled"
+                } else if code == 0 {
+                    "Completed"
+                } else {
+                    "Error"
+                },
+                None,
+            )
         }
         (None, Err(e)) => (128, "Error", Some(format!("cannot wait for the container's process: {e}"))),
     };
@@ -661,11 +708,15 @@ fn labels_match(wanted: &BTreeMap<String, String>, labels: &BTreeMap<String, Str
 #[async_trait]
 impl RuntimeBackend for ProcessRuntime {
     async fn version(&self) -> Result<RuntimeVersion> {
-        Ok(RuntimeVersion { runtime_name: RUNTIME_NAME.to_owned(), runtime_version: env!("CARGO_PKG_VERSION").to_owned() })
+        Ok(RuntimeVersion {
+            runtime_name: RUNTIME_NAME.to_owned(),
+            runtime_version: env!("CARGO_PKG_VERSION").to_owned(),
+        })
     }
 
     async fn update_runtime_config(&self, pod_cidr: &str) -> Result<()> {
-        let cidr: Ipv4Cidr = pod_cidr.parse().map_err(|e: crate::network::InvalidCidr| RuntimeError::InvalidArgument(e.to_string()))?;
+        let cidr: Ipv4Cidr =
+            pod_cidr.parse().map_err(|e: crate::network::InvalidCidr| RuntimeError::InvalidArgument(e.to_string()))?;
         self.inner.ipam.set_range(cidr);
         Ok(())
     }
@@ -683,7 +734,8 @@ impl RuntimeBackend for ProcessRuntime {
             return Err(io_error(format!("creating the log directory {}", config.log_directory.display()), e));
         }
         let id = self.new_id();
-        let sandbox = Sandbox { config: config.clone(), state: SandboxState::Ready, created_at: SystemTime::now(), ip: Some(ip) };
+        let sandbox =
+            Sandbox { config: config.clone(), state: SandboxState::Ready, created_at: SystemTime::now(), ip: Some(ip) };
         self.inner.sandboxes.lock().insert(id.clone(), sandbox);
         Ok(id)
     }
@@ -752,7 +804,9 @@ impl RuntimeBackend for ProcessRuntime {
     ) -> Result<ContainerId> {
         let (sandbox_config, ip) = {
             let sandboxes = self.inner.sandboxes.lock();
-            let sandbox = sandboxes.get(sandbox_id).ok_or_else(|| RuntimeError::NotFound { kind: "sandbox", id: sandbox_id.clone() })?;
+            let sandbox = sandboxes
+                .get(sandbox_id)
+                .ok_or_else(|| RuntimeError::NotFound { kind: "sandbox", id: sandbox_id.clone() })?;
             if sandbox.state != SandboxState::Ready {
                 return Err(RuntimeError::InvalidState(format!("sandbox {sandbox_id} is not ready")));
             }
@@ -774,14 +828,18 @@ impl RuntimeBackend for ProcessRuntime {
         let dir = self.inner.config.state_dir.join("containers").join(&id);
         let work = dir.join("work");
         fs::create_dir_all(&work).map_err(|e| io_error(work.display(), e))?;
-        let hostname = if sandbox_config.hostname.is_empty() { &sandbox_config.metadata.name } else { &sandbox_config.hostname };
+        let hostname =
+            if sandbox_config.hostname.is_empty() { &sandbox_config.metadata.name } else { &sandbox_config.hostname };
         let mut extra = vec![(ENV_POD_IP, ip.map(|ip| ip.to_string()).unwrap_or_default())];
         if !self.inner.capabilities.mount_namespaces && !config.mounts.is_empty() {
             // No namespaces: each volume a symlink under $ORCHESTRA_VOLUMES.
             let volumes = dir.join("volumes");
             for mount in &config.mounts {
                 let link = volumes.join(mount.container_path.strip_prefix("/").unwrap_or(&mount.container_path));
-                let made = link.parent().map_or(Ok(()), fs::create_dir_all).and_then(|()| std::os::unix::fs::symlink(&mount.host_path, &link));
+                let made = link
+                    .parent()
+                    .map_or(Ok(()), fs::create_dir_all)
+                    .and_then(|()| std::os::unix::fs::symlink(&mount.host_path, &link));
                 made.map_err(|e| RuntimeError::CreateFailed(format!("cannot link volume {}: {e}", link.display())))?;
             }
             extra.push((ENV_VOLUMES, volumes.display().to_string()));
@@ -915,16 +973,13 @@ impl RuntimeBackend for ProcessRuntime {
                 return Ok(ExecResult { exit_code, stdout: Vec::new(), stderr: message.into_bytes() });
             }
         };
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
         let mut child = cmd.spawn().map_err(|e| io_error(format!("exec in container {id}"), e))?;
         let exec_pid = child.id().map(|p| p as i32);
         let stdout = tokio::spawn(read_capped(child.stdout.take().expect("piped"), EXEC_OUTPUT_LIMIT));
         let stderr = tokio::spawn(read_capped(child.stderr.take().expect("piped"), EXEC_OUTPUT_LIMIT));
-        let waited = if timeout.is_zero() { Ok(child.wait().await) } else { tokio::time::timeout(timeout, child.wait()).await };
+        let waited =
+            if timeout.is_zero() { Ok(child.wait().await) } else { tokio::time::timeout(timeout, child.wait()).await };
         let status = match waited {
             Ok(status) => status.map_err(|e| io_error(format!("exec in container {id}"), e))?,
             Err(_) => {

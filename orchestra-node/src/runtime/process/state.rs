@@ -44,7 +44,11 @@ fn parse_stat(text: &str) -> Option<ProcStat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // fields[0] is field 3 (state); field N is fields[N - 3].
-    Some(ProcStat { state: fields.first()?.chars().next()?, pgrp: fields.get(2)?.parse().ok()?, start_time: fields.get(19)?.parse().ok()? })
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
 }
 
 /// Whether a process is alive (not gone, not a zombie).
@@ -196,9 +200,15 @@ mod tests {
         let recorded_pid = recorded.id() as i32;
         let impostor_pid = impostor.id() as i32;
         let file = StateFile::new(dir.path());
-        file.add("a", Record { pid: recorded_pid, start_time: proc_stat(recorded_pid).unwrap().start_time, cgroups: vec![] });
+        file.add(
+            "a",
+            Record { pid: recorded_pid, start_time: proc_stat(recorded_pid).unwrap().start_time, cgroups: vec![] },
+        );
         // Same pid as a live process, other start time: a reused pid.
-        file.add("b", Record { pid: impostor_pid, start_time: proc_stat(impostor_pid).unwrap().start_time + 1, cgroups: vec![] });
+        file.add(
+            "b",
+            Record { pid: impostor_pid, start_time: proc_stat(impostor_pid).unwrap().start_time + 1, cgroups: vec![] },
+        );
         file.add("c", Record { pid: i32::MAX - 1, start_time: 1, cgroups: vec![] });
 
         let successor = StateFile::new(dir.path());
