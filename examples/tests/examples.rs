@@ -1,9 +1,15 @@
 //! Integration tests of the `orchestra` binary (the reference assembly).
 
+#[path = "examples/admission_and_authz.rs"]
+mod admission_and_authz;
 #[path = "examples/apiserver.rs"]
 mod apiserver;
+#[path = "examples/custom_kind.rs"]
+mod custom_kind;
 #[path = "examples/custom_scheduler.rs"]
 mod custom_scheduler;
+#[path = "examples/embed_in_axum.rs"]
+mod embed_in_axum;
 #[path = "examples/roles.rs"]
 mod roles;
 #[path = "examples/support.rs"]

@@ -24,11 +24,4 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// `<hostname>_<pid>`: an identity for leader election that differs between
-/// processes.
-pub fn default_identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "orchestra".into());
-    format!("{host}_{}", std::process::id())
-}
+pub use orchestra::control_plane::default_identity;

@@ -506,3 +506,24 @@ pub trait RuntimeBackend: Send + Sync + 'static {
     /// (`RecvError::Lagged`); the agent then falls back to listing.
     fn events(&self) -> broadcast::Receiver<ContainerEvent>;
 }
+
+/// Stops every running container of `runtime` at once, each with `grace`
+/// before it is killed, and returns once all have stopped: what a node does
+/// with its containers when it shuts down for good. Failures are logged;
+/// the runtime stays usable.
+pub async fn stop_running_containers(runtime: &dyn RuntimeBackend, grace: Duration) {
+    let filter = ContainerFilter { state: Some(ContainerState::Running), ..ContainerFilter::default() };
+    let running = match runtime.list_containers(&filter).await {
+        Ok(running) => running,
+        Err(error) => {
+            tracing::warn!(%error, "cannot list the containers to stop");
+            return;
+        }
+    };
+    let stops = running.iter().map(|container| runtime.stop_container(&container.id, grace));
+    for (container, result) in running.iter().zip(futures::future::join_all(stops).await) {
+        if let Err(error) = result {
+            tracing::warn!(container = %container.id, %error, "cannot stop a container");
+        }
+    }
+}

@@ -4,21 +4,20 @@
 //! The backend's test describes what its containers do as [`Workloads`]:
 //! [`ContainerConfig`]s the backend understands (host programs for the
 //! process backend; environment variables a simulated backend reads, for
-//! instance). The suite then drives each check against a fresh backend from
-//! the factory:
+//! instance), returned by its [`RuntimeBuilder`]. The suite then drives each
+//! check against a fresh backend from the builder:
 //!
 //! ```ignore
-//! let suite = Suite::new(|| async { MyBackend::new() }, workloads);
-//! suite.run_all().await;          // or one check: suite.logs().await
+//! Suite::test_all(&MyBuilder::default()).await;   // or one check: Suite::checks(&builder).logs().await
 //! ```
 //!
 //! Each check panics with a message naming the check and what differed.
 //! Waits poll with the workloads' `patience`, never assert on fixed sleeps.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -112,20 +111,35 @@ impl Workloads {
     }
 }
 
-/// The conformance suite: one method per check, [`Suite::run_all`] for all.
-pub struct Suite<F> {
-    factory: F,
-    workloads: Workloads,
+/// Makes the runtimes the suite runs on, as `orchestra_store::testing::StoreBuilder`
+/// makes stores: every [`build`](RuntimeBuilder::build) returns a fresh
+/// runtime, and [`workloads`](RuntimeBuilder::workloads) says what its
+/// containers do.
+#[async_trait::async_trait]
+pub trait RuntimeBuilder: Send + Sync {
+    /// Builds a fresh runtime.
+    async fn build(&self) -> Arc<dyn RuntimeBackend>;
+
+    /// What the runtime's containers do, in its terms.
+    fn workloads(&self) -> Workloads;
 }
 
-/// Runs every check of the suite against backends from `factory`.
-pub async fn run_all<F, Fut, B>(factory: F, workloads: Workloads)
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = B>,
-    B: RuntimeBackend,
-{
-    Suite::new(factory, workloads).run_all().await;
+/// The conformance suite: [`Suite::test_all`] runs every check,
+/// [`Suite::checks`] one at a time.
+#[derive(Debug)]
+pub struct Suite;
+
+impl Suite {
+    /// Runs every check in turn, each on a fresh runtime from `builder`;
+    /// panics on the first difference from the contract.
+    pub async fn test_all<B: RuntimeBuilder + ?Sized>(builder: &B) {
+        Suite::checks(builder).run_all().await;
+    }
+
+    /// The checks, to run one at a time (one test per check).
+    pub fn checks<B: RuntimeBuilder + ?Sized>(builder: &B) -> Checks<'_, B> {
+        Checks { builder, workloads: builder.workloads() }
+    }
 }
 
 static UNIQUE: AtomicU64 = AtomicU64::new(0);
@@ -134,17 +148,15 @@ fn unique() -> u64 {
     UNIQUE.fetch_add(1, Ordering::Relaxed)
 }
 
-impl<F, Fut, B> Suite<F>
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = B>,
-    B: RuntimeBackend,
-{
-    /// A suite over backends from `factory` (called once per check).
-    pub fn new(factory: F, workloads: Workloads) -> Self {
-        Self { factory, workloads }
-    }
+type Backend = Arc<dyn RuntimeBackend>;
 
+/// The suite's checks over runtimes from one builder: one method per check.
+pub struct Checks<'a, B: ?Sized> {
+    builder: &'a B,
+    workloads: Workloads,
+}
+
+impl<B: RuntimeBuilder + ?Sized> Checks<'_, B> {
     /// Every check, one after the other.
     pub async fn run_all(&self) {
         self.version().await;
@@ -161,11 +173,11 @@ where
         self.concurrent_pods().await;
     }
 
-    async fn backend(&self) -> B {
-        (self.factory)().await
+    async fn backend(&self) -> Backend {
+        self.builder.build().await
     }
 
-    async fn configured_backend(&self) -> B {
+    async fn configured_backend(&self) -> Backend {
         let backend = self.backend().await;
         backend
             .update_runtime_config(&self.workloads.pod_cidr)
@@ -217,7 +229,7 @@ where
         config
     }
 
-    async fn run_pod(&self, backend: &B, check: &str, name: &str) -> (SandboxId, PodSandboxConfig) {
+    async fn run_pod(&self, backend: &Backend, check: &str, name: &str) -> (SandboxId, PodSandboxConfig) {
         let pod = self.pod(check, name);
         let id = backend
             .run_pod_sandbox(&pod)
@@ -228,7 +240,7 @@ where
 
     async fn create(
         &self,
-        backend: &B,
+        backend: &Backend,
         check: &str,
         sandbox: &SandboxId,
         pod: &PodSandboxConfig,
@@ -248,7 +260,7 @@ where
 
     async fn create_and_start(
         &self,
-        backend: &B,
+        backend: &Backend,
         check: &str,
         sandbox: &SandboxId,
         pod: &PodSandboxConfig,
@@ -260,11 +272,17 @@ where
         id
     }
 
-    async fn status(backend: &B, check: &str, id: &ContainerId) -> ContainerStatus {
+    async fn status(backend: &Backend, check: &str, id: &ContainerId) -> ContainerStatus {
         backend.container_status(id).await.unwrap_or_else(|e| panic!("{check}: container_status({id}) failed: {e}"))
     }
 
-    async fn wait_state(&self, backend: &B, check: &str, id: &ContainerId, state: ContainerState) -> ContainerStatus {
+    async fn wait_state(
+        &self,
+        backend: &Backend,
+        check: &str,
+        id: &ContainerId,
+        state: ContainerState,
+    ) -> ContainerStatus {
         let deadline = Instant::now() + self.workloads.patience;
         loop {
             let status = Self::status(backend, check, id).await;

@@ -7,6 +7,7 @@ use std::io::Read;
 use std::net::{IpAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,7 @@ use orchestra_node::runtime::{
     ContainerConfig, ContainerResources, ContainerState, ContainerStatus, ExecRequest, Mount, PodSandboxConfig,
     PodSandboxMetadata, RuntimeBackend, RuntimeError, SandboxId, TerminalSize,
 };
-use orchestra_node::testing::{ExecWorkload, ExitingWorkload, StubbornWorkload, Suite, Workloads};
+use orchestra_node::testing::{ExecWorkload, ExitingWorkload, RuntimeBuilder, StubbornWorkload, Suite, Workloads};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -67,6 +68,39 @@ fn workloads(dir: &Path) -> Workloads {
     workloads
 }
 
+/// Process runtimes over one temporary directory, isolated (cgroups and
+/// mount namespaces where the host allows them) or not.
+struct ProcessBuilder {
+    dir: tempfile::TempDir,
+    isolation: bool,
+}
+
+impl ProcessBuilder {
+    fn new(isolation: bool) -> Self {
+        ProcessBuilder { dir: tempfile::tempdir().unwrap(), isolation }
+    }
+}
+
+#[async_trait::async_trait]
+impl RuntimeBuilder for ProcessBuilder {
+    async fn build(&self) -> Arc<dyn RuntimeBackend> {
+        let mut config = config(self.dir.path());
+        if !self.isolation {
+            config.cgroups = false;
+            config.mount_namespaces = false;
+        }
+        let runtime = ProcessRuntime::new(config).await.expect("process runtime");
+        if !self.isolation {
+            assert_eq!((runtime.capabilities().cgroups, runtime.capabilities().mount_namespaces), (None, false));
+        }
+        Arc::new(runtime)
+    }
+
+    fn workloads(&self) -> Workloads {
+        workloads(self.dir.path())
+    }
+}
+
 macro_rules! conformance {
     ($($check:ident),* $(,)?) => {
         mod conformance {
@@ -74,10 +108,7 @@ macro_rules! conformance {
             $(
                 #[tokio::test]
                 async fn $check() {
-                    let dir = tempfile::tempdir().unwrap();
-                    let root = dir.path().to_path_buf();
-                    let suite = Suite::new(|| { let config = config(&root); async move { ProcessRuntime::new(config).await.expect("process runtime") } }, workloads(dir.path()));
-                    suite.$check().await;
+                    Suite::checks(&ProcessBuilder::new(true)).$check().await;
                 }
             )*
         }
@@ -103,19 +134,7 @@ conformance!(
 /// directly, no `sh` prelude (what a host without root gets).
 #[tokio::test]
 async fn conformance_without_isolation() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().to_path_buf();
-    let factory = || {
-        let mut config = config(&root);
-        config.cgroups = false;
-        config.mount_namespaces = false;
-        async move {
-            let runtime = ProcessRuntime::new(config).await.expect("process runtime");
-            assert_eq!((runtime.capabilities().cgroups, runtime.capabilities().mount_namespaces), (None, false));
-            runtime
-        }
-    };
-    orchestra_node::testing::run_all(factory, workloads(dir.path())).await;
+    Suite::test_all(&ProcessBuilder::new(false)).await;
 }
 
 /// A runtime with a pod CIDR, and helpers to run one-container pods.

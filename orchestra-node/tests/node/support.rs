@@ -8,29 +8,23 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, PostParams};
-use orchestra_core::server::{ApiServer, ServerOptions};
+use orchestra::testing::TestCluster;
 use orchestra_node::agent::{AgentHandle, NodeAgent, NodeConfig};
 use orchestra_node::runtime::sim::{SimConfig, SimRuntime};
-use orchestra_store::MemStore;
 use tokio::sync::oneshot;
 
-/// An API server on a MemStore and a client over it.
+/// A test cluster (the API server alone) and an administrator's client of it.
 pub struct Cluster {
-    /// The API server.
-    pub server: ApiServer,
     /// A client (namespace `default`).
     pub client: Client,
+    /// The cluster; it stops when dropped.
+    pub inner: TestCluster,
 }
 
 /// A fresh cluster.
 pub async fn cluster() -> Cluster {
-    let server = ApiServer::builder(Arc::new(MemStore::new()))
-        .options(ServerOptions { bookmark_interval: Duration::from_millis(500) })
-        .build()
-        .await
-        .expect("server starts");
-    let client = orchestra_core::client::in_process(&server, "default");
-    Cluster { server, client }
+    let inner = TestCluster::start().await;
+    Cluster { client: inner.client(), inner }
 }
 
 /// A running agent; stopped (containers left running) when dropped.

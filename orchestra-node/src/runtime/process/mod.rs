@@ -373,20 +373,7 @@ impl ProcessRuntime {
     /// Stops every running container: SIGTERM, then SIGKILL after `grace`.
     /// Returns once all have exited. The runtime stays usable.
     pub async fn shutdown(&self, grace: Duration) {
-        let running: Vec<ContainerId> = self
-            .inner
-            .containers
-            .lock()
-            .values()
-            .filter(|c| c.run.lock().state == ContainerState::Running)
-            .map(|c| c.id.clone())
-            .collect();
-        let stops = running.iter().map(|id| self.stop_container(id, grace));
-        for (id, result) in running.iter().zip(futures::future::join_all(stops).await) {
-            if let Err(e) = result {
-                tracing::warn!(container = %id, error = %e, "cannot stop a container at shutdown");
-            }
-        }
+        super::stop_running_containers(self, grace).await;
     }
 
     fn new_id(&self) -> String {

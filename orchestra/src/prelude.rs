@@ -1,0 +1,31 @@
+//! The names most programs built on Orchestra use: `use orchestra::prelude::*;`.
+
+pub use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+pub use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+pub use kube::{Client, Resource, ResourceExt};
+
+#[cfg(all(feature = "server", feature = "node"))]
+pub use crate::control_plane::NodeRuntime;
+#[cfg(feature = "server")]
+pub use crate::control_plane::{ControlPlane, ControlPlaneHandle, Listener};
+#[cfg(feature = "server")]
+pub use orchestra_core::auth::{
+    AdmissionChain, AdmissionPlugin, Authenticator, AuthenticatorChain, Authorizer, AuthorizerChain, UserInfo,
+};
+#[cfg(feature = "server")]
+pub use orchestra_core::server::ApiServer;
+
+#[cfg(feature = "store")]
+pub use orchestra_store::{MemStore, Store};
+
+#[cfg(feature = "ctrl")]
+pub use orchestra_ctrl::{Action, Controller, Reconciler, SharedInformerFactory};
+
+#[cfg(feature = "sched")]
+pub use orchestra_sched::{Registry, SchedulerConfiguration};
+
+#[cfg(feature = "node")]
+pub use orchestra_node::RuntimeBackend;
+
+#[cfg(feature = "testing")]
+pub use crate::testing::TestCluster;
