@@ -55,7 +55,7 @@ use self::state::State;
 use crate::api::{ApiError, Registry, ResourceInfo};
 use crate::auth::{
     AdmissionChain, AllowAll, Attributes, AuthenticatorChain, AuthorizerChain, Decision, ExtensionAuthenticator,
-    UserInfo,
+    NamespaceLifecycle, UserInfo,
 };
 
 /// Tunables of the API server.
@@ -85,8 +85,43 @@ pub struct ApiServer {
 /// pipeline, the options.
 ///
 /// By default the pipeline is open: in-process identities and anonymous
-/// requests are authenticated, every request is allowed, and no admission
-/// plugin runs. Assemblies that listen on a network set their own chains.
+/// requests are authenticated and every request is allowed. Admission runs
+/// one plugin, the server's [`NamespaceLifecycle`]: creates in a namespace
+/// that does not exist or is terminating are refused. Assemblies that
+/// listen on a network set their own chains.
+///
+/// [`admission`](Self::admission) replaces the whole admission chain; a
+/// chain that should still refuse such creates includes
+/// [`namespace_lifecycle`](Self::namespace_lifecycle), first:
+///
+/// ```
+/// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
+/// use std::sync::Arc;
+/// use async_trait::async_trait;
+/// use orchestra_core::auth::{AdmissionChain, AdmissionPlugin, AuthorizerChain, AllowAll};
+/// use orchestra_core::server::{ApiServer, ServerOptions};
+/// use orchestra_store::MemStore;
+///
+/// struct Audit;
+///
+/// #[async_trait]
+/// impl AdmissionPlugin for Audit {
+///     fn name(&self) -> &str {
+///         "Audit"
+///     }
+/// }
+///
+/// let builder = ApiServer::builder(Arc::new(MemStore::new()));
+/// let admission = AdmissionChain::new().with(builder.namespace_lifecycle()).with(Audit);
+/// let server = builder
+///     .authorizer(AuthorizerChain::new().with(AllowAll))
+///     .admission(admission)
+///     .options(ServerOptions::default())
+///     .build()
+///     .await?;
+/// # let _ = server;
+/// # Ok(()) }
+/// ```
 pub struct ApiServerBuilder {
     store: Arc<dyn Store>,
     registry: Registry,
@@ -96,6 +131,9 @@ pub struct ApiServerBuilder {
     admission: AdmissionChain,
     kubelet_client: Option<KubeletClient>,
     token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
+    /// The namespaces the server keeps from a watch, which its
+    /// [`NamespaceLifecycle`] plugins read.
+    namespaces: Arc<namespaces::NamespaceCache>,
 }
 
 impl ApiServerBuilder {
@@ -140,10 +178,24 @@ impl ApiServerBuilder {
         self
     }
 
-    /// Sets the admission chain.
+    /// Sets the admission chain, replacing the default one (the server's
+    /// [`NamespaceLifecycle`] alone); see [`namespace_lifecycle`](Self::namespace_lifecycle)
+    /// to keep that plugin.
     pub fn admission(mut self, chain: AdmissionChain) -> ApiServerBuilder {
         self.admission = chain;
         self
+    }
+
+    /// The [`NamespaceLifecycle`] plugin of the server being built, for an
+    /// admission chain of one's own. It reads namespaces through the
+    /// server: from a cache the server keeps from a watch of its store and
+    /// updates on its own namespace deletes, and from the store itself for
+    /// any namespace the cache does not know to be active.
+    pub fn namespace_lifecycle(&self) -> NamespaceLifecycle {
+        NamespaceLifecycle::new(namespaces::ServerNamespaces {
+            cache: self.namespaces.clone(),
+            store: self.store.clone(),
+        })
     }
 
     /// Builds the server and makes sure the system namespaces exist.
@@ -160,6 +212,7 @@ impl ApiServerBuilder {
         }
         let pipeline = (authenticator, self.authorizer, self.admission);
         let mut state = State::new(self.store, self.registry, self.options, pipeline);
+        state.namespaces = self.namespaces;
         state.kubelet_client = self.kubelet_client;
         state.token_signer = self.token_signer;
         let server = ApiServer { state: Arc::new(state) };
@@ -174,9 +227,10 @@ impl ApiServer {
         ApiServer::builder(store).build().await
     }
 
-    /// Starts building a server.
+    /// Starts building a server, with the defaults [`ApiServerBuilder`]
+    /// describes.
     pub fn builder(store: Arc<dyn Store>) -> ApiServerBuilder {
-        ApiServerBuilder {
+        let mut builder = ApiServerBuilder {
             store,
             registry: Registry::builtin(),
             options: ServerOptions::default(),
@@ -185,7 +239,10 @@ impl ApiServer {
             admission: AdmissionChain::new(),
             kubelet_client: None,
             token_signer: None,
-        }
+            namespaces: Default::default(),
+        };
+        builder.admission = AdmissionChain::new().with(builder.namespace_lifecycle());
+        builder
     }
 
     /// The store behind the server.

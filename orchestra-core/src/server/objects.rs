@@ -10,7 +10,6 @@ use orchestra_store::{Error as StoreError, KeyRange, KeyValue, RangeRequest, Rev
 use serde_json::{Map, Value, json};
 
 use super::body;
-use super::namespaces::{Phase, phase_of};
 use super::patching;
 use super::raw;
 use super::route::Query;
@@ -397,21 +396,21 @@ async fn admit(
     name: &str,
     subresource: Option<&str>,
     object: Option<Value>,
-    old_object: Option<Value>,
+    old_object: Option<&Value>,
     dry_run: bool,
 ) -> Result<Option<Value>, ApiError> {
-    if state.admission.is_empty() {
+    if !state.admission.handles(operation) {
         return Ok(object);
     }
     let mut request = AdmissionRequest {
         operation,
-        resource: target.resource.clone(),
-        subresource: subresource.map(str::to_owned),
-        namespace: target.namespace.clone(),
-        name: name.to_owned(),
+        resource: &target.resource,
+        subresource,
+        namespace: target.namespace.as_deref(),
+        name,
         object,
         old_object,
-        user: target.user.clone(),
+        user: &target.user,
         dry_run,
     };
     state.admission.admit(&mut request).await?;
@@ -485,36 +484,6 @@ fn validate(target: &Target, object: &mut Value, name: &str, old: Option<&Value>
         return Err(ApiError::invalid(&target.error_target(name), errors));
     }
     Ok(())
-}
-
-/// Refuses writes into a namespace that does not exist or is terminating.
-async fn check_namespace(state: &State, target: &Target) -> Result<(), ApiError> {
-    let Some(namespace) = target.namespace.as_deref().filter(|_| target.resource.namespaced) else {
-        return Ok(());
-    };
-    let terminating = || {
-        ApiError::forbidden(format!(
-            "unable to create new content in namespace {namespace} because it is being terminated"
-        ))
-    };
-    if state.namespaces.phase(namespace) == Some(Phase::Active) {
-        return Ok(());
-    }
-    let key = format!("/registry/namespaces/{namespace}");
-    let ns_target = ErrorTarget {
-        resource: "namespaces".into(),
-        kind: "Namespace".into(),
-        name: namespace.into(),
-        ..Default::default()
-    };
-    let Some(kv) = target.store(state).get(&key).await.map_err(|e| store_error(e, &ns_target))? else {
-        return Err(ApiError::not_found(&ns_target));
-    };
-    match phase_of(&kv) {
-        Some(Phase::Active) => Ok(()),
-        Some(Phase::Terminating) => Err(terminating()),
-        None => Err(ApiError::internal("stored namespace is corrupt")),
-    }
 }
 
 /// Fills server-set fields of a new object.
@@ -635,7 +604,6 @@ async fn create_stored(
             ));
         }
     };
-    check_namespace(state, target).await?;
     prepare_create(target, &mut object, &name);
     if track {
         patching::track_update(target, None, &mut object, query, headers, None);
@@ -727,7 +695,7 @@ async fn store_update(
     dry_run: bool,
 ) -> Result<Value, ApiError> {
     let error_target = target.error_target(name);
-    let mut new = admit(state, target, Operation::Update, name, subresource, Some(new), Some(old.clone()), dry_run)
+    let mut new = admit(state, target, Operation::Update, name, subresource, Some(new), Some(old), dry_run)
         .await?
         .expect("admission keeps the object of an update");
     validate(target, &mut new, name, Some(old))?;
@@ -934,7 +902,7 @@ async fn delete_once(
             ));
         }
     }
-    admit(state, target, Operation::Delete, name, None, None, Some(object.clone()), dry_run).await?;
+    admit(state, target, Operation::Delete, name, None, None, Some(&object), dry_run).await?;
     let mut finalizers: Vec<Value> =
         meta::meta_value(&object, "finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
     match options.propagation_policy.as_deref() {
