@@ -13,12 +13,14 @@
 //! ```
 
 mod body;
+mod codec;
 mod crd;
 mod discovery;
 mod eviction;
 pub mod fence;
 mod field_validation;
 mod health;
+mod list;
 pub mod metrics;
 mod namespaces;
 mod node_proxy;
@@ -26,7 +28,6 @@ mod objects;
 mod openapi;
 mod patching;
 mod protobuf;
-mod raw;
 mod reviews;
 mod route;
 mod state;
@@ -49,7 +50,7 @@ pub use crate::tls::{CoalescedWrites, CopiedWrites, ListenOptions, pki, serve};
 pub use discovery::KUBERNETES_VERSION;
 pub use node_proxy::KubeletClient;
 
-use self::objects::{Target, respond};
+use self::objects::{Target, Written, respond};
 use self::route::{Query, Route};
 use self::state::State;
 use crate::api::{ApiError, Registry, ResourceInfo};
@@ -361,7 +362,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
             Ok(bytes) => reviews::serve(state, resource, review, &method, collection, &user, headers, &bytes).await,
             Err(e) => Err(e),
         };
-        return respond(result, true);
+        return respond(result, Written::Created);
     }
     match route {
         Route::Version if method == Method::GET => discovery::version(),
@@ -388,14 +389,12 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
             };
             match method {
                 Method::GET if query.watch => watch::watch(state.clone(), target, query, output).await,
-                Method::GET if output == table::Output::Json => {
-                    match objects::list_json(state, &target, &query).await {
-                        Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
-                        Err(e) => body::error(&e),
-                    }
-                }
+                Method::GET if output == table::Output::Json => match list::list_json(state, &target, &query).await {
+                    Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
+                    Err(e) => body::error(&e),
+                },
                 Method::GET => table::respond(
-                    objects::list(state, &target, &query).await,
+                    list::list(state, &target, &query).await,
                     output,
                     &table::printer_of(&target.resource),
                     true,
@@ -417,24 +416,32 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                         let object = checked.object(&bytes, headers);
                         // The body is not needed past its decoding.
                         drop(bytes);
-                        let json_only = output == table::Output::Json;
+                        let answer = match output {
+                            table::Output::Json => objects::Answer::Json,
+                            _ => objects::Answer::Object,
+                        };
                         let created = match object {
-                            Ok(object) => objects::create(state, &target, &query, headers, object, json_only).await,
+                            Ok(object) => objects::create(state, &target, &query, headers, object, answer).await,
                             Err(e) => Err(e),
                         };
                         checked.finish(match created {
-                            Ok(created) if json_only => {
+                            Ok(created) if answer == objects::Answer::Json => {
                                 body::json_bytes(201, created.json(&target.resource), "application/json")
                             }
-                            other => {
-                                respond_write(other.map(|c| c.into_object(&target.resource)), true, output, &target)
-                            }
+                            other => respond_write(
+                                other.map(|c| c.into_object(&target.resource)),
+                                Written::Created,
+                                output,
+                                &target,
+                            ),
                         })
                     }
                     Err(e) => body::error(&e),
                 },
                 Method::DELETE => match read(body_stream).await {
-                    Ok(bytes) => respond(objects::delete_collection(state, &target, &query, &bytes).await, false),
+                    Ok(bytes) => {
+                        respond(objects::delete_collection(state, &target, &query, &bytes).await, Written::Changed)
+                    }
                     Err(e) => body::error(&e),
                 },
                 _ => body::error(&ApiError::method_not_allowed(format!("{method} is not supported on a collection"))),
@@ -496,27 +503,29 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                         Ok(new) => objects::update(state, &target, &name, sub, &query, headers, new).await,
                         Err(e) => Err(e),
                     },
-                    false,
+                    Written::Changed,
                     write_output,
                     &target,
                 ),
                 (None | Some("status"), &Method::PATCH) => {
                     let result = objects::patch(state, &target, &name, sub, &query, headers, &bytes).await;
-                    let created = matches!(result, Ok((_, true)));
-                    respond_write(result.map(|(object, _)| object), created, write_output, &target)
+                    let written = result.as_ref().map_or(Written::Changed, |(_, written)| *written);
+                    respond_write(result.map(|(object, _)| object), written, write_output, &target)
                 }
-                (None, &Method::DELETE) => respond(objects::delete(state, &target, &name, &query, &bytes).await, false),
+                (None, &Method::DELETE) => {
+                    respond(objects::delete(state, &target, &name, &query, &bytes).await, Written::Changed)
+                }
                 (Some("finalize"), &Method::PUT) => {
-                    respond(subresources::finalize(state, &target, &name, headers, &bytes).await, false)
+                    respond(subresources::finalize(state, &target, &name, headers, &bytes).await, Written::Changed)
                 }
                 (Some("token"), &Method::POST) => {
-                    respond(token::create(state, &target, &name, headers, &bytes).await, true)
+                    respond(token::create(state, &target, &name, headers, &bytes).await, Written::Created)
                 }
                 (Some("binding"), &Method::POST) => {
-                    respond(subresources::bind(state, &target, &name, headers, &bytes).await, true)
+                    respond(subresources::bind(state, &target, &name, headers, &bytes).await, Written::Created)
                 }
                 (Some("eviction"), &Method::POST) => {
-                    respond(eviction::evict(state, &target, &name, &query, headers, &bytes).await, true)
+                    respond(eviction::evict(state, &target, &name, &query, headers, &bytes).await, Written::Created)
                 }
                 (Some("log"), &Method::GET) => node_proxy::pod_log(state, &target, &name, parts.uri.query())
                     .await
@@ -538,7 +547,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                 },
                 (Some("scale"), &Method::PUT | &Method::PATCH) => respond(
                     subresources::update_scale(state, &target, &name, &method, &query, headers, &bytes).await,
-                    false,
+                    Written::Changed,
                 ),
                 _ => body::error(&ApiError::method_not_allowed(format!(
                     "{method} is not supported on {}{}",
@@ -553,19 +562,19 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
 }
 
 /// The answer to a create, update or patch: the object, or its one-row
-/// Table (or YAML) when the client asked for one, like upstream; 201 when
-/// `created`.
+/// Table (or YAML) when the client asked for one, like upstream, with the
+/// status of what the write did.
 fn respond_write(
     result: Result<serde_json::Value, ApiError>,
-    created: bool,
+    written: Written,
     output: table::Output,
     target: &Target,
 ) -> Response {
     if output == table::Output::Json {
-        return respond(result, created);
+        return respond(result, written);
     }
     let mut response = table::respond(result, output, &table::printer_of(&target.resource), false);
-    if created && response.status() == axum::http::StatusCode::OK {
+    if written == Written::Created && response.status() == axum::http::StatusCode::OK {
         *response.status_mut() = axum::http::StatusCode::CREATED;
     }
     response
