@@ -1,8 +1,8 @@
 //! The storage codec: how objects become the bytes the store holds, and
 //! back.
 //!
-//! The store holds each object as compact JSON in its stored form (the
-//! storing kind's, for kinds served in several versions) without
+//! The store holds each object as compact JSON in its stored form (that of
+//! another kind, for kinds kept in another kind's storage) without
 //! `metadata.resourceVersion`: the store's revision of the key is that.
 //! [`encode`] writes those bytes; [`decode_stored`] and [`decode_served`]
 //! read them back into a [`Value`] with the resource version stamped.
