@@ -85,6 +85,22 @@ pub struct ResourceInfo {
 }
 
 /// Whether a `k8s-openapi` scope type is namespaced.
+///
+/// ```
+/// use k8s_openapi::Resource;
+/// use k8s_openapi::api::core::v1::{Node, Pod};
+/// use orchestra_core::api::Scope;
+///
+/// fn namespaced<K: Resource>() -> bool
+/// where
+///     K::Scope: Scope,
+/// {
+///     <K::Scope as Scope>::NAMESPACED
+/// }
+///
+/// assert!(namespaced::<Pod>());
+/// assert!(!namespaced::<Node>());
+/// ```
 pub trait Scope {
     /// True for namespaced kinds.
     const NAMESPACED: bool;

@@ -39,6 +39,38 @@ impl UserInfo {
 pub struct AuthError(pub String);
 
 /// Recognises one kind of credential.
+///
+/// Authenticators run in an [`AuthenticatorChain`], which an
+/// [`ApiServerBuilder`](crate::server::ApiServerBuilder::authenticator)
+/// takes:
+///
+/// ```
+/// use async_trait::async_trait;
+/// use http::request::Parts;
+/// use orchestra_core::auth::{AuthError, Authenticator, AuthenticatorChain, UserInfo};
+///
+/// /// Trusts an `X-Remote-User` header set by a proxy in front.
+/// struct RemoteUser;
+///
+/// #[async_trait]
+/// impl Authenticator for RemoteUser {
+///     async fn authenticate(&self, request: &Parts) -> Result<Option<UserInfo>, AuthError> {
+///         let Some(value) = request.headers.get("x-remote-user") else {
+///             return Ok(None);
+///         };
+///         let name = value.to_str().map_err(|_| AuthError("X-Remote-User is not text".into()))?;
+///         Ok(Some(UserInfo::new(name, &["proxied"])))
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let chain = AuthenticatorChain::new().with(RemoteUser);
+/// let (parts, ()) = http::Request::get("/api").header("x-remote-user", "alice").body(()).unwrap().into_parts();
+/// let user = chain.authenticate(&parts).await.unwrap();
+/// assert_eq!(user.name, "alice");
+/// assert_eq!(user.groups, ["proxied", "system:authenticated"]);
+/// # });
+/// ```
 #[async_trait]
 pub trait Authenticator: Send + Sync {
     /// `Ok(Some(user))` if the request carries a valid credential of this

@@ -70,6 +70,35 @@ impl Rules {
 }
 
 /// Decides whether a request may proceed.
+///
+/// Authorizers run in an [`AuthorizerChain`], which an
+/// [`ApiServerBuilder`](crate::server::ApiServerBuilder::authorizer) takes:
+///
+/// ```
+/// use async_trait::async_trait;
+/// use orchestra_core::auth::{Attributes, Authorizer, AuthorizerChain, Decision, UserInfo};
+///
+/// /// Lets everyone read, and nobody write.
+/// struct ReadOnly;
+///
+/// #[async_trait]
+/// impl Authorizer for ReadOnly {
+///     async fn authorize(&self, attributes: &Attributes) -> Decision {
+///         match attributes.verb.as_str() {
+///             "get" | "list" | "watch" => Decision::Allow,
+///             _ => Decision::NoOpinion,
+///         }
+///     }
+/// }
+///
+/// # futures::executor::block_on(async {
+/// let chain = AuthorizerChain::new().with(ReadOnly);
+/// let list = Attributes { user: UserInfo::anonymous(), verb: "list".into(), ..Default::default() };
+/// let delete = Attributes { verb: "delete".into(), ..list.clone() };
+/// assert_eq!(chain.authorize(&list).await, Decision::Allow);
+/// assert!(matches!(chain.authorize(&delete).await, Decision::Deny(_)));
+/// # });
+/// ```
 #[async_trait]
 pub trait Authorizer: Send + Sync {
     /// Decides on one request.

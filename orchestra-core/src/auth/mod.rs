@@ -2,14 +2,16 @@
 //! passes through, the chains that run them, and simple built-ins.
 //!
 //! The pipeline is authenticate → authorize → admit (mutating, then
-//! validating; writes only) → validate → store. In-process components carry
-//! their identity as an [`Identity`] request extension, which
-//! [`ExtensionAuthenticator`] recognises like any other credential.
+//! validating; writes only) → validate → store. The one admission plugin
+//! an API server runs by default is [`NamespaceLifecycle`]. In-process
+//! components carry their identity as an [`Identity`] request extension,
+//! which [`ExtensionAuthenticator`] recognises like any other credential.
 
 mod admission;
 mod authn;
 mod authz;
 mod client_cert;
+mod namespace_lifecycle;
 mod public;
 pub mod service_account;
 
@@ -19,4 +21,6 @@ pub use authn::{
 };
 pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision, Rules};
 pub use client_cert::{ClientCertAuthenticator, PeerCertificates, user_of as certificate_user};
+pub(crate) use namespace_lifecycle::namespace_target;
+pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLister, NamespacePhase};
 pub use public::{AllowAuthenticated, PUBLIC_PATHS, PublicInfoViewer};

@@ -26,7 +26,7 @@ use futures::StreamExt;
 use orchestra_store::{EventKind, KeyRange, RangeRequest, Revision, WatchRequest};
 use serde_json::Value;
 
-use super::objects::decode_stored;
+use super::codec::decode_stored;
 use super::state::State;
 use crate::api::crd::{self, Names};
 use crate::api::meta::{metadata_mut, now_rfc3339};

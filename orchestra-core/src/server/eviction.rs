@@ -7,7 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails}
 use serde_json::{Value, json};
 
 use super::body;
-use super::objects::{self, Target, list_items, load, store_error};
+use super::list::list_items;
+use super::objects::{self, Target, load, store_error};
 use super::route::Query;
 use super::state::State;
 use crate::api::meta::{meta_str, metadata_mut, now_rfc3339};

@@ -13,12 +13,14 @@
 //! ```
 
 mod body;
+mod codec;
 mod crd;
 mod discovery;
 mod eviction;
 pub mod fence;
 mod field_validation;
 mod health;
+mod list;
 pub mod metrics;
 mod namespaces;
 mod node_proxy;
@@ -26,7 +28,6 @@ mod objects;
 mod openapi;
 mod patching;
 mod protobuf;
-mod raw;
 mod reviews;
 mod route;
 mod state;
@@ -49,13 +50,13 @@ pub use crate::tls::{CoalescedWrites, CopiedWrites, ListenOptions, pki, serve};
 pub use discovery::KUBERNETES_VERSION;
 pub use node_proxy::KubeletClient;
 
-use self::objects::{Target, respond};
+use self::objects::{Target, Written, respond};
 use self::route::{Query, Route};
 use self::state::State;
 use crate::api::{ApiError, Registry, ResourceInfo};
 use crate::auth::{
     AdmissionChain, AllowAll, Attributes, AuthenticatorChain, AuthorizerChain, Decision, ExtensionAuthenticator,
-    UserInfo,
+    NamespaceLifecycle, UserInfo,
 };
 
 /// Tunables of the API server.
@@ -85,8 +86,43 @@ pub struct ApiServer {
 /// pipeline, the options.
 ///
 /// By default the pipeline is open: in-process identities and anonymous
-/// requests are authenticated, every request is allowed, and no admission
-/// plugin runs. Assemblies that listen on a network set their own chains.
+/// requests are authenticated and every request is allowed. Admission runs
+/// one plugin, the server's [`NamespaceLifecycle`]: creates in a namespace
+/// that does not exist or is terminating are refused. Assemblies that
+/// listen on a network set their own chains.
+///
+/// [`admission`](Self::admission) replaces the whole admission chain; a
+/// chain that should still refuse such creates includes
+/// [`namespace_lifecycle`](Self::namespace_lifecycle), first:
+///
+/// ```
+/// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
+/// use std::sync::Arc;
+/// use async_trait::async_trait;
+/// use orchestra_core::auth::{AdmissionChain, AdmissionPlugin, AuthorizerChain, AllowAll};
+/// use orchestra_core::server::{ApiServer, ServerOptions};
+/// use orchestra_store::MemStore;
+///
+/// struct Audit;
+///
+/// #[async_trait]
+/// impl AdmissionPlugin for Audit {
+///     fn name(&self) -> &str {
+///         "Audit"
+///     }
+/// }
+///
+/// let builder = ApiServer::builder(Arc::new(MemStore::new()));
+/// let admission = AdmissionChain::new().with(builder.namespace_lifecycle()).with(Audit);
+/// let server = builder
+///     .authorizer(AuthorizerChain::new().with(AllowAll))
+///     .admission(admission)
+///     .options(ServerOptions::default())
+///     .build()
+///     .await?;
+/// # let _ = server;
+/// # Ok(()) }
+/// ```
 pub struct ApiServerBuilder {
     store: Arc<dyn Store>,
     registry: Registry,
@@ -96,6 +132,9 @@ pub struct ApiServerBuilder {
     admission: AdmissionChain,
     kubelet_client: Option<KubeletClient>,
     token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
+    /// The namespaces the server keeps from a watch, which its
+    /// [`NamespaceLifecycle`] plugins read.
+    namespaces: Arc<namespaces::NamespaceCache>,
 }
 
 impl ApiServerBuilder {
@@ -140,10 +179,24 @@ impl ApiServerBuilder {
         self
     }
 
-    /// Sets the admission chain.
+    /// Sets the admission chain, replacing the default one (the server's
+    /// [`NamespaceLifecycle`] alone); see [`namespace_lifecycle`](Self::namespace_lifecycle)
+    /// to keep that plugin.
     pub fn admission(mut self, chain: AdmissionChain) -> ApiServerBuilder {
         self.admission = chain;
         self
+    }
+
+    /// The [`NamespaceLifecycle`] plugin of the server being built, for an
+    /// admission chain of one's own. It reads namespaces through the
+    /// server: from a cache the server keeps from a watch of its store and
+    /// updates on its own namespace deletes, and from the store itself for
+    /// any namespace the cache does not know to be active.
+    pub fn namespace_lifecycle(&self) -> NamespaceLifecycle {
+        NamespaceLifecycle::new(namespaces::ServerNamespaces {
+            cache: self.namespaces.clone(),
+            store: self.store.clone(),
+        })
     }
 
     /// Builds the server and makes sure the system namespaces exist.
@@ -160,6 +213,7 @@ impl ApiServerBuilder {
         }
         let pipeline = (authenticator, self.authorizer, self.admission);
         let mut state = State::new(self.store, self.registry, self.options, pipeline);
+        state.namespaces = self.namespaces;
         state.kubelet_client = self.kubelet_client;
         state.token_signer = self.token_signer;
         let server = ApiServer { state: Arc::new(state) };
@@ -174,9 +228,10 @@ impl ApiServer {
         ApiServer::builder(store).build().await
     }
 
-    /// Starts building a server.
+    /// Starts building a server, with the defaults [`ApiServerBuilder`]
+    /// describes.
     pub fn builder(store: Arc<dyn Store>) -> ApiServerBuilder {
-        ApiServerBuilder {
+        let mut builder = ApiServerBuilder {
             store,
             registry: Registry::builtin(),
             options: ServerOptions::default(),
@@ -185,7 +240,10 @@ impl ApiServer {
             admission: AdmissionChain::new(),
             kubelet_client: None,
             token_signer: None,
-        }
+            namespaces: Default::default(),
+        };
+        builder.admission = AdmissionChain::new().with(builder.namespace_lifecycle());
+        builder
     }
 
     /// The store behind the server.
@@ -304,7 +362,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
             Ok(bytes) => reviews::serve(state, resource, review, &method, collection, &user, headers, &bytes).await,
             Err(e) => Err(e),
         };
-        return respond(result, true);
+        return respond(result, Written::Created);
     }
     match route {
         Route::Version if method == Method::GET => discovery::version(),
@@ -331,14 +389,12 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
             };
             match method {
                 Method::GET if query.watch => watch::watch(state.clone(), target, query, output).await,
-                Method::GET if output == table::Output::Json => {
-                    match objects::list_json(state, &target, &query).await {
-                        Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
-                        Err(e) => body::error(&e),
-                    }
-                }
+                Method::GET if output == table::Output::Json => match list::list_json(state, &target, &query).await {
+                    Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
+                    Err(e) => body::error(&e),
+                },
                 Method::GET => table::respond(
-                    objects::list(state, &target, &query).await,
+                    list::list(state, &target, &query).await,
                     output,
                     &table::printer_of(&target.resource),
                     true,
@@ -360,24 +416,32 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                         let object = checked.object(&bytes, headers);
                         // The body is not needed past its decoding.
                         drop(bytes);
-                        let json_only = output == table::Output::Json;
+                        let answer = match output {
+                            table::Output::Json => objects::Answer::Json,
+                            _ => objects::Answer::Object,
+                        };
                         let created = match object {
-                            Ok(object) => objects::create(state, &target, &query, headers, object, json_only).await,
+                            Ok(object) => objects::create(state, &target, &query, headers, object, answer).await,
                             Err(e) => Err(e),
                         };
                         checked.finish(match created {
-                            Ok(created) if json_only => {
+                            Ok(created) if answer == objects::Answer::Json => {
                                 body::json_bytes(201, created.json(&target.resource), "application/json")
                             }
-                            other => {
-                                respond_write(other.map(|c| c.into_object(&target.resource)), true, output, &target)
-                            }
+                            other => respond_write(
+                                other.map(|c| c.into_object(&target.resource)),
+                                Written::Created,
+                                output,
+                                &target,
+                            ),
                         })
                     }
                     Err(e) => body::error(&e),
                 },
                 Method::DELETE => match read(body_stream).await {
-                    Ok(bytes) => respond(objects::delete_collection(state, &target, &query, &bytes).await, false),
+                    Ok(bytes) => {
+                        respond(objects::delete_collection(state, &target, &query, &bytes).await, Written::Changed)
+                    }
                     Err(e) => body::error(&e),
                 },
                 _ => body::error(&ApiError::method_not_allowed(format!("{method} is not supported on a collection"))),
@@ -439,27 +503,29 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                         Ok(new) => objects::update(state, &target, &name, sub, &query, headers, new).await,
                         Err(e) => Err(e),
                     },
-                    false,
+                    Written::Changed,
                     write_output,
                     &target,
                 ),
                 (None | Some("status"), &Method::PATCH) => {
                     let result = objects::patch(state, &target, &name, sub, &query, headers, &bytes).await;
-                    let created = matches!(result, Ok((_, true)));
-                    respond_write(result.map(|(object, _)| object), created, write_output, &target)
+                    let written = result.as_ref().map_or(Written::Changed, |(_, written)| *written);
+                    respond_write(result.map(|(object, _)| object), written, write_output, &target)
                 }
-                (None, &Method::DELETE) => respond(objects::delete(state, &target, &name, &query, &bytes).await, false),
+                (None, &Method::DELETE) => {
+                    respond(objects::delete(state, &target, &name, &query, &bytes).await, Written::Changed)
+                }
                 (Some("finalize"), &Method::PUT) => {
-                    respond(subresources::finalize(state, &target, &name, headers, &bytes).await, false)
+                    respond(subresources::finalize(state, &target, &name, headers, &bytes).await, Written::Changed)
                 }
                 (Some("token"), &Method::POST) => {
-                    respond(token::create(state, &target, &name, headers, &bytes).await, true)
+                    respond(token::create(state, &target, &name, headers, &bytes).await, Written::Created)
                 }
                 (Some("binding"), &Method::POST) => {
-                    respond(subresources::bind(state, &target, &name, headers, &bytes).await, true)
+                    respond(subresources::bind(state, &target, &name, headers, &bytes).await, Written::Created)
                 }
                 (Some("eviction"), &Method::POST) => {
-                    respond(eviction::evict(state, &target, &name, &query, headers, &bytes).await, true)
+                    respond(eviction::evict(state, &target, &name, &query, headers, &bytes).await, Written::Created)
                 }
                 (Some("log"), &Method::GET) => node_proxy::pod_log(state, &target, &name, parts.uri.query())
                     .await
@@ -481,7 +547,7 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
                 },
                 (Some("scale"), &Method::PUT | &Method::PATCH) => respond(
                     subresources::update_scale(state, &target, &name, &method, &query, headers, &bytes).await,
-                    false,
+                    Written::Changed,
                 ),
                 _ => body::error(&ApiError::method_not_allowed(format!(
                     "{method} is not supported on {}{}",
@@ -496,19 +562,19 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
 }
 
 /// The answer to a create, update or patch: the object, or its one-row
-/// Table (or YAML) when the client asked for one, like upstream; 201 when
-/// `created`.
+/// Table (or YAML) when the client asked for one, like upstream, with the
+/// status of what the write did.
 fn respond_write(
     result: Result<serde_json::Value, ApiError>,
-    created: bool,
+    written: Written,
     output: table::Output,
     target: &Target,
 ) -> Response {
     if output == table::Output::Json {
-        return respond(result, created);
+        return respond(result, written);
     }
     let mut response = table::respond(result, output, &table::printer_of(&target.resource), false);
-    if created && response.status() == axum::http::StatusCode::OK {
+    if written == Written::Created && response.status() == axum::http::StatusCode::OK {
         *response.status_mut() = axum::http::StatusCode::CREATED;
     }
     response

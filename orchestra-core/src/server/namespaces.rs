@@ -1,6 +1,7 @@
-//! The namespaces every namespaced write checks, kept from a watch of the
-//! store (upstream's NamespaceLifecycle admission reads an informer the same
-//! way) so that a create does not read the namespace from the store.
+//! The namespaces [`NamespaceLifecycle`](crate::auth::NamespaceLifecycle) checks every namespaced create
+//! against, kept from a watch of the store (upstream's plugin reads an
+//! informer the same way) so that a create does not read its namespace from
+//! the store.
 //!
 //! Only an active namespace is taken from the cache. Any other answer — a
 //! namespace the cache does not hold (one created a moment ago, or any
@@ -14,18 +15,36 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use futures::StreamExt;
-use orchestra_store::{EventKind, KeyRange, KeyValue, RangeRequest, Revision, WatchRequest};
+use orchestra_store::{EventKind, KeyRange, KeyValue, RangeRequest, Revision, Store, WatchRequest};
 
+use super::objects::store_error;
 use super::state::State;
+use crate::api::ApiError;
+use crate::auth::{NamespaceLister, NamespacePhase as Phase, namespace_target};
 
-/// What the cache knows of one namespace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// Accepts new content.
-    Active,
-    /// Has a deletion timestamp: refuses new content.
-    Terminating,
+/// The namespaces of one server as [`NamespaceLifecycle`](crate::auth::NamespaceLifecycle) reads them: an
+/// active namespace from the cache, any other answer from the store.
+pub(crate) struct ServerNamespaces {
+    pub cache: Arc<NamespaceCache>,
+    pub store: Arc<dyn Store>,
+}
+
+#[async_trait]
+impl NamespaceLister for ServerNamespaces {
+    async fn phase(&self, name: &str) -> Result<Option<Phase>, ApiError> {
+        if self.cache.phase(name) == Some(Phase::Active) {
+            return Ok(Some(Phase::Active));
+        }
+        let key = format!("/registry/namespaces/{name}");
+        let stored = self.store.get(&key).await.map_err(|e| store_error(e, &namespace_target(name)))?;
+        match stored.as_ref().map(phase_of) {
+            None => Ok(None),
+            Some(Some(phase)) => Ok(Some(phase)),
+            Some(None) => Err(ApiError::internal("stored namespace is corrupt")),
+        }
+    }
 }
 
 /// Namespace name → phase (`None`: deleted) and the revision it was read

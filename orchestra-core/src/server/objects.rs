@@ -1,22 +1,20 @@
-//! get, list, create, update, patch and delete of stored objects.
+//! get, create, update, patch and delete of stored objects (lists are
+//! [`super::list`]'s).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::http::HeaderMap;
 use axum::response::Response;
-use bytes::Bytes;
-use orchestra_store::{Error as StoreError, KeyRange, KeyValue, RangeRequest, Revision};
+use orchestra_store::{Error as StoreError, KeyValue, Revision};
 use serde_json::{Map, Value, json};
 
 use super::body;
-use super::namespaces::{Phase, phase_of};
+use super::codec::{decode_served, encode, encode_with_splice, raw};
 use super::patching;
-use super::raw;
 use super::route::Query;
 use super::state::State;
 use crate::api::meta::{self, meta_str, metadata_mut};
-use crate::api::{ApiError, ErrorTarget, FieldError, FieldSelector, LabelSelector, ResourceInfo};
+use crate::api::{ApiError, ErrorTarget, FieldError, ResourceInfo};
 use crate::auth::{AdmissionRequest, Operation};
 
 /// Everything a handler needs to know about the addressed resource.
@@ -67,99 +65,8 @@ pub(crate) fn store_error(error: StoreError, target: &ErrorTarget) -> ApiError {
     }
 }
 
-/// Decodes a stored object and stamps its resource version.
-pub(crate) fn decode_stored(kv: &KeyValue) -> Result<Value, ApiError> {
-    let mut object: Value =
-        serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(format!("stored object is corrupt: {e}")))?;
-    metadata_mut(&mut object).insert("resourceVersion".into(), kv.mod_revision.to_string().into());
-    Ok(object)
-}
-
-/// Decodes a stored object as the resource serves it: converted from the
-/// storing kind, custom resource defaults applied, resource version stamped.
-pub(crate) fn decode_served(resource: &ResourceInfo, kv: &KeyValue) -> Result<Value, ApiError> {
-    let mut object = decode_stored(kv)?;
-    resource.from_storage(&mut object);
-    super::crd::served(resource, &mut object);
-    Ok(object)
-}
-
-/// Encodes an object for storage: in its stored form, without its resource
-/// version, which the store's revision provides.
-pub(crate) fn encode(resource: &ResourceInfo, object: &Value) -> Bytes {
-    encode_with_splice(resource, object).0
-}
-
-/// [`encode`], and the offset in the bytes where `metadata.resourceVersion`
-/// belongs when the stored form is the served form (see [`raw::spliced`]);
-/// `None` for kinds stored in another form.
-fn encode_with_splice(resource: &ResourceInfo, object: &Value) -> (Bytes, Option<usize>) {
-    if resource.storage.is_some() {
-        let mut object = resource.to_storage(object.clone());
-        metadata_mut(&mut object).remove("resourceVersion");
-        let bytes = serde_json::to_vec(&object).expect("JSON values serialize");
-        return (Bytes::from(bytes), None);
-    }
-    let mut out = Vec::with_capacity(512);
-    let splice = write_without_resource_version(object, &mut out);
-    (Bytes::from(out), splice)
-}
-
-/// Writes `object` as `serde_json::to_vec` would, but for
-/// `metadata.resourceVersion`, and returns the offset where that field
-/// belongs: after the metadata fields that sort before it (maps are sorted).
-/// `None` if `metadata` is not an object.
-fn write_without_resource_version(object: &Value, out: &mut Vec<u8>) -> Option<usize> {
-    let Value::Object(map) = object else {
-        write(out, object);
-        return None;
-    };
-    let mut splice = None;
-    out.push(b'{');
-    for (i, (key, value)) in map.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write(out, key);
-        out.push(b':');
-        let Value::Object(metadata) = value else {
-            write(out, value);
-            continue;
-        };
-        if key != "metadata" {
-            write(out, value);
-            continue;
-        }
-        out.push(b'{');
-        let mut first = true;
-        for (field, value) in metadata {
-            if field == "resourceVersion" {
-                continue;
-            }
-            if splice.is_none() && field.as_str() > "resourceVersion" {
-                splice = Some(out.len());
-            }
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            write(out, field);
-            out.push(b':');
-            write(out, value);
-        }
-        splice.get_or_insert(out.len());
-        out.push(b'}');
-    }
-    out.push(b'}');
-    splice
-}
-
-/// Appends the compact JSON of a key or a value.
-fn write<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
-    serde_json::to_writer(out, value).expect("strings and JSON values serialize");
-}
-
-fn parse_revision(value: &str) -> Result<Revision, ApiError> {
+/// Parses a `resourceVersion` a client sent.
+pub(crate) fn parse_revision(value: &str) -> Result<Revision, ApiError> {
     value.parse::<Revision>().ok().filter(|r| *r >= 0).ok_or_else(|| {
         ApiError::bad_request(format!("invalid resource version {value:?}: must be a non-negative integer"))
     })
@@ -198,196 +105,6 @@ pub(crate) async fn get_json(state: &State, target: &Target, name: &str) -> Resu
     raw::stamped(&load_stored(state, target, name).await?)
 }
 
-/// A list: items, the revision it was read at, and the continuation.
-pub(crate) struct Listed<T = Value> {
-    pub items: Vec<T>,
-    pub revision: Revision,
-    pub continue_token: Option<String>,
-    pub remaining: Option<usize>,
-}
-
-fn encode_continue(revision: Revision, last_key: &str) -> String {
-    let hex: String = last_key.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("{revision}-{hex}")
-}
-
-fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
-    let invalid = || ApiError::bad_request("continue key is not valid");
-    let (revision, hex) = token.split_once('-').ok_or_else(invalid)?;
-    let revision = revision.parse().map_err(|_| invalid())?;
-    if hex.len() % 2 != 0 {
-        return Err(invalid());
-    }
-    let bytes = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
-        .collect::<Result<Vec<u8>, _>>()
-        .map_err(|_| invalid())?;
-    Ok((revision, String::from_utf8(bytes).map_err(|_| invalid())?))
-}
-
-/// The revision a list reads at, from `resourceVersion` and `resourceVersionMatch`.
-async fn list_revision(state: &State, query: &Query) -> Result<Revision, ApiError> {
-    let Some(rv) = query.resource_version.as_deref() else {
-        return Ok(0);
-    };
-    let requested = parse_revision(rv)?;
-    match query.resource_version_match.as_deref() {
-        Some("Exact") if requested == 0 => {
-            Err(ApiError::bad_request("resourceVersionMatch=Exact requires a non-zero resourceVersion"))
-        }
-        Some("Exact") => Ok(requested),
-        None | Some("NotOlderThan") => {
-            // Served from the latest state, which must be at least `requested`.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-            loop {
-                let current = state.store.status().await.map_err(ApiError::internal)?.revision;
-                if current >= requested {
-                    return Ok(0);
-                }
-                if tokio::time::Instant::now() > deadline {
-                    return Err(ApiError {
-                        code: 504,
-                        reason: "Timeout",
-                        message: format!("Too large resource version: {requested}, current: {current}"),
-                        details: None,
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-        Some(other) => Err(ApiError::bad_request(format!("unsupported resourceVersionMatch {other:?}"))),
-    }
-}
-
-/// Reads a (possibly paginated) list with selectors applied.
-pub(crate) async fn list_items(state: &State, target: &Target, query: &Query) -> Result<Listed, ApiError> {
-    list_with(state, target, query, |kv, labels, fields| {
-        let object = decode_served(&target.resource, kv)?;
-        Ok((labels.matches_object(&object) && fields.matches_object(&object)).then_some(object))
-    })
-    .await
-}
-
-/// Reads a (possibly paginated) list: `accept` turns each stored object
-/// into an item, or `None` if the selectors leave it out.
-async fn list_with<T>(
-    state: &State,
-    target: &Target,
-    query: &Query,
-    mut accept: impl FnMut(&KeyValue, &LabelSelector, &FieldSelector) -> Result<Option<T>, ApiError>,
-) -> Result<Listed<T>, ApiError> {
-    let labels = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))?;
-    let fields = FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?
-        .for_kind(&target.resource.group, &target.resource.kind)?;
-    let collection = KeyRange::prefix(target.resource.storage_collection(target.namespace.as_deref()));
-    let limit = query.limit.unwrap_or(0);
-    let mut request = match &query.continue_token {
-        Some(token) => {
-            let (revision, last_key) = decode_continue(token)?;
-            RangeRequest::new(collection.after(&last_key)).at_revision(revision)
-        }
-        None => RangeRequest::new(collection).at_revision(list_revision(state, query).await?),
-    }
-    .with_limit(limit);
-    let error_target = target.error_target("");
-    let mut listed = Listed { items: Vec::new(), revision: 0, continue_token: None, remaining: None };
-    loop {
-        let response = target.store(state).range(request.clone()).await.map_err(|e| match e {
-            StoreError::Compacted { .. } if query.continue_token.is_some() => ApiError::expired(
-                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-            ),
-            other => store_error(other, &error_target),
-        })?;
-        listed.revision = response.revision;
-        for (i, kv) in response.kvs.iter().enumerate() {
-            if let Some(item) = accept(kv, &labels, &fields)? {
-                listed.items.push(item);
-            }
-            let full = limit > 0 && listed.items.len() >= limit;
-            let more_after = i + 1 < response.kvs.len() || response.more;
-            if full && more_after {
-                listed.continue_token = Some(encode_continue(response.revision, &kv.key));
-                if labels.is_empty() && fields.is_empty() {
-                    listed.remaining = Some(response.count - (i + 1));
-                }
-                return Ok(listed);
-            }
-        }
-        match request.next_page(&response) {
-            Some(next) => request = next,
-            None => return Ok(listed),
-        }
-    }
-}
-
-/// The list's own `metadata`.
-fn list_metadata<T>(listed: &Listed<T>) -> Value {
-    let mut metadata = json!({"resourceVersion": listed.revision.to_string()});
-    if let Some(token) = &listed.continue_token {
-        metadata["continue"] = token.clone().into();
-    }
-    if let Some(remaining) = listed.remaining {
-        metadata["remainingItemCount"] = remaining.into();
-    }
-    metadata
-}
-
-/// GET of a collection (not a watch).
-pub(crate) async fn list(state: &State, target: &Target, query: &Query) -> Result<Value, ApiError> {
-    let listed = list_items(state, target, query).await?;
-    Ok(json!({
-        "apiVersion": target.resource.api_version(),
-        "kind": target.resource.list_kind,
-        "metadata": list_metadata(&listed),
-        "items": listed.items,
-    }))
-}
-
-/// GET of a collection as JSON, serialized as it is read: each item's
-/// stored bytes are served with their resource version spliced in
-/// ([`raw`]) rather than decoded and encoded again, where the kind allows.
-/// The bytes are those [`list`]'s value serializes to.
-pub(crate) async fn list_json(state: &State, target: &Target, query: &Query) -> Result<Vec<u8>, ApiError> {
-    let raw = raw::is_servable(&target.resource);
-    let text =
-        |out: &mut Vec<u8>, value: &str| serde_json::to_writer(out, value).expect("writing to a Vec cannot fail");
-    // The keys in the order a JSON map sorts them, as `list` gives them;
-    // items are written as they are read.
-    let mut out = Vec::with_capacity(4096);
-    out.extend_from_slice(b"{\"apiVersion\":");
-    text(&mut out, &target.resource.api_version());
-    out.extend_from_slice(b",\"items\":[");
-    let listed = list_with(state, target, query, |kv, labels, fields| {
-        let start = out.len();
-        if *out.last().expect("the list has begun") != b'[' {
-            out.push(b',');
-        }
-        if raw && fields.is_empty() {
-            if !raw::labels_match(kv, labels)? {
-                out.truncate(start);
-                return Ok(None);
-            }
-            raw::write_stamped(kv, &mut out)?;
-        } else {
-            let object = decode_served(&target.resource, kv)?;
-            if !(labels.matches_object(&object) && fields.matches_object(&object)) {
-                out.truncate(start);
-                return Ok(None);
-            }
-            serde_json::to_writer(&mut out, &object).expect("JSON values serialize");
-        }
-        Ok(Some(()))
-    })
-    .await?;
-    out.extend_from_slice(b"],\"kind\":");
-    text(&mut out, &target.resource.list_kind);
-    out.extend_from_slice(b",\"metadata\":");
-    serde_json::to_writer(&mut out, &list_metadata(&listed)).expect("JSON values serialize");
-    out.push(b'}');
-    Ok(out)
-}
-
 /// Runs the admission chain on a write; returns the (possibly mutated) object.
 #[allow(clippy::too_many_arguments)]
 async fn admit(
@@ -397,21 +114,21 @@ async fn admit(
     name: &str,
     subresource: Option<&str>,
     object: Option<Value>,
-    old_object: Option<Value>,
+    old_object: Option<&Value>,
     dry_run: bool,
 ) -> Result<Option<Value>, ApiError> {
-    if state.admission.is_empty() {
+    if !state.admission.handles(operation) {
         return Ok(object);
     }
     let mut request = AdmissionRequest {
         operation,
-        resource: target.resource.clone(),
-        subresource: subresource.map(str::to_owned),
-        namespace: target.namespace.clone(),
-        name: name.to_owned(),
+        resource: &target.resource,
+        subresource,
+        namespace: target.namespace.as_deref(),
+        name,
         object,
         old_object,
-        user: target.user.clone(),
+        user: &target.user,
         dry_run,
     };
     state.admission.admit(&mut request).await?;
@@ -487,36 +204,6 @@ fn validate(target: &Target, object: &mut Value, name: &str, old: Option<&Value>
     Ok(())
 }
 
-/// Refuses writes into a namespace that does not exist or is terminating.
-async fn check_namespace(state: &State, target: &Target) -> Result<(), ApiError> {
-    let Some(namespace) = target.namespace.as_deref().filter(|_| target.resource.namespaced) else {
-        return Ok(());
-    };
-    let terminating = || {
-        ApiError::forbidden(format!(
-            "unable to create new content in namespace {namespace} because it is being terminated"
-        ))
-    };
-    if state.namespaces.phase(namespace) == Some(Phase::Active) {
-        return Ok(());
-    }
-    let key = format!("/registry/namespaces/{namespace}");
-    let ns_target = ErrorTarget {
-        resource: "namespaces".into(),
-        kind: "Namespace".into(),
-        name: namespace.into(),
-        ..Default::default()
-    };
-    let Some(kv) = target.store(state).get(&key).await.map_err(|e| store_error(e, &ns_target))? else {
-        return Err(ApiError::not_found(&ns_target));
-    };
-    match phase_of(&kv) {
-        Some(Phase::Active) => Ok(()),
-        Some(Phase::Terminating) => Err(terminating()),
-        None => Err(ApiError::internal("stored namespace is corrupt")),
-    }
-}
-
 /// Fills server-set fields of a new object.
 fn prepare_create(target: &Target, object: &mut Value, name: &str) {
     let resource = target.resource.clone();
@@ -548,8 +235,8 @@ fn prepare_create(target: &Target, object: &mut Value, name: &str) {
 
 /// A created object, with what the store holds for it (none on a dry run).
 pub(crate) struct Created {
-    /// The object as served; `None` where the caller asked for its JSON
-    /// only and the stored bytes serve it ([`Created::json`]).
+    /// The object as served; `None` where the caller answers with its JSON
+    /// alone ([`Answer::Json`]) and the stored bytes serve it.
     object: Option<Value>,
     stored: Option<KeyValue>,
     /// Where the resource version goes in the stored bytes ([`encode_with_splice`]).
@@ -577,45 +264,60 @@ impl Created {
     }
 }
 
-/// POST to a collection. With `json_only` the caller answers with
-/// [`Created::json`] alone, so the object is dropped before the store's
-/// write where the stored bytes serve it: its memory is freed on the thread
-/// that allocated it, rather than on whichever thread the task resumes on
-/// after the commit.
+/// What the caller of a create makes of the created object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Answers with its JSON alone ([`Created::json`]): where the stored
+    /// bytes serve it, the object is dropped before the store's write, so
+    /// that its memory is freed on the thread that allocated it rather than
+    /// on whichever thread the task resumes on after the commit.
+    Json,
+    /// Needs the object itself ([`Created::into_object`]), e.g. for a Table.
+    Object,
+}
+
+/// Who records a create in `metadata.managedFields`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ManagedFields {
+    /// The create itself, as an `Update` entry of its field manager.
+    Track,
+    /// Nobody: a server-side apply that creates has recorded itself already.
+    Recorded,
+}
+
+/// POST to a collection.
 pub(crate) async fn create(
     state: &State,
     target: &Target,
     query: &Query,
     headers: &HeaderMap,
     object: Value,
-    json_only: bool,
+    answer: Answer,
 ) -> Result<Created, ApiError> {
-    create_stored(state, target, query, headers, object, true, json_only).await
+    create_stored(state, target, query, headers, object, ManagedFields::Track, answer).await
 }
 
-/// Creates `object`; `track` records the write in `managedFields` (an apply
-/// that creates has recorded itself already).
-async fn create_object(
+/// Creates the object a server-side apply made of a missing one.
+async fn create_applied(
     state: &State,
     target: &Target,
     query: &Query,
     headers: &HeaderMap,
     object: Value,
-    track: bool,
 ) -> Result<Value, ApiError> {
-    let created = create_stored(state, target, query, headers, object, track, false).await?;
+    let created = create_stored(state, target, query, headers, object, ManagedFields::Recorded, Answer::Object).await?;
     Ok(created.into_object(&target.resource))
 }
 
-/// [`create_object`], with what the store holds; `json_only` as for [`create`].
+/// Creates `object`, returning what the store holds for it.
 async fn create_stored(
     state: &State,
     target: &Target,
     query: &Query,
     headers: &HeaderMap,
     mut object: Value,
-    track: bool,
-    json_only: bool,
+    managed_fields: ManagedFields,
+    answer: Answer,
 ) -> Result<Created, ApiError> {
     if let (Some(url_ns), Some(body_ns)) = (&target.namespace, meta_str(&object, "namespace"))
         && !body_ns.is_empty()
@@ -635,9 +337,8 @@ async fn create_stored(
             ));
         }
     };
-    check_namespace(state, target).await?;
     prepare_create(target, &mut object, &name);
-    if track {
+    if managed_fields == ManagedFields::Track {
         patching::track_update(target, None, &mut object, query, headers, None);
     }
     let mut object = admit(state, target, Operation::Create, &name, None, Some(object), None, query.dry_run)
@@ -649,8 +350,8 @@ async fn create_stored(
     }
     let (bytes, splice) = encode_with_splice(&target.resource, &object);
     // Where the stored bytes are the answer, the object is dropped here, on
-    // the thread that built it (see `create`).
-    let served_from_store = json_only && splice.is_some() && raw::is_servable(&target.resource);
+    // the thread that built it (see `Answer::Json`).
+    let served_from_store = answer == Answer::Json && splice.is_some() && raw::is_servable(&target.resource);
     let mut object = (!served_from_store).then_some(object);
     let kv = target
         .store(state)
@@ -727,7 +428,7 @@ async fn store_update(
     dry_run: bool,
 ) -> Result<Value, ApiError> {
     let error_target = target.error_target(name);
-    let mut new = admit(state, target, Operation::Update, name, subresource, Some(new), Some(old.clone()), dry_run)
+    let mut new = admit(state, target, Operation::Update, name, subresource, Some(new), Some(old), dry_run)
         .await?
         .expect("admission keeps the object of an update");
     validate(target, &mut new, name, Some(old))?;
@@ -800,7 +501,7 @@ pub(crate) async fn patch(
     query: &Query,
     headers: &HeaderMap,
     bytes: &[u8],
-) -> Result<(Value, bool), ApiError> {
+) -> Result<(Value, Written), ApiError> {
     let media = body::content_type(headers);
     let patch = patching::decode(&media, bytes, target, query)?;
     let error_target = target.error_target(name);
@@ -821,9 +522,9 @@ pub(crate) async fn patch(
                         metadata_mut(&mut object).insert("name".into(), name.into());
                     }
                 }
-                match create_object(state, target, query, headers, object, false).await {
+                match create_applied(state, target, query, headers, object).await {
                     Err(e) if e.reason == "AlreadyExists" => continue,
-                    other => return other.map(|object| (object, true)),
+                    other => return other.map(|object| (object, Written::Created)),
                 }
             }
             other => other?,
@@ -840,7 +541,7 @@ pub(crate) async fn patch(
         }
         match store_update(state, target, name, subresource, (&old, merged), revision, query.dry_run).await {
             Err(e) if e.reason == "Conflict" && pinned.is_none() => continue,
-            other => return other.map(|object| (object, false)),
+            other => return other.map(|object| (object, Written::Changed)),
         }
     }
     Err(ApiError::conflict(&error_target))
@@ -934,7 +635,7 @@ async fn delete_once(
             ));
         }
     }
-    admit(state, target, Operation::Delete, name, None, None, Some(object.clone()), dry_run).await?;
+    admit(state, target, Operation::Delete, name, None, None, Some(&object), dry_run).await?;
     let mut finalizers: Vec<Value> =
         meta::meta_value(&object, "finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
     match options.propagation_policy.as_deref() {
@@ -1019,7 +720,7 @@ pub(crate) async fn delete_collection(
     let mut list_query = query.clone();
     list_query.limit = None;
     list_query.continue_token = None;
-    let listed = list_items(state, target, &list_query).await?;
+    let listed = super::list::list_items(state, target, &list_query).await?;
     let mut deleted = Vec::new();
     for item in listed.items {
         let name = meta_str(&item, "name").unwrap_or_default().to_owned();
@@ -1043,10 +744,30 @@ pub(crate) async fn delete_collection(
     }))
 }
 
-/// The response of a successful write: the object with 200 or 201.
-pub(crate) fn respond(result: Result<Value, ApiError>, created: bool) -> Response {
+/// What a successful write did, which its answer's status tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// Changed or deleted an object, or made nothing new: 200 OK.
+    Changed,
+    /// Made a new object: 201 Created.
+    Created,
+}
+
+impl Written {
+    /// The HTTP status of the answer.
+    pub(crate) fn status(self) -> u16 {
+        match self {
+            Written::Changed => 200,
+            Written::Created => 201,
+        }
+    }
+}
+
+/// The response of a write: the object with the status of what it did, or
+/// the error.
+pub(crate) fn respond(result: Result<Value, ApiError>, written: Written) -> Response {
     match result {
-        Ok(object) => body::json(if created { 201 } else { 200 }, &object),
+        Ok(object) => body::json(written.status(), &object),
         Err(error) => body::error(&error),
     }
 }
@@ -1055,49 +776,7 @@ pub(crate) fn respond(result: Result<Value, ApiError>, created: bool) -> Respons
 mod tests {
     use super::*;
 
-    /// Every subset of metadata fields around `resourceVersion`, with
-    /// escapes, nesting and other top-level keys: the stored bytes are the
-    /// object's without its resource version, and the splice gives the
-    /// object's with it.
-    #[test]
-    fn stored_bytes_and_spliced_version_match_serde_json() {
-        let fields = [
-            ("annotations", json!({"a\"b": "line\nbreak", "é": "ü"})),
-            ("creationTimestamp", json!("2026-11-30T00:00:00Z")),
-            ("name", json!("x")),
-            ("resourceVersion", json!("stale")),
-            ("uid", json!("u-1")),
-            ("zzz", json!([1, {"b": null}])),
-        ];
-        let resource = ResourceInfo::new("", "v1", "Thing", "things", true);
-        for mask in 0..(1u32 << fields.len()) {
-            let metadata: Map<String, Value> = fields
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| mask & (1 << i) != 0)
-                .map(|(_, (k, v))| (k.to_string(), v.clone()))
-                .collect();
-            let object = json!({"apiVersion": "v1", "data": {"k": "v"}, "kind": "Thing", "metadata": metadata, "z": 1});
-            let (bytes, splice) = encode_with_splice(&resource, &object);
-            let mut without = object.clone();
-            metadata_mut(&mut without).remove("resourceVersion");
-            assert_eq!(bytes, serde_json::to_vec(&without).unwrap(), "mask {mask:b}");
-            let mut with = without.clone();
-            metadata_mut(&mut with).insert("resourceVersion".into(), "42".into());
-            let kv = KeyValue {
-                key: "k".into(),
-                value: bytes.clone(),
-                create_revision: 42,
-                mod_revision: 42,
-                version: 1,
-                expires_at_ms: None,
-            };
-            let spliced = raw::spliced(&kv, splice.expect("metadata is a map"));
-            assert_eq!(String::from_utf8(spliced).unwrap(), serde_json::to_string(&with).unwrap(), "mask {mask:b}");
-        }
-    }
-
-    /// A create that dropped its object before the write (`json_only`)
+    /// A create that dropped its object before the write ([`Answer::Json`])
     /// answers the same JSON, and the same object, as one that kept it.
     #[test]
     fn a_created_object_dropped_early_is_served_from_its_stored_bytes() {
@@ -1121,15 +800,5 @@ mod tests {
         assert_eq!(without.json(&resource), serde_json::to_vec(&kept).unwrap());
         assert_eq!(without.into_object(&resource), kept);
         assert_eq!(with.into_object(&resource), kept);
-    }
-
-    #[test]
-    fn objects_without_metadata_maps_have_no_splice() {
-        let resource = ResourceInfo::new("", "v1", "Thing", "things", true);
-        for object in [json!({"kind": "Thing"}), json!({"metadata": "odd"}), json!([1, 2])] {
-            let (bytes, splice) = encode_with_splice(&resource, &object);
-            assert_eq!(bytes, serde_json::to_vec(&object).unwrap());
-            assert_eq!(splice, None);
-        }
     }
 }

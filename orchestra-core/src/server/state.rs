@@ -23,8 +23,9 @@ pub(crate) struct State {
     pub kubelet_client: Option<super::node_proxy::KubeletClient>,
     /// Signs service account tokens (`serviceaccounts/<name>/token`).
     pub token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
-    /// The namespaces writes check, kept from a watch.
-    pub namespaces: super::namespaces::NamespaceCache,
+    /// The namespaces creates check, kept from a watch; shared with the
+    /// builder's [`NamespaceLifecycle`](crate::auth::NamespaceLifecycle).
+    pub namespaces: Arc<super::namespaces::NamespaceCache>,
     /// Recent watch event objects, decoded and encoded once for all watchers.
     pub watch_objects: super::watch_objects::WatchObjects,
 }

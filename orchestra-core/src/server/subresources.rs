@@ -5,7 +5,8 @@ use orchestra_store::Error as StoreError;
 use serde_json::{Value, json};
 
 use super::body;
-use super::objects::{Target, decode_served, encode, load, store_error};
+use super::codec::{decode_served, encode};
+use super::objects::{Target, load, store_error};
 use super::route::Query;
 use super::state::State;
 use crate::api::meta::{meta_str, metadata_mut};

@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::body;
-use super::objects::{Target, list_items, store_error};
+use super::list::list_items;
+use super::objects::{Target, store_error};
 use super::route::Query;
 use super::state::State;
 use super::watch_objects::{WatchObject, WatchObjects};

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use orchestra_store::{KeyValue, Revision};
 use serde_json::Value;
 
-use super::objects::decode_served;
+use super::codec::decode_served;
 use crate::api::ResourceInfo;
 use crate::api::meta::metadata_mut;
 

@@ -45,7 +45,7 @@ impl AdmissionPlugin for StampCreator {
         "StampCreator"
     }
 
-    async fn mutate(&self, request: &mut AdmissionRequest) -> Result<(), ApiError> {
+    async fn mutate(&self, request: &mut AdmissionRequest<'_>) -> Result<(), ApiError> {
         if request.operation == Operation::Create
             && let Some(object) = request.object.as_mut()
         {
@@ -54,7 +54,7 @@ impl AdmissionPlugin for StampCreator {
         Ok(())
     }
 
-    async fn validate(&self, request: &AdmissionRequest) -> Result<(), ApiError> {
+    async fn validate(&self, request: &AdmissionRequest<'_>) -> Result<(), ApiError> {
         if request.name.starts_with("forbidden-") {
             return Err(ApiError::forbidden(format!("StampCreator refuses {:?}", request.name)));
         }
@@ -64,10 +64,12 @@ impl AdmissionPlugin for StampCreator {
 
 async fn server() -> ApiServer {
     let tokens = TokenFile::parse("admin-token,admin,1,system:masters\nviewer-token,viewer,2,\n").unwrap();
-    ApiServer::builder(Arc::new(MemStore::new()))
+    let builder = ApiServer::builder(Arc::new(MemStore::new()));
+    let admission = AdmissionChain::new().with(builder.namespace_lifecycle()).with(StampCreator);
+    builder
         .authenticator(AuthenticatorChain::new().with(ExtensionAuthenticator).with(tokens))
         .authorizer(AuthorizerChain::new().with(ReadOnlyUnlessAdmin))
-        .admission(AdmissionChain::new().with(StampCreator))
+        .admission(admission)
         .build()
         .await
         .unwrap()

@@ -1,3 +1,5 @@
+use super::merge::interleave;
+use super::update::record_with_field_sets;
 use super::*;
 use crate::api::ResourceInfo;
 use crate::api::patch::Schemas;

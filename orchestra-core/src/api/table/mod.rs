@@ -107,6 +107,35 @@ impl ColumnDefinition {
 /// wide ones included (the server always prints wide; kubectl hides columns
 /// with a priority above 0 unless asked for `-o wide`). A cell is a JSON
 /// string, integer, number or boolean, or `null` for "no value".
+///
+/// ```
+/// use orchestra_core::api::table::{ColumnDefinition, IncludeObject, Printer, Table, TablePrinter, Timestamp};
+/// use serde_json::{Value, json};
+///
+/// /// Prints a name and a replica count.
+/// struct Replicas;
+///
+/// impl TablePrinter for Replicas {
+///     fn columns(&self) -> Vec<ColumnDefinition> {
+///         vec![
+///             ColumnDefinition::new("Name", "string", "The object's name."),
+///             ColumnDefinition::new("Replicas", "integer", "Desired replicas."),
+///         ]
+///     }
+///
+///     fn cells(&self, object: &Value, _now: Timestamp) -> Vec<Value> {
+///         vec![object["metadata"]["name"].clone(), object["spec"]["replicas"].clone()]
+///     }
+/// }
+///
+/// let printer = Printer::new(Replicas);
+/// let object = json!({"metadata": {"name": "web"}, "spec": {"replicas": 3}});
+/// let table = Table::new(&printer, Timestamp::UNIX_EPOCH)
+///     .include(IncludeObject::None)
+///     .rows([&object])
+///     .to_json("meta.k8s.io/v1");
+/// assert_eq!(table["rows"][0]["cells"], json!(["web", 3]));
+/// ```
 pub trait TablePrinter: Send + Sync {
     /// The column definitions.
     fn columns(&self) -> Vec<ColumnDefinition>;

@@ -92,7 +92,7 @@ pub(crate) fn write_stamped(kv: &KeyValue, out: &mut Vec<u8>) -> Result<(), ApiE
         // Metadata that is not an object, or a corrupt object: the
         // decoding path replaces the one and reports the other.
         out.truncate(start);
-        let object = super::objects::decode_stored(kv)?;
+        let object = super::decode_stored(kv)?;
         serde_json::to_writer(out, &object).expect("JSON values serialize");
     }
     Ok(())
