@@ -349,11 +349,9 @@ fn control_plane_runtime(
             );
             let tokens = tokens.clone();
             async move {
-                let config = ControllerManagerConfig {
-                    cluster_cidr: Some(super::CLUSTER_CIDR.into()),
-                    service_account_tokens: Some(tokens),
-                    ..Default::default()
-                };
+                let config = ControllerManagerConfig::default()
+                    .with_cluster_cidr(Some(super::CLUSTER_CIDR.into()))
+                    .with_service_account_tokens(tokens);
                 let manager = match controllers::builtin(SharedInformerFactory::new(client.clone()), config) {
                     Ok(manager) => manager,
                     Err(error) => {
