@@ -1,7 +1,9 @@
 //! The `Controller` builder: a work queue fed by the shared informers of the
 //! primary kind (`for_`), of owned kinds (`owns`) and of related kinds
 //! (`watches` with a mapper), drained by a number of workers running a
-//! [`Reconciler`].
+//! [`Reconciler`]. A failed key goes to the controller's [`ErrorPolicy`]
+//! ([`Backoff`] unless [`Controller::error_policy`] sets another); a deleted
+//! object of the primary kind goes to [`Reconciler::on_delete`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -104,14 +106,19 @@ fn feed_primary<K: Kind>(informer: Arc<Informer<K>>, tombstones: Tombstones<K>) 
         let mut rx = informer.subscribe();
         tokio::spawn(async move {
             while let Some(event) = rx.recv().await {
-                let key = match event {
-                    Event::Apply { new, .. } => ObjectKey::of(new.as_ref()),
-                    Event::Delete(old) => {
-                        let key = ObjectKey::of(old.as_ref());
-                        tombstones.lock().insert(key.clone(), old);
-                        key
+                let (key, gone) = match event {
+                    // The cache went from one object to another of the same
+                    // name (a delete and create it did not see): the first
+                    // one is gone.
+                    Event::Apply { old: Some(old), new } if old.meta().uid != new.meta().uid => {
+                        (ObjectKey::of(new.as_ref()), Some(old))
                     }
+                    Event::Apply { new, .. } => (ObjectKey::of(new.as_ref()), None),
+                    Event::Delete(old) => (ObjectKey::of(old.as_ref()), Some(old)),
                 };
+                if let Some(gone) = gone {
+                    tombstones.lock().insert(key.clone(), gone);
+                }
                 queue.add(key);
             }
         })
