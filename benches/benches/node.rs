@@ -166,8 +166,9 @@ impl ControlPlane {
                 eprintln!("scheduler stopped: {e}");
             }
         });
-        let config =
-            ControllerManagerConfig { cluster_cidr: Some(CLUSTER_CIDR.into()), gc_interval, ..Default::default() };
+        let config = ControllerManagerConfig::default()
+            .with_cluster_cidr(Some(CLUSTER_CIDR.into()))
+            .with_gc_interval(gc_interval);
         let manager = controllers::builtin(SharedInformerFactory::new(client(&server)), config)
             .map_err(|e| format!("controller manager: {e}"))?;
         let manager = tokio::spawn(manager.run(stopped(&stop)));

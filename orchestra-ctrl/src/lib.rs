@@ -8,18 +8,23 @@
 //!   `Arc` caches with indexers, relist on 410 Gone, bookmarks).
 //! - [`workqueue`]: de-duplicating queue with per-key backoff, a global rate
 //!   limit, delayed requeue and Prometheus metrics.
-//! - [`reconciler`]: the `Reconciler` extension point and [`Action`].
-//! - [`controller`]: the `Controller` builder (`for_`, `owns`, `watches`).
+//! - [`reconciler`]: the [`Reconciler`] extension point (with its own error
+//!   type and a hook for deletions), [`Action`] and the [`ErrorPolicy`].
+//! - [`controller`]: the [`Controller`] builder (`for_`, `owns`, `watches`,
+//!   `error_policy`).
+//! - [`finalizer`](mod@finalizer): [`finalizer()`], cleanup before an object is gone.
 //! - [`leader`]: leader election on Leases with a fencing token.
 //! - [`manager`]: several controllers behind one election.
 //! - [`events`]: an `events.k8s.io/v1` recorder aggregating repeats.
-//! - [`controllers`]: ReplicaSet, Deployment, ...
+//! - [`controllers`]: ReplicaSet, Deployment, ..., and [`BUILTIN`](controllers::BUILTIN),
+//!   their table of descriptors.
 //! - `testing` (feature `testing`): `FakeCluster`, the API server and
 //!   recording client controllers' unit tests run against.
 
 pub mod controller;
 pub mod controllers;
 pub mod events;
+pub mod finalizer;
 pub mod informer;
 pub mod leader;
 pub mod manager;
@@ -29,10 +34,12 @@ pub mod testing;
 pub mod workqueue;
 
 pub use controller::Controller;
+pub use finalizer::finalizer;
 pub use informer::{Informer, ObjectKey, SharedInformerFactory};
-pub use reconciler::{Action, Reconciler};
+pub use reconciler::{Action, Backoff, ErrorPolicy, Reconciler};
 
-/// Faults of a reconcile (normal outcomes are [`Action`]s).
+/// Faults of the built-in controllers' reconciles (normal outcomes are
+/// [`Action`]s); a reconciler of one's own has its own error type.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A request to the API server failed.

@@ -35,23 +35,34 @@ pub struct Args {
     identity: Option<String>,
     /// Controllers to run, as kube-controller-manager's flag: `*` turns on
     /// every controller on by default, `name` turns one on, `-name` one off
-    /// (e.g. `--controllers '*,-nodeipam'`). Names: replicaset,
-    /// replicationcontroller, deployment, garbagecollector, namespace,
-    /// serviceaccount, nodelifecycle, endpoints, serviceaccount-token,
-    /// nodeipam.
-    #[arg(long, value_delimiter = ',', default_value = "*", allow_hyphen_values = true)]
+    /// (e.g. `--controllers '*,-nodeipam'`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "*",
+        allow_hyphen_values = true,
+        long_help = controllers_help()
+    )]
     controllers: Vec<String>,
+}
+
+/// The long help of `--controllers`, naming the built-in controllers.
+fn controllers_help() -> String {
+    let names: Vec<&str> = controllers::BUILTIN.iter().map(|d| d.name).collect();
+    format!(
+        "Controllers to run, as kube-controller-manager's flag: `*` turns on every controller on by default, \
+         `name` turns one on, `-name` one off (e.g. `--controllers '*,-nodeipam'`). Names: {}.",
+        names.join(", ")
+    )
 }
 
 /// The controller manager's configuration from the flags (without the
 /// token controller's key, read separately).
 fn config(args: &Args) -> ControllerManagerConfig {
-    ControllerManagerConfig {
-        cluster_cidr: Some(args.cluster_cidr.clone()),
-        node_cidr_mask_size: args.node_cidr_mask_size,
-        controllers: args.controllers.clone(),
-        ..Default::default()
-    }
+    ControllerManagerConfig::default()
+        .with_cluster_cidr(Some(args.cluster_cidr.clone()))
+        .with_node_cidr_mask_size(args.node_cidr_mask_size)
+        .with_controllers(args.controllers.clone())
 }
 
 /// Runs the controllers (once elected) until SIGTERM or Ctrl-C.
@@ -67,7 +78,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }),
         None => None,
     };
-    let config = ControllerManagerConfig { service_account_tokens, ..config(&args) };
+    let config = config(&args).with_service_account_tokens(service_account_tokens);
     let manager = controllers::builtin(SharedInformerFactory::new(client.clone()), config)?;
     let elector = Arc::new(LeaderElector::new(client, "kube-system", "kube-controller-manager", &identity));
     println!("orchestra controller-manager {identity} ready ({})", manager.names().join(", "));

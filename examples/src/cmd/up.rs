@@ -70,8 +70,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Runtime::Process => NodeRuntime::Process(images::catalog()?),
         Runtime::Sim => NodeRuntime::simulated(),
     };
-    let mut controllers = ControllerManagerConfig::default();
-    controllers.cluster_cidr = Some(super::CLUSTER_CIDR.into());
+    let controllers = ControllerManagerConfig::default().with_cluster_cidr(Some(super::CLUSTER_CIDR.into()));
     let cluster = ControlPlane::builder()
         .store(Arc::new(store))
         .data_dir(&data_dir)

@@ -1,4 +1,6 @@
-//! The built-in controllers, one module each, with their tests beside them.
+//! The built-in controllers, one module each, with their tests beside them,
+//! and [`BUILTIN`], the table the controller manager starts them from: one
+//! [`ControllerDescriptor`] per controller.
 //!
 //! | module | controller |
 //! |---|---|
@@ -24,14 +26,35 @@ pub mod serviceaccount;
 pub mod serviceaccount_token;
 pub mod util;
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+
 use crate::informer::SharedInformerFactory;
-use crate::manager::ControllerManager;
+use crate::leader::Fence;
+use crate::manager::{ControllerManager, ManagerContext};
 
 /// What the built-in controller set needs to know about the cluster
 /// (upstream's `kube-controller-manager` flags of the same names).
+///
+/// Built from [`Default`] and the `with_*` setters, so that a new setting
+/// is not a breaking change:
+///
+/// ```
+/// use orchestra_ctrl::controllers::ControllerManagerConfig;
+///
+/// let config = ControllerManagerConfig::default()
+///     .with_cluster_cidr(Some("10.96.0.0/12".into()))
+///     .with_workers(2)
+///     .with_controllers(["*", "-garbagecollector"]);
+/// let enabled = config.enabled().unwrap();
+/// assert!(enabled.contains(&"nodeipam") && !enabled.contains(&"garbagecollector"));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ControllerManagerConfig {
     /// Pods' address space, split into one `spec.podCIDR` per node
     /// (`--cluster-cidr`); `None` turns the NodeIPAM controller off
@@ -53,7 +76,7 @@ pub struct ControllerManagerConfig {
     /// Which controllers run (`--controllers`): `*` turns on every
     /// controller on by default, `name` turns `name` on, `-name` turns it
     /// off; the first entry naming a controller decides for it. Names are
-    /// those of [`CONTROLLERS`]. Default `["*"]`.
+    /// those of [`BUILTIN`]. Default `["*"]`.
     pub controllers: Vec<String>,
 }
 
@@ -71,151 +94,330 @@ impl Default for ControllerManagerConfig {
     }
 }
 
-/// The built-in controllers by the names `--controllers` takes, in the
-/// order they start. Every one is on by default (with `*`);
-/// `serviceaccount-token` and `nodeipam` run only when configured (a
-/// signing key, a cluster CIDR).
-pub const CONTROLLERS: [&str; 10] = [
-    "replicaset",
-    "replicationcontroller",
-    "deployment",
-    "garbagecollector",
-    "namespace",
-    "serviceaccount",
-    "nodelifecycle",
-    "endpoints",
-    "serviceaccount-token",
-    "nodeipam",
-];
+impl ControllerManagerConfig {
+    /// Sets [`cluster_cidr`](Self::cluster_cidr).
+    pub fn with_cluster_cidr(mut self, cidr: Option<String>) -> Self {
+        self.cluster_cidr = cidr;
+        self
+    }
+
+    /// Sets [`node_cidr_mask_size`](Self::node_cidr_mask_size).
+    pub fn with_node_cidr_mask_size(mut self, prefix: u8) -> Self {
+        self.node_cidr_mask_size = prefix;
+        self
+    }
+
+    /// Sets [`workers`](Self::workers).
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// Sets [`gc_interval`](Self::gc_interval).
+    pub fn with_gc_interval(mut self, interval: Duration) -> Self {
+        self.gc_interval = interval;
+        self
+    }
+
+    /// Sets [`node_lifecycle`](Self::node_lifecycle).
+    pub fn with_node_lifecycle(mut self, config: node_lifecycle::Config) -> Self {
+        self.node_lifecycle = config;
+        self
+    }
+
+    /// Sets [`service_account_tokens`](Self::service_account_tokens).
+    pub fn with_service_account_tokens(mut self, tokens: impl Into<Option<serviceaccount_token::TokenConfig>>) -> Self {
+        self.service_account_tokens = tokens.into();
+        self
+    }
+
+    /// Sets [`controllers`](Self::controllers), the `--controllers` entries.
+    pub fn with_controllers(mut self, entries: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.controllers = entries.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The built-in controllers this configuration runs, by name in start
+    /// order: [`select`](Self::select) on [`BUILTIN`].
+    pub fn enabled(&self) -> Result<Vec<&'static str>, SelectionError> {
+        Ok(self.select(BUILTIN)?.into_iter().map(|d| d.name).collect())
+    }
+
+    /// The descriptors of `table` that [`controllers`](Self::controllers)
+    /// selects, in table order (see [`ControllerDescriptor::is_selected`]).
+    ///
+    /// An entry naming no controller of `table` (nor `*`) is an error, and so
+    /// is a controller enabled by name whose [`Requirement`] this
+    /// configuration does not meet; one that only `*` turns on is then left
+    /// out instead (`nodeipam` without a cluster CIDR).
+    pub fn select<'t>(
+        &self,
+        table: &'t [ControllerDescriptor],
+    ) -> Result<Vec<&'t ControllerDescriptor>, SelectionError> {
+        for entry in &self.controllers {
+            let name = entry.strip_prefix('-').unwrap_or(entry);
+            if entry != "*" && !table.iter().any(|d| d.name == name) {
+                let known = table.iter().map(|d| d.name).collect();
+                return Err(SelectionError::Unknown { name: entry.clone(), known });
+            }
+        }
+        let mut selected = Vec::new();
+        for descriptor in table.iter().filter(|d| d.is_selected(&self.controllers)) {
+            match descriptor.requires {
+                Some(requirement) if !(requirement.met)(self) => {
+                    if self.controllers.iter().any(|entry| entry == descriptor.name) {
+                        return Err(SelectionError::NotConfigured {
+                            controller: descriptor.name,
+                            missing: requirement.missing,
+                        });
+                    }
+                }
+                _ => selected.push(descriptor),
+            }
+        }
+        Ok(selected)
+    }
+}
 
 /// A controller selection that cannot be run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectionError {
-    /// A name that is not one of [`CONTROLLERS`] (nor `*`).
-    #[error("{0:?} is not in the list of known controllers ({known})", known = CONTROLLERS.join(", "))]
-    Unknown(String),
-    /// A controller asked for by name that lacks its configuration.
-    #[error("controller {0:?} is enabled but {1}")]
-    NotConfigured(&'static str, &'static str),
+    /// An entry naming no controller of the table (nor `*`).
+    #[error("{name:?} is not in the list of known controllers ({})", .known.join(", "))]
+    Unknown {
+        /// The entry, as given (`-bogus`).
+        name: String,
+        /// The names the table knows.
+        known: Vec<&'static str>,
+    },
+    /// A controller enabled by name whose configuration is missing.
+    #[error("controller {controller:?} is enabled but has no {missing}")]
+    NotConfigured {
+        /// The controller's name.
+        controller: &'static str,
+        /// What it lacks ([`Requirement::missing`]).
+        missing: &'static str,
+    },
 }
 
-/// Whether `--controllers` `selection` turns `name` on (upstream's
-/// `IsControllerEnabled`): the first entry that is `name` or `-name`
-/// decides; otherwise `*` turns it on.
-pub fn is_enabled(name: &str, selection: &[String]) -> bool {
-    let mut star = false;
-    for entry in selection {
-        if entry == name {
-            return true;
+/// Configuration a controller cannot run without.
+#[derive(Debug, Clone, Copy)]
+pub struct Requirement {
+    /// What the controller lacks when `met` is false, for
+    /// [`SelectionError::NotConfigured`]: `"signing key"`.
+    pub missing: &'static str,
+    /// Whether a configuration has it.
+    pub met: fn(&ControllerManagerConfig) -> bool,
+}
+
+/// How a controller runs: until [`ControllerContext::stopped`] completes.
+pub type RunFn = fn(ControllerContext) -> BoxFuture<'static, ()>;
+
+/// One controller a [`ControllerManager`] can run, as a row of a table
+/// such as [`BUILTIN`].
+///
+/// ```
+/// use orchestra_ctrl::controllers::{BUILTIN, ControllerDescriptor, ControllerManagerConfig};
+///
+/// /// Logs until it is stopped.
+/// static HELLO: ControllerDescriptor = ControllerDescriptor {
+///     name: "hello",
+///     enabled_by_default: false,
+///     requires: None,
+///     run: |ctx| {
+///         Box::pin(async move {
+///             tracing::info!("hello");
+///             ctx.stopped().await;
+///         })
+///     },
+/// };
+///
+/// let table: Vec<ControllerDescriptor> = BUILTIN.iter().copied().chain([HELLO]).collect();
+/// let config = ControllerManagerConfig::default().with_controllers(["hello", "namespace"]);
+/// let names: Vec<_> = config.select(&table).unwrap().iter().map(|d| d.name).collect();
+/// assert_eq!(names, ["namespace", "hello"]);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct ControllerDescriptor {
+    /// The name `--controllers` takes; also the name the manager logs.
+    pub name: &'static str,
+    /// Whether `*` turns it on (upstream's controllers disabled by default
+    /// need their name given).
+    pub enabled_by_default: bool,
+    /// Configuration it cannot run without, if any.
+    pub requires: Option<Requirement>,
+    /// Runs it until it is told to stop.
+    pub run: RunFn,
+}
+
+impl ControllerDescriptor {
+    /// Whether the `--controllers` entries `selection` turn it on
+    /// (upstream's `IsControllerEnabled`): the first entry that is `name`
+    /// or `-name` decides; otherwise `*` turns it on if it is
+    /// [enabled by default](Self::enabled_by_default).
+    pub fn is_selected(&self, selection: &[String]) -> bool {
+        let mut star = false;
+        for entry in selection {
+            if entry == self.name {
+                return true;
+            }
+            if entry.strip_prefix('-') == Some(self.name) {
+                return false;
+            }
+            star |= entry == "*";
         }
-        if entry.strip_prefix('-') == Some(name) {
-            return false;
-        }
-        star |= entry == "*";
+        star && self.enabled_by_default
     }
-    star
 }
 
-impl ControllerManagerConfig {
-    /// The controllers this configuration runs, in start order; an error
-    /// for an unknown name, or for a controller enabled by name that is
-    /// not configured. A controller that `*` alone turns on and is not
-    /// configured (`nodeipam` without a cluster CIDR) is left out.
-    pub fn enabled(&self) -> Result<Vec<&'static str>, SelectionError> {
-        for entry in &self.controllers {
-            let name = entry.strip_prefix('-').unwrap_or(entry);
-            if entry != "*" && !CONTROLLERS.contains(&name) {
-                return Err(SelectionError::Unknown(entry.clone()));
-            }
+/// What a controller of a [`ControllerDescriptor`] is started with.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ControllerContext {
+    /// The shared informers of the process, whose client carries the
+    /// leadership term's fence.
+    pub factory: SharedInformerFactory,
+    /// The fencing token of the current leadership term.
+    pub fence: Fence,
+    /// Becomes `true` when the controller must stop.
+    pub stop: watch::Receiver<bool>,
+    /// The configuration the controller was selected with; its
+    /// [`Requirement`] is met.
+    pub config: Arc<ControllerManagerConfig>,
+}
+
+impl ControllerContext {
+    /// The context of a controller the manager starts with `manager`.
+    pub fn new(manager: ManagerContext, config: Arc<ControllerManagerConfig>) -> Self {
+        let ManagerContext { factory, fence, stop } = manager;
+        Self { factory, fence, stop, config }
+    }
+
+    /// A future completing when the controller must stop.
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
+        let mut stop = self.stop.clone();
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
         }
-        let mut out = Vec::new();
-        for name in CONTROLLERS {
-            if !is_enabled(name, &self.controllers) {
-                continue;
-            }
-            let missing = match name {
-                "serviceaccount-token" if self.service_account_tokens.is_none() => Some("has no signing key"),
-                "nodeipam" if self.cluster_cidr.is_none() => Some("has no cluster CIDR"),
-                _ => None,
-            };
-            match missing {
-                None => out.push(name),
-                Some(why) if self.controllers.iter().any(|c| c == name) => {
-                    return Err(SelectionError::NotConfigured(name, why));
+    }
+
+    /// Workers per queue-driven controller (at least one).
+    pub fn workers(&self) -> usize {
+        self.config.workers.max(1)
+    }
+}
+
+/// The built-in controllers, in the order they start. Each is on by
+/// default (with `*`); `serviceaccount-token` and `nodeipam` run only when
+/// configured (a signing key, a cluster CIDR).
+pub static BUILTIN: &[ControllerDescriptor] = &[
+    ControllerDescriptor {
+        name: "replicaset",
+        enabled_by_default: true,
+        requires: None,
+        run: |ctx| Box::pin(replicaset::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
+    },
+    ControllerDescriptor {
+        name: "replicationcontroller",
+        enabled_by_default: true,
+        requires: None,
+        run: |ctx| Box::pin(replicaset::run_replication_controllers(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
+    },
+    ControllerDescriptor {
+        name: "deployment",
+        enabled_by_default: true,
+        requires: None,
+        run: |ctx| Box::pin(deployment::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
+    },
+    ControllerDescriptor {
+        name: "garbagecollector",
+        enabled_by_default: true,
+        requires: None,
+        run: |ctx| {
+            Box::pin(garbage_collector::run(ctx.factory.client().clone(), ctx.config.gc_interval, ctx.stopped()))
+        },
+    },
+    ControllerDescriptor {
+        name: "namespace",
+        enabled_by_default: true,
+        requires: None,
+        run: |ctx| Box::pin(namespace::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
+    },
+    ControllerDescriptor {
+        name: "serviceaccount",
+        enabled_by_default: true,
+        requires: None,
+        run: |ctx| Box::pin(serviceaccount::run(ctx.factory.clone(), ctx.stopped())),
+    },
+    ControllerDescriptor {
+        name: "nodelifecycle",
+        enabled_by_default: true,
+        requires: None,
+        run: |ctx| {
+            let lifecycle = node_lifecycle::NodeLifecycle::new(&ctx.factory, ctx.config.node_lifecycle.clone());
+            Box::pin(lifecycle.run(ctx.stopped()))
+        },
+    },
+    ControllerDescriptor {
+        name: "endpoints",
+        enabled_by_default: true,
+        requires: None,
+        run: |ctx| Box::pin(endpoints::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
+    },
+    ControllerDescriptor {
+        name: "serviceaccount-token",
+        enabled_by_default: true,
+        requires: Some(Requirement { missing: "signing key", met: |c| c.service_account_tokens.is_some() }),
+        run: |ctx| {
+            Box::pin(async move {
+                // Present: the requirement was checked at selection.
+                if let Some(tokens) = ctx.config.service_account_tokens.clone() {
+                    serviceaccount_token::run(ctx.factory.clone(), tokens, ctx.stopped()).await;
                 }
-                Some(_) => {}
-            }
-        }
-        Ok(out)
-    }
-}
+            })
+        },
+    },
+    ControllerDescriptor {
+        name: "nodeipam",
+        enabled_by_default: true,
+        requires: Some(Requirement { missing: "cluster CIDR", met: |c| c.cluster_cidr.is_some() }),
+        run: |ctx| {
+            Box::pin(async move {
+                // Present: the requirement was checked at selection.
+                let Some(cidr) = ctx.config.cluster_cidr.as_deref() else { return };
+                let mask = ctx.config.node_cidr_mask_size;
+                if let Err(error) = node_ipam::run(ctx.factory.clone(), cidr, mask, ctx.stopped()).await {
+                    tracing::error!(%error, "nodeipam controller stopped");
+                }
+            })
+        },
+    },
+];
 
 /// The built-in controllers `config.controllers` selects (see
 /// [`ControllerManagerConfig::enabled`]) in one [`ControllerManager`], as
-/// `kube-controller-manager` runs them; by default every one of
-/// [`CONTROLLERS`]: replicaset, replicationcontroller, deployment,
-/// garbagecollector, namespace, serviceaccount, nodelifecycle, endpoints
-/// (Endpoints and EndpointSlices), serviceaccount-token (with a signing
-/// key) and nodeipam (with a cluster CIDR).
+/// `kube-controller-manager` runs them: [`manager`] on [`BUILTIN`].
 pub fn builtin(
     factory: SharedInformerFactory,
     config: ControllerManagerConfig,
 ) -> Result<ControllerManager, SelectionError> {
-    let enabled = config.enabled()?;
-    let workers = config.workers.max(1);
+    manager(BUILTIN, factory, config)
+}
+
+/// The controllers of `table` that `config.controllers` selects (see
+/// [`ControllerManagerConfig::select`]) in one [`ControllerManager`], each
+/// started with a [`ControllerContext`] holding `config`.
+pub fn manager(
+    table: &[ControllerDescriptor],
+    factory: SharedInformerFactory,
+    config: ControllerManagerConfig,
+) -> Result<ControllerManager, SelectionError> {
+    let runs: Vec<(&'static str, RunFn)> = config.select(table)?.into_iter().map(|d| (d.name, d.run)).collect();
+    let config = Arc::new(config);
     let mut manager = ControllerManager::new(factory);
-    for name in enabled {
-        manager = match name {
-            "replicaset" => manager.with(name, move |ctx| async move {
-                replicaset::run(ctx.factory.clone(), workers, ctx.stopped()).await
-            }),
-            "replicationcontroller" => manager.with(name, move |ctx| async move {
-                replicaset::run_replication_controllers(ctx.factory.clone(), workers, ctx.stopped()).await
-            }),
-            "deployment" => manager.with(name, move |ctx| async move {
-                deployment::run(ctx.factory.clone(), workers, ctx.stopped()).await
-            }),
-            "garbagecollector" => {
-                let interval = config.gc_interval;
-                manager.with(name, move |ctx| async move {
-                    garbage_collector::run(ctx.factory.client().clone(), interval, ctx.stopped()).await
-                })
-            }
-            "namespace" => manager.with(name, move |ctx| async move {
-                namespace::run(ctx.factory.clone(), workers, ctx.stopped()).await
-            }),
-            "serviceaccount" => {
-                manager.with(name, |ctx| async move { serviceaccount::run(ctx.factory.clone(), ctx.stopped()).await })
-            }
-            "nodelifecycle" => {
-                let lifecycle = config.node_lifecycle.clone();
-                manager.with(name, move |ctx| async move {
-                    node_lifecycle::NodeLifecycle::new(&ctx.factory, lifecycle).run(ctx.stopped()).await
-                })
-            }
-            "endpoints" => manager.with(name, move |ctx| async move {
-                endpoints::run(ctx.factory.clone(), workers, ctx.stopped()).await
-            }),
-            // Enabled only when configured (`enabled` checked).
-            "serviceaccount-token" => match config.service_account_tokens.clone() {
-                Some(tokens) => manager.with(name, move |ctx| async move {
-                    serviceaccount_token::run(ctx.factory.clone(), tokens, ctx.stopped()).await
-                }),
-                None => manager,
-            },
-            "nodeipam" => match config.cluster_cidr.clone() {
-                Some(cidr) => {
-                    let mask = config.node_cidr_mask_size;
-                    manager.with(name, move |ctx| async move {
-                        if let Err(error) = node_ipam::run(ctx.factory.clone(), &cidr, mask, ctx.stopped()).await {
-                            tracing::error!(%error, "nodeipam controller stopped");
-                        }
-                    })
-                }
-                None => manager,
-            },
-            other => unreachable!("{other} is in CONTROLLERS but not started"),
-        };
+    for (name, run) in runs {
+        let config = config.clone();
+        manager = manager.with(name, move |ctx| run(ControllerContext::new(ctx, config)));
     }
     Ok(manager)
 }
@@ -223,10 +425,6 @@ pub fn builtin(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn selection(entries: &[&str]) -> Vec<String> {
-        entries.iter().map(|e| e.to_string()).collect()
-    }
 
     const ALL_BUT_TOKENS: [&str; 9] = [
         "replicaset",
@@ -240,8 +438,78 @@ mod tests {
         "nodeipam",
     ];
 
+    fn config(entries: &[&str]) -> ControllerManagerConfig {
+        ControllerManagerConfig::default().with_controllers(entries.iter().copied())
+    }
+
+    fn idle(ctx: ControllerContext) -> BoxFuture<'static, ()> {
+        Box::pin(ctx.stopped())
+    }
+
+    /// A table of its own: one controller off by default, one that needs
+    /// a cluster CIDR.
+    static TABLE: &[ControllerDescriptor] = &[
+        ControllerDescriptor { name: "a", enabled_by_default: true, requires: None, run: idle },
+        ControllerDescriptor { name: "opt-in", enabled_by_default: false, requires: None, run: idle },
+        ControllerDescriptor {
+            name: "ipam",
+            enabled_by_default: true,
+            requires: Some(Requirement { missing: "cluster CIDR", met: |c| c.cluster_cidr.is_some() }),
+            run: idle,
+        },
+    ];
+
     #[test]
-    fn enabled_follows_kube_controller_manager() {
+    fn selection_follows_is_controller_enabled() {
+        let table: &[(&[&str], &[&str])] = &[
+            (&["*"], &["a", "ipam"]),
+            (&["*", "opt-in"], &["a", "opt-in", "ipam"]),
+            (&["opt-in"], &["opt-in"]),
+            (&["*", "-a"], &["ipam"]),
+            (&["ipam", "a"], &["a", "ipam"]),
+            // The first entry naming a controller decides.
+            (&["-a", "a", "*"], &["ipam"]),
+            (&["a", "-a"], &["a"]),
+            (&["-opt-in", "*", "opt-in"], &["a", "ipam"]),
+            // No star, nothing named: nothing runs.
+            (&[], &[]),
+            (&["-a"], &[]),
+        ];
+        for (entries, expected) in table {
+            let names: Vec<_> = config(entries).select(TABLE).unwrap().iter().map(|d| d.name).collect();
+            assert_eq!(names, *expected, "{entries:?}");
+        }
+    }
+
+    #[test]
+    fn selection_errors() {
+        let no_cidr = |entries: &[&str]| config(entries).with_cluster_cidr(None);
+        let unknown = |name: &str| SelectionError::Unknown { name: name.into(), known: vec!["a", "opt-in", "ipam"] };
+        let not_configured = SelectionError::NotConfigured { controller: "ipam", missing: "cluster CIDR" };
+        let table: &[(ControllerManagerConfig, Result<&[&str], SelectionError>)] = &[
+            (config(&["*", "bogus"]), Err(unknown("bogus"))),
+            (config(&["-bogus"]), Err(unknown("-bogus"))),
+            (config(&["**"]), Err(unknown("**"))),
+            (config(&[""]), Err(unknown(""))),
+            // Asked for by name without its configuration.
+            (no_cidr(&["ipam"]), Err(not_configured.clone())),
+            (no_cidr(&["*", "ipam"]), Err(not_configured)),
+            // Through `*` it is merely left out; turned off it needs nothing.
+            (no_cidr(&["*"]), Ok(&["a"])),
+            (no_cidr(&["-ipam", "a"]), Ok(&["a"])),
+        ];
+        for (config, expected) in table {
+            let got = config.select(TABLE).map(|ds| ds.iter().map(|d| d.name).collect::<Vec<_>>());
+            assert_eq!(got, expected.clone().map(<[&str]>::to_vec), "{:?}", config.controllers);
+        }
+        let message = config(&["bogus"]).select(TABLE).unwrap_err().to_string();
+        assert_eq!(message, "\"bogus\" is not in the list of known controllers (a, opt-in, ipam)");
+        let message = no_cidr(&["ipam"]).select(TABLE).unwrap_err().to_string();
+        assert_eq!(message, "controller \"ipam\" is enabled but has no cluster CIDR");
+    }
+
+    #[test]
+    fn builtin_table_selection() {
         let table: &[(&[&str], &[&str])] = &[
             (&["*"], &ALL_BUT_TOKENS),
             (&["deployment", "replicaset"], &["replicaset", "deployment"]),
@@ -257,77 +525,49 @@ mod tests {
                     "endpoints",
                 ],
             ),
-            // The first entry naming a controller decides.
             (&["-deployment", "deployment", "namespace"], &["namespace"]),
-            (&["deployment", "-deployment"], &["deployment"]),
-            (
-                &["-deployment", "*"],
-                &[
-                    "replicaset",
-                    "replicationcontroller",
-                    "garbagecollector",
-                    "namespace",
-                    "serviceaccount",
-                    "nodelifecycle",
-                    "endpoints",
-                    "nodeipam",
-                ],
-            ),
-            // No star, nothing named: nothing runs.
-            (&[], &[]),
-            (&["-replicaset"], &[]),
         ];
         for (entries, expected) in table {
-            let config = ControllerManagerConfig { controllers: selection(entries), ..Default::default() };
-            assert_eq!(config.enabled().unwrap(), *expected, "{entries:?}");
+            assert_eq!(config(entries).enabled().unwrap(), *expected, "{entries:?}");
         }
         assert_eq!(ControllerManagerConfig::default().controllers, ["*"]);
-    }
-
-    #[test]
-    fn unknown_or_unconfigured_controllers_are_errors() {
-        let config =
-            |entries: &[&str]| ControllerManagerConfig { controllers: selection(entries), ..Default::default() };
-        assert_eq!(config(&["*", "bogus"]).enabled(), Err(SelectionError::Unknown("bogus".into())));
-        assert_eq!(config(&["-bogus"]).enabled(), Err(SelectionError::Unknown("-bogus".into())));
-        assert_eq!(config(&["**"]).enabled(), Err(SelectionError::Unknown("**".into())));
-        let message = config(&["bogus"]).enabled().unwrap_err().to_string();
-        assert!(
-            message.contains("\"bogus\" is not in the list of known controllers") && message.contains("nodeipam"),
-            "{message}"
-        );
-        // Asked for by name without its configuration.
+        // Every name once; each controller of the table is on by default.
+        let mut names: Vec<_> = BUILTIN.iter().map(|d| d.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), BUILTIN.len());
+        assert!(BUILTIN.iter().all(|d| d.enabled_by_default));
+        // The two that need configuration, asked for by name without it.
         assert_eq!(
             config(&["serviceaccount-token"]).enabled(),
-            Err(SelectionError::NotConfigured("serviceaccount-token", "has no signing key"))
+            Err(SelectionError::NotConfigured { controller: "serviceaccount-token", missing: "signing key" })
         );
-        let no_cidr = ControllerManagerConfig { cluster_cidr: None, ..config(&["nodeipam"]) };
-        assert!(matches!(no_cidr.enabled(), Err(SelectionError::NotConfigured("nodeipam", _))));
-        // Through `*` it is merely left out.
-        let no_cidr = ControllerManagerConfig { cluster_cidr: None, ..config(&["*"]) };
-        assert!(!no_cidr.enabled().unwrap().contains(&"nodeipam"));
+        assert_eq!(
+            config(&["nodeipam"]).with_cluster_cidr(None).enabled(),
+            Err(SelectionError::NotConfigured { controller: "nodeipam", missing: "cluster CIDR" })
+        );
+        let message = config(&["bogus"]).enabled().unwrap_err().to_string();
+        assert!(message.contains("\"bogus\" is not in the list of known controllers (replicaset, "), "{message}");
     }
 
     #[tokio::test]
     async fn builtin_adds_only_the_chosen_controllers() {
         let fake = crate::testing::FakeCluster::new().await;
         let factory = || fake.factory().clone();
-        let config =
-            |entries: &[&str]| ControllerManagerConfig { controllers: selection(entries), ..Default::default() };
         assert_eq!(builtin(factory(), config(&["*"])).unwrap().names(), ALL_BUT_TOKENS);
         assert_eq!(
             builtin(factory(), config(&["endpoints", "namespace"])).unwrap().names(),
             ["namespace", "endpoints"]
         );
         assert!(builtin(factory(), config(&["*", "-endpoint"])).is_err());
+        assert_eq!(manager(TABLE, factory(), config(&["*", "opt-in"])).unwrap().names(), ["a", "opt-in", "ipam"]);
     }
 
     #[tokio::test]
     async fn a_manager_of_one_controller_runs_it() {
         use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
         let fake = crate::testing::FakeCluster::new().await;
-        let config = ControllerManagerConfig { controllers: selection(&["serviceaccount"]), ..Default::default() };
-        let manager = builtin(fake.factory().clone(), config).unwrap();
+        let manager = builtin(fake.factory().clone(), config(&["serviceaccount"])).unwrap();
         assert_eq!(manager.names(), ["serviceaccount"]);
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let running = tokio::spawn(manager.run(async move {
@@ -335,11 +575,11 @@ mod tests {
         }));
         let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "team"}})).unwrap();
         kube::Api::<Namespace>::all(fake.unrecorded()).create(&Default::default(), &ns).await.unwrap();
-        crate::testing::eventually(std::time::Duration::from_secs(5), "a default ServiceAccount in team", || async {
+        crate::testing::eventually(Duration::from_secs(5), "a default ServiceAccount in team", || async {
             fake.get::<ServiceAccount>("team", serviceaccount::DEFAULT).await.is_some()
         })
         .await;
         let _ = stop.send(true);
-        tokio::time::timeout(std::time::Duration::from_secs(5), running).await.expect("the manager stops").unwrap();
+        tokio::time::timeout(Duration::from_secs(5), running).await.expect("the manager stops").unwrap();
     }
 }

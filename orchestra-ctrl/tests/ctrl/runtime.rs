@@ -40,7 +40,7 @@ async fn one_informer_per_kind_and_a_closure_reconciler() {
             let counter = counter.clone();
             async move {
                 counter.fetch_add(1, Ordering::SeqCst);
-                Ok(Action::await_change())
+                Ok::<_, orchestra_ctrl::Error>(Action::await_change())
             }
         },
         Arc::new(()),
