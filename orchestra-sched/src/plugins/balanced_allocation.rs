@@ -77,6 +77,14 @@ impl Default for Args {
     }
 }
 
+impl Args {
+    /// Balances `resources` instead of cpu and memory.
+    pub fn with_resources(mut self, resources: Vec<ResourceSpec>) -> Args {
+        self.resources = resources;
+        self
+    }
+}
+
 /// Builds the plugin, as registered under [`NAME`].
 pub fn new(args: Args, _: &Handle) -> Result<PluginSet, PluginError> {
     let p = Arc::new(BalancedAllocation { resources: args.resources.into_iter().map(|r| r.name).collect() });

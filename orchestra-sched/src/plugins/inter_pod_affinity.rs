@@ -331,6 +331,14 @@ impl Default for Args {
     }
 }
 
+impl Args {
+    /// Sets [`hard_pod_affinity_weight`](Self::hard_pod_affinity_weight).
+    pub fn with_hard_pod_affinity_weight(mut self, weight: i64) -> Args {
+        self.hard_pod_affinity_weight = weight;
+        self
+    }
+}
+
 /// Builds the plugin, as registered under [`NAME`]; it reads namespace
 /// labels from the handle.
 pub fn new(args: Args, handle: &Handle) -> Result<PluginSet, PluginError> {
@@ -847,10 +855,7 @@ mod tests {
             ),
         ];
         for (name, weight, pod, pods, want) in cases {
-            let mut args = Args::default();
-            if let Some(w) = weight {
-                args.hard_pod_affinity_weight = w;
-            }
+            let args = weight.map_or_else(Args::default, |w| Args::default().with_hard_pod_affinity_weight(w));
             let set = new(args, &Handle::default()).unwrap();
             assert_eq!(scores(&set, pod, zones_abc(pods)), want, "{name}");
         }
@@ -866,7 +871,7 @@ mod tests {
     #[test]
     fn hard_pod_affinity_weight_args() {
         for (weight, ok) in [(0, true), (1, true), (100, true), (101, false), (-1, false)] {
-            let got = new(Args { hard_pod_affinity_weight: weight }, &Handle::default());
+            let got = new(Args::default().with_hard_pod_affinity_weight(weight), &Handle::default());
             match got {
                 Ok(_) => assert!(ok, "{weight}"),
                 Err(PluginError::InvalidArgument { field, .. }) => {

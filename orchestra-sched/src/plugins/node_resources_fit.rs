@@ -61,6 +61,24 @@ pub struct Args {
     pub scoring_strategy: Option<ScoringStrategy>,
 }
 
+impl Args {
+    /// Leaves the extended `resources` unchecked by the filter.
+    pub fn with_ignored_resources(mut self, resources: Vec<String>) -> Args {
+        self.ignored_resources = resources;
+        self
+    }
+    /// Leaves the extended resource `groups` unchecked by the filter.
+    pub fn with_ignored_resource_groups(mut self, groups: Vec<String>) -> Args {
+        self.ignored_resource_groups = groups;
+        self
+    }
+    /// Scores by `strategy`.
+    pub fn with_scoring_strategy(mut self, strategy: ScoringStrategy) -> Args {
+        self.scoring_strategy = Some(strategy);
+        self
+    }
+}
+
 /// The scoring strategy in the arguments.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
@@ -73,6 +91,23 @@ pub struct ScoringStrategy {
     pub resources: Option<Vec<ResourceSpec>>,
     /// The shape, for RequestedToCapacityRatio.
     pub requested_to_capacity_ratio: Option<RequestedToCapacityRatioParam>,
+}
+
+impl ScoringStrategy {
+    /// The strategy `type_` over the default resources.
+    pub fn new(type_: ScoringStrategyType) -> ScoringStrategy {
+        ScoringStrategy { type_, ..Default::default() }
+    }
+    /// Scores over `resources` instead of cpu and memory.
+    pub fn with_resources(mut self, resources: Vec<ResourceSpec>) -> ScoringStrategy {
+        self.resources = Some(resources);
+        self
+    }
+    /// The RequestedToCapacityRatio function's `shape`.
+    pub fn with_shape(mut self, shape: Vec<ShapePoint>) -> ScoringStrategy {
+        self.requested_to_capacity_ratio = Some(RequestedToCapacityRatioParam { shape });
+        self
+    }
 }
 
 /// The strategies, by their configuration name.
@@ -343,11 +378,6 @@ mod tests {
     #[test]
     fn args() {
         let decode = |v: serde_json::Value| serde_json::from_value::<Args>(v).map_err(|e| e.to_string());
-        let strategy = |type_, resources: Option<Vec<ResourceSpec>>| ScoringStrategy {
-            type_,
-            resources,
-            requested_to_capacity_ratio: None,
-        };
         let cases = [
             ("empty", serde_json::json!({}), Ok(Args::default())),
             (
@@ -363,10 +393,10 @@ mod tests {
                 "strategy with resources",
                 serde_json::json!({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu", "weight": 3}]}}),
                 Ok(Args {
-                    scoring_strategy: Some(strategy(
-                        ScoringStrategyType::MostAllocated,
-                        Some(vec![ResourceSpec { name: "cpu".into(), weight: 3 }]),
-                    )),
+                    scoring_strategy: Some(
+                        ScoringStrategy::new(ScoringStrategyType::MostAllocated)
+                            .with_resources(vec![ResourceSpec { name: "cpu".into(), weight: 3 }]),
+                    ),
                     ..Default::default()
                 }),
             ),
@@ -374,10 +404,10 @@ mod tests {
                 "type defaults to LeastAllocated, weight to 1",
                 serde_json::json!({"scoringStrategy": {"resources": [{"name": "memory"}]}}),
                 Ok(Args {
-                    scoring_strategy: Some(strategy(
-                        ScoringStrategyType::LeastAllocated,
-                        Some(vec![ResourceSpec { name: "memory".into(), weight: 1 }]),
-                    )),
+                    scoring_strategy: Some(
+                        ScoringStrategy::new(ScoringStrategyType::LeastAllocated)
+                            .with_resources(vec![ResourceSpec { name: "memory".into(), weight: 1 }]),
+                    ),
                     ..Default::default()
                 }),
             ),
@@ -387,14 +417,14 @@ mod tests {
         }
         assert!(decode(serde_json::json!({"scoringStrategy": {"type": "Bogus"}})).is_err());
 
-        let mut args = Args::default();
-        args.scoring_strategy = Some(strategy(ScoringStrategyType::MostAllocated, None));
-        let set = new(args, &Handle::default()).unwrap();
+        let with = |strategy| Args::default().with_scoring_strategy(strategy);
+        let shape = vec![ShapePoint { utilization: 0, score: 0 }, ShapePoint { utilization: 100, score: 10 }];
+        let set = new(with(ScoringStrategy::new(ScoringStrategyType::MostAllocated)), &Handle::default()).unwrap();
         assert!(set.score.is_some() && set.filter.is_some());
-        let mut args = Args::default();
-        args.scoring_strategy = Some(strategy(ScoringStrategyType::RequestedToCapacityRatio, None));
+        let ratio = ScoringStrategy::new(ScoringStrategyType::RequestedToCapacityRatio);
+        assert!(new(with(ratio.clone().with_shape(shape)), &Handle::default()).is_ok());
         assert!(matches!(
-            new(args, &Handle::default()),
+            new(with(ratio), &Handle::default()),
             Err(PluginError::InvalidArgument { field: "scoringStrategy.requestedToCapacityRatio.shape", .. })
         ));
     }

@@ -529,6 +529,14 @@ impl Default for Args {
     }
 }
 
+impl Args {
+    /// Sets [`bind_timeout_seconds`](Self::bind_timeout_seconds).
+    pub fn with_bind_timeout_seconds(mut self, seconds: u64) -> Args {
+        self.bind_timeout_seconds = seconds;
+        self
+    }
+}
+
 /// Builds the plugin, as registered under [`NAME`].
 pub fn new(args: Args, handle: &Handle) -> Result<PluginSet, PluginError> {
     let mut p = VolumeBinding::new(handle.listers.clone(), handle.client.clone());
