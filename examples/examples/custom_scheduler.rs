@@ -19,10 +19,12 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use orchestra_core::server::ApiServer;
 use orchestra_sched::framework::{
-    ClusterEvent, CycleState, EventResource, Filter, MAX_NODE_SCORE, Plugin, Score, Status, action,
+    ClusterEvent, CycleState, EventResource, Filter, Handle, MAX_NODE_SCORE, Plugin, Score, Status, action,
 };
 use orchestra_sched::node_info::{NodeInfo, PodInfo};
-use orchestra_sched::{PluginSet, ProfileConfig, Registry, SchedulerBuilder, SchedulerConfiguration};
+use orchestra_sched::{
+    NoArgs, PluginError, PluginSet, ProfileConfig, Registry, SchedulerBuilder, SchedulerConfiguration,
+};
 use orchestra_store::MemStore;
 
 /// The profile the plugins are added to: the default one.
@@ -39,6 +41,12 @@ impl GpuFilter {
     pub const NAME: &'static str = "GpuFilter";
     /// Why a node was rejected (summed up in the pod's FailedScheduling event).
     pub const REASON: &'static str = "node(s) had no GPU";
+
+    /// The factory: the plugin has no arguments, and is a Filter.
+    pub fn factory(_: NoArgs, _: &Handle) -> Result<PluginSet, PluginError> {
+        let p = Arc::new(GpuFilter);
+        Ok(PluginSet::new(&p).filter(&p))
+    }
 }
 
 impl Plugin for GpuFilter {
@@ -62,25 +70,30 @@ impl Filter for GpuFilter {
 }
 
 /// Score: MAX_NODE_SCORE for nodes carrying the label `key=value`, 0 for
-/// the others. Its arguments come from the profile's `pluginConfig`:
-/// `{"label": "example.com/tier=fast"}`.
+/// the others.
 pub struct PreferLabel {
     key: String,
     value: String,
+}
+
+/// PreferLabel's arguments, decoded by the registry from the profile's
+/// `pluginConfig`: `{"label": "example.com/tier=fast"}`.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct PreferLabelArgs {
+    /// The label of the preferred nodes, `key=value`.
+    pub label: String,
 }
 
 impl PreferLabel {
     /// The plugin's registry name.
     pub const NAME: &'static str = "PreferLabel";
 
-    /// Reads `{"label": "key=value"}`.
-    pub fn from_args(args: Option<&serde_json::Value>) -> Result<PreferLabel, String> {
-        let label = args
-            .and_then(|a| a.get("label"))
-            .and_then(|l| l.as_str())
-            .ok_or("PreferLabel needs args {\"label\": \"key=value\"}")?;
-        let (key, value) = label.split_once('=').ok_or("label must be key=value")?;
-        Ok(PreferLabel { key: key.into(), value: value.into() })
+    /// The factory: a Score plugin preferring `args.label`.
+    pub fn factory(args: PreferLabelArgs, _: &Handle) -> Result<PluginSet, PluginError> {
+        let (key, value) =
+            args.label.split_once('=').ok_or_else(|| PluginError::invalid_argument("label", "must be key=value"))?;
+        let p = Arc::new(PreferLabel { key: key.into(), value: value.into() });
+        Ok(PluginSet::new(&p).score(&p))
     }
 }
 
@@ -96,18 +109,10 @@ impl Score for PreferLabel {
     }
 }
 
-/// The built-in plugins plus the two above, each registered by name with a
-/// factory that builds it from its arguments.
+/// The built-in plugins plus the two above, each registered by name with
+/// its factory.
 pub fn registry() -> Registry {
-    Registry::default()
-        .with(GpuFilter::NAME, |_, _| {
-            let p = Arc::new(GpuFilter);
-            Ok(PluginSet::new(&p).filter(&p))
-        })
-        .with(PreferLabel::NAME, |args, _| {
-            let p = Arc::new(PreferLabel::from_args(args)?);
-            Ok(PluginSet::new(&p).score(&p))
-        })
+    Registry::default().with(GpuFilter::NAME, GpuFilter::factory).with(PreferLabel::NAME, PreferLabel::factory)
 }
 
 /// The default profile (`default-scheduler`): its plugins plus GpuFilter,

@@ -41,5 +41,5 @@ pub mod snapshot;
 pub mod testing;
 
 pub use config::{ProfileConfig, SchedulerConfiguration};
-pub use registry::{PluginSet, Registry};
+pub use registry::{NoArgs, PluginError, PluginSet, Registry};
 pub use scheduler::{Scheduler, SchedulerBuilder};

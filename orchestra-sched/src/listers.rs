@@ -1,9 +1,10 @@
 //! Listers: the API objects besides nodes and pods that plugins read
 //! (PersistentVolumeClaims, PersistentVolumes, StorageClasses,
-//! PodDisruptionBudgets), kept up to date by the scheduler's watches and
-//! shared with plugins through the [`Handle`](crate::framework::Handle).
+//! PodDisruptionBudgets, namespace labels), kept up to date by the
+//! scheduler's watches and shared with plugins through the
+//! [`Handle`](crate::framework::Handle).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -82,6 +83,10 @@ impl<K: kube::Resource> ObjectStore<K> {
         self.objects.read().is_empty()
     }
 }
+
+/// The labels of every namespace, by namespace name: what namespace
+/// selectors (in pod affinity terms) are matched against.
+pub type NamespaceLabels = Arc<RwLock<HashMap<String, BTreeMap<String, String>>>>;
 
 /// Every lister the built-in plugins read.
 #[derive(Debug, Default)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::config::{PluginSetConfig, ProfileConfig};
 use crate::framework::*;
-use crate::registry::{PluginSet, Registry};
+use crate::registry::{BuildError, PluginSet, Registry};
 
 /// The default plugins (multiPoint) and their score weights, as in
 /// Kubernetes 1.33.
@@ -31,13 +31,12 @@ pub const DEFAULT_PLUGINS: &[(&str, i64)] = &[
 
 /// Errors building a profile.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProfileError {
-    /// A plugin name not in the registry.
-    #[error("plugin {0:?} is not registered")]
-    UnknownPlugin(String),
-    /// A plugin's factory refused its arguments.
-    #[error("plugin {0}: {1}")]
-    BadArgs(String, String),
+    /// A plugin did not build: not registered, bad args, or refused by its
+    /// factory.
+    #[error(transparent)]
+    Plugin(#[from] BuildError),
     /// No QueueSort or no Bind plugin.
     #[error("profile {0:?}: {1}")]
     Incomplete(String, &'static str),
@@ -135,11 +134,8 @@ impl Profile {
         }
         let mut sets: HashMap<String, PluginSet> = HashMap::new();
         for name in &names {
-            let args = cfg.plugin_config.iter().find(|c| c.name == *name).map(|c| c.args.clone());
-            let set = registry
-                .build(name, args.as_ref(), handle)
-                .ok_or_else(|| ProfileError::UnknownPlugin(name.clone()))?
-                .map_err(|e| ProfileError::BadArgs(name.clone(), e))?;
+            let args = cfg.plugin_config.iter().find(|c| c.name == *name).map(|c| &c.args);
+            let set = registry.build(name, args, handle)?;
             sets.insert(name.clone(), set);
         }
         // Per extension point: multiPoint order minus disabled, plus enabled.
@@ -328,7 +324,7 @@ profiles:
         .unwrap();
         assert!(matches!(
             Profile::build(&cfg.profiles[0], &Registry::default(), &Handle::default()),
-            Err(ProfileError::UnknownPlugin(_))
+            Err(ProfileError::Plugin(BuildError::UnknownPlugin(name))) if name == "Nope"
         ));
     }
 }

@@ -21,13 +21,16 @@ async fn gpu_pods_land_on_gpu_nodes_and_all_prefer_fast_ones() {
 
 #[test]
 fn prefer_label_reads_its_arguments() {
+    let registry = program::registry();
+    let handle = orchestra_sched::framework::Handle::default();
     for (args, ok) in [
         (Some(serde_json::json!({"label": "a=b"})), true),
         (Some(serde_json::json!({"label": "no-equals"})), false),
+        (Some(serde_json::json!({"label": 3})), false),
         (Some(serde_json::json!({})), false),
         (None, false),
     ] {
-        assert_eq!(program::PreferLabel::from_args(args.as_ref()).is_ok(), ok, "{args:?}");
+        assert_eq!(registry.build(program::PreferLabel::NAME, args.as_ref(), &handle).is_ok(), ok, "{args:?}");
     }
     // The profile builds from the registry, with both plugins in place.
     let profile = orchestra_sched::profile::Profile::build(

@@ -186,7 +186,7 @@ pub struct Handle {
     /// Pods waiting at Permit.
     pub waiting_pods: Arc<WaitingPods>,
     /// Namespace labels (for namespace selectors), kept by the scheduler.
-    pub namespaces: crate::plugins::inter_pod_affinity::NamespaceLabels,
+    pub namespaces: crate::listers::NamespaceLabels,
     /// PVCs, PVs, StorageClasses and PodDisruptionBudgets, kept by the scheduler.
     pub listers: Arc<crate::listers::Listers>,
     /// The scheduler's metrics (plugins such as DefaultPreemption count

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use crate::framework::*;
 use crate::node_info::{NodeInfo, PodInfo};
-use crate::plugins::node_resources_fit::requested_and_allocatable;
-use crate::registry::PluginSet;
+use crate::plugins::node_resources_fit::{ResourceSpec, requested_and_allocatable};
+use crate::registry::{PluginError, PluginSet};
 
 /// The plugin's name.
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
@@ -55,13 +55,39 @@ impl Score for BalancedAllocation {
     }
 }
 
-/// The factory.
-pub fn factory(args: Option<&serde_json::Value>) -> Result<PluginSet, String> {
-    let mut p = BalancedAllocation::default();
-    if let Some(res) = args.and_then(|a| a.get("resources")).and_then(|r| r.as_array()) {
-        p.resources = res.iter().filter_map(|r| r.get("name")?.as_str().map(String::from)).collect();
+/// The plugin's arguments (upstream's `NodeResourcesBalancedAllocationArgs`).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct Args {
+    /// The resources whose utilization is balanced (default cpu and
+    /// memory); their weights are not used.
+    pub resources: Vec<ResourceSpec>,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args {
+            resources: BalancedAllocation::default()
+                .resources
+                .into_iter()
+                .map(|name| ResourceSpec { name, weight: 1 })
+                .collect(),
+        }
     }
-    let p = Arc::new(p);
+}
+
+impl Args {
+    /// Balances `resources` instead of cpu and memory.
+    pub fn with_resources(mut self, resources: Vec<ResourceSpec>) -> Args {
+        self.resources = resources;
+        self
+    }
+}
+
+/// Builds the plugin, as registered under [`NAME`].
+pub fn new(args: Args, _: &Handle) -> Result<PluginSet, PluginError> {
+    let p = Arc::new(BalancedAllocation { resources: args.resources.into_iter().map(|r| r.name).collect() });
     Ok(PluginSet::new(&p).score(&p))
 }
 

@@ -8,7 +8,7 @@ use kube::api::{Api, PostParams};
 
 use crate::framework::*;
 use crate::node_info::PodInfo;
-use crate::registry::PluginSet;
+use crate::registry::{NoArgs, PluginError, PluginSet};
 
 /// The plugin's name.
 pub const NAME: &str = "DefaultBinder";
@@ -56,8 +56,11 @@ impl Bind for DefaultBinder {
     }
 }
 
-/// The factory.
-pub fn factory(handle: &Handle) -> PluginSet {
+/// The plugin's arguments: it has no options.
+pub type Args = NoArgs;
+
+/// Builds the plugin, as registered under [`NAME`].
+pub fn new(_: Args, handle: &Handle) -> Result<PluginSet, PluginError> {
     let p = Arc::new(DefaultBinder { client: handle.client.clone() });
-    PluginSet::new(&p).bind(&p)
+    Ok(PluginSet::new(&p).bind(&p))
 }

@@ -21,7 +21,7 @@ use crate::framework::*;
 use crate::listers::Listers;
 use crate::node_info::{NodeInfo, PodInfo};
 use crate::plugins::helpers::{pod_labels, pod_priority, selector_matches};
-use crate::registry::PluginSet;
+use crate::registry::{NoArgs, PluginError, PluginSet};
 use crate::snapshot::Snapshot;
 
 /// The plugin's name.
@@ -316,15 +316,18 @@ impl PostFilter for DefaultPreemption {
     }
 }
 
-/// The factory.
-pub fn factory(handle: &Handle) -> PluginSet {
+/// The plugin's arguments: it has no options.
+pub type Args = NoArgs;
+
+/// Builds the plugin, as registered under [`NAME`].
+pub fn new(_: Args, handle: &Handle) -> Result<PluginSet, PluginError> {
     let p = Arc::new(DefaultPreemption {
         client: handle.client.clone(),
         listers: handle.listers.clone(),
         running: Default::default(),
         metrics: handle.metrics.clone(),
     });
-    PluginSet::new(&p).post_filter(&p)
+    Ok(PluginSet::new(&p).post_filter(&p))
 }
 
 #[cfg(test)]

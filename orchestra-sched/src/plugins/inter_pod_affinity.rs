@@ -2,15 +2,16 @@
 //! and existing pods' anti-affinity against it) over topology keys as a
 //! filter; preferred terms (both ways) as a score.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm};
 
 use crate::framework::*;
+use crate::listers::NamespaceLabels;
 use crate::node_info::{NodeInfo, PodInfo};
 use crate::plugins::helpers::{pod_labels, selector_matches};
-use crate::registry::PluginSet;
+use crate::registry::{PluginError, PluginSet};
 use crate::snapshot::Snapshot;
 
 /// The plugin's name.
@@ -21,10 +22,6 @@ pub const ERR_AFFINITY: &str = "node(s) didn't match pod affinity rules";
 pub const ERR_ANTI_AFFINITY: &str = "node(s) didn't match pod anti-affinity rules";
 /// Upstream's reasons.
 pub const ERR_EXISTING_ANTI_AFFINITY: &str = "node(s) didn't satisfy existing pods anti-affinity rules";
-
-/// Namespace labels, for namespace selectors (filled by the scheduler's
-/// namespace watch).
-pub type NamespaceLabels = Arc<parking_lot::RwLock<HashMap<String, BTreeMap<String, String>>>>;
 
 /// The plugin.
 #[derive(Default)]
@@ -318,15 +315,38 @@ impl Score for InterPodAffinity {
     }
 }
 
-/// The factory.
-pub fn factory(args: Option<&serde_json::Value>, namespaces: NamespaceLabels) -> Result<PluginSet, String> {
-    let mut p = InterPodAffinity::new(namespaces);
-    if let Some(w) = args.and_then(|a| a.get("hardPodAffinityWeight")).and_then(|w| w.as_i64()) {
-        if !(0..=100).contains(&w) {
-            return Err("hardPodAffinityWeight must be in 0..=100".into());
-        }
-        p.hard_pod_affinity_weight = w;
+/// The plugin's arguments (upstream's `InterPodAffinityArgs`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Args {
+    /// Weight of existing pods' required affinity terms matching the pod,
+    /// in scoring: 0 to 100, default 1.
+    pub hard_pod_affinity_weight: i64,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args { hard_pod_affinity_weight: 1 }
     }
+}
+
+impl Args {
+    /// Sets [`hard_pod_affinity_weight`](Self::hard_pod_affinity_weight).
+    pub fn with_hard_pod_affinity_weight(mut self, weight: i64) -> Args {
+        self.hard_pod_affinity_weight = weight;
+        self
+    }
+}
+
+/// Builds the plugin, as registered under [`NAME`]; it reads namespace
+/// labels from the handle.
+pub fn new(args: Args, handle: &Handle) -> Result<PluginSet, PluginError> {
+    if !(0..=100).contains(&args.hard_pod_affinity_weight) {
+        return Err(PluginError::invalid_argument("hardPodAffinityWeight", "must be in 0..=100"));
+    }
+    let mut p = InterPodAffinity::new(handle.namespaces.clone());
+    p.hard_pod_affinity_weight = args.hard_pod_affinity_weight;
     let p = Arc::new(p);
     Ok(PluginSet::new(&p).pre_filter(&p).filter(&p).pre_score(&p).score(&p))
 }
@@ -337,7 +357,7 @@ mod tests {
     use crate::testing::{NodeBuilder, PodBuilder, node_info, pod_info};
 
     fn run(pod: PodBuilder, nodes: Vec<NodeInfo>) -> Vec<Status> {
-        let set = factory(None, Default::default()).unwrap();
+        let set = new(Args::default(), &Handle::default()).unwrap();
         let snapshot = Snapshot::from_nodes(nodes);
         let pod = pod_info(pod.build());
         let mut state = CycleState::new();
@@ -445,7 +465,7 @@ mod tests {
         let namespaces: NamespaceLabels = Default::default();
         namespaces.write().insert("shop".into(), [("team".to_owned(), "blue".to_owned())].into());
         namespaces.write().insert("lab".into(), [("team".to_owned(), "red".to_owned())].into());
-        let set = factory(None, namespaces).unwrap();
+        let set = new(Args::default(), &Handle { namespaces, ..Default::default() }).unwrap();
         let web_in = |ns: &str| PodBuilder::new("web").namespace(ns).label("app", "web").build();
         let cases: Vec<(&str, PodBuilder, Pod, Vec<bool>)> = vec![
             (
@@ -495,7 +515,7 @@ mod tests {
 
     #[test]
     fn score_table() {
-        let set = factory(None, Default::default()).unwrap();
+        let set = new(Args::default(), &Handle::default()).unwrap();
         let snapshot = Snapshot::from_nodes(zone_nodes(vec![PodBuilder::new("web").label("app", "web").build()]));
         let cases = [
             (
@@ -835,8 +855,8 @@ mod tests {
             ),
         ];
         for (name, weight, pod, pods, want) in cases {
-            let args = weight.map(|w| serde_json::json!({ "hardPodAffinityWeight": w }));
-            let set = factory(args.as_ref(), Default::default()).unwrap();
+            let args = weight.map_or_else(Args::default, |w| Args::default().with_hard_pod_affinity_weight(w));
+            let set = new(args, &Handle::default()).unwrap();
             assert_eq!(scores(&set, pod, zones_abc(pods)), want, "{name}");
         }
     }
@@ -850,7 +870,16 @@ mod tests {
 
     #[test]
     fn hard_pod_affinity_weight_args() {
-        assert!(factory(Some(&serde_json::json!({ "hardPodAffinityWeight": 101 })), Default::default()).is_err());
-        assert!(factory(Some(&serde_json::json!({ "hardPodAffinityWeight": -1 })), Default::default()).is_err());
+        for (weight, ok) in [(0, true), (1, true), (100, true), (101, false), (-1, false)] {
+            let got = new(Args::default().with_hard_pod_affinity_weight(weight), &Handle::default());
+            match got {
+                Ok(_) => assert!(ok, "{weight}"),
+                Err(PluginError::InvalidArgument { field, .. }) => {
+                    assert!(!ok, "{weight}");
+                    assert_eq!(field, "hardPodAffinityWeight");
+                }
+                Err(e) => panic!("{weight}: {e}"),
+            }
+        }
     }
 }

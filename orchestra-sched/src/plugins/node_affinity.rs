@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::framework::*;
 use crate::node_info::{NodeInfo, PodInfo};
 use crate::plugins::helpers::term_matches;
-use crate::registry::PluginSet;
+use crate::registry::{NoArgs, PluginError, PluginSet};
 
 /// The plugin's name.
 pub const NAME: &str = "NodeAffinity";
@@ -82,10 +82,13 @@ impl Score for NodeAffinity {
     }
 }
 
-/// The factory.
-pub fn factory() -> PluginSet {
+/// The plugin's arguments: it has no options.
+pub type Args = NoArgs;
+
+/// Builds the plugin, as registered under [`NAME`].
+pub fn new(_: Args, _: &Handle) -> Result<PluginSet, PluginError> {
     let p = Arc::new(NodeAffinity);
-    PluginSet::new(&p).filter(&p).pre_score(&p).score(&p)
+    Ok(PluginSet::new(&p).filter(&p).pre_score(&p).score(&p))
 }
 
 #[cfg(test)]

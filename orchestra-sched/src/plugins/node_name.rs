@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::framework::*;
 use crate::node_info::{NodeInfo, PodInfo};
-use crate::registry::PluginSet;
+use crate::registry::{NoArgs, PluginError, PluginSet};
 
 /// The plugin's name.
 pub const NAME: &str = "NodeName";
@@ -33,10 +33,13 @@ impl Filter for NodeName {
     }
 }
 
-/// The factory.
-pub fn factory() -> PluginSet {
+/// The plugin's arguments: it has no options.
+pub type Args = NoArgs;
+
+/// Builds the plugin, as registered under [`NAME`].
+pub fn new(_: Args, _: &Handle) -> Result<PluginSet, PluginError> {
     let p = Arc::new(NodeName);
-    PluginSet::new(&p).filter(&p)
+    Ok(PluginSet::new(&p).filter(&p))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::framework::*;
 use crate::node_info::{NodeInfo, PodInfo};
-use crate::registry::PluginSet;
+use crate::registry::{PluginError, PluginSet};
 use crate::resource::Resource;
 
 /// The plugin's name.
@@ -48,32 +48,88 @@ pub enum Strategy {
     RequestedToCapacityRatio(Vec<ShapePoint>),
 }
 
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct Args {
-    #[serde(default)]
-    ignored_resources: Vec<String>,
-    #[serde(default)]
-    ignored_resource_groups: Vec<String>,
-    #[serde(default)]
-    scoring_strategy: Option<StrategyArgs>,
+/// The plugin's arguments (upstream's `NodeResourcesFitArgs`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Args {
+    /// Extended resources the filter does not check.
+    pub ignored_resources: Vec<String>,
+    /// Extended resource groups (the prefix before `/`) the filter does not check.
+    pub ignored_resource_groups: Vec<String>,
+    /// How nodes are scored (None: LeastAllocated over cpu and memory).
+    pub scoring_strategy: Option<ScoringStrategy>,
 }
 
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct StrategyArgs {
-    #[serde(default, rename = "type")]
-    kind: Option<String>,
-    #[serde(default)]
-    resources: Option<Vec<ResourceSpec>>,
-    #[serde(default)]
-    requested_to_capacity_ratio: Option<ShapeArgs>,
+impl Args {
+    /// Leaves the extended `resources` unchecked by the filter.
+    pub fn with_ignored_resources(mut self, resources: Vec<String>) -> Args {
+        self.ignored_resources = resources;
+        self
+    }
+    /// Leaves the extended resource `groups` unchecked by the filter.
+    pub fn with_ignored_resource_groups(mut self, groups: Vec<String>) -> Args {
+        self.ignored_resource_groups = groups;
+        self
+    }
+    /// Scores by `strategy`.
+    pub fn with_scoring_strategy(mut self, strategy: ScoringStrategy) -> Args {
+        self.scoring_strategy = Some(strategy);
+        self
+    }
 }
 
-#[derive(Debug, Deserialize, Default)]
-struct ShapeArgs {
-    #[serde(default)]
-    shape: Vec<ShapePoint>,
+/// The scoring strategy in the arguments.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ScoringStrategy {
+    /// Which strategy.
+    #[serde(rename = "type")]
+    pub type_: ScoringStrategyType,
+    /// Resources scored, with weights (None: cpu and memory, weight 1).
+    pub resources: Option<Vec<ResourceSpec>>,
+    /// The shape, for RequestedToCapacityRatio.
+    pub requested_to_capacity_ratio: Option<RequestedToCapacityRatioParam>,
+}
+
+impl ScoringStrategy {
+    /// The strategy `type_` over the default resources.
+    pub fn new(type_: ScoringStrategyType) -> ScoringStrategy {
+        ScoringStrategy { type_, ..Default::default() }
+    }
+    /// Scores over `resources` instead of cpu and memory.
+    pub fn with_resources(mut self, resources: Vec<ResourceSpec>) -> ScoringStrategy {
+        self.resources = Some(resources);
+        self
+    }
+    /// The RequestedToCapacityRatio function's `shape`.
+    pub fn with_shape(mut self, shape: Vec<ShapePoint>) -> ScoringStrategy {
+        self.requested_to_capacity_ratio = Some(RequestedToCapacityRatioParam { shape });
+        self
+    }
+}
+
+/// The strategies, by their configuration name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub enum ScoringStrategyType {
+    /// Prefer the emptiest nodes.
+    #[default]
+    LeastAllocated,
+    /// Prefer the fullest nodes.
+    MostAllocated,
+    /// A piecewise-linear function of utilization.
+    RequestedToCapacityRatio,
+}
+
+/// The RequestedToCapacityRatio shape in the arguments.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct RequestedToCapacityRatioParam {
+    /// Points of the function, by increasing utilization.
+    pub shape: Vec<ShapePoint>,
 }
 
 /// The plugin.
@@ -213,12 +269,8 @@ impl Score for NodeResourcesFit {
     }
 }
 
-/// The factory: `args` as in `NodeResourcesFitArgs`.
-pub fn factory(args: Option<&serde_json::Value>) -> Result<PluginSet, String> {
-    let args: Args = match args {
-        Some(v) if !v.is_null() => serde_json::from_value(v.clone()).map_err(|e| e.to_string())?,
-        _ => Args::default(),
-    };
+/// Builds the plugin, as registered under [`NAME`].
+pub fn new(args: Args, _: &Handle) -> Result<PluginSet, PluginError> {
     let mut p = NodeResourcesFit {
         ignored_resources: args.ignored_resources,
         ignored_resource_groups: args.ignored_resource_groups,
@@ -228,17 +280,19 @@ pub fn factory(args: Option<&serde_json::Value>) -> Result<PluginSet, String> {
         if let Some(r) = s.resources {
             p.resources = r;
         }
-        p.strategy = match s.kind.as_deref().unwrap_or("LeastAllocated") {
-            "LeastAllocated" => Strategy::LeastAllocated,
-            "MostAllocated" => Strategy::MostAllocated,
-            "RequestedToCapacityRatio" => {
+        p.strategy = match s.type_ {
+            ScoringStrategyType::LeastAllocated => Strategy::LeastAllocated,
+            ScoringStrategyType::MostAllocated => Strategy::MostAllocated,
+            ScoringStrategyType::RequestedToCapacityRatio => {
                 let shape = s.requested_to_capacity_ratio.map(|r| r.shape).unwrap_or_default();
                 if shape.is_empty() {
-                    return Err("requestedToCapacityRatio.shape must not be empty".into());
+                    return Err(PluginError::invalid_argument(
+                        "scoringStrategy.requestedToCapacityRatio.shape",
+                        "must not be empty",
+                    ));
                 }
                 Strategy::RequestedToCapacityRatio(shape)
             }
-            other => return Err(format!("unknown scoring strategy {other:?}")),
         };
     }
     let p = Arc::new(p);
@@ -323,8 +377,55 @@ mod tests {
 
     #[test]
     fn args() {
-        let set = factory(Some(&serde_json::json!({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu", "weight": 3}]}}))).unwrap();
-        assert!(set.score.is_some());
-        assert!(factory(Some(&serde_json::json!({"scoringStrategy": {"type": "Bogus"}}))).is_err());
+        let decode = |v: serde_json::Value| serde_json::from_value::<Args>(v).map_err(|e| e.to_string());
+        let cases = [
+            ("empty", serde_json::json!({}), Ok(Args::default())),
+            (
+                "ignored",
+                serde_json::json!({"ignoredResources": ["a/b"], "ignoredResourceGroups": ["c"]}),
+                Ok(Args {
+                    ignored_resources: vec!["a/b".into()],
+                    ignored_resource_groups: vec!["c".into()],
+                    scoring_strategy: None,
+                }),
+            ),
+            (
+                "strategy with resources",
+                serde_json::json!({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu", "weight": 3}]}}),
+                Ok(Args {
+                    scoring_strategy: Some(
+                        ScoringStrategy::new(ScoringStrategyType::MostAllocated)
+                            .with_resources(vec![ResourceSpec { name: "cpu".into(), weight: 3 }]),
+                    ),
+                    ..Default::default()
+                }),
+            ),
+            (
+                "type defaults to LeastAllocated, weight to 1",
+                serde_json::json!({"scoringStrategy": {"resources": [{"name": "memory"}]}}),
+                Ok(Args {
+                    scoring_strategy: Some(
+                        ScoringStrategy::new(ScoringStrategyType::LeastAllocated)
+                            .with_resources(vec![ResourceSpec { name: "memory".into(), weight: 1 }]),
+                    ),
+                    ..Default::default()
+                }),
+            ),
+        ];
+        for (name, raw, want) in cases {
+            assert_eq!(decode(raw), want, "{name}");
+        }
+        assert!(decode(serde_json::json!({"scoringStrategy": {"type": "Bogus"}})).is_err());
+
+        let with = |strategy| Args::default().with_scoring_strategy(strategy);
+        let shape = vec![ShapePoint { utilization: 0, score: 0 }, ShapePoint { utilization: 100, score: 10 }];
+        let set = new(with(ScoringStrategy::new(ScoringStrategyType::MostAllocated)), &Handle::default()).unwrap();
+        assert!(set.score.is_some() && set.filter.is_some());
+        let ratio = ScoringStrategy::new(ScoringStrategyType::RequestedToCapacityRatio);
+        assert!(new(with(ratio.clone().with_shape(shape)), &Handle::default()).is_ok());
+        assert!(matches!(
+            new(with(ratio), &Handle::default()),
+            Err(PluginError::InvalidArgument { field: "scoringStrategy.requestedToCapacityRatio.shape", .. })
+        ));
     }
 }

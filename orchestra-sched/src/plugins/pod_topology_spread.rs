@@ -12,7 +12,7 @@ use crate::node_info::{NodeInfo, PodInfo};
 use crate::plugins::helpers::{pod_labels, selector_matches};
 use crate::plugins::node_affinity::required_matches;
 use crate::plugins::taint_toleration::tolerates;
-use crate::registry::PluginSet;
+use crate::registry::{NoArgs, PluginError, PluginSet};
 use crate::snapshot::Snapshot;
 
 /// The plugin's name.
@@ -270,10 +270,13 @@ impl Score for PodTopologySpread {
     }
 }
 
-/// The factory.
-pub fn factory() -> PluginSet {
+/// The plugin's arguments: it has no options.
+pub type Args = NoArgs;
+
+/// Builds the plugin, as registered under [`NAME`].
+pub fn new(_: Args, _: &Handle) -> Result<PluginSet, PluginError> {
     let p = Arc::new(PodTopologySpread);
-    PluginSet::new(&p).pre_filter(&p).filter(&p).pre_score(&p).score(&p)
+    Ok(PluginSet::new(&p).pre_filter(&p).filter(&p).pre_score(&p).score(&p))
 }
 
 #[cfg(test)]

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::framework::{Plugin, QueueSort};
+use crate::framework::{Handle, Plugin, QueueSort};
 use crate::queue::QueuedPodInfo;
-use crate::registry::PluginSet;
+use crate::registry::{NoArgs, PluginError, PluginSet};
 
 /// The plugin's name.
 pub const NAME: &str = "PrioritySort";
@@ -27,10 +27,13 @@ impl QueueSort for PrioritySort {
     }
 }
 
-/// The factory.
-pub fn factory() -> PluginSet {
+/// The plugin's arguments: it has no options.
+pub type Args = NoArgs;
+
+/// Builds the plugin, as registered under [`NAME`].
+pub fn new(_: Args, _: &Handle) -> Result<PluginSet, PluginError> {
     let p = Arc::new(PrioritySort);
-    PluginSet::new(&p).queue_sort(&p)
+    Ok(PluginSet::new(&p).queue_sort(&p))
 }
 
 #[cfg(test)]

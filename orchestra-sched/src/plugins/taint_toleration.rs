@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use crate::framework::*;
 use crate::node_info::{NodeInfo, PodInfo};
-use crate::registry::PluginSet;
+use crate::registry::{NoArgs, PluginError, PluginSet};
 
 /// The plugin's name.
 pub const NAME: &str = "TaintToleration";
@@ -92,10 +92,13 @@ impl Score for TaintToleration {
     }
 }
 
-/// The factory.
-pub fn factory() -> PluginSet {
+/// The plugin's arguments: it has no options.
+pub type Args = NoArgs;
+
+/// Builds the plugin, as registered under [`NAME`].
+pub fn new(_: Args, _: &Handle) -> Result<PluginSet, PluginError> {
     let p = Arc::new(TaintToleration);
-    PluginSet::new(&p).filter(&p).score(&p)
+    Ok(PluginSet::new(&p).filter(&p).score(&p))
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use crate::plugins::helpers::{
     claim_access_modes, claim_class, pod_claims, selector_matches, topology_terms_match, volume_class,
     volume_node_affinity_matches,
 };
-use crate::registry::PluginSet;
+use crate::registry::{PluginError, PluginSet};
 use crate::resource::parse_quantity;
 use crate::snapshot::Snapshot;
 
@@ -513,13 +513,34 @@ impl PreBind for VolumeBinding {
     }
 }
 
-/// The factory; `args` may set `bindTimeoutSeconds`.
-pub fn factory(args: Option<&serde_json::Value>, handle: &Handle) -> Result<PluginSet, String> {
-    let mut p = VolumeBinding::new(handle.listers.clone(), handle.client.clone());
-    if let Some(t) = args.and_then(|a| a.get("bindTimeoutSeconds")) {
-        let t = t.as_u64().ok_or("bindTimeoutSeconds must be a non-negative integer")?;
-        p.bind_timeout = Duration::from_secs(t);
+/// The plugin's arguments (upstream's `VolumeBindingArgs`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Args {
+    /// How long PreBind waits for a claim to be bound (default
+    /// [`DEFAULT_BIND_TIMEOUT_SECONDS`]).
+    pub bind_timeout_seconds: u64,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args { bind_timeout_seconds: DEFAULT_BIND_TIMEOUT_SECONDS }
     }
+}
+
+impl Args {
+    /// Sets [`bind_timeout_seconds`](Self::bind_timeout_seconds).
+    pub fn with_bind_timeout_seconds(mut self, seconds: u64) -> Args {
+        self.bind_timeout_seconds = seconds;
+        self
+    }
+}
+
+/// Builds the plugin, as registered under [`NAME`].
+pub fn new(args: Args, handle: &Handle) -> Result<PluginSet, PluginError> {
+    let mut p = VolumeBinding::new(handle.listers.clone(), handle.client.clone());
+    p.bind_timeout = Duration::from_secs(args.bind_timeout_seconds);
     let p = Arc::new(p);
     Ok(PluginSet::new(&p).pre_filter(&p).filter(&p).reserve(&p).pre_bind(&p))
 }

@@ -11,7 +11,7 @@ use crate::framework::*;
 use crate::listers::Listers;
 use crate::node_info::{NodeInfo, PodInfo};
 use crate::plugins::helpers::{claim_access_modes, pod_claims};
-use crate::registry::PluginSet;
+use crate::registry::{NoArgs, PluginError, PluginSet};
 use crate::snapshot::Snapshot;
 
 /// The plugin's name.
@@ -161,10 +161,13 @@ impl Filter for VolumeRestrictions {
     }
 }
 
-/// The factory.
-pub fn factory(handle: &Handle) -> PluginSet {
+/// The plugin's arguments: it has no options.
+pub type Args = NoArgs;
+
+/// Builds the plugin, as registered under [`NAME`].
+pub fn new(_: Args, handle: &Handle) -> Result<PluginSet, PluginError> {
     let p = Arc::new(VolumeRestrictions::new(handle.listers.clone()));
-    PluginSet::new(&p).pre_filter(&p).filter(&p)
+    Ok(PluginSet::new(&p).pre_filter(&p).filter(&p))
 }
 
 #[cfg(test)]

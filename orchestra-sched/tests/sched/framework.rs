@@ -14,7 +14,9 @@ use orchestra_sched::framework::{
 };
 use orchestra_sched::node_info::PodInfo;
 use orchestra_sched::testing::{NodeBuilder, PodBuilder};
-use orchestra_sched::{PluginSet, ProfileConfig, Registry, Scheduler, SchedulerBuilder, SchedulerConfiguration};
+use orchestra_sched::{
+    NoArgs, PluginSet, ProfileConfig, Registry, Scheduler, SchedulerBuilder, SchedulerConfiguration,
+};
 use parking_lot::Mutex;
 
 use super::support::*;
@@ -109,7 +111,7 @@ impl PreEnqueue for HoldGate {
 async fn pre_enqueue_keeps_a_pod_out_of_the_queue_until_it_is_updated() {
     let (_server, client) = server().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
-    let registry = Registry::default().with(HoldGate::NAME, |_, _| {
+    let registry = Registry::default().with(HoldGate::NAME, |_: NoArgs, _| {
         let p = Arc::new(HoldGate);
         Ok(PluginSet::new(&p).pre_enqueue(&p))
     });
@@ -168,7 +170,7 @@ impl Gatekeeper {
         let p = Arc::new(Gatekeeper { timeout, calls: Mutex::default(), log: Log::default() });
         let plugin = p.clone();
         let registry = Registry::default()
-            .with(Self::NAME, move |_, _| Ok(PluginSet::new(&plugin).permit(&plugin).reserve(&plugin)));
+            .with(Self::NAME, move |_: NoArgs, _| Ok(PluginSet::new(&plugin).permit(&plugin).reserve(&plugin)));
         (registry, p)
     }
 
@@ -390,7 +392,7 @@ fn probes(probes: &[Arc<Probe>]) -> Registry {
     let mut registry = Registry::default();
     for p in probes {
         let p = p.clone();
-        registry.register(p.name, move |_, _| Ok(PluginSet::new(&p).reserve(&p).pre_bind(&p).post_bind(&p)));
+        registry.register(p.name, move |_: NoArgs, _| Ok(PluginSet::new(&p).reserve(&p).pre_bind(&p).post_bind(&p)));
     }
     registry
 }
