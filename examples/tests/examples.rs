@@ -6,6 +6,8 @@ mod apiserver;
 mod custom_scheduler;
 #[path = "examples/roles.rs"]
 mod roles;
+#[path = "examples/store_backend.rs"]
+mod store_backend;
 #[path = "examples/support.rs"]
 mod support;
 #[path = "examples/up.rs"]
