@@ -12,6 +12,8 @@ mod custom_scheduler;
 mod embed_in_axum;
 #[path = "examples/roles.rs"]
 mod roles;
+#[path = "examples/store_backend.rs"]
+mod store_backend;
 #[path = "examples/support.rs"]
 mod support;
 #[path = "examples/up.rs"]

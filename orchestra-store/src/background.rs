@@ -1,14 +1,15 @@
 //! Work a store does on its own: TTL expiry and history compaction.
 //!
 //! Both run as Tokio tasks that hold only a weak reference to the store, so
-//! they end when the store is dropped.
+//! they end when the store is dropped. [`spawn_background`] starts them and
+//! [`expire`] deletes expired keys; both are public in [`crate::backend`].
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::kv::Revision;
 use crate::store::Store;
 use crate::txn::{Compare, CompareOp, Op, Txn};
@@ -95,18 +96,18 @@ impl StoreOptions {
 }
 
 /// The compactor's memory of which revision was current when.
-pub(crate) struct Compactor {
+struct Compactor {
     policy: CompactionPolicy,
     samples: VecDeque<(Instant, Revision)>,
 }
 
 impl Compactor {
-    pub(crate) fn new(policy: CompactionPolicy) -> Compactor {
+    fn new(policy: CompactionPolicy) -> Compactor {
         Compactor { policy, samples: VecDeque::new() }
     }
 
     /// The revision to compact to, given the current revision at `now`.
-    pub(crate) fn target(&mut self, now: Instant, current: Revision) -> Option<Revision> {
+    fn target(&mut self, now: Instant, current: Revision) -> Option<Revision> {
         self.samples.push_back((now, current));
         let mut target = None;
         while let Some(&(at, revision)) = self.samples.front() {
@@ -140,11 +141,46 @@ impl Compactor {
     }
 }
 
-/// Runs `step` every `interval` while `target` is alive.
-pub(crate) fn spawn_periodic<T, F, Fut>(target: Weak<T>, interval: Duration, mut step: F)
+/// Starts a store's background work, as `options` asks: every
+/// `options.expiry_interval` it deletes the keys whose TTL ran out (with
+/// [`expire`]), and with `options.compaction` set it compacts the history by
+/// that policy. Must be called inside a Tokio runtime, which runs both.
+///
+/// `shared` is the state the store's handles share; the tasks hold it only
+/// weakly, so they end when the last handle is dropped. Each time they run
+/// they make a store handle of their own from it with `handle`, and ask
+/// `due` for the keys whose deadline is at or before the time it is given
+/// (see [`now_ms`](crate::backend::now_ms)), each with the mod revision of the
+/// write that set the deadline — the list
+/// [`ExpiryIndex::due`](crate::backend::ExpiryIndex::due) returns. An error
+/// from `due` is logged, and the next tick tries again.
+pub fn spawn_background<T, S, D>(shared: &Arc<T>, options: &StoreOptions, due: D, handle: fn(Arc<T>) -> S)
 where
     T: Send + Sync + 'static,
-    F: FnMut(std::sync::Arc<T>) -> Fut + Send + 'static,
+    S: Store,
+    D: Fn(&T, i64) -> Result<Vec<(String, Revision)>> + Send + 'static,
+{
+    let weak = Arc::downgrade(shared);
+    spawn_periodic(weak.clone(), options.expiry_interval, move |shared| {
+        let due = due(&shared, crate::txn::now_ms());
+        async move {
+            match due {
+                Ok(due) if due.is_empty() => {}
+                Ok(due) => expire(&handle(shared), due).await,
+                Err(e) => tracing::warn!(error = %e, "cannot read TTL deadlines"),
+            }
+        }
+    });
+    if let Some(policy) = options.compaction.clone() {
+        spawn_compactor(weak, policy, handle);
+    }
+}
+
+/// Runs `step` every `interval` while `target` is alive.
+fn spawn_periodic<T, F, Fut>(target: Weak<T>, interval: Duration, mut step: F)
+where
+    T: Send + Sync + 'static,
+    F: FnMut(Arc<T>) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send,
 {
     tokio::spawn(async move {
@@ -160,13 +196,13 @@ where
 
 /// Starts a compactor for the store that `make_store` rebuilds from the weak
 /// reference each tick.
-pub(crate) fn spawn_compactor<T, S>(target: Weak<T>, policy: CompactionPolicy, make_store: fn(std::sync::Arc<T>) -> S)
+fn spawn_compactor<T, S>(target: Weak<T>, policy: CompactionPolicy, make_store: fn(Arc<T>) -> S)
 where
     T: Send + Sync + 'static,
     S: Store,
 {
     let tick = policy.tick();
-    let compactor = std::sync::Arc::new(tokio::sync::Mutex::new(Compactor::new(policy)));
+    let compactor = Arc::new(tokio::sync::Mutex::new(Compactor::new(policy)));
     spawn_periodic(target, tick, move |shared| {
         let compactor = compactor.clone();
         async move {
@@ -177,8 +213,11 @@ where
 }
 
 /// Deletes the keys whose TTL ran out, each only if it was not written again
-/// since (`due` pairs a key with the mod revision its deadline belongs to).
-pub(crate) async fn expire(store: &dyn Store, due: Vec<(String, Revision)>) {
+/// since: `due` pairs a key with the mod revision of the write that set its
+/// deadline, and each delete is a transaction guarded by that revision, so
+/// it publishes a delete event like any other write. Failures are logged (a
+/// store that is shutting down is not a failure); the next look retries.
+pub async fn expire(store: &dyn Store, due: Vec<(String, Revision)>) {
     let deletes = due.into_iter().map(|(key, revision)| {
         let txn = Txn::new()
             .when([Compare::mod_revision(key.clone(), CompareOp::Equal, revision)])

@@ -13,6 +13,8 @@
 //!   backend: WAL-synced group commit, MVCC history in RocksDB.
 //! * [`FencedStore`] — a wrapper whose writes land only while a guard key
 //!   allows them (fencing tokens).
+//! * [`backend`] — the building blocks of a backend of your own: watch
+//!   fan-out, transaction evaluation, in-memory MVCC history, TTL expiry.
 //! * `testing::Suite` (feature `testing`) — the conformance suite every
 //!   backend runs.
 //!
@@ -31,9 +33,11 @@
 //! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 //! ```
 
+pub mod backend;
 mod background;
 mod error;
 mod fence;
+mod history;
 mod kv;
 pub mod limits;
 mod mem;

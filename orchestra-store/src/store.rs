@@ -65,14 +65,65 @@ pub struct RangeResponse {
     pub revision: Revision,
 }
 
-/// The store's revisions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The store's revisions. The default is a fresh store's: both 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStatus {
     /// The revision of the last write.
     pub revision: Revision,
     /// Reads and watches at or after this revision are served; older ones
     /// fail with [`Error::Compacted`]. 0 before the first compaction.
     pub compact_revision: Revision,
+}
+
+/// The checks of the revisions a request names, for backends: the status
+/// is their revision counter and compaction revision.
+impl StoreStatus {
+    /// Resolves the revision a read asks for ([`RangeRequest::revision`];
+    /// 0 is the current revision): [`Error::FutureRevision`] if it is after
+    /// the current revision, [`Error::Compacted`] if it is before the
+    /// compaction revision.
+    ///
+    /// ```
+    /// use orchestra_store::{Error, StoreStatus};
+    ///
+    /// let status = StoreStatus { revision: 9, compact_revision: 4 };
+    /// assert_eq!(status.read_revision(0), Ok(9));
+    /// assert_eq!(status.read_revision(4), Ok(4));
+    /// assert!(matches!(status.read_revision(3), Err(Error::Compacted { .. })));
+    /// assert!(matches!(status.read_revision(10), Err(Error::FutureRevision { .. })));
+    /// ```
+    pub fn read_revision(&self, requested: Revision) -> Result<Revision> {
+        match requested {
+            0 => Ok(self.revision),
+            r if r > self.revision => Err(Error::FutureRevision { requested: r, current: self.revision }),
+            r if r < self.compact_revision => Err(Error::Compacted { requested: r, compacted: self.compact_revision }),
+            r => Ok(r),
+        }
+    }
+
+    /// Checks that a watch may start, or catch up, at `revision`:
+    /// [`Error::Compacted`] if the history before it is gone. 0 (from now on)
+    /// and revisions not written yet always pass.
+    pub fn check_watch_from(&self, revision: Revision) -> Result<()> {
+        if revision != 0 && revision < self.compact_revision {
+            return Err(Error::Compacted { requested: revision, compacted: self.compact_revision });
+        }
+        Ok(())
+    }
+
+    /// Checks a compaction to `revision` ([`Store::compact`]): `Ok(true)` if
+    /// it drops history, `Ok(false)` if the history is compacted that far
+    /// already, [`Error::FutureRevision`] if `revision` is after the current
+    /// revision.
+    pub fn check_compact(&self, revision: Revision) -> Result<bool> {
+        if revision <= self.compact_revision {
+            return Ok(false);
+        }
+        if revision > self.revision {
+            return Err(Error::FutureRevision { requested: revision, current: self.revision });
+        }
+        Ok(true)
+    }
 }
 
 /// An etcd-like MVCC key-value store with watch.

@@ -4,6 +4,7 @@
 //! run, otherwise the `failure` operations; the whole transaction is atomic and
 //! takes a single revision if it changes anything. The convenience writes of
 //! [`Store`](crate::Store) (`create`, `update`, `delete`) are transactions.
+//! The evaluator, [`execute`], is public in [`crate::backend`].
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -258,24 +259,61 @@ pub struct TxnResponse {
     pub responses: Vec<OpResponse>,
 }
 
-/// Read access to the current state, as a backend's transaction evaluator sees it.
-pub(crate) trait ReadView {
-    /// The current value of `key`.
+/// Read access to a backend's current state, as [`execute`] sees it: the
+/// latest value of each key. Reads take `&mut self` so that a view may cache
+/// or batch what it reads.
+///
+/// A map of [`KeyHistory`](crate::backend::KeyHistory) is a view already
+/// (`&BTreeMap<String, KeyHistory>`).
+pub trait ReadView {
+    /// The current value of `key`, `None` if it is absent. An error (a
+    /// failed disk read) aborts the transaction.
     fn read(&mut self, key: &str) -> Result<Option<KeyValue>>;
 }
 
-/// The effect of one executed transaction.
-pub(crate) struct Executed {
+/// The effect of one executed transaction: what [`execute`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Executed {
     /// What the caller gets back.
     pub response: TxnResponse,
-    /// The changes, all at `revision`; empty if nothing was written.
+    /// The changes, all at the transaction's revision, in operation order;
+    /// empty if nothing was written (the revision then stays where it was).
     pub events: Vec<Event>,
 }
 
-/// Evaluates `txn` (already validated) against `view` as the write at
-/// `revision` (the current revision + 1). Does not modify `view`: the caller
-/// applies the returned events. `now_ms` turns TTLs into deadlines.
-pub(crate) fn execute(txn: &Txn, revision: Revision, now_ms: i64, view: &mut impl ReadView) -> Result<Executed> {
+/// Evaluates `txn` against `view` as the write at `revision` (the current
+/// revision + 1): the compares, then the branch that runs, each operation
+/// seeing the transaction's earlier writes. Builds the new key-values'
+/// create revision, mod revision and version, and turns TTLs into deadlines
+/// at `now_ms` (see [`now_ms`]).
+///
+/// The transaction must have passed [`Txn::validate`]. Nothing is written:
+/// the backend applies the returned events to its state (and publishes
+/// them to its watches) if there are any, in the same critical section
+/// that read `view`, so that no other write comes between.
+///
+/// ```
+/// use std::collections::BTreeMap;
+///
+/// use orchestra_store::backend::{KeyHistory, execute, now_ms};
+/// use orchestra_store::{Compare, Op, Txn};
+///
+/// let mut keys: BTreeMap<String, KeyHistory> = BTreeMap::new();
+/// let create = Txn::new().when([Compare::absent("/a")]).and_then([Op::put("/a", "1")]);
+/// create.validate()?;
+/// let executed = execute(&create, 1, now_ms(), &mut &keys)?;
+/// assert!(executed.response.succeeded);
+/// for event in &executed.events {
+///     keys.entry(event.kv.key.clone()).or_default().record(event);
+/// }
+///
+/// // The same create again fails its compare and writes nothing.
+/// let again = execute(&create, 2, now_ms(), &mut &keys)?;
+/// assert!(!again.response.succeeded && again.events.is_empty());
+/// assert_eq!(again.response.revision, 1);
+/// # Ok::<(), orchestra_store::Error>(())
+/// ```
+pub fn execute(txn: &Txn, revision: Revision, now_ms: i64, view: &mut impl ReadView) -> Result<Executed> {
     let mut succeeded = true;
     for compare in &txn.compares {
         if !compare.holds(view.read(&compare.key)?.as_ref()) {
@@ -321,8 +359,9 @@ pub(crate) fn execute(txn: &Txn, revision: Revision, now_ms: i64, view: &mut imp
     Ok(Executed { response: TxnResponse { succeeded, revision, responses }, events })
 }
 
-/// Milliseconds since the Unix epoch, the clock TTL deadlines use.
-pub(crate) fn now_ms() -> i64 {
+/// Milliseconds since the Unix epoch: the clock of TTL deadlines
+/// ([`KeyValue::expires_at_ms`]).
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 

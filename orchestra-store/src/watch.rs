@@ -6,6 +6,7 @@
 //! its consumer was slow and the hub's buffer moved on) it reads the missed
 //! revisions from the backend's history through [`EventLog`], so a slow
 //! watcher costs memory only in its own history reads, never in the hub.
+//! Both are public, in [`crate::backend`].
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -74,11 +75,19 @@ impl WatchResponse {
 /// when the store shut down. Dropping it cancels the watch.
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse>> + Send>>;
 
-/// A backend's history of committed changes, read by watches that are behind.
+/// A backend's history of committed changes, read by the watches of a
+/// [`WatchHub`] that are behind it: a watch that starts at a past revision,
+/// or one whose consumer was slower than the hub's buffer.
+///
+/// Implementations are usually a handle to the backend's shared state (the
+/// hub holds one per watch); for a backend that keeps its history in memory,
+/// [`RevisionLog`](crate::backend::RevisionLog) serves the events.
 #[async_trait]
-pub(crate) trait EventLog: Send + Sync + 'static {
+pub trait EventLog: Send + Sync + 'static {
     /// Every event at revisions `from..=to` within `range`, in revision order.
-    /// Fails with [`Error::Compacted`] if `from` is before the compaction revision.
+    /// Every revision up to `to` has been published to the hub, so the log
+    /// must hold it. Fails with [`Error::Compacted`] if `from` is before the
+    /// compaction revision: a watch must never skip a revision silently.
     async fn events(&self, range: &KeyRange, from: Revision, to: Revision) -> Result<Vec<Event>>;
 }
 
@@ -90,7 +99,7 @@ const HUB_CAPACITY: usize = 1024;
 
 /// The changes of one commit group, which ends at revision `last`.
 #[derive(Debug)]
-pub(crate) struct Committed {
+struct Committed {
     last: Revision,
     events: Vec<Event>,
 }
@@ -99,23 +108,84 @@ pub(crate) struct Committed {
 /// watch's subscription and its view of "published so far" always agree.
 type HubState = Mutex<(Revision, broadcast::Sender<Arc<Committed>>)>;
 
-/// Fans committed changes out to watches.
-pub(crate) struct WatchHub {
+/// Fans committed changes out to watches: all of
+/// [`Store::watch`](crate::Store::watch) but the compaction check and the
+/// history.
+///
+/// A backend owns one hub. After every write it publishes the write's
+/// events, in revision order; [`watch`](WatchHub::watch) starts a stream that
+/// delivers every change from the request's start revision on — exactly
+/// once, in order, with progress notifications — reading the revisions it
+/// missed from the backend's [`EventLog`]. Dropping the hub ends its watches
+/// with [`Error::Unavailable`].
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+///
+/// use futures::StreamExt;
+/// use orchestra_store::backend::{EventLog, RevisionLog, WatchHub};
+/// use orchestra_store::{Event, EventKind, KeyRange, KeyValue, Result, Revision, WatchRequest};
+///
+/// /// The history watches read when they are behind (never compacted here).
+/// #[derive(Default)]
+/// struct History(Mutex<RevisionLog>);
+///
+/// #[async_trait::async_trait]
+/// impl EventLog for History {
+///     async fn events(&self, range: &KeyRange, from: Revision, to: Revision) -> Result<Vec<Event>> {
+///         Ok(self.0.lock().unwrap().events(range, from, to))
+///     }
+/// }
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let (history, hub) = (Arc::new(History::default()), WatchHub::new(0));
+/// let live = hub.watch(history.clone(), WatchRequest::new(KeyRange::prefix("/a/")));
+///
+/// // A write at revision 1: readable from the history first, then published.
+/// let kv = KeyValue {
+///     key: "/a/1".into(),
+///     value: "v".into(),
+///     create_revision: 1,
+///     mod_revision: 1,
+///     version: 1,
+///     expires_at_ms: None,
+/// };
+/// let events = vec![Event { kind: EventKind::Put, kv, prev_kv: None }];
+/// history.0.lock().unwrap().append(1, events.clone());
+/// hub.publish(1, 1, events);
+///
+/// // The live watch gets it from the hub, one from revision 1 from the history.
+/// let past = hub.watch(history, WatchRequest::new(KeyRange::prefix("/a/")).from_revision(1));
+/// for mut watch in [live, past] {
+///     let response = watch.next().await.unwrap().unwrap();
+///     assert_eq!((response.revision, response.events[0].kv.key.as_str()), (1, "/a/1"));
+/// }
+/// # });
+/// ```
+pub struct WatchHub {
     inner: Arc<HubState>,
 }
 
+impl std::fmt::Debug for WatchHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchHub").field("published", &self.inner.lock().0).finish_non_exhaustive()
+    }
+}
+
 impl WatchHub {
-    /// A hub whose history ends at `revision`.
-    pub(crate) fn new(revision: Revision) -> WatchHub {
+    /// A hub whose history ends at `revision`: the backend's current
+    /// revision (0 for an empty store).
+    pub fn new(revision: Revision) -> WatchHub {
         let (sender, _) = broadcast::channel(HUB_CAPACITY);
         WatchHub { inner: Arc::new(Mutex::new((revision, sender))) }
     }
 
     /// Publishes the events of revisions `first..=last` (possibly none: a
     /// write may change nothing a watch can see, the revision still moved).
-    /// Callers publish in revision order, after the changes are readable
-    /// from their [`EventLog`].
-    pub(crate) fn publish(&self, first: Revision, last: Revision, events: Vec<Event>) {
+    /// Callers publish in revision order — `first` is the revision after the
+    /// last one published — after the changes are readable from their
+    /// [`EventLog`]; a backend that commits under a lock publishes under it.
+    pub fn publish(&self, first: Revision, last: Revision, events: Vec<Event>) {
         let mut inner = self.inner.lock();
         debug_assert!(first == inner.0 + 1, "published {first} after {}", inner.0);
         inner.0 = last;
@@ -123,9 +193,12 @@ impl WatchHub {
         let _ = inner.1.send(Arc::new(Committed { last, events }));
     }
 
-    /// Starts a watch over `log`, whose latest revision the caller has checked
-    /// against the compaction revision already.
-    pub(crate) fn watch(&self, log: Arc<dyn EventLog>, request: WatchRequest) -> WatchStream {
+    /// Starts a watch that reads the revisions it missed from `log`. The
+    /// caller has checked the request's start revision against the
+    /// compaction revision already
+    /// ([`StoreStatus::check_watch_from`](crate::StoreStatus::check_watch_from)).
+    /// The stream must be polled inside a Tokio runtime.
+    pub fn watch(&self, log: Arc<dyn EventLog>, request: WatchRequest) -> WatchStream {
         let (published, receiver) = {
             let inner = self.inner.lock();
             (inner.0, inner.1.subscribe())

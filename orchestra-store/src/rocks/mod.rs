@@ -35,12 +35,13 @@ use rocksdb::{
 use tokio::sync::{mpsc, oneshot};
 
 use self::codec::LogEntry;
-use crate::background::{self, StoreOptions};
+use crate::backend::{self, EventLog, ReadView, WatchHub};
+use crate::background::StoreOptions;
 use crate::error::{Error, Result};
 use crate::kv::{Event, EventKind, KeyRange, KeyValue, Revision};
 use crate::store::{RangeRequest, RangeResponse, Store, StoreStatus};
-use crate::txn::{self, ReadView, Txn, TxnResponse};
-use crate::watch::{EventLog, WatchHub, WatchRequest, WatchStream};
+use crate::txn::{Txn, TxnResponse};
+use crate::watch::{WatchRequest, WatchStream};
 
 const CF_KV: &str = "kv";
 const CF_HIST: &str = "hist";
@@ -166,17 +167,12 @@ impl RocksStore {
                 .map_err(|e| Error::Storage(format!("cannot start the committer thread: {e}")))?
         };
         let shared = Arc::new(Shared { core, hub, commands: Some(commands), committer: Some(committer) });
-        let weak = Arc::downgrade(&shared);
-        background::spawn_periodic(weak.clone(), options.store.expiry_interval, |shared| async move {
-            match shared.core.due(txn::now_ms()) {
-                Ok(due) if due.is_empty() => {}
-                Ok(due) => background::expire(&RocksStore { shared }, due).await,
-                Err(e) => tracing::warn!(error = %e, "cannot read TTL deadlines"),
-            }
-        });
-        if let Some(policy) = options.store.compaction {
-            background::spawn_compactor(weak, policy, |shared| RocksStore { shared });
-        }
+        backend::spawn_background(
+            &shared,
+            &options.store,
+            |shared, now_ms| shared.core.due(now_ms),
+            |shared| RocksStore { shared },
+        );
         Ok(RocksStore { shared })
     }
 
@@ -269,6 +265,14 @@ impl Core {
         })
     }
 
+    /// The current and compaction revisions.
+    fn status(&self) -> StoreStatus {
+        StoreStatus {
+            revision: self.revision.load(Ordering::Acquire),
+            compact_revision: self.compact_revision.load(Ordering::Acquire),
+        }
+    }
+
     fn cf(&self, name: &str) -> &ColumnFamily {
         self.db.cf_handle(name).expect("column families are created at open")
     }
@@ -278,13 +282,8 @@ impl Core {
     /// after the snapshot was taken, so a compaction that could have removed
     /// what the snapshot holds is always noticed.
     fn read_revision(&self, requested: Revision, current: Revision) -> Result<Revision> {
-        let compacted = self.compact_revision.load(Ordering::Acquire);
-        match requested {
-            0 => Ok(current),
-            r if r > current => Err(Error::FutureRevision { requested: r, current }),
-            r if r < compacted => Err(Error::Compacted { requested: r, compacted }),
-            r => Ok(r),
-        }
+        let compact_revision = self.compact_revision.load(Ordering::Acquire);
+        StoreStatus { revision: current, compact_revision }.read_revision(requested)
     }
 
     fn range(&self, request: &RangeRequest) -> Result<RangeResponse> {
@@ -618,13 +617,13 @@ fn next_request(queue: &mut mpsc::Receiver<Request>) -> Option<Request> {
 fn commit_group(core: &Core, hub: &WatchHub, group: &mut Vec<Request>) {
     let first = core.revision.load(Ordering::Acquire) + 1;
     let mut next = first;
-    let now = txn::now_ms();
+    let now = backend::now_ms();
     let mut view = Overlay::new(Current(core));
     let mut batch = WriteBatch::default();
     let mut published = Vec::new();
     let mut results = Vec::with_capacity(group.len());
     for request in group.iter() {
-        let result = txn::execute(&request.txn, next, now, &mut view).map(|executed| {
+        let result = backend::execute(&request.txn, next, now, &mut view).map(|executed| {
             if !executed.events.is_empty() {
                 core.write_events(&mut batch, next, &executed.events);
                 view.apply(&executed.events);
@@ -709,10 +708,7 @@ impl Store for RocksStore {
     }
 
     async fn watch(&self, request: WatchRequest) -> Result<WatchStream> {
-        let compacted = self.shared.core.compact_revision.load(Ordering::Acquire);
-        if request.start_revision != 0 && request.start_revision < compacted {
-            return Err(Error::Compacted { requested: request.start_revision, compacted });
-        }
+        self.shared.core.status().check_watch_from(request.start_revision)?;
         Ok(self.shared.hub.watch(Arc::new(History(self.shared.core.clone())), request))
     }
 
@@ -724,10 +720,6 @@ impl Store for RocksStore {
     }
 
     async fn status(&self) -> Result<StoreStatus> {
-        let core = &self.shared.core;
-        Ok(StoreStatus {
-            revision: core.revision.load(Ordering::Acquire),
-            compact_revision: core.compact_revision.load(Ordering::Acquire),
-        })
+        Ok(self.shared.core.status())
     }
 }
