@@ -30,7 +30,7 @@ impl AdmissionPlugin for OwnerLabel {
         "OwnerLabel"
     }
 
-    async fn mutate(&self, request: &mut AdmissionRequest) -> Result<(), ApiError> {
+    async fn mutate(&self, request: &mut AdmissionRequest<'_>) -> Result<(), ApiError> {
         if request.operation != Operation::Create || request.resource.kind != "ConfigMap" {
             return Ok(());
         }
@@ -45,15 +45,15 @@ impl AdmissionPlugin for OwnerLabel {
         Ok(())
     }
 
-    async fn validate(&self, request: &AdmissionRequest) -> Result<(), ApiError> {
+    async fn validate(&self, request: &AdmissionRequest<'_>) -> Result<(), ApiError> {
         let has_password = request.object.as_ref().is_some_and(|o| !o["data"]["password"].is_null());
         if request.resource.kind == "ConfigMap" && has_password {
-            let resource = &request.resource;
+            let resource = request.resource;
             let target = ErrorTarget {
                 group: resource.group.clone(),
                 resource: resource.plural.clone(),
                 kind: resource.kind.clone(),
-                name: request.name.clone(),
+                name: request.name.to_owned(),
             };
             let error = FieldError::invalid("data.password", "<hidden>", "passwords belong in Secrets");
             return Err(ApiError::invalid(&target, vec![error]));

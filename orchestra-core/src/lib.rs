@@ -2,6 +2,10 @@
 //!
 //! Orchestra's API machinery:
 //!
+//! Where this crate sits among Orchestra's crates, and the rule that only
+//! the API server touches the store: the repository's
+//! [ARCHITECTURE.md](https://github.com/orchestra-rs/orchestra/blob/main/ARCHITECTURE.md).
+//!
 //! * [`api`] — the types-only layer: resource descriptions and the registry
 //!   of served kinds, Kubernetes `Status` errors, label and field selectors,
 //!   object-meta helpers and validation, OpenAPI v3 documents and the schema

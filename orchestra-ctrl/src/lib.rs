@@ -4,6 +4,10 @@
 //! controller manager. Controllers observe through watches, compare desired
 //! with current state, and act only through the API server.
 //!
+//! Where this crate sits among Orchestra's crates, and the rule that only
+//! the API server touches the store: the repository's
+//! [ARCHITECTURE.md](https://github.com/orchestra-rs/orchestra/blob/main/ARCHITECTURE.md).
+//!
 //! - [`informer`]: shared informers (one list+watch per kind per process,
 //!   `Arc` caches with indexers, relist on 410 Gone, bookmarks).
 //! - [`workqueue`]: de-duplicating queue with per-key backoff, a global rate

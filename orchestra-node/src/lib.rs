@@ -2,6 +2,10 @@
 //!
 //! The node side of Orchestra: what the kubelet and the container runtime do.
 //!
+//! Where this crate sits among Orchestra's crates, and the rule that only
+//! the API server touches the store: the repository's
+//! [ARCHITECTURE.md](https://github.com/orchestra-rs/orchestra/blob/main/ARCHITECTURE.md).
+//!
 //! - [`runtime`]: the CRI-shaped [`RuntimeBackend`] trait and its types, the
 //!   CRI log format ([`runtime::cri_log`]), the node's image catalog
 //!   ([`runtime::images`]) and the backends: [`runtime::process::ProcessRuntime`]

@@ -16,6 +16,10 @@
 //! the controller runtime's leader election (`orchestra_ctrl::leader`) when
 //! configured.
 //!
+//! Where this crate sits among Orchestra's crates, and the rule that only
+//! the API server touches the store: the repository's
+//! [ARCHITECTURE.md](https://github.com/orchestra-rs/orchestra/blob/main/ARCHITECTURE.md).
+//!
 //! ```no_run
 //! # async fn run(client: kube::Client) -> Result<(), orchestra_sched::scheduler::Error> {
 //! use orchestra_sched::scheduler::SchedulerBuilder;

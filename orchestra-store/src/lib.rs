@@ -7,6 +7,10 @@
 //! consistent paginated reads at a revision, TTL keys, gap-free watches with
 //! previous values and progress notifications, and compaction.
 //!
+//! Where this crate sits among Orchestra's crates, and the rule that only
+//! the API server touches the store: the repository's
+//! [ARCHITECTURE.md](https://github.com/orchestra-rs/orchestra/blob/main/ARCHITECTURE.md).
+//!
 //! * [`Store`] — the trait every backend implements (object safe).
 //! * [`MemStore`] — the full semantics in memory.
 //! * `RocksStore` (feature `rocksdb`, on by default) — the durable embedded

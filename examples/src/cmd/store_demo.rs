@@ -24,7 +24,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let dir = args.data_dir.unwrap_or_else(|| temp.path().join("store"));
     let options =
         || RocksOptions::new(&dir).store_options(StoreOptions::default().expiry_interval(Duration::from_millis(100)));
-    println!("orchestra store-demo: the API server does not exist yet (issue 3); this runs the durable store.");
+    println!("orchestra store-demo: the durable store alone, without the API server above it.");
     println!("data directory: {}", dir.display());
 
     let store = RocksStore::open_with(options()).await?;

@@ -138,6 +138,12 @@ impl AdmissionChain {
         self
     }
 
+    /// Adds every plugin of `other` at the end, in its order.
+    pub fn then(mut self, other: AdmissionChain) -> AdmissionChain {
+        self.plugins.extend(other.plugins);
+        self
+    }
+
     /// Admits (possibly mutating) or refuses a write: the mutating phase
     /// of every plugin that handles its operation, in order, then their
     /// validating phase.

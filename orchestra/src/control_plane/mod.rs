@@ -272,7 +272,8 @@ impl ControlPlaneBuilder {
         self
     }
 
-    /// Adds an admission plugin, run (in the order added) on every write.
+    /// Adds an admission plugin, run (in the order added) on every write,
+    /// after the API server's NamespaceLifecycle.
     pub fn admission(mut self, plugin: impl AdmissionPlugin + 'static) -> Self {
         self.admission = Some(self.admission.take().unwrap_or_default().with(plugin));
         self
@@ -428,7 +429,9 @@ impl ControlPlaneBuilder {
             .authorizer(authorizers)
             .service_account_tokens(signer.clone());
         if let Some(admission) = self.admission {
-            api = api.admission(admission);
+            // The server's own NamespaceLifecycle first, as in its default chain.
+            let chain = AdmissionChain::new().with(api.namespace_lifecycle()).then(admission);
+            api = api.admission(chain);
         }
         if let Some(options) = self.server_options {
             api = api.options(options);

@@ -89,11 +89,7 @@ impl Components {
                         }
                     };
                     ctx.log.line("scheduler started");
-                    let stop = ctx.stop.clone();
-                    let stopped = async move {
-                        let mut stop = stop;
-                        let _ = stop.wait_for(|s| *s).await;
-                    };
+                    let stopped = stop_requested(&ctx);
                     match scheduler.run_until(stopped).await {
                         Ok(()) => 0,
                         Err(error) => {
@@ -121,11 +117,7 @@ impl Components {
                         }
                     };
                     ctx.log.line(format!("controllers: {}", manager.names().join(", ")));
-                    let stop = ctx.stop.clone();
-                    let stopped = async move {
-                        let mut stop = stop;
-                        let _ = stop.wait_for(|s| *s).await;
-                    };
+                    let stopped = stop_requested(&ctx);
                     match manager.run_elected(elector, stopped).await {
                         Ok(()) => 0,
                         Err(error) => {
@@ -137,6 +129,15 @@ impl Components {
             });
         }
         runtime
+    }
+}
+
+/// Completes when the component's container is asked to stop; owned, so
+/// that the component can keep writing to its log meanwhile.
+fn stop_requested(ctx: &ComponentContext) -> impl Future<Output = ()> + Send + 'static + use<> {
+    let mut stop = ctx.stop.clone();
+    async move {
+        let _ = stop.wait_for(|stop| *stop).await;
     }
 }
 
