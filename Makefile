@@ -17,19 +17,24 @@ all: build
 deps:
 	@./scripts/deps.sh
 
+## Builds with exactly the features `make test` and `make lint` resolve
+## (every package, every feature, the tests' dev-dependencies included), so
+## that the three share one build of the dependencies: any other package
+## selection resolves other features and rebuilds much of them. The tests'
+## build includes the `orchestra` binary.
 build: deps
-	$(CARGO) build --workspace
+	$(CARGO) test --workspace --all-features --no-run
 
 ## Runs the reference assembly: a whole cluster in one process (store, API
 ## server over HTTPS on 127.0.0.1:6443, scheduler, controller manager and 3
 ## node agents running containers as host processes). It prints the
 ## `export KUBECONFIG=...` line to use with kubectl once it is ready.
-run: deps
-	$(CARGO) run -p orchestra-examples --bin orchestra -- up --data-dir $(DATA_DIR)
+run: build
+	$(CARGO_TARGET_DIR)/debug/orchestra up --data-dir $(DATA_DIR)
 
 ## The durable store alone: writes, watches, paginates, expires a TTL key, restarts.
-store-demo: deps
-	$(CARGO) run -p orchestra-examples --bin orchestra -- store-demo
+store-demo: build
+	$(CARGO_TARGET_DIR)/debug/orchestra store-demo
 
 ## Every test of the workspace: formatting, unit, integration (the store
 ## conformance suite on both backends, the crash test), and doc tests.
