@@ -141,10 +141,21 @@ fn stop_requested(ctx: &ComponentContext) -> impl Future<Output = ()> + Send + '
     }
 }
 
+/// The components that may have a manifest, whether or not they run now.
+const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+
 /// One manifest per `(name, description)`, rewritten only when it changed
-/// (the agent restarts a static pod whose manifest changes).
+/// (the agent restarts a static pod whose manifest changes); the manifest
+/// of a component that no longer runs is removed, so that its pod goes.
+/// Other files in `dir` (static pods of the user's) are left alone.
 fn write_manifests(dir: &std::path::Path, pods: &[(&str, &str)]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    for component in COMPONENTS.iter().filter(|c| !pods.iter().any(|(name, _)| name == *c)) {
+        match std::fs::remove_file(dir.join(format!("{component}.json"))) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+    }
     for (name, about) in pods {
         let manifest = serde_json::json!({
             "apiVersion": "v1",
@@ -170,4 +181,40 @@ fn write_manifests(dir: &std::path::Path, pods: &[(&str, &str)]) -> std::io::Res
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn manifests_follow_the_components_that_run() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path()).unwrap();
+        std::fs::write(dir.path().join("mine.yaml"), "a static pod of the user's").unwrap();
+        let all = [("etcd", "s"), ("kube-apiserver", "a"), ("kube-controller-manager", "c"), ("kube-scheduler", "k")];
+        for (pods, expected) in [
+            (&all[..], vec!["etcd.json", "kube-apiserver.json", "kube-controller-manager.json", "kube-scheduler.json"]),
+            (&all[..2], vec!["etcd.json", "kube-apiserver.json"]),
+            (&all[..3], vec!["etcd.json", "kube-apiserver.json", "kube-controller-manager.json"]),
+        ] {
+            write_manifests(dir.path(), pods).unwrap();
+            let mut expected: Vec<String> = expected.into_iter().map(String::from).collect();
+            expected.push("mine.yaml".into());
+            expected.sort();
+            assert_eq!(names(dir.path()), expected, "{pods:?}");
+        }
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("kube-controller-manager.json")).unwrap())
+                .unwrap();
+        assert_eq!(manifest["spec"]["containers"][0]["image"], "orchestra/kube-controller-manager");
+        assert_eq!(manifest["spec"]["runtimeClassName"], EMBEDDED_HANDLER);
+    }
 }
