@@ -4,6 +4,10 @@
 # not rebuild RocksDB (about 9 minutes on 2 cores) every time.
 
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/orchestra-target
+# No incremental compilation unless asked for (CARGO_INCREMENTAL=1): its
+# session state takes gigabytes, and `make test`, `make run` and CI then
+# build with one setting, so each reuses the others' build.
+export CARGO_INCREMENTAL ?= 0
 CARGO ?= cargo
 
 .PHONY: all deps build run store-demo test bench bench-quick bench-apiserver bench-apiserver-quick bench-handler-instructions lint doc
@@ -37,11 +41,13 @@ store-demo: build
 	$(CARGO_TARGET_DIR)/debug/orchestra store-demo
 
 ## Every test of the workspace: formatting, unit, integration (the store
-## conformance suite on both backends, the crash test), and doc tests.
+## conformance suite on both backends, the crash test), doc tests, then
+## clippy and the API documentation, both with warnings as errors.
 test: deps
 	$(CARGO) fmt --all --check
 	$(CARGO) test --workspace --all-features
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features
 
 ## The benchmarks against their baselines (etcd for the store, the bare
 ## store for the API server, the Kubernetes limits and SLOs for the nodes).
@@ -76,6 +82,7 @@ bench-handler-instructions: deps
 lint: deps
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features
 
 doc: deps
 	$(CARGO) doc --workspace --no-deps --all-features

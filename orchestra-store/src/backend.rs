@@ -12,9 +12,9 @@
 //!
 //! * **The revision counter and the compaction revision**, as a
 //!   [`StoreStatus`]. Its methods check the revisions requests name:
-//!   [`read_revision`](StoreStatus::read_revision),
-//!   [`check_watch_from`](StoreStatus::check_watch_from) and
-//!   [`check_compact`](StoreStatus::check_compact).
+//!   [`read_revision`](crate::StoreStatus::read_revision),
+//!   [`check_watch_from`](crate::StoreStatus::check_watch_from) and
+//!   [`check_compact`](crate::StoreStatus::check_compact).
 //! * **Each key's version history**, a [`KeyHistory`] per key in key order
 //!   (a `BTreeMap<String, KeyHistory>`): reads at past revisions look up
 //!   [`KeyHistory::at`], and transactions read the latest versions through
