@@ -62,7 +62,7 @@ impl TestCluster {
     /// the scheduler, controllers or nodes to.
     pub fn builder() -> ControlPlaneBuilder {
         let builder = crate::ControlPlane::builder()
-            .server_options(ServerOptions { bookmark_interval: Duration::from_millis(200) });
+            .server_options(ServerOptions::default().with_bookmark_interval(Duration::from_millis(200)));
         #[cfg(feature = "sched")]
         let builder = builder.without_scheduler();
         #[cfg(feature = "ctrl")]
@@ -112,10 +112,7 @@ impl TestCluster {
                 let pki = Pki::load_or_create(&dir.path().join("pki"), &["127.0.0.1".into()]).expect("certificates");
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
                 let address = listener.local_addr().expect("an address");
-                let options = ListenOptions {
-                    tls: Some(pki.server_tls_config().expect("a TLS configuration")),
-                    ..ListenOptions::default()
-                };
+                let options = ListenOptions::default().with_tls(pki.server_tls_config().expect("a TLS configuration"));
                 let router = self.handle.router();
                 tokio::spawn(orchestra_core::server::serve(listener, router, options, std::future::pending()));
                 pki.write_admin_kubeconfig(&dir.path().join("kubeconfig"), &format!("https://{address}"))

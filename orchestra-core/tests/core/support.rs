@@ -10,7 +10,7 @@ use orchestra_store::MemStore;
 /// An API server on a MemStore, with short bookmark intervals.
 pub async fn server() -> ApiServer {
     ApiServer::builder(Arc::new(MemStore::new()))
-        .options(ServerOptions { bookmark_interval: Duration::from_millis(200) })
+        .options(ServerOptions::default().with_bookmark_interval(Duration::from_millis(200)))
         .build()
         .await
         .expect("server starts")

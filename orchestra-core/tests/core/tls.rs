@@ -44,7 +44,8 @@ async fn cluster(dir: &Path) -> Cluster {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let options = ListenOptions { tls: Some(pki.server_tls_config().unwrap()), drain_timeout: Duration::from_secs(2) };
+    let options =
+        ListenOptions::default().with_tls(pki.server_tls_config().unwrap()).with_drain_timeout(Duration::from_secs(2));
     let served = tokio::spawn(orchestra_core::server::serve(listener, server.router(), options, async {
         let _ = stopped.await;
     }));

@@ -111,7 +111,7 @@ impl Service<http::Request<kube::client::Body>> for Gate {
 async fn gated() -> (Arc<MemStore>, ApiServer, Gate, Client) {
     let store = Arc::new(MemStore::new());
     let server = ApiServer::builder(store.clone())
-        .options(ServerOptions { bookmark_interval: Duration::from_millis(200) })
+        .options(ServerOptions::default().with_bookmark_interval(Duration::from_millis(200)))
         .build()
         .await
         .expect("server starts");

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 /// An API server on a MemStore with short bookmark intervals.
 pub async fn server() -> ApiServer {
     ApiServer::builder(Arc::new(MemStore::new()))
-        .options(ServerOptions { bookmark_interval: Duration::from_millis(200) })
+        .options(ServerOptions::default().with_bookmark_interval(Duration::from_millis(200)))
         .build()
         .await
         .expect("server starts")

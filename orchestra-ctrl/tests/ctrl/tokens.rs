@@ -35,7 +35,7 @@ async fn whoami(address: std::net::SocketAddr, token: &str) -> Option<String> {
 async fn token_secrets_are_filled_and_go_with_their_account() {
     let signer = Arc::new(TokenSigner::generate(DEFAULT_ISSUER).unwrap());
     let server = ApiServer::builder(Arc::new(MemStore::new()))
-        .options(ServerOptions { bookmark_interval: Duration::from_millis(200) })
+        .options(ServerOptions::default().with_bookmark_interval(Duration::from_millis(200)))
         .service_account_tokens(signer.clone())
         .build()
         .await

@@ -32,8 +32,7 @@ fn start_with(client: &kube::Client, registry: Registry, plugins: &[&str]) -> Sc
     let profile = plugins.iter().fold(ProfileConfig::default(), |p, name| p.enable(name, None));
     // A 2 s first backoff leaves time to look at a failed attempt before
     // its retry.
-    let config = SchedulerConfiguration { pod_initial_backoff_seconds: 2, ..SchedulerConfiguration::default() }
-        .with_profiles(vec![profile]);
+    let config = SchedulerConfiguration::default().with_pod_initial_backoff_seconds(2).with_profiles(vec![profile]);
     let s = SchedulerBuilder::new(client.clone()).config(config).registry(registry).build().expect("scheduler builds");
     let run = s.clone();
     tokio::spawn(async move {

@@ -11,16 +11,13 @@ use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
 use super::support::*;
 
 fn config() -> SchedulerConfiguration {
-    SchedulerConfiguration {
-        leader_election: LeaderElectionConfig {
-            leader_elect: true,
-            lease_duration_seconds: 2,
-            renew_deadline_seconds: 1,
-            retry_period_seconds: 1,
-            ..Default::default()
-        },
+    SchedulerConfiguration::default().with_leader_election(LeaderElectionConfig {
+        leader_elect: true,
+        lease_duration_seconds: 2,
+        renew_deadline_seconds: 1,
+        retry_period_seconds: 1,
         ..Default::default()
-    }
+    })
 }
 
 async fn holder(client: &kube::Client) -> Option<String> {
