@@ -793,7 +793,7 @@ async fn run(config: &Config, clients: &tokio::runtime::Handle, scratch: &Path) 
     let serving = tokio::spawn(serve(
         listener,
         router.clone(),
-        ListenOptions { tls: Some(tls), drain_timeout: Duration::from_secs(1) },
+        ListenOptions::default().with_tls(tls).with_drain_timeout(Duration::from_secs(1)),
         async move {
             let _ = stopped.await;
         },

@@ -1,8 +1,5 @@
 //! orchestra-core's integration tests: real clients against the API server.
 
-#[path = "core/support.rs"]
-mod support;
-
 #[path = "core/kube_rs.rs"]
 mod kube_rs;
 

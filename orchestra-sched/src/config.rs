@@ -145,9 +145,25 @@ impl ProfileConfig {
     }
 }
 
-/// The whole scheduler configuration.
+/// The whole scheduler configuration: a `KubeSchedulerConfiguration`
+/// ([`from_yaml`](Self::from_yaml), [`from_file`](Self::from_file)), or
+/// built from [`Default`] and the `with_*` setters, so that a new setting is
+/// not a breaking change:
+///
+/// ```
+/// use orchestra_sched::config::LeaderElectionConfig;
+/// use orchestra_sched::{ProfileConfig, SchedulerConfiguration};
+///
+/// let config = SchedulerConfiguration::default()
+///     .with_parallelism(4)
+///     .with_pod_initial_backoff_seconds(2)
+///     .with_leader_election(LeaderElectionConfig { leader_elect: true, ..Default::default() })
+///     .with_profiles(vec![ProfileConfig::named("default-scheduler").disable("ImageLocality")]);
+/// assert_eq!(config.pod_max_backoff_seconds, 10);
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct SchedulerConfiguration {
     /// `kubescheduler.config.k8s.io/v1` (informational).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -268,9 +284,34 @@ impl SchedulerConfiguration {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError(e.to_string()))?;
         SchedulerConfiguration::from_yaml(&text)
     }
+    /// Sets [`parallelism`](Self::parallelism).
+    pub fn with_parallelism(mut self, parallelism: usize) -> Self {
+        self.parallelism = parallelism;
+        self
+    }
+    /// Sets [`percentage_of_nodes_to_score`](Self::percentage_of_nodes_to_score).
+    pub fn with_percentage_of_nodes_to_score(mut self, percentage: impl Into<Option<i32>>) -> Self {
+        self.percentage_of_nodes_to_score = percentage.into();
+        self
+    }
+    /// Sets [`pod_initial_backoff_seconds`](Self::pod_initial_backoff_seconds).
+    pub fn with_pod_initial_backoff_seconds(mut self, seconds: u64) -> Self {
+        self.pod_initial_backoff_seconds = seconds;
+        self
+    }
+    /// Sets [`pod_max_backoff_seconds`](Self::pod_max_backoff_seconds).
+    pub fn with_pod_max_backoff_seconds(mut self, seconds: u64) -> Self {
+        self.pod_max_backoff_seconds = seconds;
+        self
+    }
     /// Replaces the profiles.
     pub fn with_profiles(mut self, profiles: Vec<ProfileConfig>) -> Self {
         self.profiles = profiles;
+        self
+    }
+    /// Sets [`leader_election`](Self::leader_election).
+    pub fn with_leader_election(mut self, leader_election: LeaderElectionConfig) -> Self {
+        self.leader_election = leader_election;
         self
     }
 }

@@ -79,7 +79,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let kubeconfig = args.kubeconfig.clone().unwrap_or_else(|| args.data_dir.join("admin.kubeconfig"));
     pki.write_admin_kubeconfig(&kubeconfig, &url)?;
 
-    let options = ListenOptions { tls: Some(pki.server_tls_config()?), ..ListenOptions::default() };
+    let options = ListenOptions::default().with_tls(pki.server_tls_config()?);
     let serving =
         tokio::spawn(orchestra_core::server::serve(listener, server.router(), options, super::shutdown_signal()));
     println!("orchestra apiserver ready on {url} (kubeconfig {})", kubeconfig.display());

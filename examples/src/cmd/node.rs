@@ -103,7 +103,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             let _ = stopped.wait_for(|s| *s).await;
         }
     };
-    let options = ListenOptions { tls: Some(tls), drain_timeout: Duration::from_secs(1) };
+    let options = ListenOptions::default().with_tls(tls).with_drain_timeout(Duration::from_secs(1));
     let serving = tokio::spawn(orchestra_core::tls::serve(listener, node_server.router(), options, wait()));
     let agent = NodeAgent::builder(client, runtime, config).build();
     let handle = agent.handle();

@@ -5,7 +5,9 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use super::support::{kubectl, terminate};
+use orchestra::testing::Kubectl;
+
+use super::support::terminate;
 
 /// Starts `orchestra apiserver` on a free loopback port and waits for its
 /// `ready` line.
@@ -29,25 +31,26 @@ fn start(data_dir: &Path) -> Child {
 #[test]
 fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
+    let admin = Kubectl::with_kubeconfig(dir.path().join("admin.kubeconfig"));
     let server = start(dir.path());
     for file in ["pki/ca.crt", "pki/ca.key", "pki/apiserver.crt", "pki/admin.crt", "admin.kubeconfig", "store"] {
         assert!(dir.path().join(file).exists(), "{file} was created");
     }
-    let (ok, out, err) = kubectl(dir.path(), &["create", "namespace", "team"]);
+    let (ok, out, err) = admin.run(&["create", "namespace", "team"]).into_parts();
     assert!(ok, "{out}{err}");
     let (ok, out, err) =
-        kubectl(dir.path(), &["-n", "team", "create", "configmap", "settings", "--from-literal=mode=fast"]);
+        admin.run(&["-n", "team", "create", "configmap", "settings", "--from-literal=mode=fast"]).into_parts();
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = kubectl(dir.path(), &["get", "namespaces"]);
+    let (ok, out, err) = admin.run(&["get", "namespaces"]).into_parts();
     assert!(ok && out.contains("team") && out.contains("Active"), "{out}{err}");
     // A service account token (`kubectl create token`) authenticates as
     // its service account.
-    let (ok, out, err) = kubectl(dir.path(), &["-n", "team", "create", "serviceaccount", "robot"]);
+    let (ok, out, err) = admin.run(&["-n", "team", "create", "serviceaccount", "robot"]).into_parts();
     assert!(ok, "{out}{err}");
-    let (ok, token, err) = kubectl(dir.path(), &["-n", "team", "create", "token", "robot", "--duration=20m"]);
+    let (ok, token, err) = admin.run(&["-n", "team", "create", "token", "robot", "--duration=20m"]).into_parts();
     assert!(ok && token.trim().split('.').count() == 3, "{token}{err}");
     let token = token.trim().to_owned();
-    assert_eq!(whoami(dir.path(), &token), Ok("system:serviceaccount:team:robot".to_owned()));
+    assert_eq!(whoami(&admin, &token), Ok("system:serviceaccount:team:robot".to_owned()));
     terminate(server);
 
     // Same data directory: same CA (the kubeconfig still works, on a new
@@ -56,35 +59,33 @@ fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     let server = start(dir.path());
     assert_eq!(std::fs::read_to_string(dir.path().join("pki/ca.crt")).unwrap(), ca_before);
     let (ok, out, err) =
-        kubectl(dir.path(), &["-n", "team", "get", "configmap", "settings", "-o", "jsonpath={.data.mode}"]);
+        admin.run(&["-n", "team", "get", "configmap", "settings", "-o", "jsonpath={.data.mode}"]).into_parts();
     assert!(ok && out == "fast", "{out}{err}");
     // The signing key is kept too: the token still works, until its
     // service account is deleted.
-    assert_eq!(whoami(dir.path(), &token), Ok("system:serviceaccount:team:robot".to_owned()));
-    let (ok, out, err) = kubectl(dir.path(), &["-n", "team", "delete", "serviceaccount", "robot"]);
+    assert_eq!(whoami(&admin, &token), Ok("system:serviceaccount:team:robot".to_owned()));
+    let (ok, out, err) = admin.run(&["-n", "team", "delete", "serviceaccount", "robot"]).into_parts();
     assert!(ok, "{out}{err}");
-    let refused = whoami(dir.path(), &token).unwrap_err();
+    let refused = whoami(&admin, &token).unwrap_err();
     assert!(refused.contains("Unauthorized"), "{refused}");
     terminate(server);
 }
 
-/// `kubectl auth whoami` with nothing but `token` (no client certificate):
-/// the user name, or kubectl's error.
-fn whoami(dir: &Path, token: &str) -> Result<String, String> {
-    let (ok, server, err) = kubectl(dir, &["config", "view", "-o", "jsonpath={.clusters[0].cluster.server}"]);
+/// `kubectl auth whoami` with nothing but `token` (no client certificate)
+/// against the server of `admin`'s kubeconfig: the user name, or kubectl's
+/// error.
+fn whoami(admin: &Kubectl, token: &str) -> Result<String, String> {
+    let (ok, server, err) = admin.run(&["config", "view", "-o", "jsonpath={.clusters[0].cluster.server}"]).into_parts();
     assert!(ok, "{err}");
-    let output = std::process::Command::new("kubectl")
-        .arg("--kubeconfig=/dev/null")
-        .arg(format!("--cache-dir={}", dir.join("kubectl-cache").display()))
-        .arg(format!("--server={server}"))
-        .arg(format!("--certificate-authority={}", dir.join("pki/ca.crt").display()))
-        .arg(format!("--token={token}"))
-        .args(["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])
-        .output()
-        .unwrap();
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&output.stderr).into_owned())
-    }
+    let ca = admin.kubeconfig().with_file_name("pki").join("ca.crt");
+    let output = Kubectl::with_kubeconfig("/dev/null").run(&[
+        &format!("--server={server}"),
+        &format!("--certificate-authority={}", ca.display()),
+        &format!("--token={token}"),
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    if output.success { Ok(output.stdout) } else { Err(output.stderr) }
 }

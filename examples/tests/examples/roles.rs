@@ -8,7 +8,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::support::{eventually, kubectl, terminate};
+use orchestra::testing::Kubectl;
+
+use super::support::{eventually, terminate};
 
 /// A child process stopped with SIGTERM when dropped (tests that panic
 /// included), so node agents stop their containers.
@@ -46,8 +48,8 @@ fn spawn(args: &[&str], data: &Path) -> Process {
 fn every_component_runs_as_its_own_process() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let kubeconfig = d.join("admin.kubeconfig");
-    let kubeconfig = kubeconfig.to_str().unwrap();
+    let admin = Kubectl::with_kubeconfig(d.join("admin.kubeconfig"));
+    let kubeconfig = admin.kubeconfig().to_str().unwrap();
     let apiserver = spawn(&["apiserver", "--listen", "127.0.0.1:0", "--data-dir"], d);
     // A pod address range of its own: `orchestra up` tests may run beside
     // this one, and pod addresses are host loopback addresses.
@@ -87,17 +89,18 @@ fn every_component_runs_as_its_own_process() {
         &d.join("host-b"),
     );
     eventually("2 Ready nodes", Duration::from_secs(60), || {
-        let (ok, out, err) = kubectl(d, &["get", "nodes"]);
+        let (ok, out, err) = admin.run(&["get", "nodes"]).into_parts();
         if ok && out.lines().filter(|l| l.contains(" Ready ")).count() == 2 {
             Ok(())
         } else {
             Err(format!("{out}{err}"))
         }
     });
-    let (ok, out, err) = kubectl(d, &["create", "deployment", "echo", "--image=orchestra/echo", "--replicas=2"]);
+    let (ok, out, err) =
+        admin.run(&["create", "deployment", "echo", "--image=orchestra/echo", "--replicas=2"]).into_parts();
     assert!(ok, "{out}{err}");
     let pod = eventually("2 echo pods Running", Duration::from_secs(90), || {
-        let (ok, out, err) = kubectl(d, &["get", "pods", "-l", "app=echo", "--no-headers"]);
+        let (ok, out, err) = admin.run(&["get", "pods", "-l", "app=echo", "--no-headers"]).into_parts();
         let running: Vec<&str> = out.lines().filter(|l| l.contains("Running")).collect();
         if ok && running.len() == 2 {
             Ok(running[0].split_whitespace().next().unwrap().to_owned())
@@ -106,7 +109,7 @@ fn every_component_runs_as_its_own_process() {
         }
     });
     let logs = eventually("logs through the API server", Duration::from_secs(30), || {
-        let (ok, out, err) = kubectl(d, &["logs", &pod]);
+        let (ok, out, err) = admin.run(&["logs", &pod]).into_parts();
         if ok && out.contains("listening") { Ok(out) } else { Err(format!("{out}{err}")) }
     });
     assert!(logs.contains(&format!("echo: pod {pod} listening on http://127.128.")), "{logs}");

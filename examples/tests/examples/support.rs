@@ -1,41 +1,8 @@
-//! What the tests of the `orchestra` binary share: kubectl with a private
-//! kubeconfig and cache, clean termination, polling.
+//! What the tests of the `orchestra` binary share: clean termination,
+//! polling. (kubectl is `orchestra::testing::Kubectl`.)
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-
-/// Runs the installed kubectl against the cluster whose admin kubeconfig is
-/// in `dir`: (success, stdout, stderr).
-pub fn kubectl(dir: &Path, args: &[&str]) -> (bool, String, String) {
-    kubectl_with_input(dir, args, None)
-}
-
-/// [`kubectl`] with `input` on its stdin (`apply -f -`).
-pub fn kubectl_with_input(dir: &Path, args: &[&str], input: Option<&str>) -> (bool, String, String) {
-    let (code, out, err) = kubectl_exit(dir, args, input);
-    (code == 0, out, err)
-}
-
-/// [`kubectl_with_input`], answering kubectl's exit code.
-pub fn kubectl_exit(dir: &Path, args: &[&str], input: Option<&str>) -> (i32, String, String) {
-    use std::io::Write as _;
-    let mut child = Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", dir.join("admin.kubeconfig").display()))
-        .arg(format!("--cache-dir={}", dir.join("kubectl-cache").display()))
-        .args(args)
-        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl is installed");
-    if let Some(input) = input {
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    }
-    let output = child.wait_with_output().unwrap();
-    let code = output.status.code().unwrap_or(-1);
-    (code, String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
-}
 
 /// Sends SIGTERM and waits (at most `within`) for a clean exit.
 pub fn terminate_within(mut child: Child, within: Duration) {

@@ -9,9 +9,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use orchestra::testing::Kubectl;
 use serde_json::Value;
 
-use super::support::{eventually, kubectl, kubectl_exit, kubectl_with_input, terminate_within};
+use super::support::{eventually, terminate_within};
 
 /// A running `orchestra up`; stopped with SIGTERM (so that it stops its
 /// containers) when dropped, also when a test panics.
@@ -74,10 +75,10 @@ fn start(data_dir: &Path) -> Cluster {
     Cluster(Some(child))
 }
 
-fn json(dir: &Path, args: &[&str]) -> Result<Value, String> {
+fn json(kubectl: &Kubectl, args: &[&str]) -> Result<Value, String> {
     let mut all = args.to_vec();
     all.extend(["-o", "json"]);
-    let (ok, out, err) = kubectl(dir, &all);
+    let (ok, out, err) = kubectl.run(&all).into_parts();
     if !ok {
         return Err(err);
     }
@@ -99,8 +100,8 @@ fn ready(pod: &Value) -> bool {
 }
 
 /// Running and Ready pods of `app=echo` in `ns`, as (name, node, ip, restarts).
-fn echo_pods(dir: &Path, ns: &str) -> Result<Vec<(String, String, String, i64)>, String> {
-    let list = json(dir, &["-n", ns, "get", "pods", "-l", "app=echo"])?;
+fn echo_pods(kubectl: &Kubectl, ns: &str) -> Result<Vec<(String, String, String, i64)>, String> {
+    let list = json(kubectl, &["-n", ns, "get", "pods", "-l", "app=echo"])?;
     Ok(items(&list)
         .iter()
         .filter(|p| phase(p) == "Running" && ready(p) && p["metadata"]["deletionTimestamp"].is_null())
@@ -182,11 +183,12 @@ spec:
 fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let kubectl = Kubectl::with_kubeconfig(d.join("admin.kubeconfig"));
     let cluster = start(d);
 
     // Nodes: three, Ready, with the runtime's version and addresses.
     let nodes = eventually("3 Ready nodes", Duration::from_secs(60), || {
-        let (ok, out, err) = kubectl(d, &["get", "nodes", "-o", "wide"]);
+        let (ok, out, err) = kubectl.run(&["get", "nodes", "-o", "wide"]).into_parts();
         let ready = out.lines().filter(|l| l.contains(" Ready ")).count();
         if ok && ready == 3 { Ok(out) } else { Err(format!("{out}{err}")) }
     });
@@ -200,22 +202,22 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
 
     // The control plane, as mirror pods in kube-system.
     eventually("the control plane's pods Running", Duration::from_secs(60), || {
-        let (ok, out, err) = kubectl(d, &["get", "pods", "-n", "kube-system"]);
+        let (ok, out, err) = kubectl.run(&["get", "pods", "-n", "kube-system"]).into_parts();
         let running = ["etcd-", "kube-apiserver-", "kube-controller-manager-", "kube-scheduler-"].iter().all(|p| {
             out.lines().any(|l| l.starts_with(&format!("{p}orchestra-control-plane")) && l.contains("Running"))
         });
         if ok && running { Ok(()) } else { Err(format!("{out}{err}")) }
     });
-    let (ok, out, err) = kubectl(d, &["cluster-info"]);
+    let (ok, out, err) = kubectl.run(&["cluster-info"]).into_parts();
     assert!(ok && out.contains("Kubernetes control plane is running at https://127.0.0.1:"), "{out}{err}");
 
     // A Deployment of the echo image: 3 pods, Running, on 3 nodes, with IPs.
-    let (ok, out, err) = kubectl(d, &["create", "namespace", "demo"]);
+    let (ok, out, err) = kubectl.run(&["create", "namespace", "demo"]).into_parts();
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = kubectl_with_input(d, &["apply", "-f", "-"], Some(DEPLOYMENT));
+    let (ok, out, err) = kubectl.run_with_input(&["apply", "-f", "-"], Some(DEPLOYMENT)).into_parts();
     assert!(ok, "{out}{err}");
     let pods = eventually("3 echo pods Ready", Duration::from_secs(90), || {
-        let pods = echo_pods(d, "demo")?;
+        let pods = echo_pods(&kubectl, "demo")?;
         if pods.len() == 3 { Ok(pods) } else { Err(format!("{pods:?}")) }
     });
     let mut nodes: Vec<_> = pods.iter().map(|p| p.1.clone()).collect();
@@ -227,7 +229,7 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
     let answer = http_get(&ip).unwrap();
     assert!(answer.contains(&format!("pod: {name}")) && answer.contains("GET /hello"), "{answer}");
     let logs = eventually("the echo server's logs", Duration::from_secs(20), || {
-        let (ok, out, err) = kubectl(d, &["-n", "demo", "logs", &name]);
+        let (ok, out, err) = kubectl.run(&["-n", "demo", "logs", &name]).into_parts();
         if ok && out.contains("GET /hello") { Ok(out) } else { Err(format!("{out}{err}")) }
     });
     assert!(logs.contains(&format!("echo: pod {name} listening on http://{ip}:8080")), "{logs}");
@@ -235,16 +237,19 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
     // exec (WebSocket, through the API server): both streams and the exit
     // code, stdin to its end, and a terminal of the client's size.
     let script = ["-n", "demo", "exec", &name, "--", "sh", "-c", "echo out; echo err >&2; exit 3"];
-    let (code, out, err) = kubectl_exit(d, &script, None);
-    assert_eq!((code, out.as_str()), (3, "out\n"), "{err}");
-    assert!(err.starts_with("err\n") && err.contains("command terminated with exit code 3"), "{err}");
-    let (code, out, err) =
-        kubectl_exit(d, &["-n", "demo", "exec", "-i", &name, "--", "cat"], Some("to stdin\nand on\n"));
-    assert_eq!((code, out.as_str()), (0, "to stdin\nand on\n"), "{err}");
+    let exec = kubectl.run(&script);
+    assert_eq!((exec.code, exec.stdout.as_str()), (3, "out\n"), "{}", exec.stderr);
+    assert!(
+        exec.stderr.starts_with("err\n") && exec.stderr.contains("command terminated with exit code 3"),
+        "{}",
+        exec.stderr
+    );
+    let exec = kubectl.run_with_input(&["-n", "demo", "exec", "-i", &name, "--", "cat"], Some("to stdin\nand on\n"));
+    assert_eq!((exec.code, exec.stdout.as_str()), (0, "to stdin\nand on\n"), "{}", exec.stderr);
     let line = format!(
         "stty cols 91 rows 27; kubectl --kubeconfig={} --cache-dir={} -n demo exec -it {name} -- sh -c 'tty; stty size'",
-        d.join("admin.kubeconfig").display(),
-        d.join("kubectl-cache").display()
+        kubectl.kubeconfig().display(),
+        kubectl.cache_dir().display()
     );
     let terminal = Command::new("script").args(["-qec", &line, "/dev/null"]).stdin(Stdio::null()).output().unwrap();
     let shown = String::from_utf8_lossy(&terminal.stdout);
@@ -257,54 +262,57 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
         let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
     }
     eventually("the killed container restarted", Duration::from_secs(60), || {
-        let pods = echo_pods(d, "demo")?;
+        let pods = echo_pods(&kubectl, "demo")?;
         match pods.iter().find(|p| p.0 == name) {
             Some(p) if p.3 == 1 => Ok(()),
             other => Err(format!("{other:?}")),
         }
     });
-    let (ok, out, err) = kubectl(d, &["-n", "demo", "get", "pod", &name]);
+    let (ok, out, err) = kubectl.run(&["-n", "demo", "get", "pod", &name]).into_parts();
     assert!(
         ok && out.lines().nth(1).is_some_and(|l| l.split_whitespace().nth(3) == Some("1")),
         "RESTARTS 1:\n{out}{err}"
     );
-    let (ok, out, err) = kubectl(d, &["-n", "demo", "logs", &name, "--previous"]);
+    let (ok, out, err) = kubectl.run(&["-n", "demo", "logs", &name, "--previous"]).into_parts();
     assert!(ok && out.contains("listening"), "{out}{err}");
 
     // Scale, roll out a new image, undo.
-    let (ok, out, err) = kubectl(d, &["-n", "demo", "scale", "deployment/echo", "--replicas=5"]);
+    let (ok, out, err) = kubectl.run(&["-n", "demo", "scale", "deployment/echo", "--replicas=5"]).into_parts();
     assert!(ok, "{out}{err}");
     eventually("5 echo pods Ready", Duration::from_secs(90), || {
-        let pods = echo_pods(d, "demo")?;
+        let pods = echo_pods(&kubectl, "demo")?;
         if pods.len() == 5 { Ok(()) } else { Err(format!("{pods:?}")) }
     });
-    let (ok, out, err) = kubectl(d, &["-n", "demo", "set", "image", "deployment/echo", "echo=orchestra/echo:2.0"]);
+    let (ok, out, err) =
+        kubectl.run(&["-n", "demo", "set", "image", "deployment/echo", "echo=orchestra/echo:2.0"]).into_parts();
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = kubectl(d, &["-n", "demo", "rollout", "status", "deployment/echo", "--timeout=120s"]);
+    let (ok, out, err) =
+        kubectl.run(&["-n", "demo", "rollout", "status", "deployment/echo", "--timeout=120s"]).into_parts();
     assert!(ok && out.contains("successfully rolled out"), "{out}{err}");
-    let images = json(d, &["-n", "demo", "get", "pods", "-l", "app=echo"]).unwrap();
+    let images = json(&kubectl, &["-n", "demo", "get", "pods", "-l", "app=echo"]).unwrap();
     assert!(
         items(&images)
             .iter()
             .filter(|p| phase(p) == "Running")
             .all(|p| p["spec"]["containers"][0]["image"] == "orchestra/echo:2.0")
     );
-    let (ok, out, err) = kubectl(d, &["-n", "demo", "rollout", "undo", "deployment/echo"]);
+    let (ok, out, err) = kubectl.run(&["-n", "demo", "rollout", "undo", "deployment/echo"]).into_parts();
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = kubectl(d, &["-n", "demo", "rollout", "status", "deployment/echo", "--timeout=120s"]);
+    let (ok, out, err) =
+        kubectl.run(&["-n", "demo", "rollout", "status", "deployment/echo", "--timeout=120s"]).into_parts();
     assert!(ok && out.contains("successfully rolled out"), "{out}{err}");
-    let deployment = json(d, &["-n", "demo", "get", "deployment", "echo"]).unwrap();
+    let deployment = json(&kubectl, &["-n", "demo", "get", "deployment", "echo"]).unwrap();
     assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"], "orchestra/echo");
 
     // An unknown image and a pod too big for any node.
-    let (ok, out, err) = kubectl_with_input(d, &["apply", "-f", "-"], Some(BAD_PODS));
+    let (ok, out, err) = kubectl.run_with_input(&["apply", "-f", "-"], Some(BAD_PODS)).into_parts();
     assert!(ok, "{out}{err}");
     eventually("ImagePullBackOff", Duration::from_secs(60), || {
-        let (ok, out, err) = kubectl(d, &["-n", "demo", "get", "pod", "no-such-image"]);
+        let (ok, out, err) = kubectl.run(&["-n", "demo", "get", "pod", "no-such-image"]).into_parts();
         if ok && out.contains("ImagePullBackOff") { Ok(()) } else { Err(format!("{out}{err}")) }
     });
     eventually("FailedScheduling in describe", Duration::from_secs(30), || {
-        let (ok, out, err) = kubectl(d, &["-n", "demo", "describe", "pod", "too-big"]);
+        let (ok, out, err) = kubectl.run(&["-n", "demo", "describe", "pod", "too-big"]).into_parts();
         if ok && out.contains("FailedScheduling") && out.contains("Insufficient cpu") && out.contains("Pending") {
             Ok(())
         } else {
@@ -313,12 +321,12 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
     });
 
     // Deleting the namespace removes everything in it and stops the processes.
-    let ips: Vec<String> = echo_pods(d, "demo").unwrap().into_iter().map(|p| p.2).collect();
+    let ips: Vec<String> = echo_pods(&kubectl, "demo").unwrap().into_iter().map(|p| p.2).collect();
     assert!(ips.iter().all(|ip| !processes_of(ip).is_empty()), "every echo pod has a process");
-    let (ok, out, err) = kubectl(d, &["delete", "namespace", "demo", "--timeout=120s"]);
+    let (ok, out, err) = kubectl.run(&["delete", "namespace", "demo", "--timeout=120s"]).into_parts();
     assert!(ok, "{out}{err}");
     eventually("the namespace gone", Duration::from_secs(60), || {
-        let (ok, out, err) = kubectl(d, &["get", "namespace", "demo"]);
+        let (ok, out, err) = kubectl.run(&["get", "namespace", "demo"]).into_parts();
         if !ok && err.contains("NotFound") { Ok(()) } else { Err(format!("{out}{err}")) }
     });
     eventually("the echo processes stopped", Duration::from_secs(30), || {
@@ -327,18 +335,18 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
     });
 
     // A Deployment that must survive a restart of the whole cluster.
-    let (ok, out, err) = kubectl(d, &["create", "namespace", "demo"]);
+    let (ok, out, err) = kubectl.run(&["create", "namespace", "demo"]).into_parts();
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = kubectl_with_input(d, &["apply", "-f", "-"], Some(DEPLOYMENT));
+    let (ok, out, err) = kubectl.run_with_input(&["apply", "-f", "-"], Some(DEPLOYMENT)).into_parts();
     assert!(ok, "{out}{err}");
     eventually("3 echo pods Ready before the restart", Duration::from_secs(90), || {
-        let pods = echo_pods(d, "demo")?;
+        let pods = echo_pods(&kubectl, "demo")?;
         if pods.len() == 3 { Ok(()) } else { Err(format!("{pods:?}")) }
     });
     cluster.stop();
     let cluster = start(d);
     let pods = eventually("3 echo pods Ready after the restart", Duration::from_secs(120), || {
-        let pods = echo_pods(d, "demo")?;
+        let pods = echo_pods(&kubectl, "demo")?;
         if pods.len() == 3 { Ok(pods) } else { Err(format!("{pods:?}")) }
     });
     let answer =

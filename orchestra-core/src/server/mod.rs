@@ -60,7 +60,19 @@ use crate::auth::{
 };
 
 /// Tunables of the API server.
+///
+/// Built from [`Default`] and the `with_*` setters, so that a new setting
+/// is not a breaking change:
+///
+/// ```
+/// use std::time::Duration;
+/// use orchestra_core::server::ServerOptions;
+///
+/// let options = ServerOptions::default().with_bookmark_interval(Duration::from_millis(200));
+/// assert_eq!(options.bookmark_interval, Duration::from_millis(200));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServerOptions {
     /// How often a watch that asked for bookmarks gets one when nothing
     /// changes (upstream: about a minute).
@@ -70,6 +82,14 @@ pub struct ServerOptions {
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions { bookmark_interval: Duration::from_secs(60) }
+    }
+}
+
+impl ServerOptions {
+    /// Sets [`bookmark_interval`](Self::bookmark_interval).
+    pub fn with_bookmark_interval(mut self, interval: Duration) -> Self {
+        self.bookmark_interval = interval;
+        self
     }
 }
 

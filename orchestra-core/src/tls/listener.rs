@@ -31,7 +31,21 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a [`serve`] call listens.
+///
+/// Built from [`Default`] (plain HTTP, five seconds to drain) and the
+/// `with_*` setters, so that a new setting is not a breaking change:
+///
+/// ```
+/// use std::time::Duration;
+/// use orchestra_core::tls::ListenOptions;
+///
+/// # fn demo(tls: std::sync::Arc<rustls::ServerConfig>) {
+/// let options = ListenOptions::default().with_tls(tls).with_drain_timeout(Duration::from_secs(1));
+/// assert!(options.tls.is_some());
+/// # }
+/// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ListenOptions {
     /// `Some` for HTTPS, `None` for plain HTTP.
     pub tls: Option<Arc<rustls::ServerConfig>>,
@@ -43,6 +57,20 @@ pub struct ListenOptions {
 impl Default for ListenOptions {
     fn default() -> Self {
         ListenOptions { tls: None, drain_timeout: Duration::from_secs(5) }
+    }
+}
+
+impl ListenOptions {
+    /// Sets [`tls`](Self::tls): `Some` serves HTTPS, `None` plain HTTP.
+    pub fn with_tls(mut self, tls: impl Into<Option<Arc<rustls::ServerConfig>>>) -> Self {
+        self.tls = tls.into();
+        self
+    }
+
+    /// Sets [`drain_timeout`](Self::drain_timeout).
+    pub fn with_drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
+        self
     }
 }
 

@@ -146,7 +146,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let options = ListenOptions { tls: Some(server), drain_timeout: Duration::from_secs(1) };
+        let options = ListenOptions::default().with_tls(server).with_drain_timeout(Duration::from_secs(1));
         let serving_task = tokio::spawn(serve(listener, router, options, async move {
             let _ = stopped.await;
         }));

@@ -2,37 +2,35 @@
 //! commands and error texts, one server for the whole sequence.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use orchestra::testing::{Kubectl, TestCluster};
 use serde_json::Value;
 
-use super::support::{self, kubectl, kubectl_command as command};
-
 /// Runs kubectl and insists on success; returns stdout.
-fn ok(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
-    let (ok, out, err) = kubectl(dir, args, stdin);
+fn ok(kubectl: &Kubectl, args: &[&str], stdin: Option<&str>) -> String {
+    let (ok, out, err) = kubectl.run_with_input(args, stdin).into_parts();
     assert!(ok, "kubectl {args:?} failed: {err}\n{out}");
     out
 }
 
 /// Runs kubectl and insists on failure; returns stderr.
-fn fails(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
-    let (ok, out, err) = kubectl(dir, args, stdin);
+fn fails(kubectl: &Kubectl, args: &[&str], stdin: Option<&str>) -> String {
+    let (ok, out, err) = kubectl.run_with_input(args, stdin).into_parts();
     assert!(!ok, "kubectl {args:?} succeeded: {out}");
     err
 }
 
-fn json_of(dir: &Path, args: &[&str]) -> Value {
+fn json_of(kubectl: &Kubectl, args: &[&str]) -> Value {
     let mut args = args.to_vec();
     args.extend(["-o", "json"]);
-    serde_json::from_str(&ok(dir, &args, None)).unwrap()
+    serde_json::from_str(&ok(kubectl, &args, None)).unwrap()
 }
 
-fn exists(dir: &Path, kind: &str, name: &str) -> bool {
-    kubectl(dir, &["get", kind, name, "-o", "name"], None).0
+fn exists(kubectl: &Kubectl, kind: &str, name: &str) -> bool {
+    kubectl.run(&["get", kind, name, "-o", "name"]).success
 }
 
 /// Lines of a long-running kubectl, read on a thread.
@@ -117,19 +115,17 @@ fn pod(name: &str, image: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_acceptance() {
-    let server = support::server().await;
-    let address = support::listen(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
-    support::write_kubeconfig(tmp.path(), address);
+    let cluster = TestCluster::start().await;
+    let kubectl = cluster.kubectl().await.clone();
+    let address = kubectl.address().expect("served on loopback");
     // Compacted past the bootstrap writes: a watch from revision 1 expires.
-    let revision = server.store().status().await.unwrap().revision;
-    server.store().compact(revision).await.unwrap();
-    let dir = tmp.path().to_owned();
+    let revision = cluster.server().store().status().await.unwrap().revision;
+    cluster.server().store().compact(revision).await.unwrap();
     tokio::task::spawn_blocking(move || {
-        let dir = dir.as_path();
+        let kubectl = &kubectl;
 
         let out = ok(
-            dir,
+            kubectl,
             &["get", "--raw", "/api/v1/namespaces/default/pods?watch=true&resourceVersion=1"],
             None,
         );
@@ -139,7 +135,7 @@ async fn kubectl_acceptance() {
         assert_eq!(event["object"]["reason"], "Expired", "{out}");
 
         // cluster-info: discovery plus the cluster-service list.
-        let out = ok(dir, &["cluster-info"], None);
+        let out = ok(kubectl, &["cluster-info"], None);
         assert!(
             out.contains("Kubernetes control plane is running at")
                 && out.contains(&address.to_string()),
@@ -147,14 +143,14 @@ async fn kubectl_acceptance() {
         );
 
         // Health and metrics through --raw.
-        let out = ok(dir, &["get", "--raw", "/readyz?verbose"], None);
+        let out = ok(kubectl, &["get", "--raw", "/readyz?verbose"], None);
         assert!(out.contains("readyz check passed"), "{out}");
-        let out = ok(dir, &["get", "--raw", "/livez"], None);
+        let out = ok(kubectl, &["get", "--raw", "/livez"], None);
         assert_eq!(out.trim(), "ok");
 
         // Invalid: a container without an image.
         let err = fails(
-            dir,
+            kubectl,
             &["create", "-f", "-"],
             Some(&pod("noimage", "x").replace("    image: x\n", "")),
         );
@@ -162,32 +158,32 @@ async fn kubectl_acceptance() {
             err.contains(r#"The Pod "noimage" is invalid: spec.containers[0].image: Required value"#),
             "{err}"
         );
-        assert!(!exists(dir, "pod", "noimage"));
+        assert!(!exists(kubectl, "pod", "noimage"));
 
         // Conflict: replace with a stale resourceVersion.
-        ok(dir, &["create", "-f", "-"], Some(&pod("p1", "nginx:1")));
-        let stale = json_of(dir, &["get", "pod", "p1"]);
-        ok(dir, &["label", "pod", "p1", "x=1"], None);
+        ok(kubectl, &["create", "-f", "-"], Some(&pod("p1", "nginx:1")));
+        let stale = json_of(kubectl, &["get", "pod", "p1"]);
+        ok(kubectl, &["label", "pod", "p1", "x=1"], None);
         let mut changed = stale.clone();
         changed["spec"]["containers"][0]["image"] = "nginx:2".into();
-        let err = fails(dir, &["replace", "-f", "-"], Some(&changed.to_string()));
+        let err = fails(kubectl, &["replace", "-f", "-"], Some(&changed.to_string()));
         assert!(
             err.contains(r#"Error from server (Conflict): error when replacing "STDIN": Operation cannot be fulfilled on pods "p1": the object has been modified; please apply your changes to the latest version and try again"#),
             "{err}"
         );
-        let now = json_of(dir, &["get", "pod", "p1"]);
+        let now = json_of(kubectl, &["get", "pod", "p1"]);
         assert_eq!(now["spec"]["containers"][0]["image"], "nginx:1");
 
         // Client-side apply twice: a change, then a removed container.
-        let out = ok(dir, &["apply", "-f", "-"], Some(DEPLOYMENT));
+        let out = ok(kubectl, &["apply", "-f", "-"], Some(DEPLOYMENT));
         assert!(out.contains("deployment.apps/web created"), "{out}");
         let out = ok(
-            dir,
+            kubectl,
             &["apply", "-f", "-"],
             Some(&DEPLOYMENT.replace("nginx:1", "nginx:2")),
         );
         assert!(out.contains("deployment.apps/web configured"), "{out}");
-        let live = json_of(dir, &["get", "deploy", "web"]);
+        let live = json_of(kubectl, &["get", "deploy", "web"]);
         assert_eq!(
             live["spec"]["template"]["spec"]["containers"][0]["image"],
             "nginx:2"
@@ -196,52 +192,52 @@ async fn kubectl_acceptance() {
         let single = DEPLOYMENT
             .replace("nginx:1", "nginx:2")
             .replace("      - name: sidecar\n        image: busybox:1\n", "");
-        let out = ok(dir, &["apply", "-f", "-"], Some(&single));
+        let out = ok(kubectl, &["apply", "-f", "-"], Some(&single));
         assert!(out.contains("deployment.apps/web configured"), "{out}");
-        let live = json_of(dir, &["get", "deploy", "web"]);
+        let live = json_of(kubectl, &["get", "deploy", "web"]);
         let containers = live["spec"]["template"]["spec"]["containers"]
             .as_array()
             .unwrap();
         assert_eq!(containers.len(), 1, "{live}");
         assert_eq!(containers[0]["name"], "main");
-        let out = ok(dir, &["apply", "-f", "-"], Some(&single));
+        let out = ok(kubectl, &["apply", "-f", "-"], Some(&single));
         assert!(out.contains("deployment.apps/web unchanged"), "{out}");
 
         // diff and apply --dry-run=server leave the object alone.
         let changed = single.replace("nginx:2", "nginx:3");
-        let (_, out, err) = kubectl(dir, &["diff", "-f", "-"], Some(&changed));
+        let (_, out, err) = kubectl.run_with_input(&["diff", "-f", "-"], Some(&changed)).into_parts();
         assert!(
             out.contains("-      - image: nginx:2") && out.contains("+      - image: nginx:3"),
             "{out}{err}"
         );
         let out = ok(
-            dir,
+            kubectl,
             &["apply", "--dry-run=server", "-f", "-"],
             Some(&changed),
         );
         assert!(out.contains("(server dry run)"), "{out}");
         let out = ok(
-            dir,
+            kubectl,
             &["create", "--dry-run=server", "-f", "-"],
             Some(&pod("dry", "nginx:1")),
         );
         assert!(out.contains("pod/dry created (server dry run)"), "{out}");
-        assert!(!exists(dir, "pod", "dry"));
-        let out = ok(dir, &["delete", "pod", "p1", "--dry-run=server"], None);
+        assert!(!exists(kubectl, "pod", "dry"));
+        let out = ok(kubectl, &["delete", "pod", "p1", "--dry-run=server"], None);
         assert!(out.contains("(server dry run)"), "{out}");
-        assert!(exists(dir, "pod", "p1"));
-        let live = json_of(dir, &["get", "deploy", "web"]);
+        assert!(exists(kubectl, "pod", "p1"));
+        let live = json_of(kubectl, &["get", "deploy", "web"]);
         assert_eq!(
             live["spec"]["template"]["spec"]["containers"][0]["image"],
             "nginx:2"
         );
 
         // scale, seen by get deploy and in managedFields.
-        let out = ok(dir, &["scale", "deployment", "web", "--replicas=3"], None);
+        let out = ok(kubectl, &["scale", "deployment", "web", "--replicas=3"], None);
         assert!(out.contains("deployment.apps/web scaled"), "{out}");
-        let out = ok(dir, &["get", "deploy", "web"], None);
+        let out = ok(kubectl, &["get", "deploy", "web"], None);
         assert!(out.contains("0/3"), "{out}");
-        let live = json_of(dir, &["get", "deploy", "web", "--show-managed-fields"]);
+        let live = json_of(kubectl, &["get", "deploy", "web", "--show-managed-fields"]);
         assert_eq!(live["spec"]["replicas"], 3);
         let scaler = live["metadata"]["managedFields"]
             .as_array()
@@ -259,38 +255,38 @@ async fn kubectl_acceptance() {
         // --resource-version is a precondition (checked by kubectl, and sent
         // in the scale patch).
         let err = fails(
-            dir,
+            kubectl,
             &["scale", "deployment", "web", "--replicas=5", "--resource-version=1"],
             None,
         );
         assert!(err.contains("Expected resource version to be 1"), "{err}");
-        let rv = json_of(dir, &["get", "deploy", "web"])["metadata"]["resourceVersion"]
+        let rv = json_of(kubectl, &["get", "deploy", "web"])["metadata"]["resourceVersion"]
             .as_str()
             .unwrap()
             .to_owned();
         let arg = format!("--resource-version={rv}");
-        ok(dir, &["scale", "deployment", "web", "--replicas=2", &arg], None);
-        assert_eq!(json_of(dir, &["get", "deploy", "web"])["spec"]["replicas"], 2);
+        ok(kubectl, &["scale", "deployment", "web", "--replicas=2", &arg], None);
+        assert_eq!(json_of(kubectl, &["get", "deploy", "web"])["spec"]["replicas"], 2);
 
         // Server-side apply with validation on.
         let ssa = pod("ssa", "nginx:1");
-        let out = ok(dir, &["apply", "--server-side", "-f", "-"], Some(&ssa));
+        let out = ok(kubectl, &["apply", "--server-side", "-f", "-"], Some(&ssa));
         assert!(out.contains("pod/ssa serverside-applied"), "{out}");
         let err = fails(
-            dir,
+            kubectl,
             &["apply", "--server-side", "-f", "-"],
             Some(&ssa.replace("spec:\n", "spec:\n  bogus: 1\n")),
         );
         assert!(err.contains(r#"unknown field "spec.bogus""#), "{err}");
 
         // edit with a scripted editor.
-        let editor = dir.join("editor.sh");
+        let editor = kubectl.dir().join("editor.sh");
         std::fs::write(&editor, "#!/bin/sh\nsed -i 's/nginx:1/nginx:9/' \"$1\"\n").unwrap();
         {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        let mut edit = command(dir, &["edit", "pod", "ssa"]);
+        let mut edit = kubectl.command(&["edit", "pod", "ssa"]);
         edit.env("KUBE_EDITOR", &editor);
         let output = edit.output().unwrap();
         assert!(
@@ -298,49 +294,46 @@ async fn kubectl_acceptance() {
             "{}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let live = json_of(dir, &["get", "pod", "ssa"]);
+        let live = json_of(kubectl, &["get", "pod", "ssa"]);
         assert_eq!(live["spec"]["containers"][0]["image"], "nginx:9");
 
         // run and expose.
-        let out = ok(dir, &["run", "runner", "--image=nginx:1", "--labels=app=runner"], None);
+        let out = ok(kubectl, &["run", "runner", "--image=nginx:1", "--labels=app=runner"], None);
         assert!(out.contains("pod/runner created"), "{out}");
         let out = ok(
-            dir,
+            kubectl,
             &["expose", "pod", "runner", "--port=80", "--target-port=8080"],
             None,
         );
         assert!(out.contains("service/runner exposed"), "{out}");
-        let service = json_of(dir, &["get", "service", "runner"]);
+        let service = json_of(kubectl, &["get", "service", "runner"]);
         assert_eq!(service["spec"]["selector"]["app"], "runner");
         assert_eq!(service["spec"]["ports"][0]["targetPort"], 8080);
 
         // get -w with the WatchList client: initial events, then the
         // bookmark that ends them, then live changes.
-        let mut watch = command(dir, &["get", "pods", "-w"]);
+        let mut watch = kubectl.command(&["get", "pods", "-w"]);
         watch.env("KUBE_FEATURE_WatchListClient", "true");
         let mut stream = Stream::spawn(watch);
         assert!(stream.wait_for(|l| l.starts_with("runner ")), "{:?}", stream.seen);
-        ok(dir, &["label", "pod", "runner", "later=yes"], None);
-        ok(dir, &["delete", "pod", "ssa", "--wait=false"], None);
+        ok(kubectl, &["label", "pod", "runner", "later=yes"], None);
+        ok(kubectl, &["delete", "pod", "ssa", "--wait=false"], None);
         assert!(stream.wait_for(|l| l.starts_with("ssa ")), "{:?}", stream.seen);
         drop(stream);
-        let mut watch = command(dir, &["get", "pod", "runner", "-w", "-o", "name"]);
+        let mut watch = kubectl.command(&["get", "pod", "runner", "-w", "-o", "name"]);
         watch.env("KUBE_FEATURE_WatchListClient", "true");
         let mut stream = Stream::spawn(watch);
         assert!(stream.wait_for(|l| l == "pod/runner"), "{:?}", stream.seen);
-        ok(dir, &["annotate", "pod", "runner", "seen=1"], None);
+        ok(kubectl, &["annotate", "pod", "runner", "seen=1"], None);
         assert!(stream.wait_for(|l| l == "pod/runner"), "{:?}", stream.seen);
         drop(stream);
 
         // kubectl wait (an informer) over WatchList: sees a later change.
-        let mut wait = command(
-            dir,
-            &["wait", "pod/runner", "--for=jsonpath={.metadata.labels.ready}=yes", "--timeout=20s"],
-        );
+        let mut wait = kubectl.command(&["wait", "pod/runner", "--for=jsonpath={.metadata.labels.ready}=yes", "--timeout=20s"],);
         wait.env("KUBE_FEATURE_WatchListClient", "true");
         let waiting = wait.spawn().unwrap();
         std::thread::sleep(Duration::from_millis(500));
-        ok(dir, &["label", "pod", "runner", "ready=yes"], None);
+        ok(kubectl, &["label", "pod", "runner", "ready=yes"], None);
         let output = waiting.wait_with_output().unwrap();
         assert!(
             output.status.success() && String::from_utf8_lossy(&output.stdout).contains("pod/runner condition met"),
@@ -352,34 +345,34 @@ async fn kubectl_acceptance() {
         // delete with --cascade variants and --wait. Without a garbage
         // collector, foreground and orphan deletions wait on their finalizer
         // (as upstream); removing it completes the deletion.
-        ok(dir, &["create", "-f", "-"], Some(&pod("c1", "nginx:1")));
-        let out = ok(dir, &["delete", "pod", "c1", "--cascade=background", "--wait=true"], None);
+        ok(kubectl, &["create", "-f", "-"], Some(&pod("c1", "nginx:1")));
+        let out = ok(kubectl, &["delete", "pod", "c1", "--cascade=background", "--wait=true"], None);
         assert!(out.contains("pod \"c1\" deleted"), "{out}");
-        assert!(!exists(dir, "pod", "c1"));
+        assert!(!exists(kubectl, "pod", "c1"));
         for (cascade, name, finalizer) in [
             ("foreground", "c2", "foregroundDeletion"),
             ("orphan", "c3", "orphan"),
         ] {
-            ok(dir, &["create", "-f", "-"], Some(&pod(name, "nginx:1")));
+            ok(kubectl, &["create", "-f", "-"], Some(&pod(name, "nginx:1")));
             let arg = format!("--cascade={cascade}");
-            let out = ok(dir, &["delete", "pod", name, &arg, "--wait=false"], None);
+            let out = ok(kubectl, &["delete", "pod", name, &arg, "--wait=false"], None);
             assert!(out.contains(&format!("pod \"{name}\" deleted")), "{out}");
-            let live = json_of(dir, &["get", "pod", name]);
+            let live = json_of(kubectl, &["get", "pod", name]);
             assert!(live["metadata"]["deletionTimestamp"].is_string(), "{live}");
             assert_eq!(live["metadata"]["finalizers"][0], finalizer, "{live}");
             ok(
-                dir,
+                kubectl,
                 &["patch", "pod", name, "--type=json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#],
                 None,
             );
-            assert!(!exists(dir, "pod", name), "{cascade}");
+            assert!(!exists(kubectl, "pod", name), "{cascade}");
         }
         // A label-selected delete.
-        let out = ok(dir, &["delete", "pods", "-l", "app=runner"], None);
+        let out = ok(kubectl, &["delete", "pods", "-l", "app=runner"], None);
         assert!(out.contains("pod \"runner\" deleted"), "{out}");
 
         // Metrics count what happened.
-        let out = ok(dir, &["get", "--raw", "/metrics"], None);
+        let out = ok(kubectl, &["get", "--raw", "/metrics"], None);
         assert!(out.contains("apiserver_request_total"), "{out}");
         assert!(out.contains("resource=\"pods\""), "{out}");
         assert!(
@@ -394,7 +387,7 @@ async fn kubectl_acceptance() {
 
 /// One request to the in-process service: (status, body).
 async fn call(
-    server: &orchestra_core::server::ApiServer,
+    cluster: &TestCluster,
     method: &str,
     uri: &str,
     content_type: &str,
@@ -409,7 +402,7 @@ async fn call(
         .header("accept", "application/json")
         .body(body.into())
         .unwrap();
-    let response = server.router().oneshot(request).await.unwrap();
+    let response = cluster.admin_router().oneshot(request).await.unwrap();
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
@@ -429,23 +422,23 @@ fn status(result: (u16, Value), code: u16, reason: &str) -> Value {
 #[tokio::test]
 async fn error_statuses_write_nothing() {
     use serde_json::json;
-    let server = support::server().await;
+    let cluster = TestCluster::start().await;
     let pods = "/api/v1/namespaces/default/pods";
     let json_type = "application/json";
     let good = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "a"}},
                       "spec": {"containers": [{"name": "c", "image": "i"}]}});
-    let (code, created) = call(&server, "POST", pods, json_type, good.to_string()).await;
+    let (code, created) = call(&cluster, "POST", pods, json_type, good.to_string()).await;
     assert_eq!(code, 201, "{created}");
-    let revision = || async { server.store().status().await.unwrap().revision };
+    let revision = || async { cluster.server().store().status().await.unwrap().revision };
     let before = revision().await;
 
-    status(call(&server, "POST", pods, "application/yaml", "a: [b\n").await, 400, "BadRequest");
-    status(call(&server, "POST", pods, "text/plain", "x").await, 415, "UnsupportedMediaType");
+    status(call(&cluster, "POST", pods, "application/yaml", "a: [b\n").await, 400, "BadRequest");
+    status(call(&cluster, "POST", pods, "text/plain", "x").await, 415, "UnsupportedMediaType");
     let huge = format!("{{\"x\":\"{}\"}}", "a".repeat(3 * 1024 * 1024));
-    status(call(&server, "POST", pods, json_type, huge).await, 413, "RequestEntityTooLarge");
+    status(call(&cluster, "POST", pods, json_type, huge).await, 413, "RequestEntityTooLarge");
     let mut bad_name = good.clone();
     bad_name["metadata"]["name"] = "Bad_Name".into();
-    let body = status(call(&server, "POST", pods, json_type, bad_name.to_string()).await, 422, "Invalid");
+    let body = status(call(&cluster, "POST", pods, json_type, bad_name.to_string()).await, 422, "Invalid");
     assert_eq!(body["details"]["kind"], "Pod");
     assert_eq!(body["details"]["causes"][0]["field"], "metadata.name", "{body}");
     assert_eq!(body["details"]["causes"][0]["reason"], "FieldValueInvalid", "{body}");
@@ -453,7 +446,7 @@ async fn error_statuses_write_nothing() {
     unknown["metadata"]["name"] = "q".into();
     unknown["spec"]["foo"] = 1.into();
     let body = status(
-        call(&server, "POST", &format!("{pods}?fieldValidation=Strict"), json_type, unknown.to_string()).await,
+        call(&cluster, "POST", &format!("{pods}?fieldValidation=Strict"), json_type, unknown.to_string()).await,
         400,
         "BadRequest",
     );
@@ -461,23 +454,23 @@ async fn error_statuses_write_nothing() {
     let mut stale = created.clone();
     stale["metadata"]["resourceVersion"] = "1".into();
     stale["metadata"]["labels"]["app"] = "b".into();
-    let body = status(call(&server, "PUT", &format!("{pods}/p"), json_type, stale.to_string()).await, 409, "Conflict");
+    let body = status(call(&cluster, "PUT", &format!("{pods}/p"), json_type, stale.to_string()).await, 409, "Conflict");
     assert!(body["message"].as_str().unwrap().contains("the object has been modified"), "{body}");
-    status(call(&server, "PATCH", &format!("{pods}/p"), json_type, "{}").await, 415, "UnsupportedMediaType");
-    status(call(&server, "DELETE", &format!("{pods}/p"), json_type, "{oops").await, 400, "BadRequest");
-    status(call(&server, "GET", &format!("{pods}/nope"), json_type, "").await, 404, "NotFound");
+    status(call(&cluster, "PATCH", &format!("{pods}/p"), json_type, "{}").await, 415, "UnsupportedMediaType");
+    status(call(&cluster, "DELETE", &format!("{pods}/p"), json_type, "{oops").await, 400, "BadRequest");
+    status(call(&cluster, "GET", &format!("{pods}/nope"), json_type, "").await, 404, "NotFound");
     status(
-        call(&server, "GET", &format!("{pods}?watch=true&sendInitialEvents=true"), json_type, "").await,
+        call(&cluster, "GET", &format!("{pods}?watch=true&sendInitialEvents=true"), json_type, "").await,
         422,
         "Invalid",
     );
     // dryRun=All on every write verb.
     let mut dry = good.clone();
     dry["metadata"]["name"] = "dry".into();
-    let (code, body) = call(&server, "POST", &format!("{pods}?dryRun=All"), json_type, dry.to_string()).await;
+    let (code, body) = call(&cluster, "POST", &format!("{pods}?dryRun=All"), json_type, dry.to_string()).await;
     assert_eq!((code, &body["metadata"]["name"]), (201, &json!("dry")), "{body}");
     let (code, body) = call(
-        &server,
+        &cluster,
         "PATCH",
         &format!("{pods}/p?dryRun=All"),
         "application/merge-patch+json",
@@ -485,7 +478,7 @@ async fn error_statuses_write_nothing() {
     )
     .await;
     assert_eq!((code, &body["metadata"]["labels"]["app"]), (200, &json!("dry")), "{body}");
-    let (code, _) = call(&server, "DELETE", &format!("{pods}/p?dryRun=All"), json_type, "").await;
+    let (code, _) = call(&cluster, "DELETE", &format!("{pods}/p?dryRun=All"), json_type, "").await;
     assert_eq!(code, 200);
     assert_eq!(revision().await, before, "a failed or dry-run request wrote");
 
@@ -495,18 +488,18 @@ async fn error_statuses_write_nothing() {
     let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "d"}},
                  "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
-    let (code, _) = call(&server, "POST", deployments, json_type, deployment.to_string()).await;
+    let (code, _) = call(&cluster, "POST", deployments, json_type, deployment.to_string()).await;
     assert_eq!(code, 201);
     let scale_uri = format!("{deployments}/d/scale?fieldManager=hpa");
-    let (code, mut scale) = call(&server, "GET", &scale_uri, json_type, "").await;
+    let (code, mut scale) = call(&cluster, "GET", &scale_uri, json_type, "").await;
     assert_eq!(code, 200, "{scale}");
     scale["spec"]["replicas"] = 5.into();
     let mut stale_scale = scale.clone();
     stale_scale["metadata"]["resourceVersion"] = "1".into();
-    status(call(&server, "PUT", &scale_uri, json_type, stale_scale.to_string()).await, 409, "Conflict");
+    status(call(&cluster, "PUT", &scale_uri, json_type, stale_scale.to_string()).await, 409, "Conflict");
     status(
         call(
-            &server,
+            &cluster,
             "PATCH",
             &scale_uri,
             "application/merge-patch+json",
@@ -516,13 +509,13 @@ async fn error_statuses_write_nothing() {
         409,
         "Conflict",
     );
-    let (code, body) = call(&server, "PUT", &format!("{scale_uri}&dryRun=All"), json_type, scale.to_string()).await;
+    let (code, body) = call(&cluster, "PUT", &format!("{scale_uri}&dryRun=All"), json_type, scale.to_string()).await;
     assert_eq!((code, &body["spec"]["replicas"]), (200, &json!(5)), "{body}");
-    let (_, live) = call(&server, "GET", &format!("{deployments}/d"), json_type, "").await;
+    let (_, live) = call(&cluster, "GET", &format!("{deployments}/d"), json_type, "").await;
     assert_eq!(live["spec"]["replicas"], 1, "dry run");
-    let (code, body) = call(&server, "PUT", &scale_uri, "application/yaml", scale.to_string()).await;
+    let (code, body) = call(&cluster, "PUT", &scale_uri, "application/yaml", scale.to_string()).await;
     assert_eq!((code, &body["spec"]["replicas"]), (200, &json!(5)), "{body}");
-    let (_, live) = call(&server, "GET", &format!("{deployments}/d"), json_type, "").await;
+    let (_, live) = call(&cluster, "GET", &format!("{deployments}/d"), json_type, "").await;
     assert_eq!(live["spec"]["replicas"], 5);
     let entry = live["metadata"]["managedFields"]
         .as_array()
@@ -539,12 +532,12 @@ async fn error_statuses_write_nothing() {
         let mut pod = good.clone();
         pod["metadata"]["name"] = name.into();
         pod["metadata"]["labels"]["app"] = app.into();
-        let (code, _) = call(&server, "POST", pods, json_type, pod.to_string()).await;
+        let (code, _) = call(&cluster, "POST", pods, json_type, pod.to_string()).await;
         assert_eq!(code, 201);
     }
-    let (code, body) = call(&server, "DELETE", &format!("{pods}?labelSelector=app%3Dx"), json_type, "").await;
+    let (code, body) = call(&cluster, "DELETE", &format!("{pods}?labelSelector=app%3Dx"), json_type, "").await;
     assert_eq!(code, 200, "{body}");
-    let (_, list) = call(&server, "GET", pods, json_type, "").await;
+    let (_, list) = call(&cluster, "GET", pods, json_type, "").await;
     let mut names: Vec<&str> =
         list["items"].as_array().unwrap().iter().map(|p| p["metadata"]["name"].as_str().unwrap()).collect();
     names.sort();
@@ -559,7 +552,7 @@ async fn error_statuses_write_nothing() {
             "{pods}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"
         );
         let request = axum::http::Request::get(uri).body(axum::body::Body::empty()).unwrap();
-        let response = server.router().oneshot(request).await.unwrap();
+        let response = cluster.admin_router().oneshot(request).await.unwrap();
         assert_eq!(response.status().as_u16(), 200);
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         let events: Vec<Value> = bytes
@@ -600,7 +593,7 @@ async fn error_statuses_write_nothing() {
     ] {
         use http_body_util::BodyExt;
         use tower::ServiceExt;
-        let response = server.router().oneshot(request).await.unwrap();
+        let response = cluster.admin_router().oneshot(request).await.unwrap();
         assert_eq!(response.status().as_u16(), code);
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         let body: Value = serde_json::from_slice(&bytes).unwrap();

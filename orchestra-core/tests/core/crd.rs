@@ -10,13 +10,11 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, W
 use kube::core::{DynamicObject, GroupVersionKind};
 use kube::discovery::ApiResource;
 use kube::{CustomResource, CustomResourceExt};
-use orchestra_core::server::ApiServer;
+use orchestra::testing::TestCluster;
 use orchestra_store::MemStore;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-
-use super::support::{self, kubectl};
 
 /// A custom resource derived with kube-rs.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
@@ -79,8 +77,8 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_drives_custom_resources() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = crds.create(&PostParams::default(), &Widget::crd()).await.unwrap();
     assert_eq!(crd.metadata.name.as_deref(), Some("widgets.example.com"));
@@ -269,7 +267,8 @@ async fn kube_rs_drives_custom_resources() {
     gone(&crds, "widgets.example.com").await;
     let err = widgets.list(&ListParams::default()).await.unwrap_err();
     assert!(matches!(&err, kube::Error::Api(s) if s.code == 404), "{err:?}");
-    let left = server
+    let left = cluster
+        .server()
         .store()
         .range(orchestra_store::RangeRequest::new(orchestra_store::KeyRange::prefix("/registry/example.com/widgets/")))
         .await
@@ -284,8 +283,8 @@ async fn kube_rs_drives_custom_resources() {
 /// Invalid CRDs are refused with upstream's causes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_definitions_are_refused() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let crds: Api<CustomResourceDefinition> = Api::all(client);
     let mut crd = Widget::crd();
     crd.metadata.name = Some("widgets.other.com".into());
@@ -323,13 +322,6 @@ async fn invalid_definitions_are_refused() {
             "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[size].type: Required value: must not be empty for specified object fields",
         ]
     );
-}
-
-/// A kubeconfig for `address` in a new temporary directory.
-pub fn kubeconfig(address: std::net::SocketAddr) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    support::write_kubeconfig(dir.path(), address);
-    dir
 }
 
 const GIZMO_CRD: &str = r#"
@@ -384,13 +376,11 @@ spec: {color: red, extra: {any: [1, 2]}}
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_and_restart() {
     let store = Arc::new(MemStore::new());
-    let server = ApiServer::builder(store.clone()).build().await.unwrap();
-    let address = support::listen(&server).await;
-    let dir = kubeconfig(address);
-    let path = dir.path().to_owned();
+    let cluster = TestCluster::start_with(TestCluster::builder().store(store.clone())).await;
+    let kubectl = cluster.kubectl().await.clone();
     tokio::task::spawn_blocking(move || {
-        let run = |args: &[&str]| kubectl(&path, args, None);
-        let (ok, out, err) = kubectl(&path, &["create", "--validate=false", "-f", "-"], Some(GIZMO_CRD));
+        let run = |args: &[&str]| kubectl.run(args).into_parts();
+        let (ok, out, err) = kubectl.run_with_input(&["create", "--validate=false", "-f", "-"], Some(GIZMO_CRD)).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("customresourcedefinition.apiextensions.k8s.io/gizmos.tools.example.org created"), "{out}");
         let (ok, _, err) = run(&["wait", "--for=condition=Established", "crd/gizmos.tools.example.org", "--timeout=10s"]);
@@ -399,7 +389,7 @@ async fn kubectl_and_restart() {
         assert!(ok, "{err}");
         assert!(out.contains("gizmos") && out.contains("gz") && out.contains("Gizmo"), "{out}");
 
-        let (ok, out, err) = kubectl(&path, &["create", "--validate=false", "-f", "-"], Some(GIZMO));
+        let (ok, out, err) = kubectl.run_with_input(&["create", "--validate=false", "-f", "-"], Some(GIZMO)).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("gizmo.tools.example.org/g1 created"), "{out}");
         let (ok, out, err) = run(&["get", "gizmos"]);
@@ -412,26 +402,26 @@ async fn kubectl_and_restart() {
         // Validation on: kubectl finds the kind in OpenAPI and sends Strict;
         // unknown fields are refused (nothing stored), else pruned.
         let bogus = GIZMO.replace("name: g1", "name: g2").replace("color: red,", "color: red, bogus: 1,");
-        let (ok, _, err) = kubectl(&path, &["create", "-f", "-"], Some(&bogus));
+        let (ok, _, err) = kubectl.run_with_input(&["create", "-f", "-"], Some(&bogus)).into_parts();
         assert!(!ok);
         assert!(
             err.contains("Error from server (BadRequest)") && err.contains(r#"unknown field "spec.bogus""#),
             "{err}"
         );
         assert!(!run(&["get", "gizmo", "g2"]).0, "a refused object is not stored");
-        let (ok, _, err) = kubectl(&path, &["create", "--validate=false", "-f", "-"], Some(&bogus));
+        let (ok, _, err) = kubectl.run_with_input(&["create", "--validate=false", "-f", "-"], Some(&bogus)).into_parts();
         assert!(ok, "{err}");
         let (ok, out, _) = run(&["get", "gizmo", "g2", "-o", "jsonpath={.spec}"]);
         assert!(ok);
         assert!(!out.contains("bogus") && out.contains("red"), "{out}");
         // Client-side apply of a custom resource (merge patch), validated.
-        let (ok, out, err) = kubectl(&path, &["apply", "-f", "-"], Some(&bogus.replace("bogus: 1,", "").replace("red", "blue")));
+        let (ok, out, err) = kubectl.run_with_input(&["apply", "-f", "-"], Some(&bogus.replace("bogus: 1,", "").replace("red", "blue"))).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("gizmo.tools.example.org/g2 configured"), "{out}");
         let (ok, out, _) = run(&["get", "gizmo", "g2", "-o", "jsonpath={.spec.color}"]);
         assert!(ok);
         assert_eq!(out, "blue");
-        let (ok, _, err) = kubectl(&path, &["apply", "-f", "-"], Some(&bogus));
+        let (ok, _, err) = kubectl.run_with_input(&["apply", "-f", "-"], Some(&bogus)).into_parts();
         assert!(!ok);
         assert!(err.contains(r#"unknown field "spec.bogus""#), "{err}");
 
@@ -465,8 +455,8 @@ async fn kubectl_and_restart() {
     .unwrap();
 
     // A new server on the same store still serves the kind.
-    let restarted = ApiServer::builder(store.clone()).build().await.unwrap();
-    let client = orchestra_core::client::in_process(&restarted, "default");
+    let restarted = TestCluster::start_with(TestCluster::builder().store(store.clone())).await;
+    let client = restarted.client();
     let resource =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("tools.example.org", "v1", "Gizmo"), "gizmos");
     let gizmos: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &resource);
@@ -484,14 +474,12 @@ async fn kubectl_and_restart() {
     assert_eq!(after.metadata.generation.unwrap(), before.metadata.generation.unwrap() + 1);
 
     // Deleting the CRD through kubectl removes the kind from discovery.
-    let address = support::listen(&restarted).await;
-    let dir = kubeconfig(address);
-    let path = dir.path().to_owned();
+    let kubectl = restarted.kubectl().await.clone();
     tokio::task::spawn_blocking(move || {
-        let (ok, out, err) = kubectl(&path, &["delete", "crd", "gizmos.tools.example.org"], None);
+        let (ok, out, err) = kubectl.run(&["delete", "crd", "gizmos.tools.example.org"]).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("deleted"), "{out}");
-        let (ok, _, err) = kubectl(&path, &["get", "gizmos"], None);
+        let (ok, _, err) = kubectl.run(&["get", "gizmos"]).into_parts();
         assert!(!ok);
         assert!(
             err.contains("the server doesn't have a resource type \"gizmos\"") || err.contains("NotFound"),

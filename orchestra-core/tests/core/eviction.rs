@@ -4,12 +4,9 @@ use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
+use orchestra::testing::TestCluster;
 use serde_json::{Value, json};
 use tower::ServiceExt;
-
-use super::crd::kubeconfig;
-use super::support;
-use super::support::kubectl;
 
 /// A running, ready pod labelled `app=web` (optionally bound to a node).
 async fn running_pod(pods: &Api<Pod>, name: &str, node: Option<&str>) -> Pod {
@@ -55,8 +52,8 @@ fn status_of(err: kube::Error) -> kube::core::Status {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evictions_respect_disruption_budgets() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     let budgets: Api<PodDisruptionBudget> = Api::default_namespaced(client.clone());
     for name in ["p1", "p2", "p3"] {
@@ -126,15 +123,15 @@ async fn evictions_respect_disruption_budgets() {
             .body(axum::body::Body::from(body.to_string()))
             .unwrap()
     };
-    let response = server
-        .router()
+    let response = cluster
+        .admin_router()
         .oneshot(evict(json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p3"}, "deleteOptions": {"preconditions": {"uid": "not-the-uid"}}})))
         .await
         .unwrap();
     assert_eq!(response.status(), 409);
     // A policy/v1beta1 body.
-    let response = server
-        .router()
+    let response = cluster
+        .admin_router()
         .oneshot(evict(json!({"apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": "p3", "namespace": "default"}, "deleteOptions": {"gracePeriodSeconds": 0}})))
         .await
         .unwrap();
@@ -155,8 +152,8 @@ async fn evictions_respect_disruption_budgets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_drain_evicts_pods_of_a_node() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let nodes: Api<Node> = Api::all(client.clone());
     nodes
         .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap())
@@ -165,15 +162,13 @@ async fn kubectl_drain_evicts_pods_of_a_node() {
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     running_pod(&pods, "web-1", Some("n1")).await;
     running_pod(&pods, "elsewhere", Some("n2")).await;
-    let address = support::listen(&server).await;
-    let dir = kubeconfig(address);
-    let path = dir.path().to_owned();
+    let kubectl = cluster.kubectl().await.clone();
     let budgets: Api<PodDisruptionBudget> = Api::default_namespaced(client.clone());
     budgets.create(&PostParams::default(), &budget(json!({"minAvailable": 2}))).await.unwrap();
-    let blocked_path = dir.path().to_owned();
+    let blocked = kubectl.clone();
     tokio::task::spawn_blocking(move || {
         let (ok, out, err) =
-            kubectl(&blocked_path, &["drain", "n1", "--ignore-daemonsets", "--timeout=2s", "--grace-period=0"], None);
+            blocked.run(&["drain", "n1", "--ignore-daemonsets", "--timeout=2s", "--grace-period=0"]).into_parts();
         assert!(!ok, "{out}");
         assert!(err.contains("Cannot evict pod as it would violate the pod's disruption budget."), "{out}\n{err}");
     })
@@ -183,11 +178,9 @@ async fn kubectl_drain_evicts_pods_of_a_node() {
     tokio::task::spawn_blocking(move || {
         // No kubelet runs here: a graceful delete would wait for one forever,
         // so the drain asks for an immediate one.
-        let (ok, out, err) = kubectl(
-            &path,
-            &["drain", "n1", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=20s", "--grace-period=0"],
-            None,
-        );
+        let (ok, out, err) = kubectl
+            .run(&["drain", "n1", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=20s", "--grace-period=0"])
+            .into_parts();
         assert!(ok, "{out}\n{err}");
         assert!(out.contains("pod/web-1 evicted") && out.contains("node/n1 drained"), "{out}\n{err}");
     })

@@ -4,13 +4,12 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
+use orchestra::testing::TestCluster;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use super::support;
-
-async fn call(server: &orchestra_core::server::ApiServer, request: Request<Body>) -> (StatusCode, String, Value) {
-    let response = server.router().oneshot(request).await.unwrap();
+async fn call(cluster: &TestCluster, request: Request<Body>) -> (StatusCode, String, Value) {
+    let response = cluster.admin_router().oneshot(request).await.unwrap();
     let status = response.status();
     let content_type =
         response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
@@ -31,8 +30,8 @@ const AGG: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscov
 
 #[tokio::test]
 async fn discovery_shapes() {
-    let server = support::server().await;
-    let (status, content_type, body) = call(&server, get("/apis", AGG)).await;
+    let cluster = TestCluster::start().await;
+    let (status, content_type, body) = call(&cluster, get("/apis", AGG)).await;
     assert_eq!(status, 200);
     assert_eq!(content_type, "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList");
     let apps = body["items"].as_array().unwrap().iter().find(|g| g["metadata"]["name"] == "apps").unwrap();
@@ -49,67 +48,67 @@ async fn discovery_shapes() {
     );
 
     let (_, content_type, body) =
-        call(&server, get("/api", "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList")).await;
+        call(&cluster, get("/api", "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList")).await;
     assert!(content_type.contains("v=v2beta1"));
     assert_eq!(body["apiVersion"], "apidiscovery.k8s.io/v2beta1");
     assert_eq!(body["items"][0]["metadata"]["name"], "");
 
-    let (_, content_type, body) = call(&server, get("/apis", "application/json")).await;
+    let (_, content_type, body) = call(&cluster, get("/apis", "application/json")).await;
     assert_eq!(content_type, "application/json");
     assert_eq!(body["kind"], "APIGroupList");
-    let (_, _, body) = call(&server, get("/api/v1", "application/json")).await;
+    let (_, _, body) = call(&cluster, get("/api/v1", "application/json")).await;
     assert_eq!(body["kind"], "APIResourceList");
     let eviction = body["resources"].as_array().unwrap().iter().find(|r| r["name"] == "pods/eviction").unwrap();
     assert_eq!(eviction["group"], "policy");
-    let (status, _, body) = call(&server, get("/version/", "application/json")).await;
+    let (status, _, body) = call(&cluster, get("/version/", "application/json")).await;
     assert_eq!((status.as_u16(), body["minor"].as_str()), (200, Some("33")));
 }
 
 #[tokio::test]
 async fn bad_input_gets_status_errors_and_writes_nothing() {
-    let server = support::server().await;
+    let cluster = TestCluster::start().await;
     let pods = "/api/v1/namespaces/default/pods";
-    let (status, _, body) = call(&server, post(pods, "application/json", "{not json")).await;
+    let (status, _, body) = call(&cluster, post(pods, "application/json", "{not json")).await;
     assert_eq!(status, 400);
     assert_eq!((body["kind"].as_str(), body["reason"].as_str()), (Some("Status"), Some("BadRequest")));
 
-    let (status, _, body) = call(&server, post(pods, "text/csv", "a,b")).await;
+    let (status, _, body) = call(&cluster, post(pods, "text/csv", "a,b")).await;
     assert_eq!(status, 415);
     assert_eq!(body["reason"], "UnsupportedMediaType");
 
     let huge = vec![b' '; 3 * 1024 * 1024 + 1];
-    let (status, _, body) = call(&server, post(pods, "application/json", huge)).await;
+    let (status, _, body) = call(&cluster, post(pods, "application/json", huge)).await;
     assert_eq!(status, 413);
     assert_eq!(body["code"], 413);
 
     let wrong_type =
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": "nope"}});
-    let (status, _, body) = call(&server, post(pods, "application/json", wrong_type.to_string())).await;
+    let (status, _, body) = call(&cluster, post(pods, "application/json", wrong_type.to_string())).await;
     assert_eq!(status, 400, "{body}");
 
     let no_name = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-    let (status, _, body) = call(&server, post(pods, "application/json", no_name.to_string())).await;
+    let (status, _, body) = call(&cluster, post(pods, "application/json", no_name.to_string())).await;
     assert_eq!(status, 422);
     assert_eq!(body["details"]["causes"][0]["field"], "metadata.name");
 
     let generated = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-    let (status, _, body) = call(&server, post(pods, "application/yaml", generated.to_string())).await;
+    let (status, _, body) = call(&cluster, post(pods, "application/yaml", generated.to_string())).await;
     assert_eq!(status, 201);
     assert!(body["metadata"]["name"].as_str().unwrap().starts_with("web-"));
 
     // Nothing but the generated pod was written.
-    let (_, _, list) = call(&server, get(pods, "application/json")).await;
+    let (_, _, list) = call(&cluster, get(pods, "application/json")).await;
     assert_eq!(list["items"].as_array().unwrap().len(), 1);
     assert_eq!(list["kind"], "PodList");
 
-    let (status, _, body) = call(&server, get("/api/v1/namespaces/default/widgets", "application/json")).await;
+    let (status, _, body) = call(&cluster, get("/api/v1/namespaces/default/widgets", "application/json")).await;
     assert_eq!((status.as_u16(), body["reason"].as_str()), (404, Some("NotFound")));
 
     // A watch from a compacted revision ends with an Expired error event.
-    let revision = server.store().status().await.unwrap().revision;
-    server.store().compact(revision).await.unwrap();
-    let response = server
-        .router()
+    let revision = cluster.server().store().status().await.unwrap().revision;
+    cluster.server().store().compact(revision).await.unwrap();
+    let response = cluster
+        .admin_router()
         .oneshot(get(&format!("{pods}?watch=true&resourceVersion=1"), "application/json"))
         .await
         .unwrap();
@@ -128,20 +127,20 @@ async fn bad_input_gets_status_errors_and_writes_nothing() {
 /// takes content again.
 #[tokio::test]
 async fn namespace_lifecycle_gates_creates() {
-    let server = support::server().await;
+    let cluster = TestCluster::start().await;
     let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}).to_string();
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "life"}}).to_string();
     let create_cm = |name: &str| post("/api/v1/namespaces/life/configmaps", "application/json", cm(name));
     let delete = |uri: &str| Request::delete(uri).body(Body::empty()).unwrap();
     for round in 0..3 {
-        let (status, _, _) = call(&server, post("/api/v1/namespaces", "application/json", ns.clone())).await;
+        let (status, _, _) = call(&cluster, post("/api/v1/namespaces", "application/json", ns.clone())).await;
         assert_eq!(status, StatusCode::CREATED, "round {round}");
-        let (status, _, body) = call(&server, create_cm(&format!("a{round}"))).await;
+        let (status, _, body) = call(&cluster, create_cm(&format!("a{round}"))).await;
         assert_eq!(status, StatusCode::CREATED, "round {round}: {body}");
         // The `kubernetes` finalizer keeps the namespace terminating.
-        let (status, _, body) = call(&server, delete("/api/v1/namespaces/life")).await;
+        let (status, _, body) = call(&cluster, delete("/api/v1/namespaces/life")).await;
         assert_eq!(status, StatusCode::OK, "round {round}: {body}");
-        let (status, _, body) = call(&server, create_cm(&format!("b{round}"))).await;
+        let (status, _, body) = call(&cluster, create_cm(&format!("b{round}"))).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "round {round}: {body}");
         assert!(body["message"].as_str().unwrap().contains("because it is being terminated"), "{body}");
         // A status write on the terminating namespace keeps it: only
@@ -155,13 +154,13 @@ async fn namespace_lifecycle_gates_creates() {
                 .to_string(),
             ))
             .unwrap();
-        let (status, _, body) = call(&server, status_update).await;
+        let (status, _, body) = call(&cluster, status_update).await;
         assert_eq!(status, StatusCode::OK, "round {round}: {body}");
-        let (status, _, body) = call(&server, get("/api/v1/namespaces/life", "application/json")).await;
+        let (status, _, body) = call(&cluster, get("/api/v1/namespaces/life", "application/json")).await;
         assert_eq!(status, StatusCode::OK, "round {round}: the namespace survives its status write");
         assert_eq!(body["status"]["conditions"][0]["type"], "NamespaceContentRemaining", "{body}");
         // Empty it and drop the finalizer (the namespace controller's job).
-        let (status, _, body) = call(&server, delete(&format!("/api/v1/namespaces/life/configmaps/a{round}"))).await;
+        let (status, _, body) = call(&cluster, delete(&format!("/api/v1/namespaces/life/configmaps/a{round}"))).await;
         assert_eq!(status, StatusCode::OK, "round {round}: {body}");
         let finalize = Request::put("/api/v1/namespaces/life/finalize")
             .header("content-type", "application/json")
@@ -170,11 +169,11 @@ async fn namespace_lifecycle_gates_creates() {
                     .to_string(),
             ))
             .unwrap();
-        let (status, _, body) = call(&server, finalize).await;
+        let (status, _, body) = call(&cluster, finalize).await;
         assert_eq!(status, StatusCode::OK, "round {round}: {body}");
-        let (status, _, _) = call(&server, get("/api/v1/namespaces/life", "application/json")).await;
+        let (status, _, _) = call(&cluster, get("/api/v1/namespaces/life", "application/json")).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "round {round}");
-        let (status, _, body) = call(&server, create_cm(&format!("c{round}"))).await;
+        let (status, _, body) = call(&cluster, create_cm(&format!("c{round}"))).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "round {round}: {body}");
     }
 }
@@ -183,13 +182,13 @@ async fn namespace_lifecycle_gates_creates() {
 /// a binding naming another pod's UID, and a second binding, are refused.
 #[tokio::test]
 async fn binding_assigns_once_and_marks_the_pod_scheduled() {
-    let server = support::server().await;
+    let cluster = TestCluster::start().await;
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
         "spec": {"containers": [{"name": "c", "image": "x"}]},
     });
     let (status, _, created) =
-        call(&server, post("/api/v1/namespaces/default/pods", "application/json", pod.to_string())).await;
+        call(&cluster, post("/api/v1/namespaces/default/pods", "application/json", pod.to_string())).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let status_body = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
         "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}});
@@ -197,27 +196,27 @@ async fn binding_assigns_once_and_marks_the_pod_scheduled() {
         .header("content-type", "application/json")
         .body(Body::from(status_body.to_string()))
         .unwrap();
-    let (status, _, body) = call(&server, put).await;
+    let (status, _, body) = call(&cluster, put).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let binding = |uid: &str| {
         json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p", "uid": uid}, "target": {"kind": "Node", "name": "n1"}})
             .to_string()
     };
     let uri = "/api/v1/namespaces/default/pods/p/binding";
-    let (status, _, body) = call(&server, post(uri, "application/json", binding("not-the-uid"))).await;
+    let (status, _, body) = call(&cluster, post(uri, "application/json", binding("not-the-uid"))).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body["message"].as_str().unwrap().contains("Precondition failed"), "{body}");
     let uid = created["metadata"]["uid"].as_str().unwrap();
-    let (status, _, body) = call(&server, post(uri, "application/json", binding(uid))).await;
+    let (status, _, body) = call(&cluster, post(uri, "application/json", binding(uid))).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let (_, _, bound) = call(&server, get("/api/v1/namespaces/default/pods/p", "application/json")).await;
+    let (_, _, bound) = call(&cluster, get("/api/v1/namespaces/default/pods/p", "application/json")).await;
     assert_eq!(bound["spec"]["nodeName"], "n1");
     let conditions = bound["status"]["conditions"].as_array().unwrap();
     let scheduled: Vec<_> = conditions.iter().filter(|c| c["type"] == "PodScheduled").collect();
     assert_eq!(scheduled.len(), 1, "{conditions:?}");
     assert_eq!(scheduled[0]["status"], "True");
     assert!(scheduled[0].get("reason").is_none());
-    let (status, _, body) = call(&server, post(uri, "application/json", binding(uid))).await;
+    let (status, _, body) = call(&cluster, post(uri, "application/json", binding(uid))).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body["message"].as_str().unwrap().contains("already assigned"), "{body}");
 }
@@ -227,7 +226,7 @@ async fn binding_assigns_once_and_marks_the_pod_scheduled() {
 /// path serves (the same as YAML), with selectors and pages.
 #[tokio::test]
 async fn json_lists_match_decoded_lists() {
-    let server = support::server().await;
+    let cluster = TestCluster::start().await;
     for (i, labels) in [json!({"app": "web"}), json!({"app": "db", "tier": "x"}), json!(null), json!({"app": "web"})]
         .iter()
         .enumerate()
@@ -236,10 +235,10 @@ async fn json_lists_match_decoded_lists() {
             "metadata": {"name": format!("c{i}"), "labels": labels, "annotations": {"a": "é \"q\""}},
             "data": {"k": format!("v{i}")}});
         let (status, _, body) =
-            call(&server, post("/api/v1/namespaces/default/configmaps", "application/json", object.to_string())).await;
+            call(&cluster, post("/api/v1/namespaces/default/configmaps", "application/json", object.to_string())).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
         let (_, _, stored) =
-            call(&server, get(&format!("/api/v1/namespaces/default/configmaps/c{i}"), "application/json")).await;
+            call(&cluster, get(&format!("/api/v1/namespaces/default/configmaps/c{i}"), "application/json")).await;
         assert_eq!(body, stored, "a create answers with the object as stored");
         assert_eq!(body["data"]["k"], format!("v{i}"));
     }
@@ -247,14 +246,14 @@ async fn json_lists_match_decoded_lists() {
         "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "c", "reportingInstance": "i",
         "action": "A", "reason": "R", "regarding": {"kind": "Pod", "name": "p"}, "type": "Normal"});
     let (status, _, body) =
-        call(&server, post("/apis/events.k8s.io/v1/namespaces/default/events", "application/json", event.to_string()))
+        call(&cluster, post("/apis/events.k8s.io/v1/namespaces/default/events", "application/json", event.to_string()))
             .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let yaml = |uri: &str| {
         let request = get(uri, "application/yaml");
-        let server = &server;
+        let router = cluster.admin_router();
         async move {
-            let response = server.router().oneshot(request).await.unwrap();
+            let response = router.oneshot(request).await.unwrap();
             assert_eq!(response.status(), StatusCode::OK);
             let bytes = response.into_body().collect().await.unwrap().to_bytes();
             serde_yaml::from_slice::<Value>(&bytes).unwrap()
@@ -271,7 +270,7 @@ async fn json_lists_match_decoded_lists() {
         "/apis/events.k8s.io/v1/namespaces/default/events",
     ];
     for uri in queries {
-        let (status, content_type, json_list) = call(&server, get(uri, "application/json")).await;
+        let (status, content_type, json_list) = call(&cluster, get(uri, "application/json")).await;
         assert_eq!(status, StatusCode::OK, "{uri}: {json_list}");
         assert_eq!(content_type, "application/json");
         let mut decoded = yaml(uri).await;
@@ -279,19 +278,19 @@ async fn json_lists_match_decoded_lists() {
         assert_eq!(json_list, decoded, "{uri}");
         if let Some(token) = json_list["metadata"]["continue"].as_str() {
             let next = format!("{uri}&continue={token}");
-            let (_, _, page) = call(&server, get(&next, "application/json")).await;
+            let (_, _, page) = call(&cluster, get(&next, "application/json")).await;
             decoded = yaml(&next).await;
             assert_eq!(page, decoded, "{next}");
             assert_eq!(page["items"].as_array().unwrap().len(), 1, "{page}");
         }
     }
-    let (_, _, all) = call(&server, get("/api/v1/namespaces/default/configmaps", "application/json")).await;
+    let (_, _, all) = call(&cluster, get("/api/v1/namespaces/default/configmaps", "application/json")).await;
     let items = all["items"].as_array().unwrap();
     assert_eq!(items.len(), 4);
     for item in items {
         let name = item["metadata"]["name"].as_str().unwrap();
         let (_, _, one) =
-            call(&server, get(&format!("/api/v1/namespaces/default/configmaps/{name}"), "application/json")).await;
+            call(&cluster, get(&format!("/api/v1/namespaces/default/configmaps/{name}"), "application/json")).await;
         assert_eq!(item, &one, "a listed item is what a GET serves");
         let uri = format!("/api/v1/namespaces/default/configmaps/{name}");
         assert_eq!(one, yaml(&uri).await, "a GET as JSON serves what the decoding path does");
@@ -299,14 +298,14 @@ async fn json_lists_match_decoded_lists() {
         assert!(item["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap() > 0);
     }
     for uri in ["/apis/events.k8s.io/v1/namespaces/default/events/e1", "/api/v1/namespaces/default/events/e1"] {
-        let (status, _, event) = call(&server, get(uri, "application/json")).await;
+        let (status, _, event) = call(&cluster, get(uri, "application/json")).await;
         assert_eq!(status, StatusCode::OK, "{event}");
         assert_eq!(event, yaml(uri).await, "{uri}");
     }
     let (status, _, missing) =
-        call(&server, get("/api/v1/namespaces/default/configmaps/nope", "application/json")).await;
+        call(&cluster, get("/api/v1/namespaces/default/configmaps/nope", "application/json")).await;
     assert_eq!((status, missing["reason"].as_str()), (StatusCode::NOT_FOUND, Some("NotFound")));
-    let (_, _, web) = call(&server, get("/api/v1/configmaps?labelSelector=app%3Dweb", "application/json")).await;
+    let (_, _, web) = call(&cluster, get("/api/v1/configmaps?labelSelector=app%3Dweb", "application/json")).await;
     assert_eq!(web["items"].as_array().unwrap().len(), 2, "{web}");
     assert_eq!(web["kind"], "ConfigMapList");
     assert_eq!(web["apiVersion"], "v1");

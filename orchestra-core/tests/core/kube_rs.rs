@@ -8,9 +8,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::core::{DynamicObject, GroupVersionKind};
 use kube::discovery::ApiResource;
+use orchestra::testing::TestCluster;
 use serde_json::json;
-
-use super::support;
 
 fn pod(name: &str, app: &str) -> Pod {
     serde_json::from_value(json!({
@@ -24,8 +23,8 @@ fn pod(name: &str, app: &str) -> Pod {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typed_crud_and_errors() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
 
     let created = pods.create(&PostParams::default(), &pod("web-0", "web")).await.unwrap();
@@ -116,8 +115,8 @@ async fn typed_crud_and_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pagination_and_finalizers() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
     for i in 0..25 {
         let cm: ConfigMap =
@@ -158,8 +157,8 @@ async fn pagination_and_finalizers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_resume_and_dynamic_api() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     let first = pods.create(&PostParams::default(), &pod("a", "web")).await.unwrap();
     let rv = first.metadata.resource_version.clone().unwrap();

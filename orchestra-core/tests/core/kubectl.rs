@@ -1,6 +1,7 @@
-//! The installed kubectl against the API server over HTTP on loopback.
+//! The installed kubectl against the API server over HTTPS on loopback, as
+//! the administrator.
 
-use super::support::{self, kubectl};
+use orchestra::testing::TestCluster;
 
 const POD: &str = r#"
 apiVersion: v1
@@ -17,10 +18,10 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_drives_the_server() {
-    let server = support::server().await;
-    let (_tmp, dir) = support::kubectl_dir(&server).await;
+    let cluster = TestCluster::start().await;
+    let kubectl = cluster.kubectl().await.clone();
     tokio::task::spawn_blocking(move || {
-        let run = |args: &[&str]| kubectl(&dir, args, None);
+        let run = |args: &[&str]| kubectl.run(args).into_parts();
 
         let (ok, out, err) = run(&["version", "-o", "json"]);
         assert!(ok, "{err}");
@@ -34,10 +35,10 @@ async fn kubectl_drives_the_server() {
         }
 
         // OpenAPI is not served yet: client-side validation is off.
-        let (ok, out, err) = kubectl(&dir, &["create", "--validate=false", "-f", "-"], Some(POD));
+        let (ok, out, err) = kubectl.run_with_input(&["create", "--validate=false", "-f", "-"], Some(POD)).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("pod/web created"), "{out}");
-        let (ok, _, err) = kubectl(&dir, &["create", "--validate=false", "-f", "-"], Some(POD));
+        let (ok, _, err) = kubectl.run_with_input(&["create", "--validate=false", "-f", "-"], Some(POD)).into_parts();
         assert!(!ok);
         assert!(
             err.contains("Error from server (AlreadyExists)") && err.contains("pods \"web\" already exists"),
@@ -90,13 +91,13 @@ async fn kubectl_drives_the_server() {
 /// through `core/v1`, and a `core/v1` Event reads back as `events.k8s.io/v1`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_k8s_io_events_show_in_describe() {
-    let server = support::server().await;
-    let (_tmp, dir) = support::kubectl_dir(&server).await;
+    let cluster = TestCluster::start().await;
+    let kubectl = cluster.kubectl().await.clone();
     tokio::task::spawn_blocking(move || {
-        let (ok, out, err) = kubectl(&dir, &["create", "--validate=false", "-f", "-"], Some(POD));
+        let (ok, out, err) = kubectl.run_with_input(&["create", "--validate=false", "-f", "-"], Some(POD)).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("pod/web created"), "{out}");
-        let (ok, uid, err) = kubectl(&dir, &["get", "pod", "web", "-o", "jsonpath={.metadata.uid}"], None);
+        let (ok, uid, err) = kubectl.run(&["get", "pod", "web", "-o", "jsonpath={.metadata.uid}"]).into_parts();
         assert!(ok, "{err}");
         let event = format!(
             r#"{{"apiVersion": "events.k8s.io/v1", "kind": "Event",
@@ -107,7 +108,7 @@ async fn events_k8s_io_events_show_in_describe() {
                 "regarding": {{"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "default", "uid": "{uid}"}},
                 "note": "Container image \"nginx:1.27\" already present on machine"}}"#
         );
-        let (ok, _, err) = kubectl(&dir, &["create", "-f", "-"], Some(&event));
+        let (ok, _, err) = kubectl.run_with_input(&["create", "-f", "-"], Some(&event)).into_parts();
         assert!(ok, "{err}");
         let core_event = format!(
             r#"{{"apiVersion": "v1", "kind": "Event",
@@ -117,10 +118,10 @@ async fn events_k8s_io_events_show_in_describe() {
                 "message": "Successfully assigned default/web to node-a",
                 "firstTimestamp": "2026-11-30T08:00:00Z", "lastTimestamp": "2026-11-30T08:00:00Z", "count": 1}}"#
         );
-        let (ok, _, err) = kubectl(&dir, &["create", "-f", "-"], Some(&core_event));
+        let (ok, _, err) = kubectl.run_with_input(&["create", "-f", "-"], Some(&core_event)).into_parts();
         assert!(ok, "{err}");
 
-        let (ok, out, err) = kubectl(&dir, &["describe", "pod", "web"], None);
+        let (ok, out, err) = kubectl.run(&["describe", "pod", "web"]).into_parts();
         assert!(ok, "{err}");
         let events = out.split("Events:").nth(1).unwrap_or_default();
         assert!(
@@ -130,14 +131,10 @@ async fn events_k8s_io_events_show_in_describe() {
         );
         assert!(events.contains("Scheduled") && events.contains("default-scheduler"), "{out}");
 
-        let (ok, out, err) = kubectl(&dir, &["get", "events", "--field-selector", "involvedObject.name=web", "-o", "name"], None);
+        let (ok, out, err) = kubectl.run(&["get", "events", "--field-selector", "involvedObject.name=web", "-o", "name"]).into_parts();
         assert!(ok, "{err}");
         assert_eq!(out.lines().count(), 2, "{out}");
-        let (ok, out, err) = kubectl(
-            &dir,
-            &["get", "events.v1.events.k8s.io", "web.scheduled", "-o", "jsonpath={.regarding.name} {.note} {.deprecatedSource.component}"],
-            None,
-        );
+        let (ok, out, err) = kubectl.run(&["get", "events.v1.events.k8s.io", "web.scheduled", "-o", "jsonpath={.regarding.name} {.note} {.deprecatedSource.component}"]).into_parts();
         assert!(ok, "{err}");
         assert_eq!(out, "web Successfully assigned default/web to node-a default-scheduler");
     })

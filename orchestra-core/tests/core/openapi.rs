@@ -5,10 +5,9 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
+use orchestra::testing::TestCluster;
 use serde_json::{Value, json};
 use tower::ServiceExt;
-
-use super::support::{self, kubectl, write_kubeconfig};
 
 const POD: &str = r#"
 apiVersion: v1
@@ -55,70 +54,70 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_validates_with_openapi_v3() {
-    let server = support::server().await;
-    let address = support::listen(&server).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_kubeconfig(dir.path(), address);
-    let dir = dir.path().to_owned();
+    let cluster = TestCluster::start().await;
+    let kubectl = cluster.kubectl().await.clone();
     tokio::task::spawn_blocking(move || {
         // Validation on (the default): kubectl reads OpenAPI v3, sees the
         // fieldValidation parameter and leaves validation to the server.
-        let (ok, out, err) = kubectl(&dir, &["create", "-f", "-"], Some(POD));
+        let (ok, out, err) = kubectl.run_with_input(&["create", "-f", "-"], Some(POD)).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("pod/checked created"), "{out}");
 
-        let (ok, _, err) = kubectl(&dir, &["create", "-f", "-"], Some(BAD_POD));
+        let (ok, _, err) = kubectl.run_with_input(&["create", "-f", "-"], Some(BAD_POD)).into_parts();
         assert!(!ok);
         assert!(
             err.contains("Error from server (BadRequest)")
                 && err.contains(r#"strict decoding error: unknown field "spec.foo""#),
             "{err}"
         );
-        let (ok, _, _) = kubectl(&dir, &["get", "pod", "unchecked"], None);
+        let (ok, _, _) = kubectl.run(&["get", "pod", "unchecked"]).into_parts();
         assert!(!ok, "a refused object is not stored");
 
         // --validate=false sends Ignore: created, the unknown field dropped.
-        let (ok, _, err) = kubectl(&dir, &["create", "--validate=false", "-f", "-"], Some(BAD_POD));
+        let (ok, _, err) =
+            kubectl.run_with_input(&["create", "--validate=false", "-f", "-"], Some(BAD_POD)).into_parts();
         assert!(ok, "{err}");
-        let (ok, out, err) = kubectl(&dir, &["get", "pod", "unchecked", "-o", "json"], None);
+        let (ok, out, err) = kubectl.run(&["get", "pod", "unchecked", "-o", "json"]).into_parts();
         assert!(ok, "{err}");
         let pod: Value = serde_json::from_str(&out).unwrap();
         assert!(pod.pointer("/spec/foo").is_none(), "{out}");
 
         // replace (PUT) is validated the same way.
         let changed = POD.replace("nginx:1.27", "nginx:1.28");
-        let (ok, _, err) =
-            kubectl(&dir, &["replace", "-f", "-"], Some(&changed.replace("spec:\n", "spec:\n  bogus: 1\n")));
+        let (ok, _, err) = kubectl
+            .run_with_input(&["replace", "-f", "-"], Some(&changed.replace("spec:\n", "spec:\n  bogus: 1\n")))
+            .into_parts();
         assert!(!ok);
         assert!(err.contains(r#"strict decoding error: unknown field "spec.bogus""#), "{err}");
-        let (ok, out, err) = kubectl(&dir, &["replace", "-f", "-"], Some(&changed));
+        let (ok, out, err) = kubectl.run_with_input(&["replace", "-f", "-"], Some(&changed)).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("pod/checked replaced"), "{out}");
 
         // Client-side apply creates on first use.
-        let (ok, out, err) = kubectl(&dir, &["apply", "-f", "-"], Some(DEPLOYMENT));
+        let (ok, out, err) = kubectl.run_with_input(&["apply", "-f", "-"], Some(DEPLOYMENT)).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("deployment.apps/web created"), "{out}");
-        let (ok, out, err) = kubectl(&dir, &["get", "deploy", "web", "-o", "jsonpath={.metadata.annotations}"], None);
+        let (ok, out, err) =
+            kubectl.run(&["get", "deploy", "web", "-o", "jsonpath={.metadata.annotations}"]).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("kubectl.kubernetes.io/last-applied-configuration"), "{out}");
 
         // explain reads the schemas.
-        let (ok, out, err) = kubectl(&dir, &["explain", "pods.spec"], None);
+        let (ok, out, err) = kubectl.run(&["explain", "pods.spec"]).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("KIND:") && out.contains("Pod"), "{out}");
         assert!(out.contains("FIELD: spec <PodSpec>"), "{out}");
         assert!(out.contains("containers\t<[]Container> -required-"), "{out}");
         assert!(out.contains("nodeName"), "{out}");
-        let (ok, out, err) = kubectl(&dir, &["explain", "deployments.spec.strategy"], None);
+        let (ok, out, err) = kubectl.run(&["explain", "deployments.spec.strategy"]).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("GROUP:") && out.contains("apps"), "{out}");
         assert!(out.contains("rollingUpdate"), "{out}");
         assert!(out.contains("DESCRIPTION:"), "{out}");
-        let (ok, out, err) = kubectl(&dir, &["explain", "deployment.spec.strategy.rollingUpdate.maxSurge"], None);
+        let (ok, out, err) = kubectl.run(&["explain", "deployment.spec.strategy.rollingUpdate.maxSurge"]).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("<IntOrString>"), "{out}");
-        let (ok, out, err) = kubectl(&dir, &["explain", "nodes", "--recursive"], None);
+        let (ok, out, err) = kubectl.run(&["explain", "nodes", "--recursive"]).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("podCIDRs"), "{out}");
     })
@@ -126,8 +125,8 @@ async fn kubectl_validates_with_openapi_v3() {
     .unwrap();
 }
 
-async fn call(server: &orchestra_core::server::ApiServer, request: Request<Body>) -> (StatusCode, Vec<String>, Value) {
-    let response = server.router().oneshot(request).await.unwrap();
+async fn call(cluster: &TestCluster, request: Request<Body>) -> (StatusCode, Vec<String>, Value) {
+    let response = cluster.admin_router().oneshot(request).await.unwrap();
     let status = response.status();
     let warnings = response.headers().get_all("warning").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
@@ -141,12 +140,12 @@ fn request(method: &str, uri: &str, content_type: &str, body: String) -> Request
 
 #[tokio::test]
 async fn openapi_documents_are_served() {
-    let server = support::server().await;
-    let (status, _, index) = call(&server, request("GET", "/openapi/v3", "", String::new())).await;
+    let cluster = TestCluster::start().await;
+    let (status, _, index) = call(&cluster, request("GET", "/openapi/v3", "", String::new())).await;
     assert_eq!(status, 200);
     let url = index["paths"]["api/v1"]["serverRelativeURL"].as_str().unwrap().to_owned();
     assert!(index["paths"]["apis/apps/v1"].is_object());
-    let response = server.router().oneshot(request("GET", &url, "", String::new())).await.unwrap();
+    let response = cluster.admin_router().oneshot(request("GET", &url, "", String::new())).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "application/json");
     let etag = response.headers()["etag"].to_str().unwrap().to_owned();
@@ -155,15 +154,15 @@ async fn openapi_documents_are_served() {
     let doc: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(doc["info"]["version"], "v1.33.0");
     assert!(doc["components"]["schemas"]["io.k8s.api.core.v1.Pod"].is_object());
-    let (status, _, _) = call(&server, request("GET", "/openapi/v2", "", String::new())).await;
+    let (status, _, _) = call(&cluster, request("GET", "/openapi/v2", "", String::new())).await;
     assert_eq!(status, 404);
-    let (status, _, _) = call(&server, request("GET", "/openapi/v3/apis/nope/v1", "", String::new())).await;
+    let (status, _, _) = call(&cluster, request("GET", "/openapi/v3/apis/nope/v1", "", String::new())).await;
     assert_eq!(status, 404);
 }
 
 #[tokio::test]
 async fn field_validation_over_http() {
-    let server = support::server().await;
+    let cluster = TestCluster::start().await;
     let pods = "/api/v1/namespaces/default/pods";
     let pod = |name: &str| {
         json!({
@@ -175,7 +174,7 @@ async fn field_validation_over_http() {
 
     // POST
     let (status, _, body) =
-        call(&server, request("POST", &format!("{pods}?fieldValidation=Strict"), "application/json", pod("p"))).await;
+        call(&cluster, request("POST", &format!("{pods}?fieldValidation=Strict"), "application/json", pod("p"))).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["kind"], "Status");
     assert_eq!(body["reason"], "BadRequest");
@@ -185,7 +184,7 @@ async fn field_validation_over_http() {
         r#"Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.containers[0].bar", unknown field "spec.foo""#
     );
     let (status, warnings, body) =
-        call(&server, request("POST", &format!("{pods}?fieldValidation=Warn"), "application/json", pod("p"))).await;
+        call(&cluster, request("POST", &format!("{pods}?fieldValidation=Warn"), "application/json", pod("p"))).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(
         warnings,
@@ -193,17 +192,18 @@ async fn field_validation_over_http() {
     );
     assert!(body.pointer("/spec/foo").is_none(), "dropped: {body}");
     // Absent means Warn, like upstream.
-    let (status, warnings, _) = call(&server, request("POST", pods, "application/json", pod("q"))).await;
+    let (status, warnings, _) = call(&cluster, request("POST", pods, "application/json", pod("q"))).await;
     assert_eq!(status, 201);
     assert_eq!(warnings.len(), 2);
     let (status, warnings, _) =
-        call(&server, request("POST", &format!("{pods}?fieldValidation=Ignore"), "application/json", pod("r"))).await;
+        call(&cluster, request("POST", &format!("{pods}?fieldValidation=Ignore"), "application/json", pod("r"))).await;
     assert_eq!(status, 201);
     assert!(warnings.is_empty());
     // Duplicates.
     let dup = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "d", "name": "d"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}"#;
     let (status, _, body) =
-        call(&server, request("POST", &format!("{pods}?fieldValidation=Strict"), "application/json", dup.into())).await;
+        call(&cluster, request("POST", &format!("{pods}?fieldValidation=Strict"), "application/json", dup.into()))
+            .await;
     assert_eq!(status, 400);
     assert!(
         body["message"].as_str().unwrap().ends_with(r#"strict decoding error: duplicate field "metadata.name""#),
@@ -211,11 +211,11 @@ async fn field_validation_over_http() {
     );
 
     // PUT
-    let (_, _, current) = call(&server, request("GET", &format!("{pods}/p"), "", String::new())).await;
+    let (_, _, current) = call(&cluster, request("GET", &format!("{pods}/p"), "", String::new())).await;
     let mut update = current.clone();
     update["spec"]["baz"] = json!(true);
     let (status, _, body) = call(
-        &server,
+        &cluster,
         request("PUT", &format!("{pods}/p?fieldValidation=Strict"), "application/json", update.to_string()),
     )
     .await;
@@ -225,7 +225,7 @@ async fn field_validation_over_http() {
         "{body}"
     );
     let (status, warnings, body) = call(
-        &server,
+        &cluster,
         request("PUT", &format!("{pods}/p?fieldValidation=Warn"), "application/json", update.to_string()),
     )
     .await;
@@ -235,7 +235,7 @@ async fn field_validation_over_http() {
     // PATCH (merge)
     let patch = json!({"metadata": {"labels": {"a": "b"}}, "spec": {"qux": 1}}).to_string();
     let (status, _, body) = call(
-        &server,
+        &cluster,
         request("PATCH", &format!("{pods}/p?fieldValidation=Strict"), "application/merge-patch+json", patch.clone()),
     )
     .await;
@@ -246,10 +246,10 @@ async fn field_validation_over_http() {
     let message = body["message"].as_str().unwrap();
     assert!(message.ends_with(r#"strict decoding error: unknown field "spec.qux""#), "{body}");
     assert_eq!(body["details"]["causes"][0]["field"], "patch");
-    let (_, _, unchanged) = call(&server, request("GET", &format!("{pods}/p"), "", String::new())).await;
+    let (_, _, unchanged) = call(&cluster, request("GET", &format!("{pods}/p"), "", String::new())).await;
     assert!(unchanged.pointer("/metadata/labels/a").is_none(), "a refused patch is not applied");
     let (status, warnings, body) = call(
-        &server,
+        &cluster,
         request("PATCH", &format!("{pods}/p?fieldValidation=Warn"), "application/merge-patch+json", patch),
     )
     .await;
@@ -261,7 +261,7 @@ async fn field_validation_over_http() {
     // Known fields pass quietly everywhere.
     let fine = json!({"metadata": {"labels": {"c": "d"}}}).to_string();
     let (status, warnings, _) = call(
-        &server,
+        &cluster,
         request("PATCH", &format!("{pods}/p?fieldValidation=Strict"), "application/merge-patch+json", fine),
     )
     .await;

@@ -1,20 +1,15 @@
 //! Strategic merge patch and server-side apply: kube-rs in process, raw HTTP
 //! for the error shapes, and the installed kubectl over loopback.
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::Request;
 use http_body_util::BodyExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use orchestra::testing::TestCluster;
 use orchestra_core::api::ResourceInfo;
-use orchestra_core::server::ApiServer;
-use orchestra_store::MemStore;
 use serde_json::{Value, json};
 use tower::ServiceExt;
-
-use super::support::{self, kubectl};
 
 fn deployment(name: &str, replicas: i64, image: &str) -> Value {
     json!({
@@ -62,8 +57,8 @@ fn images(object: &Deployment) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_strategic_merge_and_apply() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let deployments: Api<Deployment> = Api::default_namespaced(client);
 
     let created = deployments
@@ -183,8 +178,8 @@ async fn kube_rs_strategic_merge_and_apply() {
     assert_eq!(status.details.unwrap().causes[0].message, "conflict with \"editor\" using apps/v1");
 }
 
-async fn call(server: &ApiServer, request: Request<Body>) -> (u16, Value) {
-    let response = server.router().oneshot(request).await.unwrap();
+async fn call(cluster: &TestCluster, request: Request<Body>) -> (u16, Value) {
+    let response = cluster.admin_router().oneshot(request).await.unwrap();
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
@@ -196,15 +191,15 @@ fn patch_request(uri: &str, content_type: &str, body: &str) -> Request<Body> {
 
 #[tokio::test]
 async fn patch_errors_and_yaml_apply() {
-    let server = ApiServer::builder(Arc::new(MemStore::new()))
-        .register(ResourceInfo::new("example.com", "v1", "Widget", "widgets", true))
-        .build()
-        .await
-        .unwrap();
+    let cluster =
+        TestCluster::start_with(TestCluster::builder().configure_api_server(|api| {
+            api.register(ResourceInfo::new("example.com", "v1", "Widget", "widgets", true))
+        }))
+        .await;
     let uri = "/apis/apps/v1/namespaces/default/deployments/y";
     let yaml = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: y\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: y}\n  template:\n    metadata:\n      labels: {app: y}\n    spec:\n      containers:\n      - name: c\n        image: nginx\n";
 
-    let (code, body) = call(&server, patch_request(uri, "application/apply-patch+yaml", yaml)).await;
+    let (code, body) = call(&cluster, patch_request(uri, "application/apply-patch+yaml", yaml)).await;
     assert_eq!(code, 422, "{body}");
     assert_eq!(body["reason"], "Invalid");
     assert_eq!(
@@ -213,14 +208,14 @@ async fn patch_errors_and_yaml_apply() {
     );
 
     let apply_uri = format!("{uri}?fieldManager=yaml&force=false");
-    let (code, body) = call(&server, patch_request(&apply_uri, "application/apply-patch+yaml", yaml)).await;
+    let (code, body) = call(&cluster, patch_request(&apply_uri, "application/apply-patch+yaml", yaml)).await;
     assert_eq!(code, 201, "{body}");
     assert_eq!(body["metadata"]["managedFields"][0]["manager"], "yaml");
-    let (code, body) = call(&server, patch_request(&apply_uri, "application/apply-patch+yaml", yaml)).await;
+    let (code, body) = call(&cluster, patch_request(&apply_uri, "application/apply-patch+yaml", yaml)).await;
     assert_eq!(code, 200, "{body}");
 
     let (code, body) = call(
-        &server,
+        &cluster,
         patch_request(
             uri,
             "application/strategic-merge-patch+json",
@@ -235,14 +230,14 @@ async fn patch_errors_and_yaml_apply() {
     );
 
     let (code, body) =
-        call(&server, patch_request(&format!("{uri}?force=true"), "application/merge-patch+json", "{}")).await;
+        call(&cluster, patch_request(&format!("{uri}?force=true"), "application/merge-patch+json", "{}")).await;
     assert_eq!(code, 422, "{body}");
     assert_eq!(
         body["message"],
         "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"
     );
 
-    let (code, body) = call(&server, patch_request(uri, "text/plain", "{}")).await;
+    let (code, body) = call(&cluster, patch_request(uri, "text/plain", "{}")).await;
     assert_eq!(code, 415, "{body}");
 
     // Custom resources take no strategic merge patch, like upstream.
@@ -251,10 +246,10 @@ async fn patch_errors_and_yaml_apply() {
         .header("content-type", "application/json")
         .body(Body::from(r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"},"spec":{"a":1}}"#))
         .unwrap();
-    let (code, body) = call(&server, request).await;
+    let (code, body) = call(&cluster, request).await;
     assert_eq!(code, 201, "{body}");
     let (code, body) = call(
-        &server,
+        &cluster,
         patch_request(&format!("{widget}/w"), "application/strategic-merge-patch+json", r#"{"spec":{"a":2}}"#),
     )
     .await;
@@ -265,7 +260,7 @@ async fn patch_errors_and_yaml_apply() {
     );
     // ... but server-side apply works on them.
     let (code, body) = call(
-        &server,
+        &cluster,
         patch_request(
             &format!("{widget}/w?fieldManager=m"),
             "application/apply-patch+yaml",
@@ -283,19 +278,10 @@ fn yaml(value: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_patch_and_apply() {
-    let server = support::server().await;
-    let address = support::listen(&server).await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("kubeconfig"),
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: ctx\n"
-        ),
-    )
-    .unwrap();
-    let dir = dir.path().to_owned();
+    let cluster = TestCluster::start().await;
+    let kubectl = cluster.kubectl().await.clone();
     tokio::task::spawn_blocking(move || {
-        let run = |args: &[&str], stdin: Option<&str>| kubectl(&dir, args, stdin);
+        let run = |args: &[&str], stdin: Option<&str>| kubectl.run_with_input(args, stdin).into_parts();
         let get = |name: &str| -> Value {
             let (ok, out, err) = run(&["get", "deployment", name, "-o", "json", "--show-managed-fields"], None);
             assert!(ok, "{err}");

@@ -2,27 +2,15 @@
 //! `create deployment|configmap|secret|service|job`, `auth can-i`, `auth
 //! whoami`), and the review resources they and other clients use.
 
-use std::path::Path;
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::Request;
 use http_body_util::BodyExt;
-use orchestra_core::auth::{
-    Attributes, AuthenticatorChain, Authorizer, AuthorizerChain, Decision, ExtensionAuthenticator, TokenFile,
-};
-use orchestra_core::server::ApiServer;
-use orchestra_store::MemStore;
+use orchestra::testing::TestCluster;
+use orchestra_core::auth::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision, TokenFile};
+use orchestra_core::server::pki::ADMIN_USER;
 use serde_json::{Value, json};
 use tower::ServiceExt;
-
-use super::support;
-
-/// Runs kubectl with the kubeconfig and cache in `dir`: (success, stdout, stderr).
-fn kubectl(dir: &Path, args: &[&str]) -> (bool, String, String) {
-    support::kubectl(dir, args, None)
-}
 
 fn json_of(out: &str) -> Value {
     serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
@@ -30,11 +18,11 @@ fn json_of(out: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_create_generators_send_protobuf() {
-    let server = support::server().await;
-    let (_tmp, dir) = support::kubectl_dir(&server).await;
+    let cluster = TestCluster::start().await;
+    let kubectl = cluster.kubectl().await.clone();
     tokio::task::spawn_blocking(move || {
         let run = |args: &[&str]| {
-            let (ok, out, err) = kubectl(&dir, args);
+            let (ok, out, err) = kubectl.run(args).into_parts();
             assert!(ok, "kubectl {args:?} failed: {err}");
             out
         };
@@ -102,11 +90,11 @@ async fn kubectl_create_generators_send_protobuf() {
         // Server-side dry run over protobuf: the would-be object, nothing stored.
         let dry = json_of(&run(&["create", "deployment", "dry", "--image=nginx", "--dry-run=server", "-o", "json"]));
         assert_eq!(dry["metadata"]["name"], "dry");
-        let (ok, _, err) = kubectl(&dir, &["get", "deployment", "dry"]);
+        let (ok, _, err) = kubectl.run(&["get", "deployment", "dry"]).into_parts();
         assert!(!ok && err.contains("NotFound"), "{err}");
 
         // The JSON path is unchanged: a second namespace of the same name is a 409.
-        let (ok, _, err) = kubectl(&dir, &["create", "namespace", "x"]);
+        let (ok, _, err) = kubectl.run(&["create", "namespace", "x"]).into_parts();
         assert!(!ok);
         assert!(err.contains("AlreadyExists"), "{err}");
     })
@@ -116,36 +104,40 @@ async fn kubectl_create_generators_send_protobuf() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_auth_can_i_and_whoami() {
-    let server = support::server().await;
-    let (_tmp, dir) = support::kubectl_dir(&server).await;
+    // An authorizer that can list its rules (`can-i --list`): AllowAll.
+    let cluster =
+        TestCluster::start_with(TestCluster::builder().authorizer_chain(AuthorizerChain::new().with(AllowAll))).await;
+    let kubectl = cluster.kubectl().await.clone();
     tokio::task::spawn_blocking(move || {
-        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "create", "pods"]);
+        let (ok, out, err) = kubectl.run(&["auth", "can-i", "create", "pods"]).into_parts();
         assert!(ok, "{err}");
         assert_eq!(out.trim(), "yes");
 
-        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "get", "/healthz"]);
+        let (ok, out, err) = kubectl.run(&["auth", "can-i", "get", "/healthz"]).into_parts();
         assert!(ok, "{err}");
         assert_eq!(out.trim(), "yes", "non-resource attributes");
-        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "update", "deployments.apps/scale", "-n", "kube-system"]);
+        let (ok, out, err) =
+            kubectl.run(&["auth", "can-i", "update", "deployments.apps/scale", "-n", "kube-system"]).into_parts();
         assert!(ok, "{err}");
         assert_eq!(out.trim(), "yes");
 
-        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "--list"]);
+        let (ok, out, err) = kubectl.run(&["auth", "can-i", "--list"]).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("*.*"), "{out}");
         assert!(out.contains("[*]"), "{out}");
 
-        let (ok, out, err) = kubectl(&dir, &["auth", "whoami"]);
+        let (ok, out, err) = kubectl.run(&["auth", "whoami"]).into_parts();
         assert!(ok, "{err}");
-        assert!(out.contains("system:anonymous"), "{out}");
-        let (ok, out, err) = kubectl(&dir, &["auth", "whoami", "-o", "json"]);
+        assert!(out.contains(ADMIN_USER), "{out}");
+        let (ok, out, err) = kubectl.run(&["auth", "whoami", "-o", "json"]).into_parts();
         assert!(ok, "{err}");
         let review = json_of(&out);
         assert_eq!(review["kind"], "SelfSubjectReview");
-        assert_eq!(review["status"]["userInfo"]["username"], "system:anonymous");
+        assert_eq!(review["status"]["userInfo"]["username"], ADMIN_USER);
 
         // Discovery lists the reviews with the verb create only.
-        let (ok, out, err) = kubectl(&dir, &["api-resources", "--api-group=authorization.k8s.io", "-o", "wide"]);
+        let (ok, out, err) =
+            kubectl.run(&["api-resources", "--api-group=authorization.k8s.io", "-o", "wide"]).into_parts();
         assert!(ok, "{err}");
         assert!(out.contains("selfsubjectaccessreviews"), "{out}");
         assert!(out.contains(" create "), "{out}");
@@ -177,54 +169,51 @@ impl Authorizer for Viewers {
     }
 }
 
-async fn token_server() -> ApiServer {
+/// Static tokens for an administrator and a viewer, and [`Viewers`] as the
+/// only authorizer.
+async fn token_cluster() -> TestCluster {
     let tokens = TokenFile::parse("admin-token,admin,1,system:masters\nviewer-token,viewer,2,team\n").unwrap();
-    ApiServer::builder(Arc::new(MemStore::new()))
-        .authenticator(AuthenticatorChain::new().with(ExtensionAuthenticator).with(tokens).allow_anonymous(true))
-        .authorizer(AuthorizerChain::new().with(Viewers))
-        .build()
-        .await
-        .unwrap()
+    TestCluster::start_with(
+        TestCluster::builder().authenticator(tokens).authorizer_chain(AuthorizerChain::new().with(Viewers)),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_auth_with_a_restrictive_authorizer() {
-    let server = token_server().await;
-    let address = support::listen(&server).await;
-    let dir = tempfile::tempdir().unwrap();
-    // client-go sends no bearer token over plain HTTP: kubectl is anonymous here.
-    support::write_kubeconfig(dir.path(), address);
-    let dir = dir.path().to_owned();
+    let cluster = token_cluster().await;
+    // Over HTTPS kubectl sends the viewer's bearer token.
+    let kubectl = cluster.kubectl_with_token("viewer-token").await;
     tokio::task::spawn_blocking(move || {
-        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "list", "pods"]);
+        let (ok, out, err) = kubectl.run(&["auth", "can-i", "list", "pods"]).into_parts();
         assert!(ok, "{out} {err}");
         assert_eq!(out.trim(), "yes");
-        let (ok, out, _) = kubectl(&dir, &["auth", "can-i", "create", "pods"]);
+        let (ok, out, _) = kubectl.run(&["auth", "can-i", "create", "pods"]).into_parts();
         assert!(!ok, "kubectl exits 1 on no");
         assert_eq!(out.trim(), "no");
-        let (ok, out, _) = kubectl(&dir, &["auth", "can-i", "get", "secrets"]);
+        let (ok, out, _) = kubectl.run(&["auth", "can-i", "get", "secrets"]).into_parts();
         assert!(!ok);
         assert!(out.contains("no - secrets are for admins"), "{out}");
-        let (ok, out, err) = kubectl(&dir, &["auth", "can-i", "--list"]);
+        let (ok, out, err) = kubectl.run(&["auth", "can-i", "--list"]).into_parts();
         assert!(ok, "{err}");
         assert!(!out.contains("*.*"), "{out}");
-        let (ok, out, err) = kubectl(&dir, &["auth", "whoami", "-o", "json"]);
+        let (ok, out, err) = kubectl.run(&["auth", "whoami", "-o", "json"]).into_parts();
         assert!(ok, "{err}");
         let user = &json_of(&out)["status"]["userInfo"];
-        assert_eq!(user["username"], "system:anonymous");
-        assert_eq!(user["groups"], json!(["system:unauthenticated"]));
+        assert_eq!(user["username"], "viewer");
+        assert_eq!(user["groups"], json!(["team", "system:authenticated"]));
     })
     .await
     .unwrap();
 }
 
-async fn post(server: &ApiServer, uri: &str, token: &str, body: Value) -> (u16, Value) {
+async fn post(cluster: &TestCluster, uri: &str, token: &str, body: Value) -> (u16, Value) {
     let request = Request::post(uri)
         .header("content-type", "application/json")
         .header("authorization", format!("Bearer {token}"))
         .body(Body::from(body.to_string()))
         .unwrap();
-    let response = server.router().oneshot(request).await.unwrap();
+    let response = cluster.handle().router().oneshot(request).await.unwrap();
     let status = response.status().as_u16();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
@@ -232,19 +221,19 @@ async fn post(server: &ApiServer, uri: &str, token: &str, body: Value) -> (u16, 
 
 #[tokio::test]
 async fn token_and_subject_access_reviews() {
-    let server = token_server().await;
+    let cluster = token_cluster().await;
     let tokens = "/apis/authentication.k8s.io/v1/tokenreviews";
     let review = |token: &str| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}});
-    let (status, body) = post(&server, tokens, "admin-token", review("viewer-token")).await;
+    let (status, body) = post(&cluster, tokens, "admin-token", review("viewer-token")).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["status"]["authenticated"], true);
     assert_eq!(body["status"]["user"]["username"], "viewer");
     assert_eq!(body["status"]["user"]["groups"], json!(["team", "system:authenticated"]));
-    let (status, body) = post(&server, tokens, "admin-token", review("nope")).await;
+    let (status, body) = post(&cluster, tokens, "admin-token", review("nope")).await;
     assert_eq!(status, 201);
     assert_eq!(body["status"]["authenticated"], false);
     assert!(body["status"]["error"].is_string());
-    let (status, _) = post(&server, tokens, "viewer-token", review("admin-token")).await;
+    let (status, _) = post(&cluster, tokens, "viewer-token", review("admin-token")).await;
     assert_eq!(status, 403, "viewers may not create token reviews");
 
     let sar = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
@@ -253,17 +242,17 @@ async fn token_and_subject_access_reviews() {
                "spec": {"user": user, "groups": groups,
                         "resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource}}})
     };
-    let (status, body) = post(&server, sar, "admin-token", ask("viewer", &[], "list", "pods")).await;
+    let (status, body) = post(&cluster, sar, "admin-token", ask("viewer", &[], "list", "pods")).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["status"], json!({"allowed": true}));
-    let (_, body) = post(&server, sar, "admin-token", ask("viewer", &[], "delete", "pods")).await;
+    let (_, body) = post(&cluster, sar, "admin-token", ask("viewer", &[], "delete", "pods")).await;
     assert_eq!(body["status"], json!({"allowed": false}), "no opinion: not denied");
-    let (_, body) = post(&server, sar, "admin-token", ask("viewer", &[], "get", "secrets")).await;
+    let (_, body) = post(&cluster, sar, "admin-token", ask("viewer", &[], "get", "secrets")).await;
     assert_eq!(body["status"], json!({"allowed": false, "denied": true, "reason": "secrets are for admins"}));
-    let (_, body) = post(&server, sar, "admin-token", ask("x", &["system:masters"], "get", "secrets")).await;
+    let (_, body) = post(&cluster, sar, "admin-token", ask("x", &["system:masters"], "get", "secrets")).await;
     assert_eq!(body["status"]["allowed"], true);
     let (status, body) = post(
-        &server,
+        &cluster,
         sar,
         "admin-token",
         json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {"user": "x"}}),
@@ -273,19 +262,19 @@ async fn token_and_subject_access_reviews() {
 
     // Create only: other verbs are 405, and nothing is stored.
     let request = Request::get(sar).header("authorization", "Bearer admin-token").body(Body::empty()).unwrap();
-    let response = server.router().oneshot(request).await.unwrap();
+    let response = cluster.handle().router().oneshot(request).await.unwrap();
     assert_eq!(response.status().as_u16(), 405);
 }
 
 #[tokio::test]
 async fn malformed_protobuf_is_a_bad_request() {
-    let server = support::server().await;
+    let cluster = TestCluster::start().await;
     for body in [&b"not protobuf"[..], &b"k8s\0\x0a\xff\xff"[..]] {
         let request = Request::post("/api/v1/namespaces")
             .header("content-type", "application/vnd.kubernetes.protobuf")
             .body(Body::from(body.to_vec()))
             .unwrap();
-        let response = server.router().oneshot(request).await.unwrap();
+        let response = cluster.admin_router().oneshot(request).await.unwrap();
         assert_eq!(response.status().as_u16(), 400);
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         let status: Value = serde_json::from_slice(&bytes).unwrap();

@@ -1,12 +1,12 @@
 //! The Python `kubernetes` client (installed by `make deps`) against the
-//! server over HTTP on loopback: `python/client_test.py` does CRUD, label
-//! selectors, watch and resume, patches, Status codes and DynamicClient
-//! discovery.
+//! server over HTTPS on loopback, as the administrator:
+//! `python/client_test.py` does CRUD, label selectors, watch and resume,
+//! patches, Status codes and DynamicClient discovery.
 
 use std::path::Path;
 use std::process::Command;
 
-use super::support;
+use orchestra::testing::TestCluster;
 
 /// Whether the server implements `application/strategic-merge-patch+json`.
 /// Until it does, the script accepts a 415 for a dict patch; set this to
@@ -24,24 +24,16 @@ async fn python_kubernetes_client() {
         // `make deps` installs it; CI runs `make deps` first.
         panic!("python3 with the `kubernetes` package is required (run `make deps`)");
     }
-    let server = support::server().await;
+    let cluster = TestCluster::start().await;
     // Compact the store past the bootstrap writes: a watch from revision
     // before that is answered 410 Expired.
-    let store = server.store().clone();
+    let store = cluster.server().store().clone();
     let revision = store.status().await.unwrap().revision;
     store.compact(revision).await.unwrap();
-    let address = support::listen(&server).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: ctx\n"
-        ),
-    )
-    .unwrap();
+    let kubectl = cluster.kubectl().await;
+    let kubeconfig = kubectl.kubeconfig().to_owned();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/core/python/client_test.py");
-    let home = dir.path().to_owned();
+    let home = kubectl.dir().to_owned();
     let output = tokio::task::spawn_blocking(move || {
         Command::new("python3")
             .arg(&script)

@@ -3,24 +3,21 @@
 //! Table JSON with its `includeObject` variants.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use orchestra_core::server::ApiServer;
+use orchestra::testing::{Kubectl, TestCluster};
 use serde_json::{Value, json};
 use tower::ServiceExt;
-
-use super::support;
 
 const TBL: &str =
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
 async fn call(
-    server: &ApiServer,
+    cluster: &TestCluster,
     method: &str,
     uri: &str,
     headers: &[(&str, &str)],
@@ -34,7 +31,7 @@ async fn call(
         Some(value) => Body::from(serde_json::to_vec(&value).unwrap()),
         None => Body::empty(),
     };
-    let response = server.router().oneshot(request.body(body).unwrap()).await.unwrap();
+    let response = cluster.admin_router().oneshot(request.body(body).unwrap()).await.unwrap();
     let status = response.status();
     let content_type =
         response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
@@ -49,10 +46,10 @@ fn arr(value: &Value) -> &[Value] {
 }
 
 /// Creates an object, then sets its status if it has one.
-async fn create(server: &ApiServer, collection: &str, mut object: Value) -> Value {
+async fn create(cluster: &TestCluster, collection: &str, mut object: Value) -> Value {
     let status = object.as_object_mut().unwrap().remove("status");
     let json = [("content-type", "application/json")];
-    let (code, _, created) = call(server, "POST", collection, &json, Some(object)).await;
+    let (code, _, created) = call(cluster, "POST", collection, &json, Some(object)).await;
     assert_eq!(code, 201, "{created}");
     let Some(status) = status else {
         return created;
@@ -60,7 +57,7 @@ async fn create(server: &ApiServer, collection: &str, mut object: Value) -> Valu
     let name = created["metadata"]["name"].as_str().unwrap();
     let uri = format!("{collection}/{name}/status");
     let merge = [("content-type", "application/merge-patch+json")];
-    let (code, _, patched) = call(server, "PATCH", &uri, &merge, Some(json!({"status": status}))).await;
+    let (code, _, patched) = call(cluster, "PATCH", &uri, &merge, Some(json!({"status": status}))).await;
     assert_eq!(code, 200, "{patched}");
     patched
 }
@@ -79,9 +76,9 @@ fn pod(name: &str, namespace: &str, app: &str) -> Value {
 
 /// A cluster with a node, pods, a deployment, a service, a config map and
 /// an event about the pod `web`.
-async fn populate(server: &ApiServer) {
+async fn populate(cluster: &TestCluster) {
     create(
-        server,
+        cluster,
         "/api/v1/nodes",
         json!({
             "apiVersion": "v1", "kind": "Node",
@@ -94,9 +91,9 @@ async fn populate(server: &ApiServer) {
         }),
     )
     .await;
-    let web = create(server, "/api/v1/namespaces/default/pods", pod("web", "default", "web")).await;
-    create(server, "/api/v1/namespaces/kube-system/pods", pod("dns", "kube-system", "dns")).await;
-    create(server, "/apis/apps/v1/namespaces/default/deployments", json!({
+    let web = create(cluster, "/api/v1/namespaces/default/pods", pod("web", "default", "web")).await;
+    create(cluster, "/api/v1/namespaces/kube-system/pods", pod("dns", "kube-system", "dns")).await;
+    create(cluster, "/apis/apps/v1/namespaces/default/deployments", json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "web"},
         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
@@ -104,7 +101,7 @@ async fn populate(server: &ApiServer) {
         "status": {"replicas": 2, "readyReplicas": 1, "updatedReplicas": 2, "availableReplicas": 1},
     }))
     .await;
-    create(server, "/api/v1/namespaces/default/services", json!({
+    create(cluster, "/api/v1/namespaces/default/services", json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "web"},
         "spec": {"type": "NodePort", "clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"], "selector": {"app": "web"},
@@ -112,7 +109,7 @@ async fn populate(server: &ApiServer) {
     }))
     .await;
     create(
-        server,
+        cluster,
         "/api/v1/namespaces/default/configmaps",
         json!({
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"a": "1", "b": "2"},
@@ -120,7 +117,7 @@ async fn populate(server: &ApiServer) {
     )
     .await;
     create(
-        server,
+        cluster,
         "/apis/rbac.authorization.k8s.io/v1/clusterroles",
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "reader"},
@@ -130,7 +127,7 @@ async fn populate(server: &ApiServer) {
     .await;
     let now = orchestra_core::api::meta::now_rfc3339();
     for (name, uid) in [("web.1", web["metadata"]["uid"].clone()), ("web.2", json!("someone-else"))] {
-        create(server, "/api/v1/namespaces/default/events", json!({
+        create(cluster, "/api/v1/namespaces/default/events", json!({
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": name},
             "involvedObject": {"kind": "Pod", "namespace": "default", "name": "web", "uid": uid, "apiVersion": "v1"},
@@ -142,8 +139,8 @@ async fn populate(server: &ApiServer) {
 }
 
 /// Runs kubectl to completion; panics on failure; returns stdout.
-fn kubectl(dir: &Path, args: &[&str]) -> String {
-    let output = support::kubectl_command(dir, args).output().expect("kubectl is installed");
+fn run(kubectl: &Kubectl, args: &[&str]) -> String {
+    let output = kubectl.command(args).output().expect("kubectl is installed");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "kubectl {args:?}: {stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -167,75 +164,75 @@ fn row<'a>(rows: &'a [Vec<String>], start: &[&str]) -> &'a [String] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_prints_upstream_columns() {
-    let server = support::server().await;
-    populate(&server).await;
-    let (_tmp, dir) = support::kubectl_dir(&server).await;
+    let cluster = TestCluster::start().await;
+    populate(&cluster).await;
+    let kubectl = cluster.kubectl().await.clone();
     tokio::task::spawn_blocking(move || {
-        let out = words(&kubectl(&dir, &["get", "pods"]));
+        let out = words(&run(&kubectl, &["get", "pods"]));
         assert_eq!(out[0], ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
         let web = row(&out, &["web"]);
         assert_eq!(web[1..4], ["1/1", "Running", "0"], "{out:?}");
         assert!(web[4].ends_with('s') || web[4].ends_with('m'), "age {web:?}");
 
-        let out = words(&kubectl(&dir, &["get", "pods", "-o", "wide"]));
+        let out = words(&run(&kubectl, &["get", "pods", "-o", "wide"]));
         assert_eq!(
             out[0],
             ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED", "NODE", "READINESS", "GATES"]
         );
         assert_eq!(row(&out, &["web"])[5..], ["10.0.0.5", "n1", "<none>", "<none>"]);
 
-        let out = words(&kubectl(&dir, &["get", "pods", "-A"]));
+        let out = words(&run(&kubectl, &["get", "pods", "-A"]));
         assert_eq!(out[0], ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
         row(&out, &["default", "web", "1/1", "Running"]);
         row(&out, &["kube-system", "dns", "1/1", "Running"]);
 
-        let out = words(&kubectl(&dir, &["get", "pods", "--show-labels"]));
+        let out = words(&run(&kubectl, &["get", "pods", "--show-labels"]));
         assert_eq!(out[0].last().unwrap(), "LABELS");
         assert_eq!(row(&out, &["web"]).last().unwrap(), "app=web");
-        let out = words(&kubectl(&dir, &["get", "pods", "-L", "app"]));
+        let out = words(&run(&kubectl, &["get", "pods", "-L", "app"]));
         assert_eq!(out[0].last().unwrap(), "APP");
 
         // --sort-by asks for includeObject=Object.
-        let out = words(&kubectl(&dir, &["get", "pods", "-A", "--sort-by=.metadata.name"]));
+        let out = words(&run(&kubectl, &["get", "pods", "-A", "--sort-by=.metadata.name"]));
         assert_eq!(out[1][1], "dns");
         assert_eq!(out[2][1], "web");
 
-        let out = words(&kubectl(&dir, &["get", "pod", "web"]));
+        let out = words(&run(&kubectl, &["get", "pod", "web"]));
         assert_eq!(out.len(), 2, "{out:?}");
         assert_eq!(out[1][..4], ["web", "1/1", "Running", "0"]);
 
-        let out = words(&kubectl(&dir, &["get", "nodes", "-o", "wide"]));
+        let out = words(&run(&kubectl, &["get", "nodes", "-o", "wide"]));
         assert_eq!(out[0][..5], ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]);
         assert_eq!(out[0][5..7], ["INTERNAL-IP", "EXTERNAL-IP"]);
         let n1 = row(&out, &["n1"]);
         assert_eq!(n1[1..3], ["Ready", "control-plane"]);
         assert_eq!(n1[4..7], ["v1.33.0", "192.168.1.10", "<none>"]);
 
-        let out = kubectl(&dir, &["get", "deploy,svc,cm"]);
+        let out = run(&kubectl, &["get", "deploy,svc,cm"]);
         let rows = words(&out);
         assert!(out.contains("NAME") && out.contains("UP-TO-DATE") && out.contains("CLUSTER-IP"), "{out}");
         assert_eq!(row(&rows, &["deployment.apps/web"])[1..4], ["1/2", "2", "1"]);
         assert_eq!(row(&rows, &["service/web"])[1..5], ["NodePort", "10.96.0.20", "<none>", "80/TCP,443:30443/TCP"]);
         assert_eq!(row(&rows, &["configmap/settings"])[1], "2");
 
-        let out = words(&kubectl(&dir, &["get", "deployment", "web", "--subresource=scale"]));
+        let out = words(&run(&kubectl, &["get", "deployment", "web", "--subresource=scale"]));
         assert_eq!(out[0], ["NAME", "DESIRED", "AVAILABLE", "AGE"]);
         assert_eq!(out[1][..3], ["web", "2", "2"]);
 
-        let out = kubectl(&dir, &["get", "all"]);
+        let out = run(&kubectl, &["get", "all"]);
         for expected in ["pod/web", "service/web", "deployment.apps/web"] {
             assert!(out.contains(expected), "get all lacks {expected}:\n{out}");
         }
 
-        let out = words(&kubectl(&dir, &["get", "namespaces"]));
+        let out = words(&run(&kubectl, &["get", "namespaces"]));
         assert_eq!(out[0], ["NAME", "STATUS", "AGE"]);
         assert_eq!(row(&out, &["kube-system"])[1], "Active");
 
-        let out = words(&kubectl(&dir, &["get", "events"]));
+        let out = words(&run(&kubectl, &["get", "events"]));
         assert_eq!(out[0], ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]);
         assert!(out.iter().any(|r| r.contains(&"pod/web".to_owned()) && r.contains(&"Scheduled".to_owned())));
 
-        let out = words(&kubectl(&dir, &["get", "clusterroles"]));
+        let out = words(&run(&kubectl, &["get", "clusterroles"]));
         assert_eq!(out[0], ["NAME", "CREATED", "AT"]);
         assert!(row(&out, &["reader"])[1].ends_with('Z'), "{out:?}");
     })
@@ -245,13 +242,13 @@ async fn kubectl_get_prints_upstream_columns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_describe_and_watch() {
-    let server = support::server().await;
-    populate(&server).await;
-    let (_tmp, dir) = support::kubectl_dir(&server).await;
+    let cluster = TestCluster::start().await;
+    populate(&cluster).await;
+    let kubectl = cluster.kubectl().await.clone();
 
     let describe = {
-        let dir = dir.clone();
-        tokio::task::spawn_blocking(move || kubectl(&dir, &["describe", "pod", "web"])).await.unwrap()
+        let kubectl = kubectl.clone();
+        tokio::task::spawn_blocking(move || run(&kubectl, &["describe", "pod", "web"])).await.unwrap()
     };
     for expected in [
         "Name:",
@@ -270,9 +267,9 @@ async fn kubectl_describe_and_watch() {
     // Only the event about this pod's uid.
     assert!(describe.contains("(web.1)") && !describe.contains("(web.2)"), "{describe}");
     let (node, deployment) = {
-        let dir = dir.clone();
+        let kubectl = kubectl.clone();
         tokio::task::spawn_blocking(move || {
-            (kubectl(&dir, &["describe", "node", "n1"]), kubectl(&dir, &["describe", "deployment", "web"]))
+            (run(&kubectl, &["describe", "node", "n1"]), run(&kubectl, &["describe", "deployment", "web"]))
         })
         .await
         .unwrap()
@@ -281,7 +278,7 @@ async fn kubectl_describe_and_watch() {
     assert!(deployment.contains("Replicas:") && deployment.contains("app=web"), "{deployment}");
 
     // `get pods -w`: the list, then rows for later changes.
-    let mut child = support::kubectl_command(&dir, &["get", "pods", "-w"]).spawn().unwrap();
+    let mut child = kubectl.command(&["get", "pods", "-w"]).spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (lines_tx, lines) = mpsc::channel::<String>();
     std::thread::spawn(move || {
@@ -313,7 +310,7 @@ async fn kubectl_describe_and_watch() {
     let listed = wait_for(&|l| l.starts_with("web "), &mut seen);
     assert!(listed, "no initial row: {seen:?}");
     assert!(seen[0].starts_with("NAME") && seen[0].contains("RESTARTS"), "{seen:?}");
-    create(&server, "/api/v1/namespaces/default/pods", pod("late", "default", "late")).await;
+    create(&cluster, "/api/v1/namespaces/default/pods", pod("late", "default", "late")).await;
     let appeared = wait_for(&|l| l.starts_with("late ") && l.contains("Running"), &mut seen);
     let _ = child.kill();
     let _ = child.wait();
@@ -324,11 +321,11 @@ async fn kubectl_describe_and_watch() {
 
 #[tokio::test]
 async fn table_json_shape_and_include_object() {
-    let server = support::server().await;
-    populate(&server).await;
+    let cluster = TestCluster::start().await;
+    populate(&cluster).await;
     let pods = "/api/v1/namespaces/default/pods";
 
-    let (status, content_type, table) = call(&server, "GET", pods, &[("accept", TBL)], None).await;
+    let (status, content_type, table) = call(&cluster, "GET", pods, &[("accept", TBL)], None).await;
     assert_eq!(status, 200);
     assert_eq!(content_type, "application/json;as=Table;v=v1;g=meta.k8s.io");
     assert_eq!((table["kind"].as_str(), table["apiVersion"].as_str()), (Some("Table"), Some("meta.k8s.io/v1")));
@@ -349,43 +346,43 @@ async fn table_json_shape_and_include_object() {
     assert_eq!(row["object"]["metadata"]["labels"]["app"], "web");
     assert!(row["object"].get("spec").is_none());
 
-    let (_, _, full) = call(&server, "GET", &format!("{pods}?includeObject=Object"), &[("accept", TBL)], None).await;
+    let (_, _, full) = call(&cluster, "GET", &format!("{pods}?includeObject=Object"), &[("accept", TBL)], None).await;
     assert_eq!(full["rows"][0]["object"]["kind"], "Pod");
     assert_eq!(full["rows"][0]["object"]["spec"]["nodeName"], "n1");
-    let (_, _, none) = call(&server, "GET", &format!("{pods}?includeObject=None"), &[("accept", TBL)], None).await;
+    let (_, _, none) = call(&cluster, "GET", &format!("{pods}?includeObject=None"), &[("accept", TBL)], None).await;
     assert!(none["rows"][0].get("object").is_none());
-    let (status, _, bad) = call(&server, "GET", &format!("{pods}?includeObject=All"), &[("accept", TBL)], None).await;
+    let (status, _, bad) = call(&cluster, "GET", &format!("{pods}?includeObject=All"), &[("accept", TBL)], None).await;
     assert_eq!(status, 400, "{bad}");
 
     // Pagination metadata carries over.
-    let (_, _, page) = call(&server, "GET", "/api/v1/pods?limit=1", &[("accept", TBL)], None).await;
+    let (_, _, page) = call(&cluster, "GET", "/api/v1/pods?limit=1", &[("accept", TBL)], None).await;
     assert_eq!(page["rows"].as_array().unwrap().len(), 1);
     assert!(page["metadata"]["continue"].as_str().is_some());
     assert_eq!(page["metadata"]["remainingItemCount"], 1);
 
     // One object: a one-row Table with the object's resource version.
-    let (_, _, one) = call(&server, "GET", &format!("{pods}/web"), &[("accept", TBL)], None).await;
+    let (_, _, one) = call(&cluster, "GET", &format!("{pods}/web"), &[("accept", TBL)], None).await;
     assert_eq!(one["rows"].as_array().unwrap().len(), 1);
-    let (_, _, plain) = call(&server, "GET", &format!("{pods}/web"), &[], None).await;
+    let (_, _, plain) = call(&cluster, "GET", &format!("{pods}/web"), &[], None).await;
     assert_eq!(one["metadata"]["resourceVersion"], plain["metadata"]["resourceVersion"]);
     assert_eq!(plain["kind"], "Pod");
 
     // v1beta1 and metadata-only.
     let v1beta1 = [("accept", "application/json;as=Table;v=v1beta1;g=meta.k8s.io")];
-    let (_, _, beta) = call(&server, "GET", pods, &v1beta1, None).await;
+    let (_, _, beta) = call(&cluster, "GET", pods, &v1beta1, None).await;
     assert_eq!(beta["apiVersion"], "meta.k8s.io/v1beta1");
     let partial = [("accept", "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io")];
-    let (_, _, metadata) = call(&server, "GET", pods, &partial, None).await;
+    let (_, _, metadata) = call(&cluster, "GET", pods, &partial, None).await;
     assert_eq!(metadata["kind"], "PartialObjectMetadataList");
     assert_eq!(metadata["items"][0]["kind"], "PartialObjectMetadata");
 
     // Unacceptable Accept: 406, unless there is a fallback.
     let v2 = [("accept", "application/json;as=Table;v=v2;g=meta.k8s.io")];
-    let (status, _, error) = call(&server, "GET", pods, &v2, None).await;
+    let (status, _, error) = call(&cluster, "GET", pods, &v2, None).await;
     assert_eq!(status, 406);
     assert_eq!(error["reason"], "NotAcceptable");
     let (status, _, _) = call(
-        &server,
+        &cluster,
         "GET",
         pods,
         &[("accept", "application/json;as=Table;v=v2;g=meta.k8s.io, application/json")],
@@ -394,20 +391,20 @@ async fn table_json_shape_and_include_object() {
     .await;
     assert_eq!(status, 200);
     let (status, content_type, yaml) =
-        call(&server, "GET", &format!("{pods}/web"), &[("accept", "application/yaml")], None).await;
+        call(&cluster, "GET", &format!("{pods}/web"), &[("accept", "application/yaml")], None).await;
     assert_eq!((status.as_u16(), content_type.as_str()), (200, "application/yaml"));
     assert!(yaml.as_str().unwrap().contains("kind: Pod"), "{yaml}");
 
     // Other kinds, and a custom kind's default columns.
-    let (_, _, nodes) = call(&server, "GET", "/api/v1/nodes", &[("accept", TBL)], None).await;
+    let (_, _, nodes) = call(&cluster, "GET", "/api/v1/nodes", &[("accept", TBL)], None).await;
     assert_eq!(arr(&nodes["rows"][0]["cells"])[..3], [json!("n1"), json!("Ready"), json!("control-plane")]);
     let (_, _, roles) =
-        call(&server, "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles", &[("accept", TBL)], None).await;
+        call(&cluster, "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles", &[("accept", TBL)], None).await;
     assert_eq!(roles["columnDefinitions"][1]["name"], "Created At");
 
     // Field selectors: the labels each kind supports.
     let (_, _, events) = call(
-        &server,
+        &cluster,
         "GET",
         "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dweb%2CinvolvedObject.namespace%3Ddefault%2Creason%3DScheduled%2Csource%3Ddefault-scheduler",
         &[],
@@ -416,7 +413,7 @@ async fn table_json_shape_and_include_object() {
     .await;
     assert_eq!(events["items"].as_array().unwrap().len(), 2, "{events}");
     let (_, _, on_node) = call(
-        &server,
+        &cluster,
         "GET",
         "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1%2Cstatus.phase%3DRunning%2Cstatus.podIP%3D10.0.0.5",
         &[],
@@ -424,11 +421,11 @@ async fn table_json_shape_and_include_object() {
     )
     .await;
     assert_eq!(on_node["items"].as_array().unwrap().len(), 2);
-    let (status, _, error) = call(&server, "GET", "/api/v1/pods?fieldSelector=spec.containers%3Dx", &[], None).await;
+    let (status, _, error) = call(&cluster, "GET", "/api/v1/pods?fieldSelector=spec.containers%3Dx", &[], None).await;
     assert_eq!(status, 400);
     assert_eq!(error["message"], "field label not supported: spec.containers");
     let (status, _, error) =
-        call(&server, "GET", "/api/v1/namespaces/default/configmaps?fieldSelector=data.a%3D1&watch=true", &[], None)
+        call(&cluster, "GET", "/api/v1/namespaces/default/configmaps?fieldSelector=data.a%3D1&watch=true", &[], None)
             .await;
     assert_eq!(status, 400);
     assert_eq!(
@@ -436,19 +433,19 @@ async fn table_json_shape_and_include_object() {
         "\"data.a\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
     );
     let (_, _, cordoned) =
-        call(&server, "GET", "/api/v1/nodes?fieldSelector=spec.unschedulable%3Dfalse", &[], None).await;
+        call(&cluster, "GET", "/api/v1/nodes?fieldSelector=spec.unschedulable%3Dfalse", &[], None).await;
     assert_eq!(cordoned["items"].as_array().unwrap().len(), 1);
 }
 
 #[tokio::test]
 async fn watch_sends_one_row_tables() {
-    let server = support::server().await;
-    populate(&server).await;
+    let cluster = TestCluster::start().await;
+    populate(&cluster).await;
     let request = Request::get("/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=1")
         .header("accept", TBL)
         .body(Body::empty())
         .unwrap();
-    let response = server.router().oneshot(request).await.unwrap();
+    let response = cluster.admin_router().oneshot(request).await.unwrap();
     assert_eq!(response.headers()["content-type"], "application/json;as=Table;v=v1;g=meta.k8s.io");
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let events: Vec<Value> =
@@ -472,18 +469,17 @@ async fn custom_kinds_print_their_columns() {
         {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
         {"name": "Owner", "type": "string", "jsonPath": ".spec.owner", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]}));
-    let server = ApiServer::builder(std::sync::Arc::new(orchestra_store::MemStore::new()))
-        .register(
+    let cluster = TestCluster::start_with(TestCluster::builder().configure_api_server(move |api| {
+        api.register(
             ResourceInfo::new("example.com", "v1", "Widget", "widgets", true)
                 .with_status()
                 .with_printer(Printer::new(columns)),
         )
         .register(ResourceInfo::new("example.com", "v1", "Gadget", "gadgets", true))
-        .build()
-        .await
-        .unwrap();
+    }))
+    .await;
     create(
-        &server,
+        &cluster,
         "/apis/example.com/v1/namespaces/default/widgets",
         json!({
             "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"},
@@ -492,7 +488,7 @@ async fn custom_kinds_print_their_columns() {
     )
     .await;
     create(
-        &server,
+        &cluster,
         "/apis/example.com/v1/namespaces/default/gadgets",
         json!({
             "apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g1"},
@@ -500,18 +496,18 @@ async fn custom_kinds_print_their_columns() {
     )
     .await;
     let (_, _, table) =
-        call(&server, "GET", "/apis/example.com/v1/namespaces/default/widgets", &[("accept", TBL)], None).await;
+        call(&cluster, "GET", "/apis/example.com/v1/namespaces/default/widgets", &[("accept", TBL)], None).await;
     assert_eq!(arr(&table["rows"][0]["cells"])[..4], [json!("w1"), json!(3), json!("True"), json!("ann")]);
     assert_eq!(table["columnDefinitions"][3]["priority"], 1);
 
-    let (_tmp, dir) = support::kubectl_dir(&server).await;
+    let kubectl = cluster.kubectl().await.clone();
     tokio::task::spawn_blocking(move || {
-        let out = words(&kubectl(&dir, &["get", "widgets"]));
+        let out = words(&run(&kubectl, &["get", "widgets"]));
         assert_eq!(out[0], ["NAME", "SIZE", "READY", "AGE"]);
         assert_eq!(out[1][..3], ["w1", "3", "True"]);
-        let out = words(&kubectl(&dir, &["get", "widgets", "-o", "wide"]));
+        let out = words(&run(&kubectl, &["get", "widgets", "-o", "wide"]));
         assert_eq!(out[0], ["NAME", "SIZE", "READY", "OWNER", "AGE"]);
-        let out = words(&kubectl(&dir, &["get", "gadgets"]));
+        let out = words(&run(&kubectl, &["get", "gadgets"]));
         assert_eq!(out[0], ["NAME", "AGE"]);
         assert_eq!(out[1][0], "g1");
     })

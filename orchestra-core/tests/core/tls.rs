@@ -5,13 +5,13 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, PostParams};
+use orchestra::testing::Kubectl;
 use orchestra_core::auth::{
     AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, PublicInfoViewer, TokenFile,
     UserInfo,
@@ -44,7 +44,8 @@ async fn cluster(dir: &Path) -> Cluster {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let options = ListenOptions { tls: Some(pki.server_tls_config().unwrap()), drain_timeout: Duration::from_secs(2) };
+    let options =
+        ListenOptions::default().with_tls(pki.server_tls_config().unwrap()).with_drain_timeout(Duration::from_secs(2));
     let served = tokio::spawn(orchestra_core::server::serve(listener, server.router(), options, async {
         let _ = stopped.await;
     }));
@@ -57,37 +58,22 @@ impl Cluster {
     }
 }
 
-fn kubectl(dir: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
-    let output = Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--cache-dir={}", dir.join("cache").display()))
-        .args(args)
-        .output()
-        .expect("kubectl is installed");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_and_kube_rs_over_https_with_client_certificates() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = cluster(dir.path()).await;
     let admin = dir.path().join("admin.kubeconfig");
     cluster.pki.write_admin_kubeconfig(&admin, &cluster.url()).unwrap();
+    let admin_kubectl = Kubectl::with_kubeconfig(&admin);
 
     // kubectl (Go's HTTP/2 client) with the admin certificate.
-    let (ok, out, err) = kubectl(dir.path(), &admin, &["create", "configmap", "settings", "--from-literal=a=b"]);
+    let (ok, out, err) = admin_kubectl.run(&["create", "configmap", "settings", "--from-literal=a=b"]).into_parts();
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = kubectl(dir.path(), &admin, &["get", "configmaps", "settings", "-o", "jsonpath={.data.a}"]);
+    let (ok, out, err) = admin_kubectl.run(&["get", "configmaps", "settings", "-o", "jsonpath={.data.a}"]).into_parts();
     assert!(ok && out == "b", "{out}{err}");
-    let (ok, out, err) = kubectl(
-        dir.path(),
-        &admin,
-        &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username} {.status.userInfo.groups}"],
-    );
+    let (ok, out, err) = admin_kubectl
+        .run(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username} {.status.userInfo.groups}"])
+        .into_parts();
     assert!(ok, "{out}{err}");
     assert!(out.starts_with(ADMIN_USER) && out.contains(ADMIN_GROUP), "{out}");
 
@@ -112,8 +98,9 @@ async fn kubectl_and_kube_rs_over_https_with_client_certificates() {
     let alice = cluster.pki.issue_client("alice", Some("dev")).unwrap();
     let alice_config = dir.path().join("alice.kubeconfig");
     std::fs::write(&alice_config, cluster.pki.kubeconfig(&cluster.url(), "alice", &alice)).unwrap();
-    let (ok, out, err) =
-        kubectl(dir.path(), &alice_config, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
+    let (ok, out, err) = Kubectl::with_kubeconfig(&alice_config)
+        .run(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])
+        .into_parts();
     assert!(ok && out == "alice", "{out}{err}");
 
     // A bearer token, and no credential at all.
@@ -152,8 +139,9 @@ async fn kubectl_and_kube_rs_over_https_with_client_certificates() {
         ),
     )
     .unwrap();
-    let (ok, out, err) =
-        kubectl(dir.path(), &token_config, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
+    let (ok, out, err) = Kubectl::with_kubeconfig(&token_config)
+        .run(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])
+        .into_parts();
     assert!(ok && out == "token-user", "{out}{err}");
     config.auth_info.token = Some("wrong".to_owned().into());
     let invalid = kube::Client::try_from(config).unwrap().request_text(request("/readyz")).await.unwrap_err();
@@ -163,7 +151,7 @@ async fn kubectl_and_kube_rs_over_https_with_client_certificates() {
     );
 
     // Metrics saw the requests above, by verb and resource.
-    let (ok, metrics, err) = kubectl(dir.path(), &admin, &["get", "--raw", "/metrics"]);
+    let (ok, metrics, err) = admin_kubectl.run(&["get", "--raw", "/metrics"]).into_parts();
     assert!(ok, "{err}");
     assert!(
         metrics.lines().any(|l| l

@@ -8,6 +8,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use orchestra::testing::TestCluster;
 use parking_lot::Mutex;
 
 use super::support::{self, eventually};
@@ -190,13 +191,11 @@ async fn namespace_deletion_empties_it() {
     .await;
 }
 
-/// An API server, a client of it, its ConfigMaps in `default`, and there
-/// the ConfigMap `owner` with `finalizer`, whose UID comes last.
-async fn server_with_owner(
-    finalizer: &str,
-) -> (orchestra_core::server::ApiServer, kube::Client, Api<ConfigMap>, String) {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+/// A cluster, a client of it, its ConfigMaps in `default`, and there the
+/// ConfigMap `owner` with `finalizer`, whose UID comes last.
+async fn cluster_with_owner(finalizer: &str) -> (TestCluster, kube::Client, Api<ConfigMap>, String) {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let owner = ConfigMap {
         metadata: ObjectMeta {
@@ -207,7 +206,7 @@ async fn server_with_owner(
         ..Default::default()
     };
     let uid = maps.create(&PostParams::default(), &owner).await.unwrap().metadata.uid.unwrap();
-    (server, client, maps, uid)
+    (cluster, client, maps, uid)
 }
 
 /// A ConfigMap `name` owned by the ConfigMap whose UID is `owner`.
@@ -260,7 +259,7 @@ async fn collector_view(
 async fn orphaning_waits_for_dependents_the_graph_has_not_seen() {
     use orchestra_ctrl::controllers::garbage_collector::{Graph, ORPHAN, apply};
 
-    let (_server, client, maps, owner_uid) = server_with_owner(ORPHAN).await;
+    let (_cluster, client, maps, owner_uid) = cluster_with_owner(ORPHAN).await;
     let dependent = maps.create(&PostParams::default(), &owned_map("dependent", &owner_uid, None)).await.unwrap();
     maps.delete("owner", &DeleteParams::default()).await.unwrap();
 
@@ -299,7 +298,7 @@ async fn orphaning_waits_for_dependents_the_graph_has_not_seen() {
 async fn foreground_deletion_waits_for_blocking_dependents_the_graph_has_not_seen() {
     use orchestra_ctrl::controllers::garbage_collector::{FOREGROUND, Graph, apply};
 
-    let (_server, client, maps, owner_uid) = server_with_owner(FOREGROUND).await;
+    let (_cluster, client, maps, owner_uid) = cluster_with_owner(FOREGROUND).await;
     maps.create(&PostParams::default(), &owned_map("blocker", &owner_uid, Some(true))).await.unwrap();
     maps.create(&PostParams::default(), &owned_map("loose", &owner_uid, Some(false))).await.unwrap();
     maps.delete("owner", &DeleteParams::default()).await.unwrap();

@@ -10,11 +10,12 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, PostParams};
+use orchestra::testing::TestCluster;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tower::{Service, ServiceExt};
 
-use super::support::{self, eventually};
+use super::support::eventually;
 
 /// Holds every non-watch GET under `/replicasets` (lists and lookups) while
 /// `hold` is true, and records each request as `METHOD path?query`.
@@ -63,8 +64,8 @@ fn owned_by(name: &str, owner: &ReplicaSet) -> ConfigMap {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dependents_of_owners_not_yet_listed_are_kept() {
-    let server = support::server().await;
-    let direct = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let direct = cluster.client();
     let replica_sets: Api<ReplicaSet> = Api::namespaced(direct.clone(), "default");
     let rs: ReplicaSet = serde_json::from_value(serde_json::json!({
         "apiVersion": "apps/v1", "kind": "ReplicaSet",
@@ -82,7 +83,7 @@ async fn dependents_of_owners_not_yet_listed_are_kept() {
     config_maps.create(&PostParams::default(), &owned_by("dependent", &owner)).await.unwrap();
     config_maps.create(&PostParams::default(), &owned_by("orphan", &gone)).await.unwrap();
 
-    let gate = SlowOwners { router: server.router(), hold: watch::channel(true).0, requests: Arc::default() };
+    let gate = SlowOwners { router: cluster.admin_router(), hold: watch::channel(true).0, requests: Arc::default() };
     let requests = gate.requests.clone();
     let client = Client::new(gate.clone(), "default");
     let (stop, mut rx) = watch::channel(false);

@@ -13,7 +13,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
-use orchestra_core::server::{ApiServer, ServerOptions};
+use orchestra::testing::TestCluster;
 use orchestra_ctrl::Informer;
 use orchestra_ctrl::informer::{Event, name_of};
 use orchestra_store::{MemStore, Store};
@@ -106,17 +106,13 @@ impl Service<http::Request<kube::client::Body>> for Gate {
     }
 }
 
-/// A MemStore, an API server with 200 ms bookmarks over it, and a client
-/// through the gate.
-async fn gated() -> (Arc<MemStore>, ApiServer, Gate, Client) {
+/// A MemStore, a test cluster (200 ms bookmarks) over it, and an
+/// administrator's client through the gate.
+async fn gated() -> (Arc<MemStore>, TestCluster, Gate, Client) {
     let store = Arc::new(MemStore::new());
-    let server = ApiServer::builder(store.clone())
-        .options(ServerOptions { bookmark_interval: Duration::from_millis(200) })
-        .build()
-        .await
-        .expect("server starts");
+    let cluster = TestCluster::start_with(TestCluster::builder().store(store.clone())).await;
     let gate = Gate {
-        router: server.router(),
+        router: cluster.admin_router(),
         state: Arc::new(GateState {
             hold: watch::channel(false).0,
             cut: watch::channel(0).0,
@@ -125,7 +121,7 @@ async fn gated() -> (Arc<MemStore>, ApiServer, Gate, Client) {
         }),
     };
     let client = Client::new(gate.clone(), "default");
-    (store, server, gate, client)
+    (store, cluster, gate, client)
 }
 
 async fn create(api: &Api<ConfigMap>, name: &str) {
@@ -181,7 +177,7 @@ async fn informer(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_watch_error_410_after_compaction_relists_and_reports_what_went_meanwhile() {
-    let (store, _server, gate, client) = gated().await;
+    let (store, _cluster, gate, client) = gated().await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     for n in ["a", "b", "c"] {
         create(&api, n).await;
@@ -219,7 +215,7 @@ async fn a_watch_error_410_after_compaction_relists_and_reports_what_went_meanwh
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_watch_request_answered_410_relists() {
-    let (_store, _server, gate, client) = gated().await;
+    let (_store, _cluster, gate, client) = gated().await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     for n in ["a", "b"] {
         create(&api, n).await;
@@ -247,7 +243,7 @@ async fn a_watch_request_answered_410_relists() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reconnect_resumes_from_the_last_bookmark() {
-    let (store, _server, gate, client) = gated().await;
+    let (store, _cluster, gate, client) = gated().await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     create(&api, "a").await;
     let (informer, _rx, task) = informer(&client).await;

@@ -8,11 +8,12 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use orchestra::testing::TestCluster;
 use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::node_ipam::{self, CIDR_NOT_AVAILABLE};
 use tokio::sync::watch;
 
-use super::support::{self, eventually};
+use super::support::eventually;
 
 async fn create_node(client: &Client, name: &str, pod_cidr: Option<&str>) {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -63,8 +64,8 @@ fn start(client: &Client, cluster: &'static str, mask: u8) -> (watch::Sender<boo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restarted_allocator_never_hands_out_a_block_twice() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     // A node that came with a pod CIDR of its own (kubelet --pod-cidr).
     create_node(&client, "preset", Some("10.244.1.0/24")).await;
     let (stop, task) = start(&client, "10.244.0.0/16", 24);
@@ -94,8 +95,8 @@ async fn a_restarted_allocator_never_hands_out_a_block_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_range_is_reported_and_a_deleted_nodes_block_is_reused() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     // Two blocks only.
     let (stop, task) = start(&client, "10.0.0.0/24", 25);
     create_node(&client, "n1", None).await;

@@ -1,8 +1,6 @@
 //! The installed kubectl's `rollout status` and `rollout undo` against the
 //! Deployment controller.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -11,32 +9,10 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 
 use super::support::{self, eventually};
 
-fn kubectl(dir: &Path, args: &[&str]) -> (bool, String, String) {
-    let output = Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
-        .arg(format!("--cache-dir={}", dir.join("cache").display()))
-        .args(args)
-        .output()
-        .expect("kubectl is installed");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubectl_rollout_status_and_undo() {
     let cluster = support::cluster(Duration::from_millis(30)).await;
-    let address = support::listen(&cluster.server).await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("kubeconfig"),
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{address}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: ctx\n"
-        ),
-    )
-    .unwrap();
+    let kubectl = cluster.inner.kubectl().await;
     let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), "default");
     let d: Deployment = serde_json::from_value(serde_json::json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -50,11 +26,12 @@ async fn kubectl_rollout_status_and_undo() {
     }))
     .unwrap();
     deployments.create(&PostParams::default(), &d).await.unwrap();
-    let path = dir.path().to_owned();
-    let (ok, out, err) =
-        tokio::task::spawn_blocking(move || kubectl(&path, &["rollout", "status", "deployment/web", "--timeout=20s"]))
-            .await
-            .unwrap();
+    let k = kubectl.clone();
+    let (ok, out, err) = tokio::task::spawn_blocking(move || {
+        k.run(&["rollout", "status", "deployment/web", "--timeout=20s"]).into_parts()
+    })
+    .await
+    .unwrap();
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("successfully rolled out"), "{out}");
 
@@ -69,11 +46,11 @@ async fn kubectl_rollout_status_and_undo() {
         )
         .await
         .unwrap();
-    let path = dir.path().to_owned();
+    let k = kubectl.clone();
     let (ok, out, err) = tokio::task::spawn_blocking(move || {
-        let status = kubectl(&path, &["rollout", "status", "deployment/web", "--timeout=20s"]);
-        assert!(status.0, "{}\n{}", status.1, status.2);
-        kubectl(&path, &["rollout", "undo", "deployment/web"])
+        let status = k.run(&["rollout", "status", "deployment/web", "--timeout=20s"]);
+        assert!(status.success, "{}\n{}", status.stdout, status.stderr);
+        k.run(&["rollout", "undo", "deployment/web"]).into_parts()
     })
     .await
     .unwrap();
@@ -87,11 +64,11 @@ async fn kubectl_rollout_status_and_undo() {
             && live.iter().all(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("nginx:1"))
     })
     .await;
-    let path = dir.path().to_owned();
+    let k = kubectl.clone();
     let (ok, out, err) = tokio::task::spawn_blocking(move || {
-        let status = kubectl(&path, &["rollout", "status", "deployment/web", "--timeout=20s"]);
-        assert!(status.0, "{}\n{}", status.1, status.2);
-        kubectl(&path, &["rollout", "history", "deployment/web"])
+        let status = k.run(&["rollout", "status", "deployment/web", "--timeout=20s"]);
+        assert!(status.success, "{}\n{}", status.stdout, status.stderr);
+        k.run(&["rollout", "history", "deployment/web"]).into_parts()
     })
     .await
     .unwrap();
@@ -100,9 +77,9 @@ async fn kubectl_rollout_status_and_undo() {
     // The CHANGE-CAUSE of revision 2, from its ReplicaSet.
     assert!(out.lines().any(|l| l.starts_with('2') && l.contains("image nginx:2")), "{out}");
     // kubectl describe shows the Deployment's scaling events.
-    let path = dir.path().to_owned();
+    let k = kubectl.clone();
     let (ok, out, err) =
-        tokio::task::spawn_blocking(move || kubectl(&path, &["describe", "deployment", "web"])).await.unwrap();
+        tokio::task::spawn_blocking(move || k.run(&["describe", "deployment", "web"]).into_parts()).await.unwrap();
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("ScalingReplicaSet") && out.contains("Scaled up replica set web-"), "{out}");
 }

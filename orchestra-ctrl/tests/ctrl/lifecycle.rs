@@ -9,13 +9,14 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use orchestra::testing::TestCluster;
 use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::node_lifecycle::{self, NOT_READY, NodeLifecycle, UNREACHABLE, ZoneState};
 use orchestra_ctrl::informer::ObjectKey;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use super::support::{self, eventually};
+use super::support::eventually;
 
 fn stopped(rx: &watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + 'static {
     let mut rx = rx.clone();
@@ -129,8 +130,8 @@ fn short_config() -> node_lifecycle::Config {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_reporting_not_ready_gets_the_not_ready_taints_until_it_is_ready() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     create_node(&client, "n1", "z", vec![]).await;
     create_node(&client, "n2", "z", vec![]).await;
     let n1_ready = Arc::new(Mutex::new("False"));
@@ -164,8 +165,8 @@ async fn a_node_reporting_not_ready_gets_the_not_ready_taints_until_it_is_ready(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pods_are_evicted_after_their_toleration_seconds_and_never_if_tolerating_forever() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     dead_node(&client, "dead", "z").await;
     live_node(&client, "alive", "z").await;
     let tolerate = |seconds: Option<i64>| serde_json::json!([{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}]);
@@ -242,8 +243,8 @@ async fn settle(factory: &SharedInformerFactory, client: &Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_partially_disrupted_small_zone_evicts_nothing_while_others_evict() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let config = node_lifecycle::Config {
         grace_period: Duration::from_secs(30),
         default_toleration_seconds: 0,
@@ -271,8 +272,8 @@ async fn a_partially_disrupted_small_zone_evicts_nothing_while_others_evict() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_partially_disrupted_large_zone_taints_at_the_secondary_rate() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let config = node_lifecycle::Config {
         grace_period: Duration::from_secs(30),
         default_toleration_seconds: 0,
@@ -301,8 +302,8 @@ async fn a_partially_disrupted_large_zone_taints_at_the_secondary_rate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn when_every_zone_is_down_nothing_is_evicted_until_a_node_returns() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     // x1 carries an unreachable NoExecute taint from before the outage.
     let old: Taint = serde_json::from_value(serde_json::json!({"key": UNREACHABLE, "effect": "NoExecute"})).unwrap();
     create_node(&client, "x1", "x", vec![old]).await;

@@ -7,13 +7,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use orchestra::testing::TestCluster;
 use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::events::{EventType, Recorder, reference};
 use orchestra_ctrl::leader::{ElectionConfig, LeaderElector};
 use orchestra_ctrl::manager::ControllerManager;
 use tokio::sync::watch;
 
-use super::support::{self, eventually};
+use super::support::eventually;
 
 fn manager(client: kube::Client) -> ControllerManager {
     ControllerManager::new(SharedInformerFactory::new(client))
@@ -40,8 +41,8 @@ fn deployment(name: &str) -> Deployment {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn managers_hand_over_behind_one_lease() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let config = ElectionConfig {
         lease_duration: Duration::from_secs(2),
         renew_deadline: Duration::from_millis(1500),
@@ -82,8 +83,8 @@ async fn managers_hand_over_behind_one_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeated_events_are_aggregated() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let cm = maps
         .create(
@@ -109,8 +110,8 @@ async fn repeated_events_are_aggregated() {
 /// same time still make one Event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_repeats_are_aggregated() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let cm = ConfigMap { metadata: ObjectMeta { name: Some("cm".into()), ..Default::default() }, ..Default::default() };
     let cm = maps.create(&PostParams::default(), &cm).await.unwrap();

@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
+use orchestra::testing::TestCluster;
 use orchestra_ctrl::leader::{ElectionConfig, LeaderElector};
 use orchestra_ctrl::{Action, Controller, SharedInformerFactory};
 use tokio::sync::watch;
 
-use super::support::{self, eventually};
+use super::support::eventually;
 
 fn config_map(name: &str) -> ConfigMap {
     ConfigMap {
@@ -21,8 +22,8 @@ fn config_map(name: &str) -> ConfigMap {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_informer_per_kind_and_a_closure_reconciler() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     api.create(&PostParams::default(), &config_map("before")).await.unwrap();
     let factory = SharedInformerFactory::new(client.clone());
@@ -59,8 +60,8 @@ async fn one_informer_per_kind_and_a_closure_reconciler() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_hand_off_on_release() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     let config = ElectionConfig {
         lease_duration: Duration::from_secs(2),
         renew_deadline: Duration::from_millis(1500),
@@ -138,8 +139,8 @@ async fn leader_hand_off_on_release() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reconciles_start_once_every_watched_cache_has_listed() {
-    let server = support::server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
     // Many watched objects (a long list), and one primary object.
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "default");
     for i in 0..300 {

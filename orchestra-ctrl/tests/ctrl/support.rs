@@ -1,80 +1,45 @@
 //! The test cluster: API server, controllers, fake node agent.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use orchestra_core::server::{ApiServer, ServerOptions};
+use orchestra::testing::TestCluster;
 use orchestra_ctrl::SharedInformerFactory;
+use orchestra_ctrl::controllers::ControllerManagerConfig;
 use orchestra_ctrl::informer::Event;
-use orchestra_store::MemStore;
-use tokio::sync::watch;
-
-/// An API server on a MemStore with short bookmark intervals.
-pub async fn server() -> ApiServer {
-    ApiServer::builder(Arc::new(MemStore::new()))
-        .options(ServerOptions { bookmark_interval: Duration::from_millis(200) })
-        .build()
-        .await
-        .expect("server starts")
-}
-
-/// Serves `server` over plain HTTP on a free loopback port.
-pub async fn listen(server: &ApiServer) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let router = server.router();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    address
-}
 
 /// A running test cluster; everything stops when it is dropped.
 pub struct Cluster {
-    /// The API server.
-    pub server: ApiServer,
-    /// A client over it.
+    /// A client acting as the administrator.
     pub client: Client,
-    stop: watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The control plane.
+    pub inner: TestCluster,
+    fake_node_agent: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = self.stop.send(true);
-        for t in &self.tasks {
-            t.abort();
-        }
+        self.fake_node_agent.abort();
     }
 }
 
-fn stopped(rx: &watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let mut rx = rx.clone();
-    async move {
-        let _ = rx.wait_for(|s| *s).await;
-    }
-}
-
-/// A cluster with the ReplicaSet and Deployment controllers and a fake node
-/// agent that marks every new pod Running and Ready after `ready_after`
-/// (but for pods of an image starting with `stuck`: they stay Pending).
+/// A cluster with the ReplicaSet, Deployment, Namespace and garbage
+/// collector controllers and a fake node agent that marks every new pod
+/// Running and Ready after `ready_after` (but for pods of an image starting
+/// with `stuck`: they stay Pending).
 pub async fn cluster(ready_after: Duration) -> Cluster {
-    let server = server().await;
-    let client = orchestra_core::client::in_process(&server, "default");
-    let (stop, rx) = watch::channel(false);
-    let factory = SharedInformerFactory::new(client.clone());
-    let mut tasks = vec![tokio::spawn(orchestra_ctrl::controllers::replicaset::run(factory.clone(), 4, stopped(&rx)))];
-    tasks.push(tokio::spawn(orchestra_ctrl::controllers::deployment::run(factory.clone(), 4, stopped(&rx))));
-    tasks.push(tokio::spawn(orchestra_ctrl::controllers::namespace::run(factory.clone(), 2, stopped(&rx))));
-    tasks.push(tokio::spawn(
+    let controllers = ControllerManagerConfig::default()
+        .with_controllers(["replicaset", "deployment", "namespace", "garbagecollector"])
+        .with_workers(4)
         // A full pass only every hour: collection in the tests comes from
         // watch events.
-        orchestra_ctrl::controllers::garbage_collector::run(client.clone(), Duration::from_secs(3600), stopped(&rx)),
-    ));
-    tasks.push(tokio::spawn(fake_node_agent(client.clone(), ready_after)));
-    Cluster { server, client, stop, tasks }
+        .with_gc_interval(Duration::from_secs(3600));
+    let inner = TestCluster::start_with(TestCluster::builder().controllers(controllers)).await;
+    let client = inner.client();
+    let fake_node_agent = tokio::spawn(fake_node_agent(client.clone(), ready_after));
+    Cluster { client, inner, fake_node_agent }
 }
 
 /// Marks pods Running and Ready (there is no kubelet yet).

@@ -1,28 +1,23 @@
 //! The token controller against an API server that accepts the tokens it
 //! writes: a token Secret is filled, its token authenticates as the service
-//! account over HTTP, and deleting the account deletes the Secret and
+//! account over HTTPS, and deleting the account deletes the Secret and
 //! invalidates the token.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
-use orchestra_core::server::{ApiServer, ServerOptions};
-use orchestra_core::tokens::{DEFAULT_ISSUER, TokenSigner};
+use orchestra::testing::TestCluster;
 use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::serviceaccount_token::{self, ACCOUNT_NAME, ACCOUNT_UID, SECRET_TYPE, TokenConfig};
-use orchestra_store::MemStore;
 use tokio::sync::watch;
 
-use super::support::{eventually, listen};
+use super::support::eventually;
 
-/// Who `token` authenticates as over HTTP (`None`: refused with 401).
-async fn whoami(address: std::net::SocketAddr, token: &str) -> Option<String> {
-    let mut config = kube::Config::new(format!("http://{address}").parse().unwrap());
-    config.auth_info.token = Some(token.to_owned().into());
-    let client = kube::Client::try_from(config).unwrap();
+/// Who `token` authenticates as over HTTPS (`None`: refused with 401).
+async fn whoami(cluster: &TestCluster, token: &str) -> Option<String> {
+    let client = cluster.client_with_token(token).await;
     let review = SelfSubjectReview { metadata: ObjectMeta::default(), status: None };
     match Api::<SelfSubjectReview>::all(client).create(&PostParams::default(), &review).await {
         Ok(r) => r.status.and_then(|s| s.user_info).and_then(|u| u.username),
@@ -33,15 +28,10 @@ async fn whoami(address: std::net::SocketAddr, token: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_secrets_are_filled_and_go_with_their_account() {
-    let signer = Arc::new(TokenSigner::generate(DEFAULT_ISSUER).unwrap());
-    let server = ApiServer::builder(Arc::new(MemStore::new()))
-        .options(ServerOptions { bookmark_interval: Duration::from_millis(200) })
-        .service_account_tokens(signer.clone())
-        .build()
-        .await
-        .unwrap();
-    let address = listen(&server).await;
-    let client = orchestra_core::client::in_process(&server, "default");
+    // The API server accepts the tokens of the cluster's signer.
+    let cluster = TestCluster::start().await;
+    let signer = cluster.handle().token_signer().clone();
+    let client = cluster.client();
     let (stop, stopped) = watch::channel(false);
     let config = TokenConfig { signer, root_ca: Some("-----BEGIN CERTIFICATE-----\nCA\n".into()) };
     let controller =
@@ -81,7 +71,7 @@ async fn token_secrets_are_filled_and_go_with_their_account() {
     assert!(data["ca.crt"].0.starts_with(b"-----BEGIN CERTIFICATE-----"));
     assert_eq!(filled.metadata.annotations.as_ref().unwrap()[ACCOUNT_UID], account.metadata.uid.clone().unwrap());
     let token = String::from_utf8(data["token"].0.clone()).unwrap();
-    assert_eq!(whoami(address, &token).await.as_deref(), Some("system:serviceaccount:default:robot"));
+    assert_eq!(whoami(&cluster, &token).await.as_deref(), Some("system:serviceaccount:default:robot"));
     eventually(Duration::from_secs(10), "the orphan token Secret is deleted", || {
         let secrets = secrets.clone();
         async move { secrets.get_opt("ghost-token").await.unwrap().is_none() }
@@ -95,7 +85,7 @@ async fn token_secrets_are_filled_and_go_with_their_account() {
         async move { secrets.get_opt("robot-token").await.unwrap().is_none() }
     })
     .await;
-    assert_eq!(whoami(address, &token).await, None);
+    assert_eq!(whoami(&cluster, &token).await, None);
     let _ = stop.send(true);
     controller.await.unwrap();
 }

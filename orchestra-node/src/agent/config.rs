@@ -63,8 +63,23 @@ pub struct NodeInfoOverrides {
 }
 
 /// Configuration of a node agent. [`NodeConfig::new`] gives the kubelet's
-/// defaults; adjust the public fields.
+/// defaults; the chained setters, one per field, change them, so that a new
+/// setting is not a breaking change:
+///
+/// ```
+/// use std::time::Duration;
+/// use orchestra_node::agent::NodeConfig;
+///
+/// let config = NodeConfig::new("worker-1")
+///     .root_dir("/var/lib/orchestra/worker-1")
+///     .fixed_capacity(4000, 8 << 30)
+///     .zone("zone-a")
+///     .label("tier", "batch")
+///     .sync_frequency(Duration::from_secs(30));
+/// assert_eq!(config.pod_log_dir, std::path::Path::new("/var/lib/orchestra/worker-1/logs"));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct NodeConfig {
     /// The Node's name.
     pub node_name: String,
@@ -192,6 +207,168 @@ impl NodeConfig {
     /// Uses `cidr` until the Node has a `spec.podCIDR`.
     pub fn pod_cidr(mut self, cidr: impl Into<String>) -> Self {
         self.pod_cidr = Some(cidr.into());
+        self
+    }
+
+    /// Sets the `Hostname` address and `kubernetes.io/hostname` label.
+    pub fn hostname(mut self, hostname: impl Into<String>) -> Self {
+        self.hostname = hostname.into();
+        self
+    }
+
+    /// Sets the `InternalIP` address (pods' `hostIP`).
+    pub fn node_ip(mut self, node_ip: IpAddr) -> Self {
+        self.node_ip = node_ip;
+        self
+    }
+
+    /// Sets where pods' log directories are created (after [`root_dir`](Self::root_dir), which resets it).
+    pub fn pod_log_dir(mut self, pod_log_dir: impl Into<PathBuf>) -> Self {
+        self.pod_log_dir = pod_log_dir.into();
+        self
+    }
+
+    /// Sets where the capacity comes from.
+    pub fn capacity(mut self, capacity: CapacitySource) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Sets what is kept back from capacity for the system.
+    pub fn reserved(mut self, reserved: Resources) -> Self {
+        self.reserved = reserved;
+        self
+    }
+
+    /// Sets the maximum number of pods.
+    pub fn max_pods(mut self, max_pods: u64) -> Self {
+        self.max_pods = max_pods;
+        self
+    }
+
+    /// Sets the Node's extra labels (replacing those set before).
+    pub fn labels(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.labels = labels;
+        self
+    }
+
+    /// Adds the label `key=value` to the Node's extra labels.
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets `topology.kubernetes.io/zone`.
+    pub fn zone(mut self, zone: impl Into<String>) -> Self {
+        self.zone = Some(zone.into());
+        self
+    }
+
+    /// Sets `topology.kubernetes.io/region`.
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.region = Some(region.into());
+        self
+    }
+
+    /// Sets `node.kubernetes.io/instance-type`.
+    pub fn instance_type(mut self, instance_type: impl Into<String>) -> Self {
+        self.instance_type = Some(instance_type.into());
+        self
+    }
+
+    /// Sets the taints the Node is registered with.
+    pub fn register_with_taints(mut self, register_with_taints: Vec<Taint>) -> Self {
+        self.register_with_taints = register_with_taints;
+        self
+    }
+
+    /// Sets the port of the agent's HTTPS endpoint.
+    pub fn kubelet_port(mut self, kubelet_port: i32) -> Self {
+        self.kubelet_port = kubelet_port;
+        self
+    }
+
+    /// Sets how often the agent checks whether its node status changed.
+    pub fn node_status_update_frequency(mut self, node_status_update_frequency: Duration) -> Self {
+        self.node_status_update_frequency = node_status_update_frequency;
+        self
+    }
+
+    /// Sets how often the node status is posted even unchanged.
+    pub fn node_status_report_frequency(mut self, node_status_report_frequency: Duration) -> Self {
+        self.node_status_report_frequency = node_status_report_frequency;
+        self
+    }
+
+    /// Sets the Lease's `leaseDurationSeconds`.
+    pub fn lease_duration_seconds(mut self, lease_duration_seconds: i32) -> Self {
+        self.lease_duration_seconds = lease_duration_seconds;
+        self
+    }
+
+    /// Sets how often the Lease is renewed.
+    pub fn lease_renew_interval(mut self, lease_renew_interval: Duration) -> Self {
+        self.lease_renew_interval = lease_renew_interval;
+        self
+    }
+
+    /// Sets whether memory, disk and PID pressure are read from the host.
+    pub fn read_host_pressure(mut self, read_host_pressure: bool) -> Self {
+        self.read_host_pressure = read_host_pressure;
+        self
+    }
+
+    /// Sets the overrides of the host identity in `status.nodeInfo`.
+    pub fn node_info(mut self, node_info: NodeInfoOverrides) -> Self {
+        self.node_info = node_info;
+        self
+    }
+
+    /// Sets how often every pod worker resyncs without a trigger.
+    pub fn sync_frequency(mut self, sync_frequency: Duration) -> Self {
+        self.sync_frequency = sync_frequency;
+        self
+    }
+
+    /// Sets how often orphaned sandboxes and mirror pods are checked.
+    pub fn housekeeping_interval(mut self, housekeeping_interval: Duration) -> Self {
+        self.housekeeping_interval = housekeeping_interval;
+        self
+    }
+
+    /// Sets the directory of static pod manifests.
+    pub fn static_pod_path(mut self, static_pod_path: impl Into<PathBuf>) -> Self {
+        self.static_pod_path = Some(static_pod_path.into());
+        self
+    }
+
+    /// Sets how often the static pod directory is rescanned.
+    pub fn static_pod_check_interval(mut self, static_pod_check_interval: Duration) -> Self {
+        self.static_pod_check_interval = static_pod_check_interval;
+        self
+    }
+
+    /// Sets the crash-loop back-off of restarted containers.
+    pub fn crash_backoff(mut self, crash_backoff: BackoffConfig) -> Self {
+        self.crash_backoff = crash_backoff;
+        self
+    }
+
+    /// Sets the back-off of failed image pulls.
+    pub fn image_backoff(mut self, image_backoff: BackoffConfig) -> Self {
+        self.image_backoff = image_backoff;
+        self
+    }
+
+    /// Sets the retry delay after a failed status write or an API error.
+    pub fn api_retry(mut self, api_retry: Duration) -> Self {
+        self.api_retry = api_retry;
+        self
+    }
+
+    /// Sets whether service variables are injected into containers.
+    pub fn service_links(mut self, service_links: bool) -> Self {
+        self.service_links = service_links;
         self
     }
 

@@ -399,7 +399,7 @@ mod tests {
         assert!(h.memory_bytes > 0);
         let (total, free) = filesystem(Path::new("/tmp/surely/missing/dir")).unwrap();
         assert!(total >= free && total > 0);
-        let labels = node_labels(&NodeConfig { zone: Some("z1".into()), ..NodeConfig::new("n1") });
+        let labels = node_labels(&NodeConfig::new("n1").zone("z1"));
         assert_eq!(labels["kubernetes.io/hostname"], "n1");
         assert_eq!(labels["topology.kubernetes.io/zone"], "z1");
     }

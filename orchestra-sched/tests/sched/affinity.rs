@@ -12,7 +12,7 @@ use super::support::*;
 
 #[tokio::test]
 async fn namespace_selector_follows_namespace_labels() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(
         &client,
         vec![

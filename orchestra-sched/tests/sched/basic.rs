@@ -9,7 +9,7 @@ use super::support::*;
 
 #[tokio::test]
 async fn pods_are_bound_and_spread() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, (0..3).map(|i| NodeBuilder::new(&format!("n{i}")).cpu("4").memory("8Gi").build()).collect())
         .await;
     let _s = start(&client, SchedulerConfiguration::default());
@@ -43,7 +43,7 @@ async fn pods_are_bound_and_spread() {
 
 #[tokio::test]
 async fn unschedulable_pod_gets_condition_and_event_then_fits_when_a_node_comes() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(
         &client,
         vec![
@@ -90,7 +90,7 @@ async fn unschedulable_pod_gets_condition_and_event_then_fits_when_a_node_comes(
 
 #[tokio::test]
 async fn two_profiles_and_foreign_scheduler_names() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(
         &client,
         vec![
@@ -129,7 +129,7 @@ async fn two_profiles_and_foreign_scheduler_names() {
 
 #[tokio::test]
 async fn preemption_deletes_victims_and_nominates_the_node() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("2").memory("8Gi").build()]).await;
     let _s = start(&client, SchedulerConfiguration::default());
     create_pod(&client, PodBuilder::new("low").cpu("1500m").priority(1).build()).await;

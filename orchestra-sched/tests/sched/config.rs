@@ -137,7 +137,7 @@ fn bad_files_are_errors() {
 async fn a_scheduler_runs_the_profiles_of_a_file() {
     let (_dir, path) = write("scheduler.yaml", YAML);
     let cfg = SchedulerConfiguration::from_file(&path).unwrap();
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, (0..2).map(|i| NodeBuilder::new(&format!("n{i}")).cpu("4").memory("8Gi").build()).collect())
         .await;
     let s = SchedulerBuilder::new(client.clone()).config(cfg).build().expect("scheduler builds");

@@ -32,8 +32,7 @@ fn start_with(client: &kube::Client, registry: Registry, plugins: &[&str]) -> Sc
     let profile = plugins.iter().fold(ProfileConfig::default(), |p, name| p.enable(name, None));
     // A 2 s first backoff leaves time to look at a failed attempt before
     // its retry.
-    let config = SchedulerConfiguration { pod_initial_backoff_seconds: 2, ..SchedulerConfiguration::default() }
-        .with_profiles(vec![profile]);
+    let config = SchedulerConfiguration::default().with_pod_initial_backoff_seconds(2).with_profiles(vec![profile]);
     let s = SchedulerBuilder::new(client.clone()).config(config).registry(registry).build().expect("scheduler builds");
     let run = s.clone();
     tokio::spawn(async move {
@@ -109,7 +108,7 @@ impl PreEnqueue for HoldGate {
 
 #[tokio::test]
 async fn pre_enqueue_keeps_a_pod_out_of_the_queue_until_it_is_updated() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
     let registry = Registry::default().with(HoldGate::NAME, |_: NoArgs, _| {
         let p = Arc::new(HoldGate);
@@ -231,7 +230,7 @@ async fn create_waiting(client: &kube::Client, s: &Scheduler, name: &str, permit
 
 #[tokio::test]
 async fn permit_wait_binds_once_allowed() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
     let (registry, gate) = Gatekeeper::registry(Duration::from_secs(30));
     let s = start_with(&client, registry, &[Gatekeeper::NAME]);
@@ -253,7 +252,7 @@ async fn permit_wait_binds_once_allowed() {
 
 #[tokio::test]
 async fn permit_reject_while_waiting_is_unschedulable() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
     let (registry, gate) = Gatekeeper::registry(Duration::from_secs(30));
     let s = start_with(&client, registry, &[Gatekeeper::NAME]);
@@ -293,7 +292,7 @@ async fn permit_reject_while_waiting_is_unschedulable() {
 
 #[tokio::test]
 async fn permit_timeout_is_unschedulable_and_retried_later() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
     let (registry, gate) = Gatekeeper::registry(Duration::from_millis(300));
     let s = start_with(&client, registry, &[Gatekeeper::NAME]);
@@ -403,7 +402,7 @@ fn log_of(log: &Log, point: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn reserve_failure_unreserves_in_reverse_forgets_and_retries() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
     let log = Log::default();
     // A reserves, B fails once; C comes after B and never reserved, but is
@@ -441,7 +440,7 @@ async fn reserve_failure_unreserves_in_reverse_forgets_and_retries() {
 
 #[tokio::test]
 async fn post_bind_runs_once_with_the_node() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(
         &client,
         vec![
@@ -463,7 +462,7 @@ async fn post_bind_runs_once_with_the_node() {
 
 #[tokio::test]
 async fn pre_bind_failure_unreserves_and_leaves_the_pod_unbound() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
     let log = Log::default();
     let probe = Probe::new("Probe", &log).failing_pre_bind(1);
@@ -491,7 +490,7 @@ async fn pre_bind_failure_unreserves_and_leaves_the_pod_unbound() {
 
 #[tokio::test]
 async fn preemption_is_counted() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("2").memory("8Gi").build()]).await;
     let s = start_with(&client, Registry::default(), &[]);
     for i in 0..2 {

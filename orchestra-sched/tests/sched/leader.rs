@@ -11,16 +11,13 @@ use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
 use super::support::*;
 
 fn config() -> SchedulerConfiguration {
-    SchedulerConfiguration {
-        leader_election: LeaderElectionConfig {
-            leader_elect: true,
-            lease_duration_seconds: 2,
-            renew_deadline_seconds: 1,
-            retry_period_seconds: 1,
-            ..Default::default()
-        },
+    SchedulerConfiguration::default().with_leader_election(LeaderElectionConfig {
+        leader_elect: true,
+        lease_duration_seconds: 2,
+        renew_deadline_seconds: 1,
+        retry_period_seconds: 1,
         ..Default::default()
-    }
+    })
 }
 
 async fn holder(client: &kube::Client) -> Option<String> {
@@ -42,7 +39,7 @@ async fn holds(client: &kube::Client, who: &str, within: Duration) -> bool {
 
 #[tokio::test]
 async fn second_instance_takes_over_when_the_leader_stops() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
     let a = SchedulerBuilder::new(client.clone()).config(config()).identity("a").build().unwrap();
     let a = tokio::spawn(async move { a.run().await });
@@ -62,7 +59,7 @@ async fn second_instance_takes_over_when_the_leader_stops() {
 
 #[tokio::test]
 async fn a_stopped_leader_releases_the_lease_at_once() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
     // A lease that would take 30 s to expire: only a release hands it over sooner.
     let config = || {
@@ -95,7 +92,7 @@ async fn a_stopped_leader_releases_the_lease_at_once() {
 
 #[tokio::test]
 async fn a_second_scheduler_serves_other_profiles_behind_its_own_lease() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, vec![NodeBuilder::new("n").cpu("4").memory("8Gi").build()]).await;
     // The default scheduler, elected on `kube-scheduler`.
     let first = SchedulerBuilder::new(client.clone()).config(config()).identity("first").build().unwrap();

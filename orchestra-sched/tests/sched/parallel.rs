@@ -111,7 +111,7 @@ fn nothing_fits_and_every_node_is_counted_once() {
 #[tokio::test]
 async fn the_scheduler_finds_the_one_node_among_many() {
     use super::support::*;
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     const MANY: usize = 1100;
     let nodes = (0..MANY)
         .map(|i| NodeBuilder::new(&format!("n{i:04}")).cpu(if i == 1066 { "8" } else { "1" }).memory("8Gi").build());

@@ -13,7 +13,7 @@ use super::support::*;
 
 #[tokio::test]
 async fn preemption_spares_pods_guarded_by_a_budget() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(
         &client,
         vec![
@@ -68,7 +68,7 @@ async fn preemption_spares_pods_guarded_by_a_budget() {
 #[tokio::test]
 async fn concurrent_preemptors_each_take_one_node() {
     use futures::StreamExt;
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     let nodes: Vec<_> = (0..4).map(|i| NodeBuilder::new(&format!("n{i}")).cpu("2").memory("8Gi").build()).collect();
     create_nodes(&client, nodes).await;
     for i in 0..4 {

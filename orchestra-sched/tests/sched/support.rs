@@ -1,19 +1,17 @@
-//! Starting an API server and a scheduler for tests.
+//! Starting a test cluster and a scheduler for tests.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
-use orchestra_core::server::ApiServer;
+use orchestra::testing::TestCluster;
 use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
-use orchestra_store::MemStore;
 
-/// An API server on a MemStore and a client to it.
-pub async fn server() -> (ApiServer, kube::Client) {
-    let server = ApiServer::new(Arc::new(MemStore::new())).await.expect("server starts");
-    let client = orchestra_core::client::in_process(&server, "default");
-    (server, client)
+/// A test cluster (the API server alone) and an administrator's client of it.
+pub async fn cluster() -> (TestCluster, kube::Client) {
+    let cluster = TestCluster::start().await;
+    let client = cluster.client();
+    (cluster, client)
 }
 
 /// Starts a scheduler with `config`.

@@ -34,7 +34,7 @@ where
 async fn scheduling_basic_throughput() {
     let nodes: usize = std::env::var("NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(5000);
     let pods: usize = std::env::var("PODS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     let napi: Api<Node> = Api::all(client.clone());
     create(&napi, (0..nodes).map(|i| NodeBuilder::new(&format!("node-{i}")).cpu("4").memory("32Gi").build()).collect())
         .await;

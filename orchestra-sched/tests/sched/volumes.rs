@@ -62,7 +62,7 @@ async fn unschedulable_message(client: &kube::Client, name: &str, part: &str) ->
 
 #[tokio::test]
 async fn missing_claim_then_local_volume_binds_on_its_node() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, zone_nodes()).await;
     let _s = start(&client, SchedulerConfiguration::default());
     create_pod(&client, PodBuilder::new("db").cpu("100m").pvc("data").build()).await;
@@ -109,7 +109,7 @@ async fn missing_claim_then_local_volume_binds_on_its_node() {
 
 #[tokio::test]
 async fn dynamic_provisioning_selects_the_node_and_waits_for_the_volume() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, zone_nodes()).await;
     create_class(&client, storage_class("dyn", "WaitForFirstConsumer", "example.com/dyn")).await;
     // A fake external provisioner: on a claim with a selected node, creates
@@ -164,7 +164,7 @@ async fn dynamic_provisioning_selects_the_node_and_waits_for_the_volume() {
 
 #[tokio::test]
 async fn immediate_zone_and_read_write_once_pod() {
-    let (_server, client) = server().await;
+    let (_cluster, client) = cluster().await;
     create_nodes(&client, zone_nodes()).await;
     create_class(&client, storage_class("now", "Immediate", "example.com/now")).await;
     let _s = start(&client, SchedulerConfiguration::default());

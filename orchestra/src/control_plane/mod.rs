@@ -452,7 +452,7 @@ impl ControlPlaneBuilder {
                 .await
                 .map_err(ControlPlaneError::io(format!("binding the API server to {address}")))?;
             let address = listener.local_addr().map_err(ControlPlaneError::io("reading the listener's address"))?;
-            let options = ListenOptions { tls: Some(pki.server_tls_config()?), ..ListenOptions::default() };
+            let options = ListenOptions::default().with_tls(pki.server_tls_config()?);
             running.address = Some(address);
             running.listeners.push(tokio::spawn(orchestra_core::server::serve(
                 listener,

@@ -243,7 +243,7 @@ impl Running {
             .await
             .map_err(ControlPlaneError::io(format!("binding node {name}'s endpoint to {address}")))?;
         let port = listener.local_addr().map_err(ControlPlaneError::io("reading a listener's address"))?.port();
-        let options = ListenOptions { tls: Some(tls), drain_timeout: Duration::from_secs(1) };
+        let options = ListenOptions::default().with_tls(tls).with_drain_timeout(Duration::from_secs(1));
         self.listeners.push(tokio::spawn(orchestra_core::tls::serve(
             listener,
             node_server.router(),
