@@ -4,6 +4,8 @@
 mod admission_and_authz;
 #[path = "examples/apiserver.rs"]
 mod apiserver;
+#[path = "examples/custom_controller.rs"]
+mod custom_controller;
 #[path = "examples/custom_kind.rs"]
 mod custom_kind;
 #[path = "examples/custom_scheduler.rs"]
