@@ -14,6 +14,8 @@ mod custom_scheduler;
 mod embed_in_axum;
 #[path = "examples/roles.rs"]
 mod roles;
+#[path = "examples/runtime_backend.rs"]
+mod runtime_backend;
 #[path = "examples/store_backend.rs"]
 mod store_backend;
 #[path = "examples/support.rs"]
