@@ -207,7 +207,7 @@ impl NodeSpec {
     ///     .join(client, JoinOptions::new("/var/lib/edge-1").endpoint(10250, cluster_ca_pem))
     ///     .await?;
     /// node.handle().registered().await;
-    /// node.shutdown().await?; // the agent stops, then its containers, then its endpoint
+    /// node.shutdown().await?; // the agent and its endpoint stop, then its containers
     /// # Ok(()) }
     /// ```
     pub async fn join(self, client: kube::Client, options: JoinOptions) -> Result<JoinedNode, ControlPlaneError> {
@@ -302,10 +302,9 @@ impl JoinedNode {
         &self.root_dir
     }
 
-    /// Stops the agent, then the node's running containers (SIGTERM, then
-    /// SIGKILL after a grace period), then the endpoint once its
-    /// connections drained. Returns the agent's failure, else the
-    /// endpoint's.
+    /// Stops the agent and the endpoint (which drains its connections),
+    /// then the node's running containers (SIGTERM, then SIGKILL after a
+    /// grace period). Returns the agent's failure, else the endpoint's.
     pub async fn shutdown(mut self) -> Result<(), ControlPlaneError> {
         let node = self.handle.node_name().to_owned();
         let failed = |message: String| ControlPlaneError::Node { node: node.clone(), message };
