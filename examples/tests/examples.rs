@@ -4,6 +4,8 @@
 mod admission_and_authz;
 #[path = "examples/apiserver.rs"]
 mod apiserver;
+#[path = "examples/custom_controller.rs"]
+mod custom_controller;
 #[path = "examples/custom_kind.rs"]
 mod custom_kind;
 #[path = "examples/custom_scheduler.rs"]
@@ -12,6 +14,8 @@ mod custom_scheduler;
 mod embed_in_axum;
 #[path = "examples/roles.rs"]
 mod roles;
+#[path = "examples/runtime_backend.rs"]
+mod runtime_backend;
 #[path = "examples/store_backend.rs"]
 mod store_backend;
 #[path = "examples/support.rs"]

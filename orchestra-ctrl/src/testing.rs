@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource};
-use orchestra_core::api::Registry;
+use orchestra_core::api::{Registry, ResourceInfo};
 use orchestra_core::server::{ApiServer, SYSTEM_NAMESPACES};
 use orchestra_store::MemStore;
 use parking_lot::Mutex;
@@ -212,13 +212,23 @@ where
     }
 }
 
-/// Objects to seed a [`FakeCluster`] with.
+/// Objects to seed a [`FakeCluster`] with, and kinds of the caller's to
+/// serve beside the built-in ones.
 #[derive(Default)]
 pub struct FakeClusterBuilder {
     objects: Vec<Value>,
+    kinds: Vec<ResourceInfo>,
 }
 
 impl FakeClusterBuilder {
+    /// Serves (and lets [`object`](Self::object) seed) a kind of the
+    /// caller's, as [`ApiServerBuilder::register`](orchestra_core::server::ApiServerBuilder::register)
+    /// does: the test of a controller of a Rust-typed kind.
+    pub fn resource(mut self, kind: ResourceInfo) -> Self {
+        self.kinds.push(kind);
+        self
+    }
+
     /// Seeds `object` as it is: its uid, creation time, status and owner
     /// references are kept (a missing uid becomes `uid-<name>`, a missing
     /// creation time now).
@@ -239,7 +249,13 @@ impl FakeClusterBuilder {
     /// Starts the API server, seeds the objects (and any namespace they are
     /// in that was not seeded too) and returns the cluster.
     pub async fn build(self) -> FakeCluster {
-        let server = ApiServer::builder(Arc::new(MemStore::new())).build().await.expect("the fake API server starts");
+        let mut registry = Registry::builtin();
+        let mut server = ApiServer::builder(Arc::new(MemStore::new()));
+        for kind in self.kinds {
+            registry.register(kind.clone());
+            server = server.register(kind);
+        }
+        let server = server.build().await.expect("the fake API server starts");
         let log: Log = Arc::default();
         let in_flight: Arc<AtomicUsize> = Arc::default();
         let client = Client::new(
@@ -248,7 +264,7 @@ impl FakeClusterBuilder {
         );
         let unrecorded = orchestra_core::client::in_process(&server, "default");
         let factory = SharedInformerFactory::new(unrecorded.clone());
-        let fake = FakeCluster { server, registry: Registry::builtin(), client, unrecorded, factory, log, in_flight };
+        let fake = FakeCluster { server, registry, client, unrecorded, factory, log, in_flight };
         let mut namespaces = BTreeSet::new();
         let mut seeded = BTreeSet::new();
         for object in &self.objects {
@@ -496,7 +512,7 @@ impl FakeCluster {
         let info = self
             .registry
             .by_kind(group, version, &kind)
-            .unwrap_or_else(|| panic!("{api_version} {kind} is not a built-in kind"));
+            .unwrap_or_else(|| panic!("{api_version} {kind} is neither built in nor registered with `resource`"));
         let meta = object.get_mut("metadata").and_then(Value::as_object_mut).expect("seeded objects have metadata");
         let name = meta.get("name").and_then(Value::as_str).expect("seeded objects have a name").to_owned();
         let namespace = meta.get("namespace").and_then(Value::as_str).map(str::to_owned);

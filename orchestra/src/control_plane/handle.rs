@@ -19,7 +19,7 @@ use super::ControlPlaneError;
 pub(crate) struct StopSignal(watch::Sender<bool>);
 
 impl StopSignal {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         StopSignal(watch::channel(false).0)
     }
 

@@ -48,7 +48,7 @@ use orchestra_store::{MemStore, Store};
 
 pub use handle::ControlPlaneHandle;
 #[cfg(feature = "node")]
-pub use nodes::{NodeRuntime, NodeSlot, NodeSpec, node_ip, node_name};
+pub use nodes::{JoinOptions, JoinedNode, NodeRuntime, NodeSlot, NodeSpec, kubeconfig_cluster_ca, node_ip, node_name};
 
 use handle::Running;
 

@@ -1,24 +1,28 @@
 //! The node agents of a [`ControlPlane`](super::ControlPlane): their names,
-//! addresses, runtimes and HTTPS endpoints.
+//! addresses, runtimes and HTTPS endpoints; and a node agent on its own,
+//! joined to a cluster whose API server runs elsewhere
+//! ([`NodeSpec::join`]).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine as _;
 use futures::future::BoxFuture;
 use orchestra_core::auth::UserInfo;
 use orchestra_core::server::ListenOptions;
-use orchestra_core::tls::ClientAuth;
-use orchestra_node::RuntimeBackend;
-use orchestra_node::agent::{NodeAgent, NodeConfig, SharedPods};
+use orchestra_core::tls::pki::Credential;
+use orchestra_core::tls::{ClientAuth, pki};
+use orchestra_node::agent::{AgentError, NodeAgent, NodeConfig, SharedPods};
 use orchestra_node::runtime::images::ImageCatalog;
 use orchestra_node::runtime::process::{ProcessRuntime, ProcessRuntimeConfig};
 use orchestra_node::runtime::sim::{SimConfig, SimRuntime};
 use orchestra_node::server::{DelegatingAuthorizer, NodeServer};
+use orchestra_node::{AgentHandle, RuntimeBackend};
 
 use super::ControlPlaneError;
-use super::handle::{Running, RunningNode};
+use super::handle::{Running, RunningNode, StopSignal};
 
 /// Name of the `n`-th node (1-based), as kind names them:
 /// `orchestra-control-plane`, `orchestra-worker`, `orchestra-worker2`, ...
@@ -170,6 +174,217 @@ impl NodeSpec {
         self.configure.push(Arc::new(configure));
         self
     }
+
+    /// The agent's configuration for node `name` at `ip` with its state in
+    /// `root` (before [`configure`](Self::configure)), and its runtime.
+    async fn prepare(
+        &self,
+        name: &str,
+        ip: IpAddr,
+        root: &Path,
+    ) -> Result<(NodeConfig, Arc<dyn RuntimeBackend>), ControlPlaneError> {
+        let mut config = NodeConfig::new(name).root_dir(root);
+        config.node_ip = ip;
+        if self.runtime.is_simulated() {
+            config = config.fixed_capacity(8_000, 32 << 30);
+        }
+        let slot = NodeSlot { name: name.to_owned(), ip, root_dir: root.to_owned() };
+        Ok((config, self.runtime.create(slot).await?))
+    }
+
+    /// Starts this node's agent on its own, joined through `client` to a
+    /// cluster whose API server runs elsewhere (another process, another
+    /// host), as `orchestra node` runs it. The node needs a
+    /// [`name`](Self::name); its address defaults to 127.0.0.1. Returns once
+    /// the agent runs; [`JoinedNode::handle`] tells when it has registered.
+    ///
+    /// ```no_run
+    /// use orchestra::control_plane::{JoinOptions, NodeRuntime, NodeSpec};
+    ///
+    /// # async fn demo(client: kube::Client, cluster_ca_pem: String) -> Result<(), Box<dyn std::error::Error>> {
+    /// let node = NodeSpec::new(NodeRuntime::simulated())
+    ///     .name("edge-1")
+    ///     .join(client, JoinOptions::new("/var/lib/edge-1").endpoint(10250, cluster_ca_pem))
+    ///     .await?;
+    /// node.handle().registered().await;
+    /// node.shutdown().await?; // the agent and its endpoint stop, then its containers
+    /// # Ok(()) }
+    /// ```
+    pub async fn join(self, client: kube::Client, options: JoinOptions) -> Result<JoinedNode, ControlPlaneError> {
+        let name = self.name.clone().ok_or_else(|| ControlPlaneError::Config("a joining node needs a name".into()))?;
+        let ip = self.ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let failed = |message: String| ControlPlaneError::Node { node: name.clone(), message };
+        std::fs::create_dir_all(&options.root_dir).map_err(|e| failed(e.to_string()))?;
+        let root = std::path::absolute(&options.root_dir).map_err(|e| failed(e.to_string()))?;
+        let (mut config, runtime) = self.prepare(&name, ip, &root).await?;
+        let stop = StopSignal::new();
+        let mut endpoint = None;
+        config.kubelet_port = 0;
+        if let Some((port, client_ca_pem)) = &options.endpoint {
+            // A self-signed certificate: the API server does not verify
+            // node certificates unless configured to, as upstream's
+            // kubelets work by default.
+            let serving = pki::self_signed_serving(&name, &[ip.to_string()])?;
+            let endpoint_of = NodeEndpoint { name: &name, ip, port: *port, serving, client_ca_pem };
+            let (port, task) = endpoint_of.serve(&runtime, &client, stop.stopped()).await?;
+            config.kubelet_port = i32::from(port);
+            endpoint = Some(task);
+        }
+        for configure in &self.configure {
+            configure(&mut config);
+        }
+        let agent = NodeAgent::builder(client, runtime.clone(), config).build();
+        let handle = agent.handle();
+        let agent = tokio::spawn(agent.run(stop.stopped()));
+        Ok(JoinedNode { handle, runtime, root_dir: root, stop, agent, endpoint })
+    }
+}
+
+/// Where a node started with [`NodeSpec::join`] keeps its state, and its
+/// HTTPS endpoint (logs, exec).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct JoinOptions {
+    root_dir: PathBuf,
+    endpoint: Option<(u16, String)>,
+}
+
+impl JoinOptions {
+    /// State (volumes, logs, the runtime's state) in `root_dir`; no endpoint.
+    pub fn new(root_dir: impl Into<PathBuf>) -> JoinOptions {
+        JoinOptions { root_dir: root_dir.into(), endpoint: None }
+    }
+
+    /// Serves the node's HTTPS endpoint at the node's address on `port` (0:
+    /// any free port) with a self-signed certificate, accepting clients with
+    /// a certificate of the CA `client_ca_pem` (the cluster's: the API server
+    /// reaches nodes with a client certificate it signed).
+    pub fn endpoint(mut self, port: u16, client_ca_pem: impl Into<String>) -> JoinOptions {
+        self.endpoint = Some((port, client_ca_pem.into()));
+        self
+    }
+}
+
+/// A node agent running on its own, started by [`NodeSpec::join`].
+/// Dropped without a [`shutdown`](Self::shutdown), it signals the agent and
+/// the endpoint to stop and does not wait.
+pub struct JoinedNode {
+    handle: AgentHandle,
+    runtime: Arc<dyn RuntimeBackend>,
+    root_dir: PathBuf,
+    stop: StopSignal,
+    agent: tokio::task::JoinHandle<Result<(), AgentError>>,
+    endpoint: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl std::fmt::Debug for JoinedNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinedNode")
+            .field("handle", &self.handle)
+            .field("root_dir", &self.root_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JoinedNode {
+    /// The agent: its node's name, whether it has registered.
+    pub fn handle(&self) -> &AgentHandle {
+        &self.handle
+    }
+
+    /// The node's runtime.
+    pub fn runtime(&self) -> &Arc<dyn RuntimeBackend> {
+        &self.runtime
+    }
+
+    /// Where the node keeps its state (absolute).
+    pub fn root_dir(&self) -> &Path {
+        &self.root_dir
+    }
+
+    /// Stops the agent and the endpoint (which drains its connections),
+    /// then the node's running containers (SIGTERM, then SIGKILL after a
+    /// grace period). Returns the agent's failure, else the endpoint's.
+    pub async fn shutdown(mut self) -> Result<(), ControlPlaneError> {
+        let node = self.handle.node_name().to_owned();
+        let failed = |message: String| ControlPlaneError::Node { node: node.clone(), message };
+        self.stop.stop();
+        let agent = (&mut self.agent).await;
+        orchestra_node::runtime::stop_running_containers(&*self.runtime, super::CONTAINER_GRACE).await;
+        let endpoint = match self.endpoint.take() {
+            Some(task) => task.await.map_err(|e| failed(e.to_string()))?,
+            None => Ok(()),
+        };
+        agent.map_err(|e| failed(e.to_string()))?.map_err(|e| failed(e.to_string()))?;
+        endpoint.map_err(ControlPlaneError::io(format!("serving node {node}'s endpoint")))
+    }
+}
+
+impl Drop for JoinedNode {
+    fn drop(&mut self) {
+        self.stop.stop();
+    }
+}
+
+/// The CA (PEM) of the current cluster of the kubeconfig at `path`: the CA
+/// a node joining that cluster accepts client certificates of
+/// ([`JoinOptions::endpoint`]).
+pub fn kubeconfig_cluster_ca(path: &Path) -> Result<String, ControlPlaneError> {
+    let invalid = |what: String| ControlPlaneError::Config(format!("kubeconfig {}: {what}", path.display()));
+    let config = kube::config::Kubeconfig::read_from(path).map_err(|e| invalid(e.to_string()))?;
+    let context = config.current_context.as_deref().ok_or_else(|| invalid("no current context".into()))?;
+    let cluster = config
+        .contexts
+        .iter()
+        .find(|c| c.name == context)
+        .and_then(|c| c.context.as_ref())
+        .map(|c| c.cluster.clone())
+        .ok_or_else(|| invalid("the current context names no cluster".into()))?;
+    let cluster = config
+        .clusters
+        .iter()
+        .find(|c| c.name == cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .ok_or_else(|| invalid(format!("unknown cluster {cluster}")))?;
+    if let Some(data) = &cluster.certificate_authority_data {
+        let pem = base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| invalid(e.to_string()))?;
+        return String::from_utf8(pem).map_err(|e| invalid(e.to_string()));
+    }
+    if let Some(ca) = &cluster.certificate_authority {
+        return std::fs::read_to_string(ca).map_err(|e| invalid(format!("{ca}: {e}")));
+    }
+    Err(invalid("the cluster has no certificate authority".into()))
+}
+
+/// A node's HTTPS endpoint (logs, exec), before it listens.
+struct NodeEndpoint<'a> {
+    name: &'a str,
+    ip: IpAddr,
+    port: u16,
+    serving: Credential,
+    client_ca_pem: &'a str,
+}
+
+impl NodeEndpoint<'_> {
+    /// Binds `ip:port` and serves until `stopped`; returns the port bound
+    /// and the serving task.
+    async fn serve(
+        self,
+        runtime: &Arc<dyn RuntimeBackend>,
+        client: &kube::Client,
+        stopped: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(u16, tokio::task::JoinHandle<std::io::Result<()>>), ControlPlaneError> {
+        let name = self.name;
+        let tls = orchestra_core::tls::server_config(&self.serving, self.client_ca_pem, ClientAuth::Required)?;
+        let node_server = NodeServer::new(runtime.clone(), Arc::new(DelegatingAuthorizer::new(client.clone(), name)));
+        let address = SocketAddr::new(self.ip, self.port);
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(ControlPlaneError::io(format!("binding node {name}'s endpoint to {address}")))?;
+        let port = listener.local_addr().map_err(ControlPlaneError::io("reading a listener's address"))?.port();
+        let options = ListenOptions::default().with_tls(tls).with_drain_timeout(Duration::from_secs(1));
+        Ok((port, tokio::spawn(orchestra_core::tls::serve(listener, node_server.router(), options, stopped))))
+    }
 }
 
 impl Running {
@@ -188,13 +403,7 @@ impl Running {
             let ip = spec.ip.unwrap_or_else(|| node_ip(n));
             let root = self.data_dir.join("nodes").join(&name);
             let client = self.client_as(UserInfo::new(format!("system:node:{name}"), &["system:nodes"]));
-            let mut config = NodeConfig::new(&name).root_dir(&root);
-            config.node_ip = ip;
-            if spec.runtime.is_simulated() {
-                config = config.fixed_capacity(8_000, 32 << 30);
-            }
-            let slot = NodeSlot { name: name.clone(), ip, root_dir: root.clone() };
-            let mut runtime = spec.runtime.create(slot).await?;
+            let (mut config, mut runtime) = spec.prepare(&name, ip, &root).await?;
             let hosts_control_plane = n == 1 && control_plane.is_some();
             if let (true, Some(pods)) = (hosts_control_plane, &control_plane) {
                 config.static_pod_path = Some(pods.manifests.clone());
@@ -236,20 +445,9 @@ impl Running {
     ) -> Result<i32, ControlPlaneError> {
         let pki = self.pki.as_ref().expect("only called with a PKI");
         let serving = pki.issue_serving(name, &[ip.to_string()])?;
-        let tls = orchestra_core::tls::server_config(&serving, pki.ca_pem(), ClientAuth::Required)?;
-        let node_server = NodeServer::new(runtime.clone(), Arc::new(DelegatingAuthorizer::new(client.clone(), name)));
-        let address = SocketAddr::new(ip, port);
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(ControlPlaneError::io(format!("binding node {name}'s endpoint to {address}")))?;
-        let port = listener.local_addr().map_err(ControlPlaneError::io("reading a listener's address"))?.port();
-        let options = ListenOptions::default().with_tls(tls).with_drain_timeout(Duration::from_secs(1));
-        self.listeners.push(tokio::spawn(orchestra_core::tls::serve(
-            listener,
-            node_server.router(),
-            options,
-            self.listeners_stop.stopped(),
-        )));
+        let endpoint = NodeEndpoint { name, ip, port, serving, client_ca_pem: pki.ca_pem() };
+        let (port, task) = endpoint.serve(runtime, client, self.listeners_stop.stopped()).await?;
+        self.listeners.push(task);
         Ok(i32::from(port))
     }
 }
