@@ -113,16 +113,28 @@ mod tests {
 
     #[tokio::test]
     async fn counts_operations_and_errors() {
-        let result =
-            closed_loop(vec![(); 4], Duration::from_millis(20), Duration::from_millis(100), |s, c, n| async move {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                let r = if c == 0 && n == 3 { Err("boom") } else { Ok(()) };
+        // What is counted, not how fast: every call is either a measured
+        // success or an error (there is no warm-up), and each client's
+        // sixth call outlasts the window, so nothing depends on the host's
+        // speed.
+        let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = calls.clone();
+        let result = closed_loop(vec![(); 4], Duration::ZERO, Duration::from_millis(300), move |s, c, n| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            async move {
+                if n == 5 {
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                }
+                let r = if c == 0 && n == 0 { Err("boom") } else { Ok(()) };
                 (s, r)
-            })
-            .await;
-        assert!(result.ops > 100, "{result:?}");
+            }
+        })
+        .await;
+        let calls = calls.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(result.ops + result.errors, calls, "{result:?}");
+        assert_eq!(result.ops, result.latencies.len() as u64);
         assert_eq!(result.errors, 1);
         assert_eq!(result.first_error.as_deref(), Some("boom"));
-        assert!(result.elapsed >= Duration::from_millis(100));
+        assert!(result.elapsed >= Duration::from_millis(300));
     }
 }
