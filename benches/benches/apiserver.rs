@@ -204,16 +204,9 @@ impl Config {
 }
 
 fn main() -> ExitCode {
-    let args = match harness::parse_args(&["quick", "help"], USAGE) {
-        Ok(args) => args,
+    let config = match harness::parse_config(&["quick", "help"], USAGE, Config::from_args) {
+        Ok(config) => config,
         Err(code) => return code,
-    };
-    let config = match Config::from_args(&args) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
     };
     // The load generator of the `https` modes runs here, apart from the
     // server's runtime, so that its threads' CPU time can be told apart.

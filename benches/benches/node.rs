@@ -978,16 +978,9 @@ async fn sim_measure(
 }
 
 fn main() -> ExitCode {
-    let args = match orchestra_benches::harness::parse_args(&["quick", "help"], USAGE) {
-        Ok(args) => args,
+    let options = match orchestra_benches::harness::parse_config(&["quick", "help"], USAGE, Options::parse) {
+        Ok(options) => options,
         Err(code) => return code,
-    };
-    let options = match Options::parse(&args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("{e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
     };
     println!(
         "# node benchmark: {} CPUs ({}), {:.0} GiB, kernel {}, load {}{}",

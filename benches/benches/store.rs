@@ -153,16 +153,9 @@ impl Config {
 }
 
 fn main() -> ExitCode {
-    let args = match harness::parse_args(&["quick", "help", "etcd-serializable-get"], USAGE) {
-        Ok(args) => args,
+    let config = match harness::parse_config(&["quick", "help", "etcd-serializable-get"], USAGE, Config::from_args) {
+        Ok(config) => config,
         Err(code) => return code,
-    };
-    let config = match Config::from_args(&args) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
     };
     harness::run_in_scratch("store", async |scratch| run(&config, scratch).await)
 }
