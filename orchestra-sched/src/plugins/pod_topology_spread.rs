@@ -106,7 +106,9 @@ fn count_matching(c: &Constraint, pod: &PodInfo, node: &NodeInfo) -> i64 {
     node.pods
         .iter()
         .filter(|p| {
-            p.namespace() == ns && p.pod.metadata.deletion_timestamp.is_none() && c.selector.matches(pod_labels(&p.pod).unwrap_or(&NO_LABELS))
+            p.namespace() == ns
+                && p.pod.metadata.deletion_timestamp.is_none()
+                && c.selector.matches(pod_labels(&p.pod).unwrap_or(&NO_LABELS))
         })
         .count() as i64
 }
