@@ -30,15 +30,15 @@ pub enum SelectorError {
         /// The requirement's key.
         key: String,
     },
-    /// The JSON form does not decode as a `metav1.LabelSelector`.
-    #[error("malformed label selector: {0}")]
-    Malformed(String),
     /// `Exists` or `DoesNotExist` with values.
     #[error("values set must be empty for 'Exists', 'DoesNotExist' (key {key:?})")]
     UnexpectedValues {
         /// The requirement's key.
         key: String,
     },
+    /// The JSON form does not decode as a `metav1.LabelSelector`.
+    #[error("malformed label selector: {0}")]
+    Malformed(String),
 }
 
 /// What a requirement asks of one label. `key=value` is `In` with one value,

@@ -101,7 +101,10 @@ mod tests {
             workload(&json!({"spec": {"selector": {"matchLabels": {"app": "db"}}, "template": template}})).len(),
             1
         );
-        let expressions = |operator: &str| json!({"spec": {"selector": {"matchExpressions": [{"key": "app", "operator": operator, "values": ["web"]}]}, "template": template}});
+        let expressions = |operator: &str| {
+            let selector = json!({"matchExpressions": [{"key": "app", "operator": operator, "values": ["web"]}]});
+            json!({"spec": {"selector": selector, "template": template}})
+        };
         assert!(workload(&expressions("In")).is_empty());
         assert_eq!(workload(&expressions("NotIn"))[0].field, "spec.template.metadata.labels");
         assert_eq!(workload(&expressions("Equals"))[0].field, "spec.selector");
