@@ -60,8 +60,9 @@ use hyper_util::rt::TokioIo;
 use orchestra_benches::args::Args;
 use orchestra_benches::harness;
 use orchestra_benches::load::{LoopResult, closed_loop};
-use orchestra_benches::stats::{Latencies, fmt_ms, fmt_rate, median};
+use orchestra_benches::stats::{fmt_ms, fmt_rate, median};
 use orchestra_benches::sys::{self, ThreadCpuMeter, ThreadCpuWindow};
+use orchestra_benches::watch::{self, ControlRx, Tracker, WatchOutcome, finish_watchers};
 use orchestra_core::auth::{
     AllowAuthenticated, AuthenticatorChain, AuthorizerChain, ClientCertAuthenticator, ExtensionAuthenticator, Identity,
     PublicInfoViewer, UserInfo,
@@ -203,16 +204,9 @@ impl Config {
 }
 
 fn main() -> ExitCode {
-    let args = match harness::parse_args(&["quick", "help"], USAGE) {
-        Ok(args) => args,
+    let config = match harness::parse_config(&["quick", "help"], USAGE, Config::from_args) {
+        Ok(config) => config,
         Err(code) => return code,
-    };
-    let config = match Config::from_args(&args) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
     };
     // The load generator of the `https` modes runs here, apart from the
     // server's runtime, so that its threads' CPU time can be told apart.
@@ -1122,167 +1116,33 @@ fn read_stamp(stamp: &str) -> Option<(u64, u64)> {
     Some((seq.parse().ok()?, sent.parse().ok()?))
 }
 
-/// One watcher's view of the events.
-struct Tracker {
-    base: Instant,
-    total: u64,
-    next: u64,
-    latencies: Vec<u64>,
-    anomalies: u64,
-    first_problem: Option<String>,
-}
-
-impl Tracker {
-    fn new(base: Instant, total: u64) -> Tracker {
-        Tracker { base, total, next: 0, latencies: Vec::new(), anomalies: 0, first_problem: None }
-    }
-
-    fn on_stamp(&mut self, stamp: Option<&str>, now_ns: u64) {
-        match stamp.and_then(read_stamp) {
-            Some((seq, sent)) if seq == self.next => {
-                self.latencies.push(now_ns.saturating_sub(sent));
-                self.next += 1;
-            }
-            other => {
-                self.anomalies += 1;
-                if self.first_problem.is_none() {
-                    self.first_problem = Some(format!("expected seq {}, got {:?}", self.next, other.map(|s| s.0)));
-                }
-            }
-        }
-    }
-
-    fn now_ns(&self) -> u64 {
-        self.base.elapsed().as_nanos() as u64
-    }
-
-    fn done(&self) -> bool {
-        self.next >= self.total
-    }
-}
-
-struct WatchOutcome {
-    latencies: Latencies,
-    delivered: u64,
-    expected: u64,
-    anomalies: u64,
-    first_problem: Option<String>,
-    events: u64,
-    writer_time: Duration,
-}
-
-impl WatchOutcome {
-    fn collect(trackers: Vec<Tracker>, events: u64, writer_time: Duration) -> WatchOutcome {
-        let expected = trackers.len() as u64 * events;
-        let delivered = trackers.iter().map(|t| t.next.min(events)).sum();
-        let anomalies = trackers.iter().map(|t| t.anomalies).sum();
-        let first_problem = trackers.iter().find_map(|t| t.first_problem.clone());
-        let latencies = Latencies::merge(trackers.into_iter().map(|t| t.latencies));
-        WatchOutcome { latencies, delivered, expected, anomalies, first_problem, events, writer_time }
-    }
-}
-
-fn watch_grace(config: &Config) -> Duration {
-    if config.quick { Duration::from_secs(5) } else { Duration::from_secs(15) }
-}
-
-fn writer_budget(config: &Config) -> Duration {
-    Duration::from_secs_f64(3.0 * config.watch_events as f64 / config.watch_rate + 2.0)
-}
-
-/// Creates up to `watch_events` stamped objects at `watch_rate` with `write(seq, stamp)`.
-async fn run_writer<F, Fut>(config: &Config, base: Instant, mut write: F) -> Result<(u64, Duration), String>
-where
-    F: FnMut(u64, String) -> Fut,
-    Fut: Future<Output = Result<(), String>>,
-{
-    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / config.watch_rate));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let started = Instant::now();
-    let budget = writer_budget(config);
-    let mut written = 0;
-    while written < config.watch_events && started.elapsed() < budget {
-        ticker.tick().await;
-        let sent = base.elapsed().as_nanos() as u64;
-        write(written, format!("{written}:{sent}")).await.map_err(|e| format!("watch writer {written}: {e}"))?;
-        written += 1;
-    }
-    Ok((written, started.elapsed()))
-}
-
-#[derive(Debug, Clone, Copy)]
-struct WatchControl {
-    target: u64,
-    stop: bool,
-}
-
-type ControlRx = tokio::sync::watch::Receiver<WatchControl>;
-
-fn on_control(control: &mut ControlRx, tracker: &mut Tracker) -> bool {
-    let c = *control.borrow_and_update();
-    tracker.total = tracker.total.min(c.target);
-    c.stop || tracker.done()
-}
-
-async fn finish_watchers(
-    tasks: Vec<tokio::task::JoinHandle<Tracker>>,
-    control: tokio::sync::watch::Sender<WatchControl>,
-    written: u64,
-    grace: Duration,
-) -> Vec<Tracker> {
-    let _ = control.send(WatchControl { target: written, stop: false });
-    let deadline = tokio::time::Instant::now() + grace;
-    let mut all = futures::future::join_all(tasks);
-    let joined = tokio::select! {
-        joined = &mut all => joined,
-        _ = tokio::time::sleep_until(deadline) => {
-            let _ = control.send(WatchControl { target: written, stop: true });
-            all.await
-        }
-    };
-    joined.into_iter().map(|r| r.expect("watcher task panicked")).collect()
-}
-
 async fn watch_store(bench: &Bench) -> Result<WatchOutcome, String> {
     let config = &bench.config;
     let base = Instant::now();
     let prefix = "/registry/watchbench/";
     let start = bench.store.status().await.map_err(|e| e.to_string())?.revision + 1;
-    let (control, controlled) = tokio::sync::watch::channel(WatchControl { target: config.watch_events, stop: false });
+    let (control, controlled) = watch::control_channel(config.watch_events);
     let mut tasks = Vec::with_capacity(config.watchers);
     for _ in 0..config.watchers {
         let request = WatchRequest::new(KeyRange::prefix(prefix)).from_revision(start);
-        let mut stream = bench.store.watch(request).await.map_err(|e| format!("store watch: {e}"))?;
-        let mut tracker = Tracker::new(base, config.watch_events);
-        let mut control = controlled.clone();
-        tasks.push(tokio::spawn(async move {
-            while !tracker.done() {
-                tokio::select! {
-                    item = stream.next() => match item {
-                        Some(Ok(response)) => {
-                            let now = tracker.now_ns();
-                            for event in &response.events {
-                                // The stored value is the object's JSON, as the API server writes it.
-                                let stamp = serde_json::from_slice::<serde_json::Value>(&event.kv.value)
-                                    .ok()
-                                    .and_then(|v| v.pointer("/data/stamp").and_then(|s| s.as_str()).map(str::to_owned));
-                                tracker.on_stamp(stamp.as_deref(), now);
-                            }
-                        }
-                        Some(Err(e)) => {
-                            tracker.first_problem.get_or_insert_with(|| format!("watch failed: {e}"));
-                            break;
-                        }
-                        None => break,
-                    },
-                    Ok(()) = control.changed() => if on_control(&mut control, &mut tracker) { break },
-                }
+        let stream = bench.store.watch(request).await.map_err(|e| format!("store watch: {e}"))?;
+        let tracker = Tracker::new(base, config.watch_events);
+        let follow = watch::follow(tracker, controlled.clone(), stream, |tracker, response| {
+            let now = tracker.now_ns();
+            for event in &response.events {
+                // The stored value is the object's JSON, as the API server writes it.
+                let stamp = serde_json::from_slice::<serde_json::Value>(&event.kv.value)
+                    .ok()
+                    .and_then(|v| v.pointer("/data/stamp").and_then(|s| s.as_str()).map(str::to_owned));
+                tracker.record(stamp.as_deref().and_then(read_stamp), now);
             }
-            tracker
-        }));
+            true
+        });
+        tasks.push(tokio::spawn(async move { [follow.await] }));
     }
     let store = bench.store.clone();
-    let (written, writer_time) = run_writer(config, base, |seq, stamp| {
+    let (written, writer_time) = watch::run_writer(config.watch_events, config.watch_rate, base, |seq, sent| {
+        let stamp = format!("{seq}:{sent}");
         let store = store.clone();
         async move {
             let value = configmap(&format!("w-{seq}"), Some(&stamp));
@@ -1294,7 +1154,7 @@ async fn watch_store(bench: &Bench) -> Result<WatchOutcome, String> {
         }
     })
     .await?;
-    let trackers = finish_watchers(tasks, control, written, watch_grace(config)).await;
+    let trackers = finish_watchers(tasks, control, written, watch::watch_grace(config.quick)).await;
     Ok(WatchOutcome::collect(trackers, written, writer_time))
 }
 
@@ -1308,7 +1168,7 @@ async fn watch_api(bench: &Bench, mode: &str) -> Result<WatchOutcome, String> {
     admin.expect(Method::POST, "/api/v1/namespaces", body.into(), StatusCode::CREATED).await?;
     let revision = bench.store.status().await.map_err(|e| e.to_string())?.revision;
     let path = format!("/api/v1/namespaces/{ns}/configmaps?watch=true&resourceVersion={revision}");
-    let (control, controlled) = tokio::sync::watch::channel(WatchControl { target: config.watch_events, stop: false });
+    let (control, controlled) = watch::control_channel(config.watch_events);
     let mut tasks = Vec::with_capacity(config.watchers);
     let mut h2: Option<ApiConn> = None;
     for w in 0..config.watchers {
@@ -1355,7 +1215,8 @@ async fn watch_api(bench: &Bench, mode: &str) -> Result<WatchOutcome, String> {
         }
     }
     let create_path = format!("/api/v1/namespaces/{ns}/configmaps");
-    let (written, writer_time) = run_writer(config, base, |seq, stamp| {
+    let (written, writer_time) = watch::run_writer(config.watch_events, config.watch_rate, base, |seq, sent| {
+        let stamp = format!("{seq}:{sent}");
         let admin = admin.clone();
         let path = create_path.clone();
         async move {
@@ -1364,51 +1225,39 @@ async fn watch_api(bench: &Bench, mode: &str) -> Result<WatchOutcome, String> {
         }
     })
     .await?;
-    let trackers = finish_watchers(tasks, control, written, watch_grace(config)).await;
+    let trackers = finish_watchers(tasks, control, written, watch::watch_grace(config.quick)).await;
     Ok(WatchOutcome::collect(trackers, written, writer_time))
 }
 
-/// Reads a watch response (one JSON event per line) into `tracker`.
-async fn watcher<B>(mut body: B, mut tracker: Tracker, mut control: ControlRx) -> Tracker
+/// Reads a watch response (one JSON event per line) into `tracker` (one
+/// watch per task).
+async fn watcher<B>(body: B, tracker: Tracker, control: ControlRx) -> [Tracker; 1]
 where
     B: http_body::Body<Data = Bytes> + Unpin + Send,
     B::Error: std::fmt::Display,
 {
     let mut buffer: Vec<u8> = Vec::new();
-    while !tracker.done() {
-        tokio::select! {
-            frame = body.frame() => match frame {
-                Some(Ok(frame)) => {
-                    let Ok(data) = frame.into_data() else { continue };
-                    let now = tracker.now_ns();
-                    buffer.extend_from_slice(&data);
-                    while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                        let line: Vec<u8> = buffer.drain(..=end).collect();
-                        let Ok(event) = serde_json::from_slice::<serde_json::Value>(&line) else {
-                            tracker.first_problem.get_or_insert_with(|| "an undecodable watch event".into());
-                            tracker.anomalies += 1;
-                            continue;
-                        };
-                        match event.get("type").and_then(|t| t.as_str()) {
-                            Some("ADDED") => tracker.on_stamp(event.pointer("/object/data/stamp").and_then(|s| s.as_str()), now),
-                            Some("BOOKMARK") => {}
-                            other => {
-                                tracker.anomalies += 1;
-                                tracker.first_problem.get_or_insert_with(|| format!("unexpected event {other:?}: {event}"));
-                            }
-                        }
-                    }
-                }
-                Some(Err(e)) => {
-                    tracker.first_problem.get_or_insert_with(|| format!("watch failed: {e}"));
-                    break;
-                }
-                None => break,
-            },
-            Ok(()) = control.changed() => if on_control(&mut control, &mut tracker) { break },
+    let frames = http_body_util::BodyStream::new(body);
+    let tracker = watch::follow(tracker, control, frames, |tracker, frame| {
+        let Ok(data) = frame.into_data() else { return true };
+        let now = tracker.now_ns();
+        buffer.extend_from_slice(&data);
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            let Ok(event) = serde_json::from_slice::<serde_json::Value>(&line) else {
+                tracker.anomaly("an undecodable watch event".into());
+                continue;
+            };
+            match event.get("type").and_then(|t| t.as_str()) {
+                Some("ADDED") => tracker
+                    .record(event.pointer("/object/data/stamp").and_then(|s| s.as_str()).and_then(read_stamp), now),
+                Some("BOOKMARK") => {}
+                other => tracker.anomaly(format!("unexpected event {other:?}: {event}")),
+            }
         }
-    }
-    tracker
+        true
+    });
+    [tracker.await]
 }
 
 fn report_watch(mode: &str, o: &WatchOutcome, store: Option<&WatchOutcome>, config: &Config, summary: &mut Summary) {

@@ -49,6 +49,7 @@ use kube::runtime::watcher;
 use orchestra_benches::args::Args;
 use orchestra_benches::stats::{Latencies, fmt_ms, ms};
 use orchestra_benches::sys::{self, CpuMeter};
+use orchestra_benches::watch::Liveness;
 use orchestra_core::server::ApiServer;
 use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::{self, ControllerManagerConfig};
@@ -313,7 +314,7 @@ struct Times {
 }
 
 #[derive(Default)]
-struct Tracker {
+struct PodTracker {
     pods: Mutex<HashMap<String, Times>>,
     scheduled: AtomicUsize,
     running: AtomicUsize,
@@ -323,12 +324,8 @@ struct Tracker {
     create_errors: AtomicUsize,
     /// Set when the run is given up: the creators stop.
     abort: std::sync::atomic::AtomicBool,
-    /// Events the watch delivered, errors it reported, and when it last
-    /// delivered one (ms since `Tracker::start`).
-    events: AtomicUsize,
-    errors: AtomicUsize,
-    last_event_ms: std::sync::atomic::AtomicU64,
-    epoch: Option<Instant>,
+    /// Whether the pod watch still delivers.
+    watch: Liveness,
 }
 
 fn is_running_ready(pod: &Pod) -> bool {
@@ -337,10 +334,10 @@ fn is_running_ready(pod: &Pod) -> bool {
         && status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-impl Tracker {
+impl PodTracker {
     /// Starts the watch; returns once its initial list is done.
-    async fn start(client: Client) -> Arc<Tracker> {
-        let tracker = Arc::new(Tracker { epoch: Some(Instant::now()), ..Tracker::default() });
+    async fn start(client: Client) -> Arc<PodTracker> {
+        let tracker = Arc::new(PodTracker::default());
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel::<()>();
         let t = tracker.clone();
         tokio::spawn(async move {
@@ -349,10 +346,9 @@ impl Tracker {
             let mut stream = watcher(api, watcher::Config::default()).boxed();
             while let Some(event) = stream.next().await {
                 if event.is_ok() {
-                    t.events.fetch_add(1, Ordering::Relaxed);
-                    t.last_event_ms.store(t.since_epoch_ms(), Ordering::Relaxed);
+                    t.watch.event();
                 } else {
-                    t.errors.fetch_add(1, Ordering::Relaxed);
+                    t.watch.error();
                 }
                 match event {
                     Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => t.observe(&pod),
@@ -369,15 +365,6 @@ impl Tracker {
         });
         let _ = synced_rx.await;
         tracker
-    }
-
-    fn since_epoch_ms(&self) -> u64 {
-        self.epoch.map_or(0, |e| e.elapsed().as_millis() as u64)
-    }
-
-    /// Seconds since the watch last delivered an event.
-    fn watch_idle_s(&self) -> f64 {
-        (self.since_epoch_ms().saturating_sub(self.last_event_ms.load(Ordering::Relaxed))) as f64 / 1e3
     }
 
     fn observe(&self, pod: &Pod) {
@@ -436,7 +423,7 @@ impl Tracker {
 }
 
 /// Creates pods `0..n` (built by `make`) with `creators` concurrent clients.
-async fn create_pods(api: &Api<Pod>, tracker: &Arc<Tracker>, n: usize, creators: usize, make: fn(usize) -> Pod) {
+async fn create_pods(api: &Api<Pod>, tracker: &Arc<PodTracker>, n: usize, creators: usize, make: fn(usize) -> Pod) {
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..creators.max(1) {
@@ -494,7 +481,7 @@ struct Outcome {
 const STALL: Duration = Duration::from_secs(120);
 
 /// Prints what the API says of up to five pods that never ran.
-async fn explain_missing(tracker: &Tracker, api: &Api<Pod>) {
+async fn explain_missing(tracker: &PodTracker, api: &Api<Pod>) {
     for name in tracker.missing(5) {
         match api.get_opt(&name).await {
             Ok(Some(pod)) => {
@@ -541,7 +528,7 @@ fn agent_running(agents: &[AgentHandle]) -> usize {
 /// The watch decides; if it falls silent while `agents` run every pod, the
 /// wait ends after 30 s more with `watch_stalled`.
 async fn wait_running(
-    tracker: &Tracker,
+    tracker: &PodTracker,
     agents: &[AgentHandle],
     n: usize,
     timeout: Duration,
@@ -596,12 +583,12 @@ async fn wait_running(
         }
         if let Some(at) = agents_done_at
             && at.elapsed() > Duration::from_secs(30)
-            && tracker.watch_idle_s() > 20.0
+            && tracker.watch.idle().as_secs_f64() > 20.0
         {
             println!(
                 "#   the agents run all {n} pods since {:.0}s but the pod watch is silent for {:.0}s with {running} seen running",
                 at.saturating_duration_since(started).as_secs_f64(),
-                tracker.watch_idle_s()
+                tracker.watch.idle().as_secs_f64()
             );
             return give_up(true, true, Some(at));
         }
@@ -615,9 +602,9 @@ async fn wait_running(
                 tracker.scheduled.load(Ordering::Relaxed),
                 running,
                 agent_running(agents),
-                tracker.events.load(Ordering::Relaxed),
-                tracker.watch_idle_s(),
-                tracker.errors.load(Ordering::Relaxed),
+                tracker.watch.events(),
+                tracker.watch.idle().as_secs_f64(),
+                tracker.watch.errors(),
                 sys::rss_mb(),
                 cpu.process_pct,
                 cpu.others_pct,
@@ -764,7 +751,7 @@ async fn process_measure(cp: &ControlPlane, agents: &Agents, o: &Options) -> Res
     agents.wait_network(Duration::from_secs(60)).await?;
     wait_nodes_schedulable(&cp.client(), o.process_nodes, Duration::from_secs(60)).await?;
     println!("# {} process nodes Ready in {:.1}s", o.process_nodes, t.elapsed().as_secs_f64());
-    let tracker = Tracker::start(cp.client()).await;
+    let tracker = PodTracker::start(cp.client()).await;
     let api: Api<Pod> = Api::namespaced(cp.client(), NAMESPACE);
     let started = Instant::now();
     create_pods(&api, &tracker, o.pods, o.creators.unwrap_or(8), process_pod).await;
@@ -909,7 +896,7 @@ async fn sim_measure(
     );
 
     // Pods.
-    let tracker = Tracker::start(client.clone()).await;
+    let tracker = PodTracker::start(client.clone()).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let creators = o.creators.unwrap_or(64);
     let started = Instant::now();
@@ -991,16 +978,9 @@ async fn sim_measure(
 }
 
 fn main() -> ExitCode {
-    let args = match orchestra_benches::harness::parse_args(&["quick", "help"], USAGE) {
-        Ok(args) => args,
+    let options = match orchestra_benches::harness::parse_config(&["quick", "help"], USAGE, Options::parse) {
+        Ok(options) => options,
         Err(code) => return code,
-    };
-    let options = match Options::parse(&args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("{e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
     };
     println!(
         "# node benchmark: {} CPUs ({}), {:.0} GiB, kernel {}, load {}{}",

@@ -29,8 +29,9 @@ use orchestra_benches::args::Args;
 use orchestra_benches::etcd::{self, EtcdServer};
 use orchestra_benches::harness;
 use orchestra_benches::load::{LoopResult, closed_loop};
-use orchestra_benches::stats::{Latencies, fmt_ms, fmt_rate, geomean, median};
+use orchestra_benches::stats::{fmt_ms, fmt_rate, geomean, median};
 use orchestra_benches::sys;
+use orchestra_benches::watch::{self, Tracker, WatchOutcome, finish_watchers};
 use orchestra_store::{KeyRange, Op, RocksOptions, RocksStore, Store, StoreOptions, Txn, WatchRequest};
 
 const USAGE: &str = "\
@@ -152,16 +153,9 @@ impl Config {
 }
 
 fn main() -> ExitCode {
-    let args = match harness::parse_args(&["quick", "help", "etcd-serializable-get"], USAGE) {
-        Ok(args) => args,
+    let config = match harness::parse_config(&["quick", "help", "etcd-serializable-get"], USAGE, Config::from_args) {
+        Ok(config) => config,
         Err(code) => return code,
-    };
-    let config = match Config::from_args(&args) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
     };
     harness::run_in_scratch("store", async |scratch| run(&config, scratch).await)
 }
@@ -269,7 +263,7 @@ async fn run(config: &Config, scratch: &Path) -> Result<(), String> {
                 summary.notes.push(format!(
                     "watch {name}: {} events not yet delivered {:.0}s after the last write (late, none out of order)",
                     outcome.expected - outcome.delivered,
-                    watch_grace(config).as_secs_f64()
+                    watch::watch_grace(config.quick).as_secs_f64()
                 ));
             }
         }
@@ -322,7 +316,7 @@ fn print_header(config: &Config, etcd_version: &str, scratch: &Path) {
             config.watchers,
             config.watch_events,
             config.watch_rate,
-            writer_budget(config).as_secs_f64(),
+            watch::writer_budget(config.watch_events, config.watch_rate).as_secs_f64(),
             match config.etcd_watch_mode {
                 EtcdWatchMode::Streams => "one gRPC stream per watch",
                 EtcdWatchMode::Mux => "watches multiplexed on one gRPC stream per connection",
@@ -563,195 +557,31 @@ fn watch_key(seq: u64) -> String {
     format!("{WATCH_PREFIX}obj-{}", seq % 100)
 }
 
-/// One watcher's record: the next sequence number it expects, and the
-/// delivery latency of each event.
-struct Tracker {
-    base: Instant,
-    total: u64,
-    next: u64,
-    latencies: Vec<u64>,
-    anomalies: u64,
-    first_problem: Option<String>,
-}
-
-impl Tracker {
-    fn new(base: Instant, total: u64) -> Tracker {
-        Tracker {
-            base,
-            total,
-            next: 0,
-            latencies: Vec::with_capacity(total as usize),
-            anomalies: 0,
-            first_problem: None,
-        }
-    }
-
-    /// Records one delivered value, received at `now_ns`.
-    fn on_value(&mut self, value: &[u8], now_ns: u64) {
-        match read_stamp(value) {
-            Some((seq, sent)) if seq == self.next => {
-                self.latencies.push(now_ns.saturating_sub(sent));
-                self.next += 1;
-            }
-            other => {
-                self.anomalies += 1;
-                if self.first_problem.is_none() {
-                    self.first_problem = Some(format!("expected seq {}, got {:?}", self.next, other.map(|s| s.0)));
-                }
-            }
-        }
-    }
-
-    fn now_ns(&self) -> u64 {
-        self.base.elapsed().as_nanos() as u64
-    }
-
-    fn done(&self) -> bool {
-        self.next >= self.total
-    }
-}
-
-/// The watch test's result for one store.
-struct WatchOutcome {
-    latencies: Latencies,
-    delivered: u64,
-    expected: u64,
-    anomalies: u64,
-    first_problem: Option<String>,
-    events: u64,
-    writer_time: Duration,
-}
-
-impl WatchOutcome {
-    /// `events`: how many the writer put.
-    fn collect(trackers: Vec<Tracker>, events: u64, writer_time: Duration) -> WatchOutcome {
-        let expected = trackers.len() as u64 * events;
-        let delivered = trackers.iter().map(|t| t.next).sum();
-        let anomalies = trackers.iter().map(|t| t.anomalies).sum();
-        let first_problem = trackers.iter().find_map(|t| t.first_problem.clone());
-        let latencies = Latencies::merge(trackers.into_iter().map(|t| t.latencies));
-        WatchOutcome { latencies, delivered, expected, anomalies, first_problem, events, writer_time }
-    }
-}
-
-/// How long watchers may still take after the writer's last put.
-fn watch_grace(config: &Config) -> Duration {
-    if config.quick { Duration::from_secs(5) } else { Duration::from_secs(15) }
-}
-
-/// The longest the writer may take: three times its schedule plus two
-/// seconds. A store that cannot keep up with the rate (a put is slower than
-/// its slot) gets fewer events rather than an unbounded run.
-fn writer_budget(config: &Config) -> Duration {
-    Duration::from_secs_f64(3.0 * config.watch_events as f64 / config.watch_rate + 2.0)
-}
-
-/// What the watchers are told while they run.
-#[derive(Debug, Clone, Copy)]
-struct WatchControl {
-    /// Events the writer put in all (`watch_events` until it stops early).
-    target: u64,
-    /// Stop now, delivered or not.
-    stop: bool,
-}
-
-type ControlRx = tokio::sync::watch::Receiver<WatchControl>;
-
-/// Applies a control change to `tracker`; true if its task should end.
-fn on_control(control: &mut ControlRx, tracker: &mut Tracker) -> bool {
-    let c = *control.borrow_and_update();
-    tracker.total = tracker.total.min(c.target);
-    c.stop || tracker.done()
-}
-
-/// Puts up to `config.watch_events` stamped values at `config.watch_rate`
-/// per second with `put`, one after the other, within [`writer_budget`].
-/// Returns how many it put and how long that took.
-async fn run_writer<F, Fut, E>(config: &Config, base: Instant, mut put: F) -> Result<(u64, Duration), String>
-where
-    F: FnMut(String, Vec<u8>) -> Fut,
-    Fut: Future<Output = Result<(), E>>,
-    E: std::fmt::Display,
-{
-    // Ticks keep to an absolute schedule (a late put is followed by the next
-    // at once), so timer granularity does not lower the rate; a store slower
-    // than the rate gets back-to-back puts.
-    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / config.watch_rate));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let started = Instant::now();
-    let budget = writer_budget(config);
-    let mut written = 0;
-    while written < config.watch_events && started.elapsed() < budget {
-        ticker.tick().await;
-        let sent = base.elapsed().as_nanos() as u64;
-        put(watch_key(written), stamped_value(written, sent))
-            .await
-            .map_err(|e| format!("watch writer put {written}: {e}"))?;
-        written += 1;
-    }
-    Ok((written, started.elapsed()))
-}
-
-/// Tells the watchers how many events there are, waits until every watcher
-/// task ended or `grace` passed, then stops the rest and collects their
-/// trackers.
-async fn finish_watchers(
-    tasks: Vec<tokio::task::JoinHandle<Vec<Tracker>>>,
-    control: tokio::sync::watch::Sender<WatchControl>,
-    written: u64,
-    grace: Duration,
-) -> Vec<Tracker> {
-    let _ = control.send(WatchControl { target: written, stop: false });
-    let deadline = tokio::time::Instant::now() + grace;
-    let mut all = futures::future::join_all(tasks);
-    let joined = tokio::select! {
-        joined = &mut all => joined,
-        _ = tokio::time::sleep_until(deadline) => {
-            let _ = control.send(WatchControl { target: written, stop: true });
-            all.await
-        }
-    };
-    joined.into_iter().flat_map(|r| r.expect("watcher task panicked")).collect()
-}
-
 async fn watch_orchestra(config: &Config, store: &RocksStore) -> Result<WatchOutcome, String> {
     let base = Instant::now();
     let start = store.status().await.map_err(|e| e.to_string())?.revision + 1;
-    let (control, controlled) = tokio::sync::watch::channel(WatchControl { target: config.watch_events, stop: false });
+    let (control, controlled) = watch::control_channel(config.watch_events);
     let mut tasks = Vec::with_capacity(config.watchers);
     for _ in 0..config.watchers {
         let request = WatchRequest::new(KeyRange::prefix(WATCH_PREFIX)).from_revision(start);
-        let mut stream = store.watch(request).await.map_err(|e| format!("orchestra watch: {e}"))?;
-        let mut tracker = Tracker::new(base, config.watch_events);
-        let mut control = controlled.clone();
-        tasks.push(tokio::spawn(async move {
-            while !tracker.done() {
-                tokio::select! {
-                    item = stream.next() => match item {
-                        Some(Ok(response)) => {
-                            let now = tracker.now_ns();
-                            for event in &response.events {
-                                tracker.on_value(&event.kv.value, now);
-                            }
-                        }
-                        Some(Err(e)) => {
-                            tracker.first_problem.get_or_insert_with(|| format!("watch failed: {e}"));
-                            break;
-                        }
-                        None => break,
-                    },
-                    Ok(()) = control.changed() => if on_control(&mut control, &mut tracker) { break },
-                }
+        let stream = store.watch(request).await.map_err(|e| format!("orchestra watch: {e}"))?;
+        let tracker = Tracker::new(base, config.watch_events);
+        let follow = watch::follow(tracker, controlled.clone(), stream, |tracker, response| {
+            let now = tracker.now_ns();
+            for event in &response.events {
+                tracker.record(read_stamp(&event.kv.value), now);
             }
-            vec![tracker]
-        }));
+            true
+        });
+        tasks.push(tokio::spawn(async move { [follow.await] }));
     }
-    let (written, writer_time) = run_writer(config, base, |key, value| {
+    let (written, writer_time) = watch::run_writer(config.watch_events, config.watch_rate, base, |seq, sent| {
         let store = store.clone();
+        let (key, value) = (watch_key(seq), stamped_value(seq, sent));
         async move { store.put(&key, Bytes::from(value), None).await.map(drop) }
     })
     .await?;
-    let trackers = finish_watchers(tasks, control, written, watch_grace(config)).await;
+    let trackers = finish_watchers(tasks, control, written, watch::watch_grace(config.quick)).await;
     Ok(WatchOutcome::collect(trackers, written, writer_time))
 }
 
@@ -766,51 +596,36 @@ async fn watch_etcd(config: &Config, etcd: &EtcdServer) -> Result<WatchOutcome, 
         let options = etcd_client::WatchOptions::new().with_prefix().with_start_revision(start);
         if config.etcd_watch_prev_kv { options.with_prev_key() } else { options }
     };
-    let (control, controlled) = tokio::sync::watch::channel(WatchControl { target: config.watch_events, stop: false });
+    let (control, controlled) = watch::control_channel(config.watch_events);
     let mut tasks = Vec::new();
     let created = Arc::new(tokio::sync::Semaphore::new(0));
     match config.etcd_watch_mode {
         EtcdWatchMode::Streams => {
             for w in 0..config.watchers {
                 let mut client = pool[w % pool.len()].watch_client();
-                let mut stream =
+                let stream =
                     client.watch(WATCH_PREFIX, Some(options())).await.map_err(|e| format!("etcd watch: {e}"))?;
-                let mut tracker = Tracker::new(base, config.watch_events);
-                let mut control = controlled.clone();
-                let created = created.clone();
+                let tracker = Tracker::new(base, config.watch_events);
+                let (control, created) = (controlled.clone(), created.clone());
                 tasks.push(tokio::spawn(async move {
                     // Keep the client (and the request side of the stream) alive.
                     let _client = client;
-                    while !tracker.done() {
-                        tokio::select! {
-                            item = stream.message() => match item {
-                                Ok(Some(response)) => {
-                                    if response.created() {
-                                        created.add_permits(1);
-                                    }
-                                    let now = tracker.now_ns();
-                                    for event in response.events() {
-                                        if let Some(kv) = event.kv() {
-                                            tracker.on_value(kv.value(), now);
-                                        }
-                                    }
-                                    if response.canceled() {
-                                        tracker.first_problem.get_or_insert_with(|| {
-                                            format!("watch canceled: {}", response.cancel_reason())
-                                        });
-                                        break;
-                                    }
-                                }
-                                Ok(None) => break,
-                                Err(e) => {
-                                    tracker.first_problem.get_or_insert_with(|| format!("watch failed: {e}"));
-                                    break;
-                                }
-                            },
-                            Ok(()) = control.changed() => if on_control(&mut control, &mut tracker) { break },
+                    let tracker = watch::follow(tracker, control, stream, |tracker, response| {
+                        if response.created() {
+                            created.add_permits(1);
                         }
-                    }
-                    vec![tracker]
+                        let now = tracker.now_ns();
+                        for event in response.events() {
+                            if let Some(kv) = event.kv() {
+                                tracker.record(read_stamp(kv.value()), now);
+                            }
+                        }
+                        if response.canceled() {
+                            tracker.fail(format!("watch canceled: {}", response.cancel_reason()));
+                        }
+                        !response.canceled()
+                    });
+                    vec![tracker.await]
                 }));
             }
         }
@@ -849,7 +664,7 @@ async fn watch_etcd(config: &Config, etcd: &EtcdServer) -> Result<WatchOutcome, 
                                     let now = tracker.now_ns();
                                     for event in response.events() {
                                         if let Some(kv) = event.kv() {
-                                            tracker.on_value(kv.value(), now);
+                                            tracker.record(read_stamp(kv.value()), now);
                                         }
                                     }
                                     if response.canceled() {
@@ -866,7 +681,7 @@ async fn watch_etcd(config: &Config, etcd: &EtcdServer) -> Result<WatchOutcome, 
                             Ok(()) = control.changed() => {
                                 let c = *control.borrow_and_update();
                                 total = total.min(c.target);
-                                trackers.values_mut().for_each(|t| t.total = t.total.min(total));
+                                trackers.values_mut().for_each(|t| t.limit(total));
                                 if c.stop {
                                     break;
                                 }
@@ -877,7 +692,7 @@ async fn watch_etcd(config: &Config, etcd: &EtcdServer) -> Result<WatchOutcome, 
                     // Watches that never reported count as delivering nothing.
                     trackers.resize_with(count.max(trackers.len()), || Tracker::new(base, total));
                     if let (Some(p), Some(t)) = (problem, trackers.first_mut()) {
-                        t.first_problem.get_or_insert(p);
+                        t.fail(p);
                     }
                     trackers
                 }));
@@ -891,12 +706,13 @@ async fn watch_etcd(config: &Config, etcd: &EtcdServer) -> Result<WatchOutcome, 
         Ok(Ok(permits)) => permits.forget(),
         _ => return Err("etcd watches were not all created within 30s".into()),
     }
-    let (written, writer_time) = run_writer(config, base, |key, value| {
+    let (written, writer_time) = watch::run_writer(config.watch_events, config.watch_rate, base, |seq, sent| {
         let mut kv = kv.clone();
+        let (key, value) = (watch_key(seq), stamped_value(seq, sent));
         async move { kv.put(key, value, None).await.map(drop) }
     })
     .await?;
-    let trackers = finish_watchers(tasks, control, written, watch_grace(config)).await;
+    let trackers = finish_watchers(tasks, control, written, watch::watch_grace(config.quick)).await;
     drop(pool);
     Ok(WatchOutcome::collect(trackers, written, writer_time))
 }

@@ -24,6 +24,20 @@ pub fn parse_args(switches: &[&str], usage: &str) -> Result<Args, ExitCode> {
     Ok(args)
 }
 
+/// Parses the command line as [`parse_args`] does, then reads the
+/// benchmark's configuration from it with `read`; a configuration error is
+/// printed with `usage` and ends with exit code 2.
+pub fn parse_config<C>(
+    switches: &[&str],
+    usage: &str,
+    read: impl FnOnce(&Args) -> Result<C, String>,
+) -> Result<C, ExitCode> {
+    read(&parse_args(switches, usage)?).map_err(|e| {
+        eprintln!("{e}\n\n{usage}");
+        ExitCode::from(2)
+    })
+}
+
 /// Runs `bench` with a fresh scratch directory (on a real disk, see
 /// [`sys::scratch_dir`]) on a multi-threaded runtime. Ctrl-C and SIGTERM
 /// stop it; the directory is removed only after every task has ended.

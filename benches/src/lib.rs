@@ -17,6 +17,8 @@
 //! * [`args`] — the tiny command-line parser the benchmarks share.
 //! * [`harness`] — what every benchmark's `main` does: parse arguments, run
 //!   in a scratch directory on a runtime, stop on Ctrl-C or SIGTERM.
+//! * [`watch`] — watch fan-out measurement: the per-watcher [`watch::Tracker`]
+//!   of stamped events, the writer, and ending stalled watchers.
 
 /// The benchmarks allocate with mimalloc, as the `orchestra` binary does: a
 /// control plane in one process allocates and frees small objects (decoded
@@ -31,3 +33,4 @@ pub mod harness;
 pub mod load;
 pub mod stats;
 pub mod sys;
+pub mod watch;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use orchestra_core::api::quantity;
 
 /// CPU assumed for a container without a CPU request when scoring (100m).
 pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
@@ -70,13 +71,13 @@ impl Resource {
     /// Sets the named resource from a quantity.
     pub fn set_quantity(&mut self, name: &str, q: &Quantity) {
         match name {
-            "cpu" => self.milli_cpu = parse_milli(&q.0),
-            "memory" => self.memory = parse_quantity(&q.0),
-            "ephemeral-storage" => self.ephemeral_storage = parse_quantity(&q.0),
-            "pods" => self.allowed_pod_number = parse_quantity(&q.0),
+            "cpu" => self.milli_cpu = quantity::milli_value(q),
+            "memory" => self.memory = quantity::value(q),
+            "ephemeral-storage" => self.ephemeral_storage = quantity::value(q),
+            "pods" => self.allowed_pod_number = quantity::value(q),
             other => {
                 if is_scalar_resource(other) {
-                    self.scalar.insert(other.to_owned(), parse_quantity(&q.0));
+                    self.scalar.insert(other.to_owned(), quantity::value(q));
                 }
             }
         }
@@ -99,67 +100,6 @@ pub fn is_scalar_resource(name: &str) -> bool {
     name.starts_with("hugepages-")
         || name.starts_with("attachable-volumes-")
         || (name.contains('/') && !name.starts_with("kubernetes.io/") && !name.starts_with("requests."))
-}
-
-fn split_suffix(s: &str) -> (&str, &str) {
-    let idx = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+')).unwrap_or(s.len());
-    // An exponent form like 1e3 keeps the 'e' as a suffix.
-    (&s[..idx], &s[idx..])
-}
-
-fn scale(suffix: &str) -> Option<f64> {
-    Some(match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024.0 * 1024.0,
-        "Gi" => 1024.0 * 1024.0 * 1024.0,
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        s if s.starts_with('e') || s.starts_with('E') => 10f64.powi(s[1..].parse().ok()?),
-        _ => return None,
-    })
-}
-
-fn parse_f64(s: &str) -> f64 {
-    let s = s.trim();
-    let (num, suffix) = split_suffix(s);
-    let n: f64 = num.parse().unwrap_or(0.0);
-    n * scale(suffix).unwrap_or(0.0)
-}
-
-/// Parses a quantity to an integer, rounding up (like `Quantity.Value()`).
-pub fn parse_quantity(s: &str) -> i64 {
-    let (num, suffix) = split_suffix(s.trim());
-    // Fast path for plain integers with binary or decimal suffixes.
-    if let (Ok(n), Some(m)) = (num.parse::<i64>(), scale(suffix))
-        && m >= 1.0
-    {
-        return n.saturating_mul(m as i64);
-    }
-    parse_f64(s).ceil() as i64
-}
-
-/// Parses a quantity to thousandths, rounding up (like `Quantity.MilliValue()`).
-pub fn parse_milli(s: &str) -> i64 {
-    let (num, suffix) = split_suffix(s.trim());
-    if let Ok(n) = num.parse::<i64>() {
-        match suffix {
-            "m" => return n,
-            "" => return n * 1000,
-            _ => {}
-        }
-    }
-    (parse_f64(s) * 1000.0).ceil() as i64
 }
 
 fn container_requests(c: &Container) -> Resource {
@@ -220,17 +160,23 @@ mod tests {
 
     #[test]
     fn quantities() {
-        for (s, milli, value) in [
-            ("1", 1000, 1),
-            ("100m", 100, 1),
-            ("1.5", 1500, 2),
-            ("1Gi", 1024 * 1024 * 1024 * 1000, 1024 * 1024 * 1024),
-            ("2k", 2_000_000, 2000),
-            ("1e3", 1_000_000, 1000),
-            ("0.5Ki", 512_000, 512),
-        ] {
-            assert_eq!(parse_milli(s), milli, "{s}");
-            assert_eq!(parse_quantity(s), value, "{s}");
+        // (name, quantity, amount counted)
+        let cases = [
+            ("cpu", "1", 1000),
+            ("cpu", "100m", 100),
+            ("cpu", "1.5", 1500),
+            ("memory", "1Gi", 1 << 30),
+            ("memory", "1.5", 2),
+            ("ephemeral-storage", "2k", 2000),
+            ("pods", "110", 110),
+            ("example.com/gpu", "1e3", 1000),
+            ("hugepages-2Mi", "0.5Ki", 512),
+            ("memory", "nonsense", 0),
+        ];
+        for (name, q, want) in cases {
+            let mut r = Resource::default();
+            r.set_quantity(name, &Quantity(q.into()));
+            assert_eq!(r.get(name), want, "{name}={q}");
         }
     }
 

@@ -1,6 +1,7 @@
 //! The types-only layer: resource descriptions and the registry, Status
-//! errors, selectors, object-meta helpers, validation, OpenAPI documents,
-//! the schema view and strict decoding. No I/O.
+//! errors, label and field selectors, resource quantities, object-meta
+//! helpers, validation, OpenAPI documents, the schema view and strict
+//! decoding. No I/O.
 
 pub mod apply;
 pub mod conversion;
@@ -13,6 +14,7 @@ pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod pdb;
+pub mod quantity;
 mod registry;
 mod resource;
 pub mod review;
@@ -28,4 +30,4 @@ pub use openapi::OpenApi;
 pub use registry::{EVENT_TTL, Registry};
 pub use resource::{DecodeCheck, KindSchema, RESOURCE_VERBS, ResourceInfo, Scope, SubresourceInfo};
 pub use schema::SchemaView;
-pub use selector::{FieldSelector, LabelSelector};
+pub use selector::{FieldSelector, LabelSelector, SelectorError, selector_is_empty, selector_matches};

@@ -20,6 +20,8 @@
 
 use serde_json::{Value, json};
 
+use super::LabelSelector;
+
 /// A budget's numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
@@ -74,32 +76,16 @@ pub fn can_ignore_budget(pod: &Value) -> bool {
     matches!(phase(pod), "Succeeded" | "Failed" | "Pending") || deleting(pod)
 }
 
+/// The budget's `spec.selector`. A null selector selects nothing, an empty
+/// one everything (policy/v1); an invalid one selects nothing.
+fn selector(pdb: &Value) -> LabelSelector {
+    LabelSelector::from_json(pdb.pointer("/spec/selector")).unwrap_or_else(|_| LabelSelector::nothing())
+}
+
 /// True if the budget's `spec.selector` selects the pod. A null selector
 /// selects nothing, an empty one everything (policy/v1).
 pub fn selects(pdb: &Value, pod: &Value) -> bool {
-    let Some(selector) = pdb.pointer("/spec/selector").filter(|s| !s.is_null()) else {
-        return false;
-    };
-    let labels = pod.pointer("/metadata/labels").and_then(Value::as_object);
-    let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-    if let Some(match_labels) = selector.get("matchLabels").and_then(Value::as_object)
-        && !match_labels.iter().all(|(k, v)| label(k) == v.as_str())
-    {
-        return false;
-    }
-    let expressions = selector.get("matchExpressions").and_then(Value::as_array).cloned().unwrap_or_default();
-    expressions.iter().all(|e| {
-        let key = e["key"].as_str().unwrap_or("");
-        let values: Vec<&str> =
-            e["values"].as_array().map(|v| v.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-        match e["operator"].as_str().unwrap_or("") {
-            "In" => label(key).is_some_and(|l| values.contains(&l)),
-            "NotIn" => label(key).is_none_or(|l| !values.contains(&l)),
-            "Exists" => label(key).is_some(),
-            "DoesNotExist" => label(key).is_none(),
-            _ => false,
-        }
-    })
+    selector(pdb).matches_object(pod)
 }
 
 /// An int-or-percent scaled against `total`, rounding up like upstream.
@@ -117,8 +103,9 @@ fn scaled(value: &Value, total: i64) -> Option<i64> {
 /// The budget computed from the live pods it selects (`pods` may hold
 /// others; they are filtered).
 pub fn compute(pdb: &Value, pods: &[Value]) -> Budget {
+    let selector = selector(pdb);
     let selected: Vec<&Value> =
-        pods.iter().filter(|p| selects(pdb, p) && !matches!(phase(p), "Succeeded" | "Failed")).collect();
+        pods.iter().filter(|p| selector.matches_object(p) && !matches!(phase(p), "Succeeded" | "Failed")).collect();
     let expected = selected.len() as i64;
     let current_healthy = selected.iter().filter(|p| pod_ready(p) && !deleting(p)).count() as i64;
     let desired_healthy = if let Some(min) = pdb.pointer("/spec/minAvailable") {

@@ -1,27 +1,154 @@
-//! Label and field selectors, parsed from their query-string syntax.
+//! Label and field selectors: the query-string syntax (`app=web,tier in
+//! (a,b)`) and the typed `metav1.LabelSelector` of object specs (a
+//! workload's `spec.selector`, an affinity term's `labelSelector`), matched
+//! by one set of rules.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::ApiError;
 
-/// One requirement of a label selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Requirement {
-    Equals(String, String),
-    NotEquals(String, String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    DoesNotExist(String),
+/// Why a typed label selector cannot be used: the errors of upstream's
+/// `metav1.LabelSelectorAsSelector`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SelectorError {
+    /// `operator` is none of `In`, `NotIn`, `Exists`, `DoesNotExist`.
+    #[error("{operator:?} is not a valid label selector operator (key {key:?})")]
+    InvalidOperator {
+        /// The requirement's key.
+        key: String,
+        /// The operator as written.
+        operator: String,
+    },
+    /// `In` or `NotIn` without values.
+    #[error("for 'In', 'NotIn' operators, values set can't be empty (key {key:?})")]
+    EmptyValues {
+        /// The requirement's key.
+        key: String,
+    },
+    /// `Exists` or `DoesNotExist` with values.
+    #[error("values set must be empty for 'Exists', 'DoesNotExist' (key {key:?})")]
+    UnexpectedValues {
+        /// The requirement's key.
+        key: String,
+    },
+    /// The JSON form does not decode as a `metav1.LabelSelector`.
+    #[error("malformed label selector: {0}")]
+    Malformed(String),
 }
 
-/// A parsed label selector (`app=web,tier in (a,b),!canary`). The empty
-/// selector matches everything.
+/// What a requirement asks of one label. `key=value` is `In` with one value,
+/// `key!=value` is `NotIn` with one value: upstream gives them the same
+/// meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl Operator {
+    /// The operator of a typed requirement, checked against its values as
+    /// upstream's `NewRequirement` does.
+    fn of(requirement: &meta::LabelSelectorRequirement) -> Result<Operator, SelectorError> {
+        let key = || requirement.key.clone();
+        let count = requirement.values.as_ref().map_or(0, Vec::len);
+        let operator = match requirement.operator.as_str() {
+            "In" => Operator::In,
+            "NotIn" => Operator::NotIn,
+            "Exists" => Operator::Exists,
+            "DoesNotExist" => Operator::DoesNotExist,
+            other => return Err(SelectorError::InvalidOperator { key: key(), operator: other.to_owned() }),
+        };
+        match operator {
+            Operator::In | Operator::NotIn if count == 0 => Err(SelectorError::EmptyValues { key: key() }),
+            Operator::Exists | Operator::DoesNotExist if count != 0 => {
+                Err(SelectorError::UnexpectedValues { key: key() })
+            }
+            _ => Ok(operator),
+        }
+    }
+
+    /// The one matching rule: whether a label's value (`None`: the label is
+    /// absent) satisfies the operator over `values`.
+    fn holds<S: AsRef<str>>(self, value: Option<&str>, values: &[S]) -> bool {
+        let listed = |v: &str| values.iter().any(|listed| listed.as_ref() == v);
+        match self {
+            Operator::In => value.is_some_and(listed),
+            Operator::NotIn => value.is_none_or(|v| !listed(v)),
+            Operator::Exists => value.is_some(),
+            Operator::DoesNotExist => value.is_none(),
+        }
+    }
+}
+
+/// One requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Requirement {
+    key: String,
+    operator: Operator,
+    values: Vec<String>,
+}
+
+/// Whether `labels` satisfy a typed `metav1.LabelSelector`, with upstream's
+/// semantics (`metav1.LabelSelectorAsSelector`): every `matchLabels` pair
+/// and every `matchExpressions` requirement must hold, so the empty selector
+/// matches everything; a selector that does not convert (an unknown
+/// operator, `In` without values, ...) matches nothing. A nil selector
+/// (`Option::None` in the spec) selects nothing: callers holding an
+/// `Option` use [`LabelSelector::from_meta`], or check for `None` first.
+///
+/// Does not allocate: for matching in loops (a scheduler plugin over every
+/// pod of every node).
+///
+/// ```
+/// use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+/// use orchestra_core::api::selector_matches;
+///
+/// let selector = LabelSelector {
+///     match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
+///     match_expressions: Some(vec![LabelSelectorRequirement {
+///         key: "tier".into(),
+///         operator: "NotIn".into(),
+///         values: Some(vec!["db".into()]),
+///     }]),
+/// };
+/// let labels = [("app".to_owned(), "web".to_owned())].into();
+/// assert!(selector_matches(&selector, Some(&labels)));
+/// assert!(!selector_matches(&selector, None));
+/// assert!(selector_matches(&LabelSelector::default(), None));
+/// ```
+pub fn selector_matches(selector: &meta::LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    selector.match_labels.iter().flatten().all(|(k, v)| Operator::In.holds(label(k), std::slice::from_ref(v)))
+        && selector
+            .match_expressions
+            .iter()
+            .flatten()
+            .all(|e| Operator::of(e).is_ok_and(|op| op.holds(label(&e.key), e.values.as_deref().unwrap_or_default())))
+}
+
+/// True if a typed selector has neither `matchLabels` nor
+/// `matchExpressions`: it matches everything. Workload controllers and
+/// some scheduler rules treat such a selector as selecting nothing instead.
+pub fn selector_is_empty(selector: &meta::LabelSelector) -> bool {
+    selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+        && selector.match_expressions.as_ref().is_none_or(Vec::is_empty)
+}
+
+/// A label selector, parsed from the query-string syntax
+/// (`app=web,tier in (a,b),!canary`) or converted from a typed
+/// `metav1.LabelSelector` ([`LabelSelector::from_meta`]). The empty
+/// selector matches everything; [`LabelSelector::nothing`] matches nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LabelSelector {
     requirements: Vec<Requirement>,
+    nothing: bool,
 }
 
 impl LabelSelector {
@@ -37,37 +164,72 @@ impl LabelSelector {
                 ApiError::bad_request(format!("unable to parse requirement: invalid label selector {term:?}"))
             })?);
         }
-        Ok(LabelSelector { requirements })
+        Ok(LabelSelector { requirements, nothing: false })
+    }
+
+    /// The selector that matches nothing (upstream's `labels.Nothing()`).
+    pub fn nothing() -> LabelSelector {
+        LabelSelector { requirements: Vec::new(), nothing: true }
+    }
+
+    /// Converts a typed selector (upstream's
+    /// `metav1.LabelSelectorAsSelector`): `None` (a nil selector) matches
+    /// nothing, an empty one everything.
+    ///
+    /// ```
+    /// use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as Typed;
+    /// use orchestra_core::api::LabelSelector;
+    ///
+    /// let labels = [("app".to_owned(), "web".to_owned())].into();
+    /// assert!(!LabelSelector::from_meta(None).unwrap().matches(&labels));
+    /// assert!(LabelSelector::from_meta(Some(&Typed::default())).unwrap().matches(&labels));
+    /// ```
+    pub fn from_meta(selector: Option<&meta::LabelSelector>) -> Result<LabelSelector, SelectorError> {
+        let Some(selector) = selector else { return Ok(LabelSelector::nothing()) };
+        let pairs = selector.match_labels.iter().flatten().map(|(k, v)| Requirement {
+            key: k.clone(),
+            operator: Operator::In,
+            values: vec![v.clone()],
+        });
+        let expressions = selector.match_expressions.iter().flatten().map(|e| {
+            Ok(Requirement {
+                key: e.key.clone(),
+                operator: Operator::of(e)?,
+                values: e.values.clone().unwrap_or_default(),
+            })
+        });
+        let requirements = pairs.map(Ok).chain(expressions).collect::<Result<_, SelectorError>>()?;
+        Ok(LabelSelector { requirements, nothing: false })
+    }
+
+    /// Converts the JSON form of a typed selector (a `spec.selector` read
+    /// from an object as JSON), as [`LabelSelector::from_meta`] does; JSON
+    /// `null` or an absent selector is nil.
+    pub fn from_json(selector: Option<&Value>) -> Result<LabelSelector, SelectorError> {
+        let Some(selector) = selector.filter(|s| !s.is_null()) else { return Ok(LabelSelector::nothing()) };
+        let typed = meta::LabelSelector::deserialize(selector).map_err(|e| SelectorError::Malformed(e.to_string()))?;
+        LabelSelector::from_meta(Some(&typed))
     }
 
     /// True if `labels` satisfy every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.requirements.iter().all(|r| match r {
-            Requirement::Equals(k, v) => labels.get(k) == Some(v),
-            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
-            Requirement::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
-            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::DoesNotExist(k) => !labels.contains_key(k),
-        })
+        self.matches_with(|key| labels.get(key).map(String::as_str))
+    }
+
+    /// True if the labels `label` reads satisfy every requirement.
+    fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+        !self.nothing && self.requirements.iter().all(|r| r.operator.holds(label(&r.key), &r.values))
     }
 
     /// True if the selector matches everything.
     pub fn is_empty(&self) -> bool {
-        self.requirements.is_empty()
+        !self.nothing && self.requirements.is_empty()
     }
 
     /// Matches an object's `metadata.labels`.
     pub fn matches_object(&self, object: &Value) -> bool {
-        if self.is_empty() {
-            return true;
-        }
-        let labels = object
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object)
-            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
-            .unwrap_or_default();
-        self.matches(&labels)
+        let labels = object.pointer("/metadata/labels").and_then(Value::as_object);
+        self.matches_with(|key| labels.and_then(|l| l.get(key)).and_then(Value::as_str))
     }
 }
 
@@ -97,7 +259,7 @@ fn valid_key(key: &str) -> bool {
 fn parse_requirement(term: &str) -> Option<Requirement> {
     if let Some(key) = term.strip_prefix('!') {
         let key = key.trim();
-        return valid_key(key).then(|| Requirement::DoesNotExist(key.into()));
+        return valid_key(key).then(|| requirement(key, Operator::DoesNotExist, Vec::new()));
     }
     for (op, neg) in [(" notin ", true), (" in ", false)] {
         if let Some(at) = term.find(op) {
@@ -107,23 +269,23 @@ fn parse_requirement(term: &str) -> Option<Requirement> {
             if !valid_key(key) {
                 return None;
             }
-            return Some(if neg {
-                Requirement::NotIn(key.into(), values)
-            } else {
-                Requirement::In(key.into(), values)
-            });
+            return Some(requirement(key, if neg { Operator::NotIn } else { Operator::In }, values));
         }
     }
     if let Some(at) = term.find("!=") {
         let (key, value) = (term[..at].trim(), term[at + 2..].trim());
-        return valid_key(key).then(|| Requirement::NotEquals(key.into(), value.into()));
+        return valid_key(key).then(|| requirement(key, Operator::NotIn, vec![value.into()]));
     }
     if let Some(at) = term.find('=') {
         let key = term[..at].trim();
         let value = term[at + 1..].trim_start_matches('=').trim();
-        return valid_key(key).then(|| Requirement::Equals(key.into(), value.into()));
+        return valid_key(key).then(|| requirement(key, Operator::In, vec![value.into()]));
     }
-    valid_key(term).then(|| Requirement::Exists(term.into()))
+    valid_key(term).then(|| requirement(term, Operator::Exists, Vec::new()))
+}
+
+fn requirement(key: &str, operator: Operator, values: Vec<String>) -> Requirement {
+    Requirement { key: key.to_owned(), operator, values }
 }
 
 /// A parsed field selector (`metadata.name=x,spec.nodeName!=`): equality and
@@ -209,6 +371,78 @@ mod tests {
         }
         assert!(LabelSelector::parse("app in web").is_err());
         assert!(LabelSelector::parse("=x").is_err());
+    }
+
+    fn typed(pairs: &[(&str, &str)], expressions: &[(&str, &str, &[&str])]) -> meta::LabelSelector {
+        meta::LabelSelector {
+            match_labels: (!pairs.is_empty()).then(|| labels(pairs)),
+            match_expressions: (!expressions.is_empty()).then(|| {
+                expressions
+                    .iter()
+                    .map(|(key, operator, values)| meta::LabelSelectorRequirement {
+                        key: key.to_string(),
+                        operator: operator.to_string(),
+                        values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
+                    })
+                    .collect()
+            }),
+        }
+    }
+
+    #[test]
+    fn typed_selectors() {
+        let l = labels(&[("app", "web"), ("tier", "front")]);
+        let invalid = |operator: &str| SelectorError::InvalidOperator { key: "app".into(), operator: operator.into() };
+        type Case<'a> =
+            (&'a [(&'a str, &'a str)], &'a [(&'a str, &'a str, &'a [&'a str])], Result<bool, SelectorError>);
+        let cases: &[Case<'_>] = &[
+            // The empty selector matches everything.
+            (&[], &[], Ok(true)),
+            (&[("app", "web")], &[], Ok(true)),
+            (&[("app", "db")], &[], Ok(false)),
+            (&[("app", "web"), ("canary", "yes")], &[], Ok(false)),
+            (&[], &[("tier", "In", &["front", "back"])], Ok(true)),
+            (&[], &[("tier", "In", &["back"])], Ok(false)),
+            (&[], &[("canary", "In", &["yes"])], Ok(false)),
+            (&[], &[("tier", "NotIn", &["back"])], Ok(true)),
+            (&[], &[("tier", "NotIn", &["front"])], Ok(false)),
+            // An absent label is not in any set.
+            (&[], &[("canary", "NotIn", &["yes"])], Ok(true)),
+            (&[], &[("app", "Exists", &[])], Ok(true)),
+            (&[], &[("canary", "Exists", &[])], Ok(false)),
+            (&[], &[("canary", "DoesNotExist", &[])], Ok(true)),
+            (&[], &[("app", "DoesNotExist", &[])], Ok(false)),
+            (&[("app", "web")], &[("tier", "In", &["front"]), ("canary", "DoesNotExist", &[])], Ok(true)),
+            (&[("app", "web")], &[("tier", "In", &["back"])], Ok(false)),
+            // Invalid requirements: the selector does not convert and matches nothing.
+            (&[], &[("app", "Equals", &["web"])], Err(invalid("Equals"))),
+            (&[], &[("app", "in", &["web"])], Err(invalid("in"))),
+            (&[], &[("app", "Gt", &["1"])], Err(invalid("Gt"))),
+            (&[], &[("app", "NotIn", &[])], Err(SelectorError::EmptyValues { key: "app".into() })),
+            (&[], &[("app", "Exists", &["web"])], Err(SelectorError::UnexpectedValues { key: "app".into() })),
+        ];
+        for (pairs, expressions, expected) in cases {
+            let selector = typed(pairs, expressions);
+            let converted = LabelSelector::from_meta(Some(&selector));
+            assert_eq!(converted.as_ref().map(|s| s.matches(&l)).map_err(Clone::clone), *expected, "{selector:?}");
+            let matches = *expected == Ok(true);
+            assert_eq!(selector_matches(&selector, Some(&l)), matches, "{selector:?}");
+            let object = json!({"metadata": {"labels": {"app": "web", "tier": "front"}}});
+            assert_eq!(converted.is_ok_and(|s| s.matches_object(&object)), matches, "{selector:?}");
+            let json = serde_json::to_value(&selector).unwrap();
+            assert_eq!(LabelSelector::from_json(Some(&json)).is_ok_and(|s| s.matches(&l)), matches, "{json}");
+        }
+        // Without labels, only requirements an absent label satisfies hold.
+        assert!(selector_matches(&typed(&[], &[("app", "DoesNotExist", &[])]), None));
+        assert!(!selector_matches(&typed(&[("app", "web")], &[]), None));
+        // A nil selector matches nothing; so does JSON null.
+        assert!(!LabelSelector::from_meta(None).unwrap().matches(&l));
+        assert!(!LabelSelector::from_meta(None).unwrap().is_empty());
+        assert!(!LabelSelector::from_json(Some(&json!(null))).unwrap().matches_object(&json!({})));
+        assert!(LabelSelector::from_json(Some(&json!({}))).unwrap().matches_object(&json!({})));
+        assert!(matches!(LabelSelector::from_json(Some(&json!({"matchLabels": 1}))), Err(SelectorError::Malformed(_))));
+        assert!(selector_is_empty(&typed(&[], &[])));
+        assert!(!selector_is_empty(&typed(&[("app", "web")], &[])));
     }
 
     #[test]

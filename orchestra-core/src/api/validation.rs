@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use super::LabelSelector;
 use super::error::FieldError;
 
 fn containers(value: &Value, path: &str, out: &mut Vec<FieldError>) {
@@ -43,22 +44,26 @@ pub fn workload(object: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let spec = object.get("spec");
     let selector = spec.and_then(|s| s.get("selector"));
-    match selector.and_then(|s| s.get("matchLabels")).and_then(Value::as_object) {
-        None if selector.and_then(|s| s.get("matchExpressions")).is_none() => {
-            errors.push(FieldError::required("spec.selector"))
-        }
-        Some(match_labels) => {
-            let labels = spec.and_then(|s| s.pointer("/template/metadata/labels")).and_then(Value::as_object);
-            let matches = match_labels.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
-            if !matches {
+    let template = spec.and_then(|s| s.get("template")).unwrap_or(&Value::Null);
+    if selector.is_none_or(|s| s.get("matchLabels").is_none() && s.get("matchExpressions").is_none()) {
+        errors.push(FieldError::required("spec.selector"));
+    } else {
+        match LabelSelector::from_json(selector) {
+            Err(e) => errors.push(FieldError::invalid(
+                "spec.selector",
+                &selector.map(Value::to_string).unwrap_or_default(),
+                e.to_string(),
+            )),
+            Ok(s) if !s.matches_object(template) => {
+                let labels = template.pointer("/metadata/labels").filter(|l| l.is_object());
                 errors.push(FieldError::invalid(
                     "spec.template.metadata.labels",
-                    &labels.map(|l| Value::Object(l.clone()).to_string()).unwrap_or_default(),
+                    &labels.map(Value::to_string).unwrap_or_default(),
                     "`selector` does not match template `labels`",
-                ));
+                ))
             }
+            Ok(_) => {}
         }
-        None => {}
     }
     pod_spec(spec.and_then(|s| s.pointer("/template/spec")), "spec.template.spec", &mut errors);
     errors
@@ -96,5 +101,12 @@ mod tests {
             workload(&json!({"spec": {"selector": {"matchLabels": {"app": "db"}}, "template": template}})).len(),
             1
         );
+        let expressions = |operator: &str| {
+            let selector = json!({"matchExpressions": [{"key": "app", "operator": operator, "values": ["web"]}]});
+            json!({"spec": {"selector": selector, "template": template}})
+        };
+        assert!(workload(&expressions("In")).is_empty());
+        assert_eq!(workload(&expressions("NotIn"))[0].field, "spec.template.metadata.labels");
+        assert_eq!(workload(&expressions("Equals"))[0].field, "spec.selector");
     }
 }

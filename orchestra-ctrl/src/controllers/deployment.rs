@@ -24,7 +24,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-use super::util::{can_adopt, controller_of, ignore_not_found, owner_reference, selector_matches, template_hash};
+use super::util::{can_adopt, controller_of, ignore_not_found, owner_reference, template_hash, workload_selects};
 use crate::events::{EventType, Recorder, reference};
 use crate::informer::{Informer, ObjectKey, SharedInformerFactory};
 use crate::workqueue::{RateLimit, WorkQueue};
@@ -395,12 +395,10 @@ async fn claim_replica_sets(
     let Some(selector) = d.spec.as_ref().map(|s| &s.selector) else {
         return Ok(Vec::new());
     };
-    let selects_nothing = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
-        && selector.match_expressions.as_ref().is_none_or(|e| e.is_empty());
     let mut owned = Vec::new();
     let mut adoptable = None;
     for rs in ctx.replica_sets.by_namespace(&namespace) {
-        let matches = !selects_nothing && selector_matches(selector, rs.metadata.labels.as_ref());
+        let matches = workload_selects(selector, rs.metadata.labels.as_ref());
         let name = rs.metadata.name.clone().unwrap_or_default();
         match controller_of(rs.as_ref()) {
             Some(r) if r.uid == uid && matches => owned.push(rs),
@@ -804,7 +802,7 @@ pub async fn run_with_queue(
             deployments
                 .by_namespace(&namespace)
                 .iter()
-                .filter(|d| d.spec.as_ref().is_some_and(|s| selector_matches(&s.selector, rs.metadata.labels.as_ref())))
+                .filter(|d| d.spec.as_ref().is_some_and(|s| workload_selects(&s.selector, rs.metadata.labels.as_ref())))
                 .map(|d| ObjectKey::of(d.as_ref()))
                 .collect()
         })

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 
-use super::util::{is_ready, owner_reference, selector_matches};
+use super::util::{is_ready, owner_reference, workload_selects};
 use crate::informer::{Informer, ObjectKey, SharedInformerFactory};
 use crate::{Action, Controller, Error};
 
@@ -86,7 +86,7 @@ pub fn compute(svc: &Service, pods: &[Arc<Pod>]) -> Vec<EndpointSubset> {
     let mut groups: BTreeMap<Ports, (Vec<EndpointAddress>, Vec<EndpointAddress>)> = BTreeMap::new();
     for pod in pods {
         let terminal = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
-        if !selector_matches(&selector, pod.metadata.labels.as_ref())
+        if !workload_selects(&selector, pod.metadata.labels.as_ref())
             || pod.metadata.deletion_timestamp.is_some()
             || terminal
         {
@@ -291,7 +291,7 @@ pub async fn run(factory: SharedInformerFactory, workers: usize, shutdown: impl 
             services
                 .by_namespace(&ns)
                 .iter()
-                .filter(|s| service_selector(s).is_some_and(|sel| selector_matches(&sel, pod.metadata.labels.as_ref())))
+                .filter(|s| service_selector(s).is_some_and(|sel| workload_selects(&sel, pod.metadata.labels.as_ref())))
                 .map(|s| ObjectKey::of(s.as_ref()))
                 .collect()
         })

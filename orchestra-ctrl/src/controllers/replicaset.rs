@@ -17,7 +17,7 @@ use kube::{Api, Client};
 use parking_lot::Mutex;
 
 use super::util::{
-    can_adopt, controller_of, ignore_not_found, is_active, is_available, is_ready, owner_reference, selector_matches,
+    can_adopt, controller_of, ignore_not_found, is_active, is_available, is_ready, owner_reference, workload_selects,
 };
 use crate::events::{EventType, Recorder};
 use crate::informer::{Event, Informer, Kind, ObjectKey, SharedInformerFactory};
@@ -312,7 +312,7 @@ async fn sync(rs: &ReplicaSet, owner: OwnerReference, ctx: &Context) -> Result<(
     let mut owned = Vec::new();
     let mut adoptable = None;
     for pod in candidates(&ctx.pods, &namespace, &uid, &spec.selector) {
-        let matches = selector_matches(&spec.selector, pod.metadata.labels.as_ref());
+        let matches = workload_selects(&spec.selector, pod.metadata.labels.as_ref());
         match controller_of(pod.as_ref()) {
             Some(r) if r.uid == uid => {
                 if matches {

@@ -4,38 +4,15 @@
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::Resource;
+use orchestra_core::api;
 use std::collections::BTreeMap;
 
-/// Whether `labels` satisfy `selector` (an empty selector matches nothing,
-/// as for workload controllers).
-pub fn selector_matches(selector: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
-    let empty = BTreeMap::new();
-    let labels = labels.unwrap_or(&empty);
-    let match_labels = selector.match_labels.as_ref();
-    let expressions = selector.match_expressions.as_ref();
-    if match_labels.is_none_or(|m| m.is_empty()) && expressions.is_none_or(|e| e.is_empty()) {
-        return false;
-    }
-    if let Some(m) = match_labels
-        && m.iter().any(|(k, v)| labels.get(k) != Some(v))
-    {
-        return false;
-    }
-    for e in expressions.into_iter().flatten() {
-        let values = e.values.clone().unwrap_or_default();
-        let value = labels.get(&e.key);
-        let ok = match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        };
-        if !ok {
-            return false;
-        }
-    }
-    true
+/// Whether a workload's `selector` selects `labels`: the shared rules of
+/// [`orchestra_core::api::selector_matches`], except that an empty selector
+/// selects nothing, as workload controllers read it (a controller never owns
+/// every pod of its namespace).
+pub fn workload_selects(selector: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
+    !api::selector_is_empty(selector) && api::selector_matches(selector, labels)
 }
 
 /// A write's result, with "the object is gone" as `None`.
@@ -181,7 +158,7 @@ mod tests {
             (&LabelSelector::default(), &[("app", "x")], false),
         ];
         for (selector, l, expected) in table {
-            assert_eq!(selector_matches(selector, Some(&labels(l))), *expected, "{l:?}");
+            assert_eq!(workload_selects(selector, Some(&labels(l))), *expected, "{l:?}");
         }
     }
 

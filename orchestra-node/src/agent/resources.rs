@@ -4,60 +4,20 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use orchestra_core::api::quantity::{self, ParsedQuantity};
 
 use super::config::Resources;
 
-fn split_suffix(s: &str) -> (&str, &str) {
-    let at = s
-        .char_indices()
-        .find(|(i, c)| {
-            c.is_ascii_alphabetic()
-                && !((*c == 'e' || *c == 'E')
-                    && s[i + 1..].chars().next().is_some_and(|n| n.is_ascii_digit() || n == '-' || n == '+'))
-        })
-        .map(|(i, _)| i)
-        .unwrap_or(s.len());
-    s.split_at(at)
-}
-
-fn scale(suffix: &str) -> Option<f64> {
-    Some(match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        _ => return None,
-    })
-}
-
-/// The value of a quantity as a float (`500m` → 0.5, `1Gi` → 1073741824);
-/// `None` if it does not parse.
-pub fn quantity_value(q: &str) -> Option<f64> {
-    let (number, suffix) = split_suffix(q.trim());
-    let number: f64 = number.parse().ok()?;
-    Some(number * scale(suffix)?)
-}
-
-/// A quantity in thousandths, rounded up (`Quantity.MilliValue()`).
+/// A quantity in thousandths, rounded up (`Quantity.MilliValue()`); 0 if
+/// it is negative or does not parse.
 pub fn milli_value(q: &Quantity) -> u64 {
-    quantity_value(&q.0).map(|v| (v * 1000.0).ceil().max(0.0) as u64).unwrap_or(0)
+    quantity::milli_value(q).max(0) as u64
 }
 
-/// A quantity as an integer, rounded up (`Quantity.Value()`).
+/// A quantity as an integer, rounded up (`Quantity.Value()`); 0 if it is
+/// negative or does not parse.
 pub fn int_value(q: &Quantity) -> u64 {
-    quantity_value(&q.0).map(|v| v.ceil().max(0.0) as u64).unwrap_or(0)
+    quantity::value(q).max(0) as u64
 }
 
 /// The requests of one container: requests, defaulting to limits.
@@ -136,14 +96,14 @@ pub fn qos_class(pod: &Pod) -> &'static str {
         let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref()).unwrap_or(&empty);
         let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref()).unwrap_or(&empty);
         for name in ["cpu", "memory"] {
-            let req = requests.get(name).filter(|q| quantity_value(&q.0).is_some_and(|v| v != 0.0));
-            let lim = limits.get(name).filter(|q| quantity_value(&q.0).is_some_and(|v| v != 0.0));
+            let set = |q: Option<&Quantity>| q.and_then(|q| ParsedQuantity::try_from(q).ok()).filter(|q| !q.is_zero());
+            let (req, lim) = (set(requests.get(name)), set(limits.get(name)));
             if req.is_some() || lim.is_some() {
                 any = true;
             }
             match (req, lim) {
                 (_, None) => guaranteed = false,
-                (Some(r), Some(l)) if quantity_value(&r.0) != quantity_value(&l.0) => guaranteed = false,
+                (Some(r), Some(l)) if r != l => guaranteed = false,
                 _ => {}
             }
         }
@@ -239,7 +199,8 @@ mod tests {
         assert_eq!(int_value(&q("1Gi")), 1 << 30);
         assert_eq!(int_value(&q("128M")), 128_000_000);
         assert_eq!(int_value(&q("1e3")), 1000);
-        assert_eq!(quantity_value("12x"), None);
+        assert_eq!(int_value(&q("12x")), 0);
+        assert_eq!(milli_value(&q("-1")), 0);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! 137, as a SIGKILL would give). Sandboxes share the node's address (host
 //! network). `exec` is not supported: there is no separate process.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -106,10 +106,6 @@ fn normalise(image: &str) -> String {
     let image = image.strip_prefix("docker.io/").unwrap_or(image);
     let last = image.rsplit('/').next().unwrap_or(image);
     if last.contains(':') || last.contains('@') { image.to_owned() } else { format!("{image}:latest") }
-}
-
-fn labels_match(have: &BTreeMap<String, String>, want: &BTreeMap<String, String>) -> bool {
-    want.iter().all(|(k, v)| have.get(k) == Some(v))
 }
 
 impl EmbeddedRuntime {
@@ -223,15 +219,7 @@ impl RuntimeBackend for EmbeddedRuntime {
 
     async fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandboxStatus>> {
         let state = self.state.lock();
-        Ok(state
-            .sandboxes
-            .values()
-            .map(|s| &s.status)
-            .filter(|s| filter.id.as_ref().is_none_or(|id| &s.id == id))
-            .filter(|s| filter.state.is_none_or(|state| s.state == state))
-            .filter(|s| labels_match(&s.labels, &filter.labels))
-            .cloned()
-            .collect())
+        Ok(state.sandboxes.values().map(|s| &s.status).filter(|s| filter.matches(s)).cloned().collect())
     }
 
     async fn create_container(
@@ -243,13 +231,7 @@ impl RuntimeBackend for EmbeddedRuntime {
         let (name, _) = self.image_of(&config.image)?;
         let image_ref = Self::image_id(name);
         let mut state = self.state.lock();
-        let sandbox = state
-            .sandboxes
-            .get(sandbox_id)
-            .ok_or_else(|| RuntimeError::NotFound { kind: "sandbox", id: sandbox_id.clone() })?;
-        if sandbox.status.state != SandboxState::Ready {
-            return Err(RuntimeError::InvalidState(format!("sandbox {sandbox_id} is not ready")));
-        }
+        let sandbox = super::ready_sandbox(sandbox_id, state.sandboxes.get(sandbox_id), |s| s.status.state)?;
         let log_path = sandbox.log_directory.join(&config.log_path);
         if let Some(parent) = log_path.parent() {
             std::fs::create_dir_all(parent)?;
@@ -257,24 +239,7 @@ impl RuntimeBackend for EmbeddedRuntime {
         state.next_id += 1;
         let id = format!("embedded-{}", state.next_id);
         let (_, done) = watch::channel(false);
-        let status = ContainerStatus {
-            id: id.clone(),
-            sandbox_id: sandbox_id.clone(),
-            name: config.name.clone(),
-            attempt: config.attempt,
-            state: ContainerState::Created,
-            image: config.image.clone(),
-            image_ref,
-            created_at: SystemTime::now(),
-            started_at: None,
-            finished_at: None,
-            exit_code: None,
-            reason: None,
-            message: None,
-            log_path,
-            pid: None,
-            labels: config.labels.clone(),
-        };
+        let status = ContainerStatus::created(id.clone(), sandbox_id.clone(), config, image_ref, log_path);
         state.containers.insert(id.clone(), Container { status, config: config.clone(), stop: None, done, task: None });
         let _ = self.events.send(ContainerEvent::Created { id: id.clone(), sandbox_id: sandbox_id.clone() });
         Ok(id)
@@ -364,16 +329,7 @@ impl RuntimeBackend for EmbeddedRuntime {
 
     async fn list_containers(&self, filter: &ContainerFilter) -> Result<Vec<ContainerStatus>> {
         let state = self.state.lock();
-        Ok(state
-            .containers
-            .values()
-            .map(|c| &c.status)
-            .filter(|c| filter.id.as_ref().is_none_or(|id| &c.id == id))
-            .filter(|c| filter.sandbox_id.as_ref().is_none_or(|id| &c.sandbox_id == id))
-            .filter(|c| filter.state.is_none_or(|state| c.state == state))
-            .filter(|c| labels_match(&c.labels, &filter.labels))
-            .cloned()
-            .collect())
+        Ok(state.containers.values().map(|c| &c.status).filter(|c| filter.matches(c)).cloned().collect())
     }
 
     async fn exec_sync(&self, _id: &ContainerId, _command: &[String], _timeout: Duration) -> Result<ExecResult> {

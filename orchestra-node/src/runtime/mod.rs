@@ -287,6 +287,71 @@ pub struct ContainerStatus {
     pub labels: BTreeMap<String, String>,
 }
 
+impl ContainerStatus {
+    /// The status of a container just created from `config` in
+    /// `sandbox_id`: `Created` now, with the config's name, attempt, image
+    /// and labels; what every backend's `create_container` records.
+    pub fn created(
+        id: ContainerId,
+        sandbox_id: SandboxId,
+        config: &ContainerConfig,
+        image_ref: String,
+        log_path: PathBuf,
+    ) -> ContainerStatus {
+        ContainerStatus {
+            id,
+            sandbox_id,
+            name: config.name.clone(),
+            attempt: config.attempt,
+            state: ContainerState::Created,
+            image: config.image.clone(),
+            image_ref,
+            created_at: SystemTime::now(),
+            started_at: None,
+            finished_at: None,
+            exit_code: None,
+            reason: None,
+            message: None,
+            log_path,
+            pid: None,
+            labels: config.labels.clone(),
+        }
+    }
+}
+
+/// Sets the pod address range of `ipam` from the node's pod CIDR: what
+/// `update_runtime_config` does in the backends that hand out addresses.
+pub(crate) fn set_pod_cidr(ipam: &crate::network::Ipam, pod_cidr: &str) -> Result<()> {
+    let cidr: crate::network::Ipv4Cidr =
+        pod_cidr.parse().map_err(|e: crate::network::InvalidCidr| RuntimeError::InvalidArgument(e.to_string()))?;
+    ipam.set_range(cidr);
+    Ok(())
+}
+
+/// The address of a new sandbox: the host's with host networking, else a
+/// free one from `ipam` (released again by the caller if the sandbox fails).
+pub(crate) fn sandbox_ip(ipam: &crate::network::Ipam, host_ip: IpAddr, config: &PodSandboxConfig) -> Result<IpAddr> {
+    if config.host_network {
+        return Ok(host_ip);
+    }
+    ipam.allocate().map_err(|e| RuntimeError::Network(e.to_string()))
+}
+
+/// The sandbox a container is to be created in: it must exist (`found`,
+/// looked up by `id`) and be ready (its `state`).
+pub(crate) fn ready_sandbox<S>(id: &SandboxId, found: Option<S>, state: impl FnOnce(&S) -> SandboxState) -> Result<S> {
+    let sandbox = found.ok_or_else(|| RuntimeError::NotFound { kind: "sandbox", id: id.clone() })?;
+    if state(&sandbox) != SandboxState::Ready {
+        return Err(RuntimeError::InvalidState(format!("sandbox {id} is not ready")));
+    }
+    Ok(sandbox)
+}
+
+/// True if `labels` carry every pair of `wanted`.
+fn has_labels(labels: &BTreeMap<String, String>, wanted: &BTreeMap<String, String>) -> bool {
+    wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
 /// Filter of [`RuntimeBackend::list_containers`]; every set field must match.
 #[derive(Debug, Clone, Default)]
 pub struct ContainerFilter {
@@ -309,6 +374,25 @@ pub struct SandboxFilter {
     pub state: Option<SandboxState>,
     /// Only sandboxes carrying all these labels.
     pub labels: BTreeMap<String, String>,
+}
+
+impl ContainerFilter {
+    /// True if `status` passes every set field of the filter.
+    pub fn matches(&self, status: &ContainerStatus) -> bool {
+        self.id.as_ref().is_none_or(|id| *id == status.id)
+            && self.sandbox_id.as_ref().is_none_or(|id| *id == status.sandbox_id)
+            && self.state.is_none_or(|state| state == status.state)
+            && has_labels(&status.labels, &self.labels)
+    }
+}
+
+impl SandboxFilter {
+    /// True if `status` passes every set field of the filter.
+    pub fn matches(&self, status: &PodSandboxStatus) -> bool {
+        self.id.as_ref().is_none_or(|id| *id == status.id)
+            && self.state.is_none_or(|state| state == status.state)
+            && has_labels(&status.labels, &self.labels)
+    }
 }
 
 /// An image known to the runtime.

@@ -54,7 +54,7 @@ use super::{
     PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError, RuntimeVersion, SandboxFilter, SandboxId,
     SandboxState,
 };
-use crate::network::{Ipam, Ipv4Cidr};
+use crate::network::Ipam;
 
 /// Name the simulated runtime reports (`orchestra-sim://0.1.0`).
 pub const SIM_RUNTIME_NAME: &str = "orchestra-sim";
@@ -559,18 +559,11 @@ impl RuntimeBackend for SimRuntime {
     }
 
     async fn update_runtime_config(&self, pod_cidr: &str) -> Result<()> {
-        let cidr: Ipv4Cidr =
-            pod_cidr.parse().map_err(|e: crate::network::InvalidCidr| RuntimeError::InvalidArgument(e.to_string()))?;
-        self.inner.ipam.set_range(cidr);
-        Ok(())
+        super::set_pod_cidr(&self.inner.ipam, pod_cidr)
     }
 
     async fn run_pod_sandbox(&self, config: &PodSandboxConfig) -> Result<SandboxId> {
-        let ip: IpAddr = if config.host_network {
-            self.inner.config.host_ip
-        } else {
-            self.inner.ipam.allocate().map_err(|e| RuntimeError::Network(e.to_string()))?
-        };
+        let ip = super::sandbox_ip(&self.inner.ipam, self.inner.config.host_ip, config)?;
         if self.inner.config.write_logs
             && !config.log_directory.as_os_str().is_empty()
             && let Err(e) = std::fs::create_dir_all(&config.log_directory)
@@ -658,15 +651,8 @@ impl RuntimeBackend for SimRuntime {
 
     async fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandboxStatus>> {
         let state = self.inner.state.lock();
-        let mut out: Vec<PodSandboxStatus> = state
-            .sandboxes
-            .values()
-            .map(|s| &s.status)
-            .filter(|s| filter.id.as_ref().is_none_or(|id| id == &s.id))
-            .filter(|s| filter.state.is_none_or(|st| st == s.state))
-            .filter(|s| filter.labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
-            .cloned()
-            .collect();
+        let mut out: Vec<PodSandboxStatus> =
+            state.sandboxes.values().map(|s| &s.status).filter(|s| filter.matches(s)).cloned().collect();
         out.sort_by_key(|s| (s.created_at, s.id.clone()));
         Ok(out)
     }
@@ -684,13 +670,7 @@ impl RuntimeBackend for SimRuntime {
         let id = self.new_id();
         {
             let mut state = self.inner.state.lock();
-            let sandbox = state
-                .sandboxes
-                .get(sandbox_id)
-                .ok_or_else(|| RuntimeError::NotFound { kind: "sandbox", id: sandbox_id.clone() })?;
-            if sandbox.status.state != SandboxState::Ready {
-                return Err(RuntimeError::InvalidState(format!("sandbox {sandbox_id} is not ready")));
-            }
+            let sandbox = super::ready_sandbox(sandbox_id, state.sandboxes.get(sandbox_id), |s| s.status.state)?;
             let log_path = sandbox.log_directory.join(&config.log_path);
             let image_ref = state
                 .images
@@ -705,22 +685,8 @@ impl RuntimeBackend for SimRuntime {
                 }
             }
             let status = ContainerStatus {
-                id: id.clone(),
-                sandbox_id: sandbox_id.clone(),
-                name: config.name.clone(),
-                attempt: config.attempt,
-                state: ContainerState::Created,
-                image: config.image.clone(),
-                image_ref,
-                created_at: SystemTime::now(),
-                started_at: None,
-                finished_at: None,
-                exit_code: None,
-                reason: None,
-                message: None,
-                log_path,
-                pid: None,
                 labels,
+                ..ContainerStatus::created(id.clone(), sandbox_id.clone(), config, image_ref, log_path)
             };
             state.containers.insert(id.clone(), Container { status, config: config.clone(), behavior, generation: 0 });
         }
@@ -846,16 +812,8 @@ impl RuntimeBackend for SimRuntime {
 
     async fn list_containers(&self, filter: &ContainerFilter) -> Result<Vec<ContainerStatus>> {
         let state = self.inner.state.lock();
-        let mut out: Vec<ContainerStatus> = state
-            .containers
-            .values()
-            .map(|c| &c.status)
-            .filter(|c| filter.id.as_ref().is_none_or(|id| id == &c.id))
-            .filter(|c| filter.sandbox_id.as_ref().is_none_or(|id| id == &c.sandbox_id))
-            .filter(|c| filter.state.is_none_or(|s| s == c.state))
-            .filter(|c| filter.labels.iter().all(|(k, v)| c.labels.get(k) == Some(v)))
-            .cloned()
-            .collect();
+        let mut out: Vec<ContainerStatus> =
+            state.containers.values().map(|c| &c.status).filter(|c| filter.matches(c)).cloned().collect();
         out.sort_by_key(|c| (c.created_at, c.id.clone()));
         Ok(out)
     }

@@ -16,11 +16,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams};
+use orchestra_core::api::{selector_is_empty, selector_matches};
 
 use crate::framework::*;
 use crate::listers::Listers;
 use crate::node_info::{NodeInfo, PodInfo};
-use crate::plugins::helpers::{pod_labels, pod_priority, selector_matches};
+use crate::plugins::helpers::{pod_labels, pod_priority};
 use crate::registry::{NoArgs, PluginError, PluginSet};
 use crate::snapshot::Snapshot;
 
@@ -113,9 +114,8 @@ pub fn split_by_pdb_violation(pods: &[Arc<PodInfo>], budgets: &[Budget]) -> (Vec
                     continue;
                 }
                 let Some(sel) = b.pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else { continue };
-                let empty = sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
-                    && sel.match_expressions.as_ref().is_none_or(|m| m.is_empty());
-                if empty || !selector_matches(sel, pod_labels(&p.pod)) {
+                // A budget with an empty selector matches no pod here (upstream's preemption).
+                if selector_is_empty(sel) || !selector_matches(sel, pod_labels(&p.pod)) {
                     continue;
                 }
                 let name = p.pod.metadata.name.as_deref().unwrap_or("");

@@ -1,11 +1,12 @@
-//! Matching helpers shared by plugins: node selectors and label selectors.
+//! Matching helpers shared by plugins: node selectors, pod and volume
+//! accessors. Label selectors match with
+//! [`orchestra_core::api::selector_matches`].
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Node, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod, TopologySelectorTerm,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// Whether a node selector requirement matches `labels` (In, NotIn, Exists,
 /// DoesNotExist, Gt, Lt).
@@ -44,30 +45,6 @@ pub fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
     let name_labels: BTreeMap<String, String> =
         [("metadata.name".to_owned(), node.metadata.name.clone().unwrap_or_default())].into();
     fields.iter().all(|r| r.key == "metadata.name" && requirement_matches(r, Some(&name_labels)))
-}
-
-/// Whether a label selector matches `labels` (an empty selector matches all).
-pub fn selector_matches(sel: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
-    for (k, v) in sel.match_labels.iter().flatten() {
-        if labels.and_then(|l| l.get(k)) != Some(v) {
-            return false;
-        }
-    }
-    for e in sel.match_expressions.iter().flatten() {
-        let value = labels.and_then(|l| l.get(&e.key));
-        let values = e.values.as_deref().unwrap_or_default();
-        let ok = match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        };
-        if !ok {
-            return false;
-        }
-    }
-    true
 }
 
 /// The pod's labels.

@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm};
+use orchestra_core::api::selector_matches;
 
 use crate::framework::*;
 use crate::listers::NamespaceLabels;
 use crate::node_info::{NodeInfo, PodInfo};
-use crate::plugins::helpers::{pod_labels, selector_matches};
+use crate::plugins::helpers::pod_labels;
 use crate::registry::{PluginError, PluginSet};
 use crate::snapshot::Snapshot;
 
@@ -81,11 +82,8 @@ impl InterPodAffinity {
                 }
             }
             Some(sel) => {
-                listed.iter().any(|n| n == target_ns) || {
-                    let empty = sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
-                        && sel.match_expressions.as_ref().is_none_or(|m| m.is_empty());
-                    empty || selector_matches(sel, self.namespaces.read().get(target_ns))
-                }
+                // An empty namespace selector selects every namespace.
+                listed.iter().any(|n| n == target_ns) || selector_matches(sel, self.namespaces.read().get(target_ns))
             }
         };
         if !ns_ok {

@@ -1,15 +1,15 @@
 //! PodTopologySpread: `DoNotSchedule` constraints as a filter (maxSkew,
 //! minDomains, node inclusion policies), `ScheduleAnyway` as a score.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use orchestra_core::api::LabelSelector;
 
 use crate::framework::*;
 use crate::node_info::{NodeInfo, PodInfo};
-use crate::plugins::helpers::{pod_labels, selector_matches};
+use crate::plugins::helpers::pod_labels;
 use crate::plugins::node_affinity::required_matches;
 use crate::plugins::taint_toleration::tolerates;
 use crate::registry::{NoArgs, PluginError, PluginSet};
@@ -41,10 +41,15 @@ impl Plugin for PodTopologySpread {
     }
 }
 
+/// What a pod without labels has.
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
 #[derive(Debug, Clone)]
 struct Constraint {
     max_skew: i64,
     key: String,
+    /// The constraint's selector, converted once: a nil one selects
+    /// nothing, an invalid one too.
     selector: LabelSelector,
     min_domains: i64,
     honor_affinity: bool,
@@ -58,13 +63,14 @@ fn constraints(pod: &PodInfo, when: &str) -> Vec<Constraint> {
         .flatten()
         .filter(|c: &&TopologySpreadConstraint| c.when_unsatisfiable == when)
         .map(|c| {
-            let mut selector = c.label_selector.clone().unwrap_or_default();
+            let mut typed = c.label_selector.clone();
             // matchLabelKeys: the pod's own values join the selector.
             for k in c.match_label_keys.iter().flatten() {
-                if let Some(v) = pod_labels(&pod.pod).and_then(|l| l.get(k)) {
-                    selector.match_labels.get_or_insert_with(Default::default).insert(k.clone(), v.clone());
+                if let (Some(typed), Some(v)) = (typed.as_mut(), pod_labels(&pod.pod).and_then(|l| l.get(k))) {
+                    typed.match_labels.get_or_insert_with(Default::default).insert(k.clone(), v.clone());
                 }
             }
+            let selector = LabelSelector::from_meta(typed.as_ref()).unwrap_or_else(|_| LabelSelector::nothing());
             Constraint {
                 max_skew: c.max_skew as i64,
                 key: c.topology_key.clone(),
@@ -102,7 +108,7 @@ fn count_matching(c: &Constraint, pod: &PodInfo, node: &NodeInfo) -> i64 {
         .filter(|p| {
             p.namespace() == ns
                 && p.pod.metadata.deletion_timestamp.is_none()
-                && selector_matches(&c.selector, pod_labels(&p.pod))
+                && c.selector.matches(pod_labels(&p.pod).unwrap_or(&NO_LABELS))
         })
         .count() as i64
 }
@@ -160,7 +166,7 @@ impl Filter for PodTopologySpread {
         let Some(st) = state.read::<FilterState>(NAME) else { return Status::success() };
         for (i, c) in st.constraints.iter().enumerate() {
             let Some(v) = node.label(&c.key) else { return Status::unresolvable(ERR_MISSING_LABEL) };
-            let self_match = selector_matches(&c.selector, pod_labels(&pod.pod)) as i64;
+            let self_match = c.selector.matches(pod_labels(&pod.pod).unwrap_or(&NO_LABELS)) as i64;
             let count = st.counts[i].get(v).copied().unwrap_or(0);
             if count + self_match - st.min[i] > c.max_skew {
                 return Status::unschedulable(ERR_CONSTRAINTS);

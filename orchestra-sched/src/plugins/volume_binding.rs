@@ -19,17 +19,16 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, Patch, PatchParams};
+use orchestra_core::api::{quantity, selector_matches};
 use parking_lot::Mutex;
 
 use crate::framework::*;
 use crate::listers::{Listers, object_key};
 use crate::node_info::{NodeInfo, PodInfo};
 use crate::plugins::helpers::{
-    claim_access_modes, claim_class, pod_claims, selector_matches, topology_terms_match, volume_class,
-    volume_node_affinity_matches,
+    claim_access_modes, claim_class, pod_claims, topology_terms_match, volume_class, volume_node_affinity_matches,
 };
 use crate::registry::{PluginError, PluginSet};
-use crate::resource::parse_quantity;
 use crate::snapshot::Snapshot;
 
 /// The plugin's name.
@@ -119,15 +118,11 @@ fn claim_request(pvc: &PersistentVolumeClaim) -> i64 {
         .and_then(|s| s.resources.as_ref())
         .and_then(|r| r.requests.as_ref())
         .and_then(|r| r.get("storage"))
-        .map_or(0, |q| parse_quantity(&q.0))
+        .map_or(0, quantity::value)
 }
 
 fn volume_capacity(pv: &PersistentVolume) -> i64 {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.capacity.as_ref())
-        .and_then(|c| c.get("storage"))
-        .map_or(0, |q| parse_quantity(&q.0))
+    pv.spec.as_ref().and_then(|s| s.capacity.as_ref()).and_then(|c| c.get("storage")).map_or(0, quantity::value)
 }
 
 fn claim_ref_key(pv: &PersistentVolume) -> Option<(String, Option<String>)> {

@@ -81,7 +81,7 @@ use super::{
     ExecResult, ExecSession, Image, PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError,
     RuntimeVersion, SandboxFilter, SandboxId, SandboxState,
 };
-use crate::network::{Ipam, Ipv4Cidr};
+use crate::network::Ipam;
 
 /// Name reported by [`RuntimeBackend::version`].
 pub const RUNTIME_NAME: &str = "orchestra-process";
@@ -531,22 +531,21 @@ impl ProcessRuntime {
     fn status_of(c: &Container) -> ContainerStatus {
         let run = c.run.lock();
         ContainerStatus {
-            id: c.id.clone(),
-            sandbox_id: c.sandbox_id.clone(),
-            name: c.config.name.clone(),
-            attempt: c.config.attempt,
             state: run.state,
-            image: c.config.image.clone(),
-            image_ref: c.image_ref.clone(),
             created_at: c.created_at,
             started_at: run.started_at,
             finished_at: run.finished_at,
             exit_code: run.exit_code,
             reason: run.reason.clone(),
             message: run.message.clone(),
-            log_path: c.log_path.clone(),
             pid: run.pid.map(|p| p as u32),
-            labels: c.config.labels.clone(),
+            ..ContainerStatus::created(
+                c.id.clone(),
+                c.sandbox_id.clone(),
+                &c.config,
+                c.image_ref.clone(),
+                c.log_path.clone(),
+            )
         }
     }
 
@@ -688,10 +687,6 @@ impl Drop for Inner {
     }
 }
 
-fn labels_match(wanted: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
-    wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
 #[async_trait]
 impl RuntimeBackend for ProcessRuntime {
     async fn version(&self) -> Result<RuntimeVersion> {
@@ -702,18 +697,11 @@ impl RuntimeBackend for ProcessRuntime {
     }
 
     async fn update_runtime_config(&self, pod_cidr: &str) -> Result<()> {
-        let cidr: Ipv4Cidr =
-            pod_cidr.parse().map_err(|e: crate::network::InvalidCidr| RuntimeError::InvalidArgument(e.to_string()))?;
-        self.inner.ipam.set_range(cidr);
-        Ok(())
+        super::set_pod_cidr(&self.inner.ipam, pod_cidr)
     }
 
     async fn run_pod_sandbox(&self, config: &PodSandboxConfig) -> Result<SandboxId> {
-        let ip = if config.host_network {
-            self.inner.config.host_ip
-        } else {
-            self.inner.ipam.allocate().map_err(|e| RuntimeError::Network(e.to_string()))?
-        };
+        let ip = super::sandbox_ip(&self.inner.ipam, self.inner.config.host_ip, config)?;
         if let Err(e) = fs::create_dir_all(&config.log_directory) {
             if !config.host_network {
                 self.inner.ipam.release(ip);
@@ -772,15 +760,7 @@ impl RuntimeBackend for ProcessRuntime {
 
     async fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandboxStatus>> {
         let sandboxes = self.inner.sandboxes.lock();
-        Ok(sandboxes
-            .iter()
-            .filter(|(id, s)| {
-                filter.id.as_ref().is_none_or(|wanted| wanted == *id)
-                    && filter.state.is_none_or(|wanted| wanted == s.state)
-                    && labels_match(&filter.labels, &s.config.labels)
-            })
-            .map(|(id, s)| Self::sandbox_status(id, s))
-            .collect())
+        Ok(sandboxes.iter().map(|(id, s)| Self::sandbox_status(id, s)).filter(|s| filter.matches(s)).collect())
     }
 
     async fn create_container(
@@ -791,12 +771,7 @@ impl RuntimeBackend for ProcessRuntime {
     ) -> Result<ContainerId> {
         let (sandbox_config, ip) = {
             let sandboxes = self.inner.sandboxes.lock();
-            let sandbox = sandboxes
-                .get(sandbox_id)
-                .ok_or_else(|| RuntimeError::NotFound { kind: "sandbox", id: sandbox_id.clone() })?;
-            if sandbox.state != SandboxState::Ready {
-                return Err(RuntimeError::InvalidState(format!("sandbox {sandbox_id} is not ready")));
-            }
+            let sandbox = super::ready_sandbox(sandbox_id, sandboxes.get(sandbox_id), |s| s.state)?;
             (sandbox.config.clone(), sandbox.ip)
         };
         if config.name.is_empty() {
@@ -941,16 +916,7 @@ impl RuntimeBackend for ProcessRuntime {
 
     async fn list_containers(&self, filter: &ContainerFilter) -> Result<Vec<ContainerStatus>> {
         let containers: Vec<Arc<Container>> = self.inner.containers.lock().values().cloned().collect();
-        Ok(containers
-            .iter()
-            .map(|c| Self::status_of(c))
-            .filter(|s| {
-                filter.id.as_ref().is_none_or(|wanted| *wanted == s.id)
-                    && filter.sandbox_id.as_ref().is_none_or(|wanted| *wanted == s.sandbox_id)
-                    && filter.state.is_none_or(|wanted| wanted == s.state)
-                    && labels_match(&filter.labels, &s.labels)
-            })
-            .collect())
+        Ok(containers.iter().map(|c| Self::status_of(c)).filter(|s| filter.matches(s)).collect())
     }
 
     async fn exec_sync(&self, id: &ContainerId, command: &[String], timeout: Duration) -> Result<ExecResult> {
