@@ -82,10 +82,6 @@ fn not_found(kind: &'static str, id: &str) -> RuntimeError {
     RuntimeError::NotFound { kind, id: id.to_owned() }
 }
 
-fn has_labels(labels: &BTreeMap<String, String>, wanted: &BTreeMap<String, String>) -> bool {
-    wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
 /// Appends `line` to a container's CRI log file.
 fn write_log(path: &Path, line: &str) -> std::io::Result<()> {
     use std::io::Write as _;
@@ -179,11 +175,7 @@ impl RuntimeBackend for MemRuntime {
 
     async fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandboxStatus>> {
         let state = self.state();
-        let wanted = state.sandboxes.values().map(|s| &s.status).filter(|s| {
-            filter.id.as_ref().is_none_or(|id| *id == s.id)
-                && filter.state.is_none_or(|state| state == s.state)
-                && has_labels(&s.labels, &filter.labels)
-        });
+        let wanted = state.sandboxes.values().map(|s| &s.status).filter(|s| filter.matches(s));
         Ok(wanted.cloned().collect())
     }
 
@@ -202,24 +194,8 @@ impl RuntimeBackend for MemRuntime {
         let program =
             program.ok_or_else(|| RuntimeError::CreateFailed(format!("image {} is not pulled", config.image)))?;
         state.next_id += 1;
-        let status = ContainerStatus {
-            id: format!("container-{}", state.next_id),
-            sandbox_id: sandbox.clone(),
-            name: config.name.clone(),
-            attempt: config.attempt,
-            state: ContainerState::Created,
-            image: config.image.clone(),
-            image_ref: config.image.clone(),
-            created_at: SystemTime::now(),
-            started_at: None,
-            finished_at: None,
-            exit_code: None,
-            reason: None,
-            message: None,
-            log_path,
-            pid: None,
-            labels: config.labels.clone(),
-        };
+        let id = format!("container-{}", state.next_id);
+        let status = ContainerStatus::created(id, sandbox.clone(), config, config.image.clone(), log_path);
         self.send(|id, sandbox_id| ContainerEvent::Created { id, sandbox_id }, &status);
         let id = status.id.clone();
         state.containers.insert(id.clone(), Container { status, program });
@@ -275,12 +251,7 @@ impl RuntimeBackend for MemRuntime {
 
     async fn list_containers(&self, filter: &ContainerFilter) -> Result<Vec<ContainerStatus>> {
         let state = self.state();
-        let wanted = state.containers.values().map(|c| &c.status).filter(|c| {
-            filter.id.as_ref().is_none_or(|id| *id == c.id)
-                && filter.sandbox_id.as_ref().is_none_or(|id| *id == c.sandbox_id)
-                && filter.state.is_none_or(|state| state == c.state)
-                && has_labels(&c.labels, &filter.labels)
-        });
+        let wanted = state.containers.values().map(|c| &c.status).filter(|c| filter.matches(c));
         Ok(wanted.cloned().collect())
     }
 
