@@ -10,6 +10,13 @@
 //! Every object passes a transform before it is cached (client-go's
 //! `SetTransform`); the default, [`strip_managed_fields`], drops
 //! `metadata.managedFields`. [`Informer::set_transform`] replaces it.
+//!
+//! Besides one typed informer per kind, the factory hands out metadata
+//! informers ([`SharedInformerFactory::metadata_informer`]): the
+//! `PartialObjectMetadata` of every object of a resource found at run time
+//! (what the garbage collector watches), one per group, version and
+//! resource, each stopped on its own when the resource goes away. Both
+//! kinds share the same cache and reflector.
 
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
@@ -18,7 +25,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::api::{DynamicObject, ListParams, WatchEvent, WatchParams};
+use kube::core::PartialObjectMeta;
+use kube::discovery::ApiResource;
 use kube::{Api, Client, Resource};
 use parking_lot::{Mutex, RwLock};
 use serde::de::DeserializeOwned;
@@ -107,9 +116,20 @@ pub fn strip_managed_fields<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
 }
 
-/// The bound a kind needs to be informed on.
-pub trait Kind: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {}
-impl<K> Kind for K where K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {}
+/// The bound an object needs to be cached by an informer, whatever its
+/// dynamic type: a typed [`Kind`], or the [`MetadataObject`] of a resource
+/// known only at run time.
+pub trait Informable: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {}
+impl<K> Informable for K where K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {}
+
+/// The bound a kind needs to be informed on: an [`Informable`] type whose
+/// resource is known at compile time.
+pub trait Kind: Informable + Resource<DynamicType = ()> {}
+impl<K> Kind for K where K: Informable + Resource<DynamicType = ()> {}
+
+/// What a metadata informer caches: the metadata of one object of any
+/// resource (`PartialObjectMetadata`).
+pub type MetadataObject = PartialObjectMeta<DynamicObject>;
 
 struct State<K> {
     objects: HashMap<ObjectKey, Arc<K>>,
@@ -118,7 +138,7 @@ struct State<K> {
     resource_version: String,
 }
 
-impl<K: Kind> State<K> {
+impl<K: Informable> State<K> {
     fn index(&mut self, key: &ObjectKey, object: &K, insert: bool) {
         for (name, f) in &self.indexers {
             let index = self.indexes.entry(name.clone()).or_default();
@@ -154,6 +174,8 @@ impl<K: Kind> State<K> {
 
 /// Cache and statistics of one kind, shared by all its subscribers.
 pub struct Informer<K> {
+    /// The kind (or resource) named in logs.
+    kind: String,
     state: RwLock<State<K>>,
     subscribers: Mutex<Vec<mpsc::UnboundedSender<Event<K>>>>,
     synced: watch::Sender<bool>,
@@ -180,12 +202,21 @@ impl<K: Kind> Informer<K> {
     /// An empty informer with the namespace, owner and label indexers. It is
     /// fed by [`Informer::run`] or, in tests, by [`Informer::apply`].
     pub fn new() -> Arc<Self> {
+        Self::named(K::kind(&()))
+    }
+}
+
+impl<K: Informable> Informer<K> {
+    /// Like [`Informer::new`], for objects whose kind is known at run time
+    /// only ([`MetadataObject`]): `kind` names the informer in logs.
+    pub fn named(kind: impl Into<String>) -> Arc<Self> {
         let by_namespace: IndexFn<K> = Arc::new(|o: &K| vec![o.meta().namespace.clone().unwrap_or_default()]);
         let by_owner: IndexFn<K> =
             Arc::new(|o: &K| o.meta().owner_references.iter().flatten().map(|r| r.uid.clone()).collect());
         let by_label: IndexFn<K> =
             Arc::new(|o: &K| o.meta().labels.iter().flatten().map(|(k, v)| format!("{k}={v}")).collect());
         Arc::new(Self {
+            kind: kind.into(),
             state: RwLock::new(State {
                 objects: HashMap::new(),
                 indexes: HashMap::new(),
@@ -312,6 +343,26 @@ impl<K: Kind> Informer<K> {
         rx
     }
 
+    /// Waits until the first list has been applied, then subscribes: returns
+    /// every cached object at that moment and the receiver of every change
+    /// made after it, in order. A consumer that has handled the objects
+    /// knows it has seen the whole first list (what [`Informer::subscribe`]
+    /// cannot tell: its cached objects and its changes come on one channel).
+    pub async fn subscribe_synced(&self) -> (Vec<Arc<K>>, mpsc::UnboundedReceiver<Event<K>>) {
+        self.wait_synced().await;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut subscribers = self.subscribers.lock();
+        let objects = self.list();
+        subscribers.push(tx);
+        (objects, rx)
+    }
+
+    /// Ends every subscription: each receiver returns `None` once it has
+    /// handed out the events already sent.
+    fn close_subscriptions(&self) {
+        self.subscribers.lock().clear();
+    }
+
     fn dispatch(subscribers: &mut Vec<mpsc::UnboundedSender<Event<K>>>, event: Event<K>) {
         subscribers.retain(|s| s.send(event.clone()).is_ok());
     }
@@ -385,6 +436,7 @@ impl<K: Kind> Informer<K> {
     }
 
     /// Lists and watches `api` into this informer until the task is dropped.
+    /// An `Api<`[`MetadataObject`]`>` lists and watches metadata only.
     pub async fn run(self: Arc<Self>, api: Api<K>) {
         self.run_selected(api, Selectors::default()).await
     }
@@ -397,7 +449,7 @@ impl<K: Kind> Informer<K> {
             let (items, mut rv) = match list_all(&api, &selectors).await {
                 Ok(r) => r,
                 Err(e) => {
-                    tracing::warn!(kind = %K::kind(&()), error = %e, "list failed");
+                    tracing::warn!(kind = %self.kind, error = %e, "list failed");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(10));
                     continue;
@@ -420,7 +472,7 @@ impl<K: Kind> Informer<K> {
                         continue 'relist;
                     }
                     Err(e) => {
-                        tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed");
+                        tracing::warn!(kind = %self.kind, error = %e, "watch failed");
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(Duration::from_secs(10));
                         continue;
@@ -452,11 +504,11 @@ impl<K: Kind> Informer<K> {
                             continue 'relist;
                         }
                         Ok(WatchEvent::Error(s)) => {
-                            tracing::warn!(kind = %K::kind(&()), status = ?s, "watch error");
+                            tracing::warn!(kind = %self.kind, status = ?s, "watch error");
                             break;
                         }
                         Err(e) => {
-                            tracing::debug!(kind = %K::kind(&()), error = %e, "watch stream error");
+                            tracing::debug!(kind = %self.kind, error = %e, "watch stream error");
                             break;
                         }
                     }
@@ -482,7 +534,7 @@ impl Selectors {
     }
 }
 
-async fn list_all<K: Kind>(api: &Api<K>, selectors: &Selectors) -> Result<(Vec<K>, String), kube::Error> {
+async fn list_all<K: Informable>(api: &Api<K>, selectors: &Selectors) -> Result<(Vec<K>, String), kube::Error> {
     let base = || {
         let mut params = ListParams::default().limit(500);
         if let Some(fields) = &selectors.fields {
@@ -513,18 +565,53 @@ pub fn pod_node_name() -> IndexFn<k8s_openapi::api::core::v1::Pod> {
     })
 }
 
-/// One informer per kind for a whole process.
+/// The identity of a metadata informer: group, version and plural.
+type ResourceKey = (String, String, String);
+
+fn resource_key(resource: &ApiResource) -> ResourceKey {
+    (resource.group.clone(), resource.version.clone(), resource.plural.clone())
+}
+
+/// A metadata informer and the task of its reflector.
+struct MetadataInformer {
+    informer: Arc<Informer<MetadataObject>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// One informer per kind, and one metadata informer per resource, for a
+/// whole process.
+///
+/// ```no_run
+/// # async fn example(client: kube::Client) {
+/// use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+/// use kube::discovery::ApiResource;
+/// use orchestra_ctrl::informer::SharedInformerFactory;
+///
+/// let factory = SharedInformerFactory::new(client);
+/// // Typed: every pod, cached once for every user of `factory`.
+/// let pods = factory.informer::<Pod>();
+/// pods.wait_synced().await;
+/// // Metadata only, for a resource found at run time.
+/// let config_maps = ApiResource::erase::<ConfigMap>(&());
+/// let metadata = factory.metadata_informer(&config_maps);
+/// let (listed, _changes) = metadata.subscribe_synced().await;
+/// println!("{} pods, {} config maps", pods.len(), listed.len());
+/// // Discovery no longer lists the resource: stop its informer.
+/// factory.stop_metadata_informer(&config_maps);
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct SharedInformerFactory {
     client: Client,
     informers: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
+    metadata: Arc<Mutex<HashMap<ResourceKey, MetadataInformer>>>,
     tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 impl SharedInformerFactory {
     /// A factory whose informers list and watch through `client`.
     pub fn new(client: Client) -> Self {
-        Self { client, informers: Arc::default(), tasks: Arc::default() }
+        Self { client, informers: Arc::default(), metadata: Arc::default(), tasks: Arc::default() }
     }
 
     /// The client informers (and controllers built on this factory) use.
@@ -536,7 +623,7 @@ impl SharedInformerFactory {
     /// (e.g. a [`Fence::client`](crate::leader::Fence::client)). Informers
     /// started later list and watch through it too.
     pub fn with_client(&self, client: Client) -> Self {
-        Self { client, informers: self.informers.clone(), tasks: self.tasks.clone() }
+        Self { client, informers: self.informers.clone(), metadata: self.metadata.clone(), tasks: self.tasks.clone() }
     }
 
     /// The informer of `K` across all namespaces, started on first request.
@@ -555,10 +642,57 @@ impl SharedInformerFactory {
         informer
     }
 
+    /// The metadata informer of `resource` across all namespaces (only the
+    /// `PartialObjectMetadata` of its objects is listed, watched and
+    /// cached), started on first request; objects pass
+    /// [`strip_managed_fields`].
+    pub fn metadata_informer(&self, resource: &ApiResource) -> Arc<Informer<MetadataObject>> {
+        self.metadata_informer_with(resource, Some(Arc::new(strip_managed_fields::<MetadataObject>)))
+    }
+
+    /// Like [`metadata_informer`](Self::metadata_informer), with `transform`
+    /// in place of the default if this call starts the informer (set before
+    /// its first list, so that no object is cached untransformed). A running
+    /// informer keeps its transform: every user of a shared informer sees
+    /// the same objects.
+    pub fn metadata_informer_with(
+        &self,
+        resource: &ApiResource,
+        transform: Option<TransformFn<MetadataObject>>,
+    ) -> Arc<Informer<MetadataObject>> {
+        let mut informers = self.metadata.lock();
+        let key = resource_key(resource);
+        if let Some(running) = informers.get(&key) {
+            return running.informer.clone();
+        }
+        let informer = Informer::named(format!("{} ({})", resource.kind, resource.api_version));
+        informer.set_transform(transform);
+        let api: Api<MetadataObject> = Api::all_with(self.client.clone(), resource);
+        let task = tokio::spawn(informer.clone().run(api));
+        informers.insert(key, MetadataInformer { informer: informer.clone(), task });
+        informer
+    }
+
+    /// Stops the metadata informer of `resource` (discovery no longer lists
+    /// it): its reflector ends and so does every subscription to it; a later
+    /// request starts a new one. Whether one was running.
+    pub fn stop_metadata_informer(&self, resource: &ApiResource) -> bool {
+        let Some(stopped) = self.metadata.lock().remove(&resource_key(resource)) else {
+            return false;
+        };
+        stopped.task.abort();
+        stopped.informer.close_subscriptions();
+        true
+    }
+
     /// Stops every reflector.
     pub fn shutdown(&self) {
         for task in self.tasks.lock().drain(..) {
             task.abort();
+        }
+        for (_, stopped) in self.metadata.lock().drain() {
+            stopped.task.abort();
+            stopped.informer.close_subscriptions();
         }
     }
 }
@@ -690,14 +824,20 @@ mod tests {
         assert!(informer.has_synced());
     }
 
-    #[tokio::test]
-    async fn selected_informer_sees_only_matching_objects() {
-        use kube::api::PostParams;
+    /// An API server on a MemStore, and a client to it.
+    async fn server() -> (orchestra_core::server::ApiServer, Client) {
         let server = orchestra_core::server::ApiServer::builder(Arc::new(orchestra_store::MemStore::new()))
             .build()
             .await
             .unwrap();
         let client = orchestra_core::client::in_process(&server, "default");
+        (server, client)
+    }
+
+    #[tokio::test]
+    async fn selected_informer_sees_only_matching_objects() {
+        use kube::api::PostParams;
+        let (_server, client) = server().await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let bound = |name: &str, node: &str| {
             let mut p = pod("default", name, &[], "");
@@ -731,6 +871,164 @@ mod tests {
         names.sort();
         assert_eq!(names, ["a", "c"]);
         task.abort();
+    }
+
+    fn metadata(name: &str, rv: &str, owner: &str) -> MetadataObject {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
+        PartialObjectMeta {
+            types: None,
+            metadata: ObjectMeta {
+                namespace: Some("a".into()),
+                name: Some(name.into()),
+                resource_version: Some(rv.into()),
+                labels: Some([("app".to_owned(), "x".to_owned())].into()),
+                owner_references: Some(vec![OwnerReference { uid: owner.into(), ..Default::default() }]),
+                managed_fields: Some(vec![ManagedFieldsEntry {
+                    manager: Some("kubectl".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            _phantom: std::marker::PhantomData,
+        }
+    }
+
+    /// One line per event: `add a`, `update a` (with the version replaced),
+    /// `delete a`.
+    fn describe(event: Event<MetadataObject>) -> String {
+        match event {
+            Event::Apply { old: None, new } => format!("add {}", name_of(new.as_ref())),
+            Event::Apply { old: Some(old), new } => {
+                format!("update {} from {}", name_of(new.as_ref()), old.metadata.resource_version.clone().unwrap())
+            }
+            Event::Delete(old) => format!("delete {}", name_of(old.as_ref())),
+        }
+    }
+
+    #[test]
+    fn metadata_informer_follows_applies_deletes_and_relists() {
+        enum Op {
+            Apply(MetadataObject),
+            Delete(MetadataObject),
+            Replace(Vec<MetadataObject>, &'static str),
+        }
+        /// The cached names, the resourceVersion and the events after a step.
+        type After = (&'static [&'static str], &'static str, &'static [&'static str]);
+        let table: Vec<(&str, Op, After)> = vec![
+            ("created", Op::Apply(metadata("x", "1", "o1")), (&["x"], "1", &["add x"])),
+            ("changed", Op::Apply(metadata("x", "2", "o2")), (&["x"], "2", &["update x from 1"])),
+            ("another", Op::Apply(metadata("y", "3", "o1")), (&["x", "y"], "3", &["add y"])),
+            ("deleted", Op::Delete(metadata("x", "4", "o2")), (&["y"], "4", &["delete x"])),
+            (
+                "relisted: unchanged skipped, new added",
+                Op::Replace(vec![metadata("y", "3", "o1"), metadata("z", "5", "o1")], "6"),
+                (&["y", "z"], "6", &["add z"]),
+            ),
+            ("relisted without y", Op::Replace(vec![metadata("z", "5", "o1")], "7"), (&["z"], "7", &["delete y"])),
+            ("deleted while not cached", Op::Delete(metadata("w", "8", "o1")), (&["z"], "8", &["delete w"])),
+        ];
+        let informer = Informer::<MetadataObject>::named("ConfigMap (v1)");
+        let mut rx = informer.subscribe();
+        for (step, op, (cached, version, events)) in table {
+            match op {
+                Op::Apply(o) => informer.apply(o),
+                Op::Delete(o) => informer.delete(o),
+                Op::Replace(items, rv) => informer.replace(items, rv.into()),
+            }
+            let mut names: Vec<_> = informer.list().iter().map(|o| name_of(o.as_ref())).collect();
+            names.sort();
+            assert_eq!(names, cached, "{step}: cache");
+            assert_eq!(informer.resource_version(), version, "{step}: resourceVersion");
+            let seen: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok()).map(describe).collect();
+            assert_eq!(seen, events, "{step}: events");
+            for o in informer.list() {
+                assert_eq!(o.metadata.managed_fields, None, "{step}: managedFields are dropped");
+                assert!(o.metadata.labels.is_some(), "{step}: labels are kept");
+            }
+        }
+        // The owner index follows the changes: x moved from o1 to o2, then went.
+        assert_eq!(informer.by_owner("o1").len(), 1);
+        assert!(informer.by_owner("o2").is_empty());
+        assert!(informer.has_synced());
+    }
+
+    #[tokio::test]
+    async fn subscribe_synced_returns_the_first_list_then_changes() {
+        let informer = Informer::<MetadataObject>::named("ConfigMap (v1)");
+        informer.apply(metadata("early", "1", "o"));
+        let subscribed = {
+            let informer = informer.clone();
+            tokio::spawn(async move { informer.subscribe_synced().await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!subscribed.is_finished(), "nothing is listed yet");
+        informer.replace(vec![metadata("a", "2", "o"), metadata("b", "3", "o")], "3".into());
+        let (listed, mut changes) = subscribed.await.unwrap();
+        let mut names: Vec<_> = listed.iter().map(|o| name_of(o.as_ref())).collect();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+        assert!(changes.try_recv().is_err(), "the listed objects are not sent again");
+        informer.delete(metadata("a", "4", "o"));
+        assert_eq!(changes.try_recv().map(describe).ok().as_deref(), Some("delete a"));
+    }
+
+    #[tokio::test]
+    async fn metadata_informers_are_shared_per_resource_and_stopped_one_by_one() {
+        use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+        use kube::api::PostParams;
+        let (_server, client) = server().await;
+        let labelled = |name: &str| ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([("app".to_owned(), "x".to_owned())].into()),
+            ..Default::default()
+        };
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+        config_maps
+            .create(&PostParams::default(), &ConfigMap { metadata: labelled("cm"), ..Default::default() })
+            .await
+            .unwrap();
+        secrets
+            .create(&PostParams::default(), &Secret { metadata: labelled("s"), ..Default::default() })
+            .await
+            .unwrap();
+
+        let factory = SharedInformerFactory::new(client);
+        let (cm_resource, secret_resource) = (ApiResource::erase::<ConfigMap>(&()), ApiResource::erase::<Secret>(&()));
+        let cm = factory.metadata_informer(&cm_resource);
+        assert!(Arc::ptr_eq(&cm, &factory.metadata_informer(&cm_resource)), "one informer per resource");
+        let unlabel: TransformFn<MetadataObject> = Arc::new(|o: &mut MetadataObject| o.metadata.labels = None);
+        let secret = factory.metadata_informer_with(&secret_resource, Some(unlabel));
+
+        // (informer, the object it lists, whether its labels are cached)
+        let (cm_listed, mut cm_changes) = cm.subscribe_synced().await;
+        let (secret_listed, mut secret_changes) = secret.subscribe_synced().await;
+        for (what, listed, name, labelled) in
+            [("configmaps", &cm_listed, "cm", true), ("secrets", &secret_listed, "s", false)]
+        {
+            let o =
+                listed.iter().find(|o| name_of(o.as_ref()) == name).unwrap_or_else(|| panic!("{what}: {name} listed"));
+            assert!(o.metadata.uid.is_some(), "{what}: metadata is listed");
+            assert_eq!(o.metadata.labels.is_some(), labelled, "{what}: transform");
+        }
+
+        // Stopping the secrets' informer ends its subscription only.
+        assert!(factory.stop_metadata_informer(&secret_resource));
+        assert!(!factory.stop_metadata_informer(&secret_resource), "already stopped");
+        assert!(tokio::time::timeout(Duration::from_secs(5), secret_changes.recv()).await.unwrap().is_none());
+        config_maps
+            .create(&PostParams::default(), &ConfigMap { metadata: labelled("cm2"), ..Default::default() })
+            .await
+            .unwrap();
+        let event = tokio::time::timeout(Duration::from_secs(5), cm_changes.recv()).await.unwrap().unwrap();
+        assert_eq!(describe(event), "add cm2");
+
+        // A later request starts a new informer.
+        let again = factory.metadata_informer(&secret_resource);
+        assert!(!Arc::ptr_eq(&again, &secret));
+        again.wait_synced().await;
+        assert!(again.get(&ObjectKey::new("default", "s")).is_some_and(|o| o.metadata.labels.is_some()));
+        factory.shutdown();
     }
 
     #[test]

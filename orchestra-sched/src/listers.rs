@@ -1,8 +1,9 @@
 //! Listers: the API objects besides nodes and pods that plugins read
 //! (PersistentVolumeClaims, PersistentVolumes, StorageClasses,
-//! PodDisruptionBudgets, namespace labels), kept up to date by the
-//! scheduler's watches and shared with plugins through the
-//! [`Handle`](crate::framework::Handle).
+//! PodDisruptionBudgets, namespace labels), shared with plugins through the
+//! [`Handle`](crate::framework::Handle). The scheduler's listers read the
+//! caches of its shared informers; standalone ones (tests, the algorithm
+//! alone) are filled with [`ObjectStore::insert`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -10,23 +11,30 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
+use orchestra_ctrl::informer::{Informer, Kind, ObjectKey, SharedInformerFactory};
 use parking_lot::RwLock;
 
 /// Objects of one kind by key (`namespace/name`, or `name` when
-/// cluster-scoped), as the last watch event left them.
+/// cluster-scoped): a view of an informer's cache.
 pub struct ObjectStore<K> {
-    objects: RwLock<HashMap<String, Arc<K>>>,
+    informer: Arc<Informer<K>>,
 }
 
-impl<K> Default for ObjectStore<K> {
+impl<K: Kind> Default for ObjectStore<K> {
     fn default() -> Self {
-        ObjectStore { objects: RwLock::new(HashMap::new()) }
+        ObjectStore { informer: Informer::new() }
     }
 }
 
-impl<K> std::fmt::Debug for ObjectStore<K> {
+impl<K: Kind> std::fmt::Debug for ObjectStore<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ObjectStore").field("len", &self.objects.read().len()).finish()
+        f.debug_struct("ObjectStore").field("len", &self.informer.len()).finish()
+    }
+}
+
+impl<K> From<Arc<Informer<K>>> for ObjectStore<K> {
+    fn from(informer: Arc<Informer<K>>) -> Self {
+        ObjectStore { informer }
     }
 }
 
@@ -40,47 +48,62 @@ pub fn object_key<K: kube::Resource>(obj: &K) -> String {
     }
 }
 
-impl<K: kube::Resource> ObjectStore<K> {
-    /// An empty store.
+/// The informer's key of `key` (`namespace/name` or `name`).
+fn informer_key(key: &str) -> ObjectKey {
+    match key.split_once('/') {
+        Some((namespace, name)) => ObjectKey::new(namespace, name),
+        None => ObjectKey::cluster(key),
+    }
+}
+
+impl<K: Kind> ObjectStore<K> {
+    /// An empty store over an informer of its own.
     pub fn new() -> Self {
         ObjectStore::default()
     }
+    /// The informer whose cache this store reads.
+    pub fn informer(&self) -> &Arc<Informer<K>> {
+        &self.informer
+    }
     /// Adds or replaces `obj`; returns the previous version.
     pub fn insert(&self, obj: K) -> Option<Arc<K>> {
-        let key = object_key(&obj);
-        self.objects.write().insert(key, Arc::new(obj))
+        let old = self.informer.get(&ObjectKey::of(&obj));
+        self.informer.apply(obj);
+        old
     }
     /// Removes the object under `key`; returns it.
     pub fn remove(&self, key: &str) -> Option<Arc<K>> {
-        self.objects.write().remove(key)
+        let old = self.get(key)?;
+        self.informer.delete(K::clone(&old));
+        Some(old)
     }
     /// The object under `key` (`namespace/name` or `name`).
     pub fn get(&self, key: &str) -> Option<Arc<K>> {
-        self.objects.read().get(key).cloned()
+        self.informer.get(&informer_key(key))
     }
     /// The object `name` in `namespace`.
     pub fn get_namespaced(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
-        self.get(&format!("{namespace}/{name}"))
+        self.informer.get(&ObjectKey::new(namespace, name))
     }
     /// Every object.
     pub fn list(&self) -> Vec<Arc<K>> {
-        self.objects.read().values().cloned().collect()
+        self.informer.list()
     }
     /// Every object in `namespace`.
     pub fn list_namespaced(&self, namespace: &str) -> Vec<Arc<K>> {
-        self.objects.read().values().filter(|o| o.meta().namespace.as_deref() == Some(namespace)).cloned().collect()
+        self.informer.by_namespace(namespace)
     }
     /// Every key.
     pub fn keys(&self) -> Vec<String> {
-        self.objects.read().keys().cloned().collect()
+        self.informer.list().iter().map(|o| object_key(o.as_ref())).collect()
     }
     /// Number of objects.
     pub fn len(&self) -> usize {
-        self.objects.read().len()
+        self.informer.len()
     }
     /// Whether the store is empty.
     pub fn is_empty(&self) -> bool {
-        self.objects.read().is_empty()
+        self.informer.is_empty()
     }
 }
 
@@ -102,9 +125,20 @@ pub struct Listers {
 }
 
 impl Listers {
-    /// Empty listers.
+    /// Empty listers, each over an informer of its own.
     pub fn new() -> Listers {
         Listers::default()
+    }
+
+    /// Listers reading the caches of `factory`'s informers (started here if
+    /// they are not running yet).
+    pub fn from_factory(factory: &SharedInformerFactory) -> Listers {
+        Listers {
+            pvcs: factory.informer().into(),
+            pvs: factory.informer().into(),
+            storage_classes: factory.informer().into(),
+            pdbs: factory.informer().into(),
+        }
     }
 }
 

@@ -5,27 +5,28 @@
 //! for `Orphan` removes the owner's references from its dependents before
 //! removing the `orphan` finalizer.
 //!
-//! It keeps the ownerReferences graph from watches of every deletable
-//! resource (found by discovery, refreshed for new kinds), and looks again
-//! only at what an event can have changed: the object itself, its owners and
-//! its dependents. Before deleting a dependent whose owners it has not seen,
-//! it asks the API server for them (a dependent's watch can deliver it before
-//! its owner's watch delivers the owner). A full pass over the graph each
-//! `interval` catches anything an event missed.
+//! It keeps the ownerReferences graph from the shared factory's metadata
+//! informers of every deletable resource (found by discovery, refreshed for
+//! new kinds; the informer of a resource discovery no longer lists is
+//! stopped), and looks again only at what an event can have changed: the
+//! object itself, its owners and its dependents. Before deleting a dependent
+//! whose owners it has not seen, it asks the API server for them (a
+//! dependent's informer can deliver it before its owner's informer delivers
+//! the owner). A full pass over the graph each `interval` catches anything
+//! an event missed.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
-use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use super::discovery::{Deletable, deletable};
 use crate::Error;
+use crate::informer::{Event, MetadataObject, SharedInformerFactory, TransformFn};
 
 /// Name of the controller.
 pub const NAME: &str = "garbage-collector";
@@ -270,7 +271,7 @@ async fn owners_gone(client: &Client, kinds: &Kinds, node: &Node) -> Option<bool
 /// `blocking`, one whose reference blocks the owner's deletion), which the
 /// graph has none of: `Some(true)` one exists, `Some(false)` none, `None` a
 /// list failed. The graph learns of each resource's objects from its own
-/// watch, so under load an owner's deletion can arrive before its
+/// informer, so under load an owner's deletion can arrive before its
 /// dependents do. Removing the `orphan` finalizer then would leave them
 /// owned by a deleted object, collected instead of released; removing
 /// `foregroundDeletion` would delete the owner before a dependent created
@@ -385,48 +386,83 @@ fn resource_key(r: &Deletable) -> String {
     format!("{}/{}/{}", r.resource.group, r.resource.version, r.resource.plural)
 }
 
-/// Watches `resource`'s objects (metadata only) into `tx`.
-fn watch(
-    client: &Client,
+/// What the collector's informers cache of an object: the graph needs
+/// identity, owners, finalizers and deletion state; what else an object's
+/// metadata carries would be most of the graph's memory.
+fn trim(object: &mut MetadataObject) {
+    object.types = None;
+    object.metadata.managed_fields = None;
+    object.metadata.annotations = None;
+    object.metadata.labels = None;
+}
+
+/// What the collector learns of one resource's objects.
+#[derive(Debug)]
+enum Update {
+    /// An object listed, created or changed.
+    Apply(Node),
+    /// An object deleted.
+    Delete(Node),
+    /// Every object of the resource's first list has been sent.
+    Synced,
+}
+
+/// The graph's node for `object` of `resource`.
+fn node(resource: &Deletable, object: &MetadataObject) -> Node {
+    let mut node = DynamicObject::new("", &resource.resource);
+    node.metadata = object.metadata.clone();
+    Node { object: node, resource: resource.clone() }
+}
+
+/// The update an informer's event on `resource` makes.
+fn update(resource: &Deletable, event: Event<MetadataObject>) -> Update {
+    match event {
+        Event::Apply { new, .. } => Update::Apply(node(resource, &new)),
+        Event::Delete(old) => Update::Delete(node(resource, &old)),
+    }
+}
+
+/// A resource the collector follows: the task forwarding its informer's
+/// events, and which of the resource's successive followers it is (events
+/// still queued from a follower stopped since are dropped).
+struct Followed {
     resource: Deletable,
-    tx: mpsc::Sender<(String, watcher::Event<Node>)>,
-) -> tokio::task::JoinHandle<()> {
-    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &resource.resource);
-    let key = resource_key(&resource);
-    tokio::spawn(async move {
-        let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
-        while let Some(event) = events.next().await {
-            let event = match event {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::debug!(resource = %key, error = %e, "garbage collector watch");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            };
-            let node = |meta: PartialObjectMeta<DynamicObject>| {
-                let mut object = DynamicObject::new("", &resource.resource);
-                object.metadata = meta.metadata;
-                // The graph needs identity, owners, finalizers and deletion
-                // state; what else an object's metadata carries would be
-                // most of the graph's memory.
-                object.metadata.managed_fields = None;
-                object.metadata.annotations = None;
-                object.metadata.labels = None;
-                Node { object, resource: resource.clone() }
-            };
-            let event = match event {
-                watcher::Event::Apply(m) => watcher::Event::Apply(node(m)),
-                watcher::Event::InitApply(m) => watcher::Event::InitApply(node(m)),
-                watcher::Event::Delete(m) => watcher::Event::Delete(node(m)),
-                watcher::Event::Init => watcher::Event::Init,
-                watcher::Event::InitDone => watcher::Event::InitDone,
-            };
-            if tx.send((key.clone(), event)).await.is_err() {
+    generation: u64,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// A resource, and which of its followers an update comes from.
+type Source = (String, u64);
+
+/// Forwards the events of `resource`'s metadata informer (started on
+/// `factory` if it is not running) into `tx`: what it has listed, then
+/// [`Update::Synced`], then every change.
+fn follow(
+    factory: &SharedInformerFactory,
+    resource: Deletable,
+    generation: u64,
+    tx: mpsc::Sender<(Source, Update)>,
+) -> Followed {
+    let trim: TransformFn<MetadataObject> = Arc::new(trim);
+    let informer = factory.metadata_informer_with(&resource.resource, Some(trim));
+    let source = (resource_key(&resource), generation);
+    let followed = resource.clone();
+    let task = tokio::spawn(async move {
+        let (listed, mut changes) = informer.subscribe_synced().await;
+        drop(informer);
+        let listed = listed.iter().map(|object| Update::Apply(node(&resource, object)));
+        for first in listed.chain([Update::Synced]) {
+            if tx.send((source.clone(), first)).await.is_err() {
                 return;
             }
         }
-    })
+        while let Some(event) = changes.recv().await {
+            if tx.send((source.clone(), update(&resource, event))).await.is_err() {
+                return;
+            }
+        }
+    });
+    Followed { resource: followed, generation, task }
 }
 
 /// The collector's state between events.
@@ -435,8 +471,6 @@ struct Collector {
     graph: Graph,
     /// UIDs to look at again.
     pending: HashSet<String>,
-    /// Per resource being (re)listed: the UIDs listed so far.
-    listing: HashMap<String, HashSet<String>>,
     /// Resources listed at least once.
     synced: HashSet<String>,
 }
@@ -475,15 +509,9 @@ impl Collector {
         Some(plan)
     }
 
-    fn handle(&mut self, resource: &str, event: watcher::Event<Node>) {
-        match event {
-            watcher::Event::Init => {
-                self.listing.insert(resource.to_owned(), HashSet::new());
-            }
-            watcher::Event::InitApply(node) | watcher::Event::Apply(node) => {
-                if let Some(listed) = self.listing.get_mut(resource) {
-                    listed.insert(node.uid());
-                }
+    fn handle(&mut self, resource: &str, update: Update) {
+        match update {
+            Update::Apply(node) => {
                 if let Some(old) = self.graph.get(&node.uid()) {
                     let related = self.graph.related(old);
                     self.touch(related);
@@ -492,44 +520,60 @@ impl Collector {
                 self.graph.upsert(node);
                 self.touch(related);
             }
-            watcher::Event::Delete(node) => {
+            Update::Delete(node) => {
                 let related = self.graph.related(&node);
                 self.graph.remove(&node.uid());
                 self.touch(related);
             }
-            watcher::Event::InitDone => {
-                let listed = self.listing.remove(resource).unwrap_or_default();
-                let stale: Vec<String> = self
-                    .graph
-                    .nodes
-                    .iter()
-                    .filter(|(uid, n)| resource_key(&n.resource) == resource && !listed.contains(*uid))
-                    .map(|(uid, _)| uid.clone())
-                    .collect();
-                for uid in stale {
-                    if let Some(node) = self.graph.remove(&uid) {
-                        let related = self.graph.related(&node);
-                        self.touch(related);
-                    }
-                }
+            Update::Synced => {
                 self.synced.insert(resource.to_owned());
+            }
+        }
+    }
+
+    /// Forgets `resource` (discovery no longer lists it; its informer is
+    /// stopped): its objects leave the graph, and what they concern is
+    /// looked at again. Found again later, it is listed afresh.
+    fn forget(&mut self, resource: &str) {
+        self.synced.remove(resource);
+        let gone: Vec<String> = self
+            .graph
+            .nodes
+            .iter()
+            .filter(|(_, n)| resource_key(&n.resource) == resource)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in gone {
+            if let Some(node) = self.graph.remove(&uid) {
+                let related = self.graph.related(&node);
+                self.touch(related);
             }
         }
     }
 }
 
-/// Runs the garbage collector until `shutdown`: driven by watch events, with
-/// a full pass each `interval` and discovery refreshed every 30 s.
+/// Runs the garbage collector until `shutdown` with metadata informers of
+/// its own over `client` (see [`run_with`]).
 pub async fn run(client: Client, interval: Duration, shutdown: impl Future<Output = ()> + Send) {
+    run_with(SharedInformerFactory::new(client), interval, shutdown).await
+}
+
+/// Runs the garbage collector until `shutdown`, on `factory`'s metadata
+/// informers (it writes through `factory`'s client): driven by their
+/// events, with a full pass each `interval` and discovery refreshed every
+/// 30 s.
+pub async fn run_with(factory: SharedInformerFactory, interval: Duration, shutdown: impl Future<Output = ()> + Send) {
+    let client = factory.client().clone();
     let mut shutdown = std::pin::pin!(shutdown);
-    let (tx, mut rx) = mpsc::channel::<(String, watcher::Event<Node>)>(4096);
-    let mut watches: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
+    let (tx, mut rx) = mpsc::channel::<(Source, Update)>(4096);
+    let mut followed: HashMap<String, Followed> = HashMap::new();
+    let mut generation = 0;
     let mut kinds = Kinds::new();
     let mut collector = Collector::default();
     let mut discover = tokio::time::interval(Duration::from_secs(30));
     let mut resync = tokio::time::interval(interval);
     resync.tick().await;
-    let mut backlog: VecDeque<(String, watcher::Event<Node>)> = VecDeque::new();
+    let mut backlog: VecDeque<(Source, Update)> = VecDeque::new();
     let mut retry: HashSet<String> = HashSet::new();
     let mut retry_tick = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -540,16 +584,18 @@ pub async fn run(client: Client, interval: Duration, shutdown: impl Future<Outpu
                     let found: Vec<Deletable> = found.into_iter().filter(|r| r.watchable && !ignored(r)).collect();
                     kinds = self::kinds(&found);
                     let keys: HashSet<String> = found.iter().map(resource_key).collect();
-                    watches.retain(|key, task| {
-                        let keep = keys.contains(key);
-                        if !keep {
-                            task.abort();
-                        }
-                        keep
-                    });
-                    collector.synced.retain(|key| keys.contains(key));
+                    let gone: Vec<String> = followed.keys().filter(|key| !keys.contains(*key)).cloned().collect();
+                    for key in gone {
+                        let Some(stopped) = followed.remove(&key) else { continue };
+                        stopped.task.abort();
+                        factory.stop_metadata_informer(&stopped.resource.resource);
+                        collector.forget(&key);
+                    }
                     for r in found {
-                        watches.entry(resource_key(&r)).or_insert_with(|| watch(&client, r, tx.clone()));
+                        followed.entry(resource_key(&r)).or_insert_with(|| {
+                            generation += 1;
+                            follow(&factory, r, generation, tx.clone())
+                        });
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "discovery failed"),
@@ -576,18 +622,20 @@ pub async fn run(client: Client, interval: Duration, shutdown: impl Future<Outpu
                 }
             }
         }
-        while let Some((resource, event)) = backlog.pop_front() {
-            collector.handle(&resource, event);
+        while let Some(((resource, from), update)) = backlog.pop_front() {
+            if followed.get(&resource).is_some_and(|f| f.generation == from) {
+                collector.handle(&resource, update);
+            }
         }
         // Act only on a complete graph: a dependent listed before its owner's
         // resource is listed would look orphaned.
-        let Some(plan) = collector.next_plan(watches.keys()) else { continue };
+        let Some(plan) = collector.next_plan(followed.keys()) else { continue };
         if !plan.is_empty() {
             retry.extend(apply(&client, &collector.graph, &kinds, &plan).await);
         }
     }
-    for task in watches.values() {
-        task.abort();
+    for f in followed.values() {
+        f.task.abort();
     }
 }
 
@@ -713,22 +761,43 @@ mod tests {
         assert_eq!(g.len(), 2);
     }
 
+    /// What the informer caches of `o`, untrimmed (labels and all).
+    fn metadata(o: Obj) -> MetadataObject {
+        let mut object = o.0;
+        object.metadata.labels = Some([("app".to_owned(), "x".to_owned())].into());
+        MetadataObject { types: None, metadata: object.metadata, _phantom: std::marker::PhantomData }
+    }
+
     #[test]
-    fn a_relist_drops_what_it_no_longer_lists() {
+    fn the_informer_trims_and_a_relist_drops_what_it_no_longer_lists() {
+        let resource = node(obj("x")).resource;
+        let key = resource_key(&resource);
+        let informer = crate::informer::Informer::<MetadataObject>::named("ConfigMap");
+        informer.set_transform(Some(Arc::new(trim)));
+        let mut changes = informer.subscribe();
         let mut c = Collector::default();
-        let key = resource_key(&node(obj("x")).resource);
-        c.handle(&key, watcher::Event::Init);
-        c.handle(&key, watcher::Event::InitApply(node(obj("o"))));
-        c.handle(&key, watcher::Event::InitApply(node(obj("d").owned_by("o", true))));
-        c.handle(&key, watcher::Event::InitDone);
+        let mut deliver = |c: &mut Collector| {
+            while let Ok(event) = changes.try_recv() {
+                c.handle(&key, update(&resource, event));
+            }
+        };
+        informer.replace(vec![metadata(obj("o")), metadata(obj("d").owned_by("o", true))], "1".into());
+        deliver(&mut c);
+        c.handle(&key, Update::Synced);
         assert!(c.synced.contains(&key));
+        assert_eq!(c.graph.len(), 2);
+        assert!(c.graph.get("d").is_some_and(|d| d.object.metadata.labels.is_none()), "labels are not kept");
         c.pending.clear();
         // Relisted without the owner (deleted while the watch was down).
-        c.handle(&key, watcher::Event::Init);
-        c.handle(&key, watcher::Event::InitApply(node(obj("d").owned_by("o", true))));
-        c.handle(&key, watcher::Event::InitDone);
+        informer.replace(vec![metadata(obj("d").owned_by("o", true))], "2".into());
+        deliver(&mut c);
         assert!(c.graph.get("o").is_none());
         assert!(c.pending.contains("d"), "the dependent of the vanished owner is looked at again");
+        // The resource goes from discovery: its objects leave the graph.
+        c.pending.clear();
+        c.forget(&key);
+        assert!(c.graph.is_empty() && !c.synced.contains(&key));
+        assert!(c.pending.contains("d"));
     }
 
     fn replica_set(uid: &str) -> Node {
@@ -746,28 +815,25 @@ mod tests {
         let replica_sets = resource_key(&replica_set("x").resource);
         let watched = [config_maps.clone(), replica_sets.clone()];
         // The dependents' resource lists first: "o" is not in the graph yet.
-        c.handle(&config_maps, watcher::Event::Init);
-        c.handle(&config_maps, watcher::Event::InitApply(node(obj("d").owned_by("o", true))));
-        c.handle(&config_maps, watcher::Event::InitApply(node(obj("lost").owned_by("gone", true))));
-        c.handle(&config_maps, watcher::Event::InitDone);
+        c.handle(&config_maps, Update::Apply(node(obj("d").owned_by("o", true))));
+        c.handle(&config_maps, Update::Apply(node(obj("lost").owned_by("gone", true))));
+        c.handle(&config_maps, Update::Synced);
         assert!(c.synced([&config_maps]));
         assert_eq!(c.next_plan(&watched), None, "the owners' resource has not listed");
         assert!(c.pending.contains("d") && c.pending.contains("lost"), "kept for later");
         // The owners' resource lists: only the dependent of a missing owner goes.
-        c.handle(&replica_sets, watcher::Event::Init);
-        c.handle(&replica_sets, watcher::Event::InitApply(replica_set("o")));
-        c.handle(&replica_sets, watcher::Event::InitDone);
+        c.handle(&replica_sets, Update::Apply(replica_set("o")));
+        c.handle(&replica_sets, Update::Synced);
         let plan = c.next_plan(&watched).expect("all listed");
         assert_eq!(plan, Plan { delete_background: vec!["lost".into()], ..Default::default() });
         assert!(c.pending.is_empty());
         // A resource found later (a new custom resource) holds decisions
         // until it has listed too.
         let crd = "example.com/v1/widgets".to_string();
-        c.handle(&config_maps, watcher::Event::Apply(node(obj("lost2").owned_by("gone2", true))));
+        c.handle(&config_maps, Update::Apply(node(obj("lost2").owned_by("gone2", true))));
         let more = [config_maps.clone(), replica_sets.clone(), crd.clone()];
         assert_eq!(c.next_plan(&more), None);
-        c.handle(&crd, watcher::Event::Init);
-        c.handle(&crd, watcher::Event::InitDone);
+        c.handle(&crd, Update::Synced);
         assert_eq!(c.next_plan(&more).map(|p| p.delete_background), Some(vec!["lost2".to_string()]));
         // Watching nothing is never synced.
         c.touch(vec!["d".into()]);

@@ -333,9 +333,7 @@ pub static BUILTIN: &[ControllerDescriptor] = &[
         name: "garbagecollector",
         enabled_by_default: true,
         requires: None,
-        run: |ctx| {
-            Box::pin(garbage_collector::run(ctx.factory.client().clone(), ctx.config.gc_interval, ctx.stopped()))
-        },
+        run: |ctx| Box::pin(garbage_collector::run_with(ctx.factory.clone(), ctx.config.gc_interval, ctx.stopped())),
     },
     ControllerDescriptor {
         name: "namespace",

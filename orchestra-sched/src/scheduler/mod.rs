@@ -1,5 +1,5 @@
-//! The scheduler: keeps the cache, the queue and the listers up to date from
-//! its watches of the API (the `watch` submodule), runs scheduling cycles one
+//! The scheduler: keeps the cache and the queue up to date from the shared
+//! informers it reads (the `watch` submodule), runs scheduling cycles one
 //! pod at a time and binding cycles concurrently.
 
 mod watch;
@@ -17,12 +17,14 @@ use crate::cache::Cache;
 use crate::config::SchedulerConfiguration;
 use crate::events::{EventRecorder, Record, pod_ref};
 use crate::framework::*;
+use crate::listers::Listers;
 use crate::metrics::Metrics;
 use crate::node_info::pod_uid;
 use crate::profile::{Profile, ProfileError};
 use crate::queue::{QueueOptions, QueuedPodInfo, SchedulingQueue};
 use crate::registry::Registry;
 use crate::snapshot::Snapshot;
+use orchestra_ctrl::informer::SharedInformerFactory;
 use orchestra_ctrl::leader::{ElectionConfig, LeaderElector};
 
 /// Errors that stop the scheduler.
@@ -40,12 +42,29 @@ pub enum Error {
 }
 
 /// Builds a [`Scheduler`].
+///
+/// ```no_run
+/// # async fn example(client: kube::Client) -> Result<(), orchestra_sched::scheduler::Error> {
+/// use orchestra_ctrl::informer::SharedInformerFactory;
+/// use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
+///
+/// // One cache of nodes and pods for the scheduler and the controllers.
+/// let informers = SharedInformerFactory::new(client.clone());
+/// let scheduler = SchedulerBuilder::new(client)
+///     .config(SchedulerConfiguration::default())
+///     .informers(informers.clone())
+///     .identity("scheduler-1")
+///     .build()?;
+/// scheduler.run().await
+/// # }
+/// ```
 pub struct SchedulerBuilder {
     client: kube::Client,
     config: SchedulerConfiguration,
     registry: Registry,
     identity: Option<String>,
     events: bool,
+    informers: Option<SharedInformerFactory>,
 }
 
 impl SchedulerBuilder {
@@ -57,6 +76,7 @@ impl SchedulerBuilder {
             registry: Registry::default(),
             identity: None,
             events: true,
+            informers: None,
         }
     }
     /// Uses `config`.
@@ -79,17 +99,28 @@ impl SchedulerBuilder {
         self.events = on;
         self
     }
-    /// Builds the profiles and the queue.
+    /// Reads nodes, pods and what plugins list from `informers`, shared with
+    /// the other components of the process (default: a factory of its own
+    /// over the builder's client). Its informers keep their transform:
+    /// the default one drops managedFields, which nothing here reads.
+    pub fn informers(mut self, informers: SharedInformerFactory) -> Self {
+        self.informers = Some(informers);
+        self
+    }
+    /// Builds the profiles and the queue. The informers the listers read
+    /// start here (in the current Tokio runtime), so that a standby instance
+    /// has them ready when it takes the lease.
     pub fn build(self) -> Result<Scheduler, Error> {
         if self.config.profiles.is_empty() {
             return Err(Error::Config("at least one profile is needed".into()));
         }
+        let informers = self.informers.unwrap_or_else(|| SharedInformerFactory::new(self.client.clone()));
         let metrics = Arc::new(Metrics::new());
         let handle = Handle {
             client: Some(self.client.clone()),
             waiting_pods: Arc::new(WaitingPods::default()),
             namespaces: Default::default(),
-            listers: Default::default(),
+            listers: Arc::new(Listers::from_factory(&informers)),
             metrics: metrics.clone(),
         };
         let mut profiles = Vec::new();
@@ -141,6 +172,8 @@ impl SchedulerBuilder {
                 config: self.config,
                 handle,
                 identity,
+                informers,
+                synced: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -158,6 +191,10 @@ struct Shared {
     config: SchedulerConfiguration,
     handle: Handle,
     identity: String,
+    informers: SharedInformerFactory,
+    /// Turns true once the informers' first lists are in the cache, the
+    /// queue and the listers (set when the first run subscribes).
+    synced: std::sync::OnceLock<tokio_watch::Receiver<bool>>,
 }
 
 /// A scheduler serving one or more profiles.
@@ -190,6 +227,10 @@ impl Scheduler {
     /// The handle plugins were built with.
     pub fn handle(&self) -> &Handle {
         &self.shared.handle
+    }
+    /// The informers the scheduler reads.
+    pub fn informers(&self) -> &SharedInformerFactory {
+        &self.shared.informers
     }
 
     fn profile_for(&self, pod: &Pod) -> Option<&Arc<Profile>> {
