@@ -126,17 +126,17 @@ impl PodWorker {
         }
     }
 
+    /// Records that `spec`'s container started: no longer waiting, and a
+    /// `Started` event.
+    fn started(&mut self, pod: &Pod, spec: &Container) {
+        self.waiting.remove(&spec.name);
+        self.event(pod, Some(&spec.name), EventType::Normal, "Started", format!("Started container {}", spec.name));
+    }
+
     async fn start_created(&mut self, pod: &Pod, spec: &Container, c: &ContainerStatus) {
         match self.shared.runtime.start_container(&c.id).await {
             Ok(()) => {
-                self.waiting.remove(&spec.name);
-                self.event(
-                    pod,
-                    Some(&spec.name),
-                    EventType::Normal,
-                    "Started",
-                    format!("Started container {}", spec.name),
-                );
+                self.started(pod, spec);
                 self.input.kick();
             }
             Err(e) => {
@@ -276,14 +276,7 @@ impl PodWorker {
         self.event(pod, Some(&spec.name), EventType::Normal, "Created", format!("Created container: {}", spec.name));
         match self.shared.runtime.start_container(&id).await {
             Ok(()) => {
-                self.waiting.remove(&spec.name);
-                self.event(
-                    pod,
-                    Some(&spec.name),
-                    EventType::Normal,
-                    "Started",
-                    format!("Started container {}", spec.name),
-                );
+                self.started(pod, spec);
                 if let Some(hook) = spec.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
                     let grace = Self::grace(pod);
                     if let Err(cause) = self.run_hook(hook, spec, &id, pod_ip, grace).await {
