@@ -736,7 +736,8 @@ fn attributes(route: &Route, method: &Method, query: &Query, user: UserInfo, pat
 }
 
 /// The 403 upstream returns, e.g. `pods is forbidden: User "x" cannot list
-/// resource "pods" in API group "" in the namespace "default"`.
+/// resource "pods" in API group "" in the namespace "default"`, followed by
+/// `: <reason>` when the denial has one.
 fn forbidden(attributes: &Attributes, reason: &str) -> ApiError {
     let resource = if attributes.subresource.is_empty() {
         attributes.resource.clone()
@@ -750,14 +751,11 @@ fn forbidden(attributes: &Attributes, reason: &str) -> ApiError {
     };
     let message = if attributes.resource_request {
         format!(
-            "{resource} is forbidden: User {:?} cannot {} resource {resource:?} in API group {:?} {scope}: {reason}",
+            "{resource} is forbidden: User {:?} cannot {} resource {resource:?} in API group {:?} {scope}",
             attributes.user.name, attributes.verb, attributes.api_group
         )
     } else {
-        format!(
-            "forbidden: User {:?} cannot {} path {:?}: {reason}",
-            attributes.user.name, attributes.verb, attributes.path
-        )
+        format!("forbidden: User {:?} cannot {} path {:?}", attributes.user.name, attributes.verb, attributes.path)
     };
-    ApiError::forbidden(message)
+    if reason.is_empty() { ApiError::forbidden(message) } else { ApiError::forbidden(format!("{message}: {reason}")) }
 }
