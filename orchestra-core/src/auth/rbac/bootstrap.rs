@@ -448,8 +448,13 @@ fn collect_rules(roles: &[ClusterRole], role: &ClusterRole, into: &mut Vec<Polic
 /// Creates the default ClusterRoles ([`aggregated_cluster_roles`]) and
 /// ClusterRoleBindings ([`cluster_role_bindings`]) that `store` lacks and
 /// reconciles the others (see the [module](self) documentation), at the
-/// keys `registry` gives them.
-pub(crate) async fn ensure(store: &Arc<dyn Store>, registry: &Registry) -> Result<(), ApiError> {
+/// keys `registry` gives them (nothing if it does not serve RBAC's kinds).
+/// [`ApiServerBuilder::rbac_bootstrap`](crate::server::ApiServerBuilder::rbac_bootstrap)
+/// runs it when the server starts.
+///
+/// # Errors
+/// When the store fails, or holds a default that does not decode.
+pub async fn ensure(store: &Arc<dyn Store>, registry: &Registry) -> Result<(), ApiError> {
     let (Some(roles), Some(bindings)) =
         (registry.get(GROUP, "v1", "clusterroles"), registry.get(GROUP, "v1", "clusterrolebindings"))
     else {
