@@ -12,6 +12,9 @@ mod http;
 #[path = "core/auth.rs"]
 mod auth;
 
+#[path = "core/rbac.rs"]
+mod rbac;
+
 #[path = "core/openapi.rs"]
 mod openapi;
 #[path = "core/patch.rs"]

@@ -132,10 +132,11 @@ impl AuthorizerChain {
         self
     }
 
-    /// The chain's decision: never `NoOpinion`.
+    /// The chain's decision: never `NoOpinion`. Silence is a denial without
+    /// a reason, which the 403 leaves out, as upstream's union authorizer.
     pub async fn authorize(&self, attributes: &Attributes) -> Decision {
         match self.decide(attributes).await {
-            Decision::NoOpinion => Decision::Deny("no authorizer allowed the request".into()),
+            Decision::NoOpinion => Decision::Deny(String::new()),
             decision => decision,
         }
     }

@@ -13,6 +13,7 @@ mod authz;
 mod client_cert;
 mod namespace_lifecycle;
 mod public;
+pub mod rbac;
 pub mod service_account;
 
 pub use admission::{AdmissionChain, AdmissionPlugin, AdmissionRequest, Operation};
@@ -24,3 +25,4 @@ pub use client_cert::{ClientCertAuthenticator, PeerCertificates, user_of as cert
 pub(crate) use namespace_lifecycle::namespace_target;
 pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLister, NamespacePhase};
 pub use public::{AllowAuthenticated, PUBLIC_PATHS, PublicInfoViewer};
+pub use rbac::RbacAuthorizer;

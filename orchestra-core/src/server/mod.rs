@@ -152,6 +152,9 @@ pub struct ApiServerBuilder {
     admission: AdmissionChain,
     kubelet_client: Option<KubeletClient>,
     token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
+    /// The RBAC cache the server keeps, once an authorizer asked for it.
+    rbac: std::sync::OnceLock<Arc<crate::auth::rbac::RbacCache>>,
+    rbac_bootstrap: bool,
     /// The namespaces the server keeps from a watch, which its
     /// [`NamespaceLifecycle`] plugins read.
     namespaces: Arc<namespaces::NamespaceCache>,
@@ -219,6 +222,47 @@ impl ApiServerBuilder {
         })
     }
 
+    /// An [`RbacAuthorizer`](crate::auth::RbacAuthorizer) deciding from this
+    /// server's Roles, ClusterRoles, RoleBindings and ClusterRoleBindings,
+    /// for an authorizer chain of one's own. The server fills its cache from
+    /// the store before it serves and keeps it current from a watch; every
+    /// authorizer this returns shares that cache.
+    ///
+    /// It does not put the authorizer in the chain: see [`rbac`](Self::rbac).
+    pub fn rbac_authorizer(&self) -> crate::auth::RbacAuthorizer {
+        crate::auth::RbacAuthorizer::new(self.rbac.get_or_init(Default::default).clone())
+    }
+
+    /// Whether the server creates upstream's default ClusterRoles and
+    /// ClusterRoleBindings when it starts and reconciles those it finds
+    /// ([`crate::auth::rbac::bootstrap`]; upstream does so whenever RBAC is
+    /// on). Default: no.
+    pub fn rbac_bootstrap(mut self, ensure: bool) -> ApiServerBuilder {
+        self.rbac_bootstrap = ensure;
+        self
+    }
+
+    /// Authorizes with RBAC alone (upstream's `--authorization-mode=RBAC`),
+    /// replacing the authorizer chain, and creates the default roles and
+    /// bindings ([`rbac_bootstrap`](Self::rbac_bootstrap)). Group
+    /// `system:masters` may do anything (`cluster-admin`); others what the
+    /// roles bound to them allow.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
+    /// use std::sync::Arc;
+    /// use orchestra_core::server::ApiServer;
+    /// use orchestra_store::MemStore;
+    ///
+    /// let server = ApiServer::builder(Arc::new(MemStore::new())).rbac().build().await?;
+    /// # let _ = server;
+    /// # Ok(()) }
+    /// ```
+    pub fn rbac(self) -> ApiServerBuilder {
+        let rbac = self.rbac_authorizer();
+        self.authorizer(AuthorizerChain::new().with(rbac)).rbac_bootstrap(true)
+    }
+
     /// Builds the server and makes sure the system namespaces exist.
     pub async fn build(self) -> Result<ApiServer, ApiError> {
         let mut authenticator = self.authenticator;
@@ -238,6 +282,13 @@ impl ApiServerBuilder {
         state.token_signer = self.token_signer;
         let server = ApiServer { state: Arc::new(state) };
         server.bootstrap().await?;
+        let (store, registry) = (&server.state.store, server.state.registry());
+        if self.rbac_bootstrap {
+            crate::auth::rbac::bootstrap::ensure(store, &registry).await?;
+        }
+        if let Some(cache) = self.rbac.get() {
+            crate::auth::rbac::start(cache, store, &registry).await?;
+        }
         Ok(server)
     }
 }
@@ -260,6 +311,8 @@ impl ApiServer {
             admission: AdmissionChain::new(),
             kubelet_client: None,
             token_signer: None,
+            rbac: Default::default(),
+            rbac_bootstrap: false,
             namespaces: Default::default(),
         };
         builder.admission = AdmissionChain::new().with(builder.namespace_lifecycle());
@@ -683,7 +736,8 @@ fn attributes(route: &Route, method: &Method, query: &Query, user: UserInfo, pat
 }
 
 /// The 403 upstream returns, e.g. `pods is forbidden: User "x" cannot list
-/// resource "pods" in API group "" in the namespace "default"`.
+/// resource "pods" in API group "" in the namespace "default"`, followed by
+/// `: <reason>` when the denial has one.
 fn forbidden(attributes: &Attributes, reason: &str) -> ApiError {
     let resource = if attributes.subresource.is_empty() {
         attributes.resource.clone()
@@ -697,14 +751,11 @@ fn forbidden(attributes: &Attributes, reason: &str) -> ApiError {
     };
     let message = if attributes.resource_request {
         format!(
-            "{resource} is forbidden: User {:?} cannot {} resource {resource:?} in API group {:?} {scope}: {reason}",
+            "{resource} is forbidden: User {:?} cannot {} resource {resource:?} in API group {:?} {scope}",
             attributes.user.name, attributes.verb, attributes.api_group
         )
     } else {
-        format!(
-            "forbidden: User {:?} cannot {} path {:?}: {reason}",
-            attributes.user.name, attributes.verb, attributes.path
-        )
+        format!("forbidden: User {:?} cannot {} path {:?}", attributes.user.name, attributes.verb, attributes.path)
     };
-    ApiError::forbidden(message)
+    if reason.is_empty() { ApiError::forbidden(message) } else { ApiError::forbidden(format!("{message}: {reason}")) }
 }
