@@ -9,12 +9,13 @@ use orchestra::testing::Kubectl;
 
 use super::support::terminate;
 
-/// Starts `orchestra apiserver` on a free loopback port and waits for its
-/// `ready` line.
-fn start(data_dir: &Path) -> Child {
+/// Starts `orchestra apiserver` on a free loopback port, with `extra`
+/// arguments, and waits for its `ready` line.
+fn start(data_dir: &Path, extra: &[&str]) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
         .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -32,7 +33,7 @@ fn start(data_dir: &Path) -> Child {
 fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let admin = Kubectl::with_kubeconfig(dir.path().join("admin.kubeconfig"));
-    let server = start(dir.path());
+    let server = start(dir.path(), &[]);
     for file in ["pki/ca.crt", "pki/ca.key", "pki/apiserver.crt", "pki/admin.crt", "admin.kubeconfig", "store"] {
         assert!(dir.path().join(file).exists(), "{file} was created");
     }
@@ -54,9 +55,14 @@ fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     terminate(server);
 
     // Same data directory: same CA (the kubeconfig still works, on a new
-    // port once rewritten) and every object.
+    // port once rewritten) and every object; this time with a static token
+    // file as well.
     let ca_before = std::fs::read_to_string(dir.path().join("pki/ca.crt")).unwrap();
-    let server = start(dir.path());
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "static-secret,alice,u-1,\"dev,ops\"\n").unwrap();
+    let server = start(dir.path(), &["--token-auth-file", tokens.to_str().unwrap()]);
+    assert_eq!(whoami(&admin, "static-secret"), Ok("alice".to_owned()));
+    assert!(whoami(&admin, "not-a-token").unwrap_err().contains("Unauthorized"));
     assert_eq!(std::fs::read_to_string(dir.path().join("pki/ca.crt")).unwrap(), ca_before);
     let (ok, out, err) =
         admin.run(&["-n", "team", "get", "configmap", "settings", "-o", "jsonpath={.data.mode}"]).into_parts();
