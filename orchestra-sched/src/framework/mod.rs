@@ -1,21 +1,21 @@
-//! The scheduling framework: one trait per extension point (each in the
-//! module named after it), status codes, the per-cycle state, cluster events
-//! for queueing, and the handle plugins get at construction.
+//! The scheduling framework: one trait per extension point (each in a file
+//! named after it, imported from here), status codes, the per-cycle state,
+//! cluster events for queueing, and the handle plugins get at construction.
 
-pub mod bind;
-pub mod cycle_state;
-pub mod filter;
-pub mod permit;
-pub mod post_bind;
-pub mod post_filter;
-pub mod pre_bind;
-pub mod pre_enqueue;
-pub mod pre_filter;
-pub mod pre_score;
-pub mod queue_sort;
-pub mod reserve;
-pub mod score;
-pub mod status;
+mod bind;
+mod cycle_state;
+mod filter;
+mod permit;
+mod post_bind;
+mod post_filter;
+mod pre_bind;
+mod pre_enqueue;
+mod pre_filter;
+mod pre_score;
+mod queue_sort;
+mod reserve;
+mod score;
+mod status;
 
 use std::collections::HashMap;
 use std::sync::Arc;
