@@ -37,7 +37,7 @@
 //! local status check per `node_status_update_frequency`, on jittered timers.
 
 pub mod backoff;
-pub mod config;
+pub(crate) mod config;
 mod dispatcher;
 pub mod env;
 mod event_sink;
