@@ -275,11 +275,12 @@ impl Scheduler {
             &le.resource_name,
             &self.shared.identity,
         )
-        .config(ElectionConfig {
-            lease_duration: Duration::from_secs(le.lease_duration_seconds),
-            renew_deadline: Duration::from_secs(le.renew_deadline_seconds),
-            retry_period: Duration::from_secs(le.retry_period_seconds),
-        });
+        .config(
+            ElectionConfig::default()
+                .with_lease_duration(Duration::from_secs(le.lease_duration_seconds))
+                .with_renew_deadline(Duration::from_secs(le.renew_deadline_seconds))
+                .with_retry_period(Duration::from_secs(le.retry_period_seconds)),
+        );
         let outcome: Arc<parking_lot::Mutex<Option<Result<(), Error>>>> = Default::default();
         let (s, result) = (self.clone(), outcome.clone());
         // Told apart from a lost lease: a shutdown ends the run with Ok.
