@@ -826,12 +826,9 @@ async fn sim_scenario(dir: &Path, o: &Options) -> Result<(), String> {
     for n in 1..=o.nodes {
         let name = format!("sim-node-{n}");
         let ip = node_ip(n);
-        let runtime = SimRuntime::new(SimConfig {
-            write_logs: false,
-            host_ip: ip,
-            event_capacity: o.sim_event_capacity,
-            ..SimConfig::default()
-        });
+        let runtime = SimRuntime::new(
+            SimConfig::default().with_write_logs(false).with_host_ip(ip).with_event_capacity(o.sim_event_capacity),
+        );
         let mut config = NodeConfig::new(&name).root_dir(dir.join("nodes").join(&name));
         config.max_pods = o.max_pods;
         config = config.fixed_capacity(8_000, 32 << 30);

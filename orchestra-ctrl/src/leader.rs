@@ -24,7 +24,22 @@ use orchestra_core::api::fence::{HEADER, LeaseFence};
 use tokio::sync::watch;
 
 /// Timing of an election (client-go defaults: 15 s, 10 s, 2 s).
+///
+/// Built from [`Default`] and the `with_*` setters, so that a new setting is
+/// not a breaking change:
+///
+/// ```
+/// use std::time::Duration;
+/// use orchestra_ctrl::leader::ElectionConfig;
+///
+/// let config = ElectionConfig::default()
+///     .with_lease_duration(Duration::from_secs(4))
+///     .with_renew_deadline(Duration::from_secs(3))
+///     .with_retry_period(Duration::from_millis(500));
+/// assert_eq!(config.retry_period, Duration::from_millis(500));
+/// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ElectionConfig {
     /// How long a lease is valid after its last renewal.
     pub lease_duration: Duration,
@@ -41,6 +56,26 @@ impl Default for ElectionConfig {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
         }
+    }
+}
+
+impl ElectionConfig {
+    /// Sets [`lease_duration`](Self::lease_duration).
+    pub fn with_lease_duration(mut self, duration: Duration) -> Self {
+        self.lease_duration = duration;
+        self
+    }
+
+    /// Sets [`renew_deadline`](Self::renew_deadline).
+    pub fn with_renew_deadline(mut self, deadline: Duration) -> Self {
+        self.renew_deadline = deadline;
+        self
+    }
+
+    /// Sets [`retry_period`](Self::retry_period).
+    pub fn with_retry_period(mut self, period: Duration) -> Self {
+        self.retry_period = period;
+        self
     }
 }
 

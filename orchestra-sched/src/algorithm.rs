@@ -100,7 +100,18 @@ pub enum Decision {
 }
 
 /// Options of the algorithm.
+///
+/// Built from [`Default`] and the `with_*` setters, so that a new setting is
+/// not a breaking change:
+///
+/// ```
+/// use orchestra_sched::algorithm::AlgorithmOptions;
+///
+/// let options = AlgorithmOptions::default().with_percentage_of_nodes_to_score(50).with_parallelism(4);
+/// assert_eq!(options.percentage_of_nodes_to_score, Some(50));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AlgorithmOptions {
     /// Scheduler-wide percentage of nodes to score (None: adaptive).
     pub percentage_of_nodes_to_score: Option<i32>,
@@ -111,6 +122,21 @@ pub struct AlgorithmOptions {
 impl Default for AlgorithmOptions {
     fn default() -> Self {
         AlgorithmOptions { percentage_of_nodes_to_score: None, parallelism: 2 }
+    }
+}
+
+impl AlgorithmOptions {
+    /// Sets [`percentage_of_nodes_to_score`](Self::percentage_of_nodes_to_score)
+    /// (`None`: adaptive).
+    pub fn with_percentage_of_nodes_to_score(mut self, percentage: impl Into<Option<i32>>) -> Self {
+        self.percentage_of_nodes_to_score = percentage.into();
+        self
+    }
+
+    /// Sets [`parallelism`](Self::parallelism).
+    pub fn with_parallelism(mut self, parallelism: usize) -> Self {
+        self.parallelism = parallelism;
+        self
     }
 }
 

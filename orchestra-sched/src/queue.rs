@@ -73,7 +73,22 @@ enum Place {
 }
 
 /// Queue timing.
+///
+/// Built from [`Default`] and the `with_*` setters, so that a new setting is
+/// not a breaking change:
+///
+/// ```
+/// use std::time::Duration;
+/// use orchestra_sched::queue::QueueOptions;
+///
+/// let options = QueueOptions::default()
+///     .with_initial_backoff(Duration::from_millis(20))
+///     .with_max_backoff(Duration::from_millis(80))
+///     .with_max_unschedulable(Duration::from_secs(60));
+/// assert_eq!(options.max_backoff, Duration::from_millis(80));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct QueueOptions {
     /// Backoff after the first failure (default 1 s).
     pub initial_backoff: Duration,
@@ -90,6 +105,26 @@ impl Default for QueueOptions {
             max_backoff: Duration::from_secs(10),
             max_unschedulable: Duration::from_secs(300),
         }
+    }
+}
+
+impl QueueOptions {
+    /// Sets [`initial_backoff`](Self::initial_backoff).
+    pub fn with_initial_backoff(mut self, backoff: Duration) -> Self {
+        self.initial_backoff = backoff;
+        self
+    }
+
+    /// Sets [`max_backoff`](Self::max_backoff).
+    pub fn with_max_backoff(mut self, backoff: Duration) -> Self {
+        self.max_backoff = backoff;
+        self
+    }
+
+    /// Sets [`max_unschedulable`](Self::max_unschedulable).
+    pub fn with_max_unschedulable(mut self, duration: Duration) -> Self {
+        self.max_unschedulable = duration;
+        self
     }
 }
 
@@ -473,11 +508,9 @@ mod tests {
     fn queue(interest: HashMap<&'static str, Vec<ClusterEvent>>) -> SchedulingQueue {
         SchedulingQueue::new(
             Arc::new(PrioritySort),
-            QueueOptions {
-                initial_backoff: Duration::from_millis(20),
-                max_backoff: Duration::from_millis(80),
-                ..Default::default()
-            },
+            QueueOptions::default()
+                .with_initial_backoff(Duration::from_millis(20))
+                .with_max_backoff(Duration::from_millis(80)),
             interest,
         )
     }

@@ -66,7 +66,21 @@ impl CompactionPolicy {
 }
 
 /// Settings every backend shares.
+///
+/// Built from [`Default`] and the chained setters, so that a new setting is
+/// not a breaking change:
+///
+/// ```
+/// use std::time::Duration;
+/// use orchestra_store::{CompactionPolicy, StoreOptions};
+///
+/// let options = StoreOptions::default()
+///     .compaction(Some(CompactionPolicy::window(Duration::from_secs(60))))
+///     .expiry_interval(Duration::from_millis(100));
+/// assert_eq!(options.expiry_interval, Duration::from_millis(100));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoreOptions {
     /// Automatic compaction; `None` leaves compaction to explicit
     /// `Store::compact` calls. Default: a 5 minute window.

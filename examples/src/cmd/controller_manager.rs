@@ -72,10 +72,11 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let client = orchestra_core::client::from_kubeconfig(&args.kubeconfig).await?;
     let identity = args.identity.clone().unwrap_or_else(super::default_identity);
     let service_account_tokens = match &args.service_account_private_key_file {
-        Some(key) => Some(TokenConfig {
-            signer: Arc::new(TokenSigner::load_existing(key, DEFAULT_ISSUER)?),
-            root_ca: args.root_ca_file.as_ref().map(std::fs::read_to_string).transpose()?,
-        }),
+        Some(key) => {
+            let mut tokens = TokenConfig::new(Arc::new(TokenSigner::load_existing(key, DEFAULT_ISSUER)?));
+            tokens.root_ca = args.root_ca_file.as_ref().map(std::fs::read_to_string).transpose()?;
+            Some(tokens)
+        }
         None => None,
     };
     let config = config(&args).with_service_account_tokens(service_account_tokens);

@@ -57,7 +57,22 @@ pub const ZONE: &str = "topology.kubernetes.io/zone";
 
 /// Settings; the defaults are upstream's (`kube-controller-manager` flags
 /// named beside each field).
+///
+/// Built from [`Default`] and the `with_*` setters, so that a new setting is
+/// not a breaking change:
+///
+/// ```
+/// use std::time::Duration;
+/// use orchestra_ctrl::controllers::node_lifecycle::Config;
+///
+/// let config = Config::default()
+///     .with_monitor_period(Duration::from_millis(100))
+///     .with_grace_period(Duration::from_secs(1))
+///     .with_zone_qps(100.0);
+/// assert_eq!(config.grace_period, Duration::from_secs(1));
+/// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Config {
     /// How often every node is checked (`--node-monitor-period`, 5 s).
     pub monitor_period: Duration,
@@ -118,6 +133,48 @@ pub fn zone_state(ready: usize, not_ready: usize, unhealthy_threshold: f64) -> Z
 }
 
 impl Config {
+    /// Sets [`monitor_period`](Self::monitor_period).
+    pub fn with_monitor_period(mut self, period: Duration) -> Self {
+        self.monitor_period = period;
+        self
+    }
+
+    /// Sets [`grace_period`](Self::grace_period).
+    pub fn with_grace_period(mut self, period: Duration) -> Self {
+        self.grace_period = period;
+        self
+    }
+
+    /// Sets [`zone_qps`](Self::zone_qps).
+    pub fn with_zone_qps(mut self, qps: f64) -> Self {
+        self.zone_qps = qps;
+        self
+    }
+
+    /// Sets [`secondary_zone_qps`](Self::secondary_zone_qps).
+    pub fn with_secondary_zone_qps(mut self, qps: f64) -> Self {
+        self.secondary_zone_qps = qps;
+        self
+    }
+
+    /// Sets [`unhealthy_zone_threshold`](Self::unhealthy_zone_threshold).
+    pub fn with_unhealthy_zone_threshold(mut self, threshold: f64) -> Self {
+        self.unhealthy_zone_threshold = threshold;
+        self
+    }
+
+    /// Sets [`large_cluster_size_threshold`](Self::large_cluster_size_threshold).
+    pub fn with_large_cluster_size_threshold(mut self, nodes: usize) -> Self {
+        self.large_cluster_size_threshold = nodes;
+        self
+    }
+
+    /// Sets [`default_toleration_seconds`](Self::default_toleration_seconds).
+    pub fn with_default_toleration_seconds(mut self, seconds: i64) -> Self {
+        self.default_toleration_seconds = seconds;
+        self
+    }
+
     /// NoExecute taints per second in a zone of `size` nodes in `state`
     /// (upstream's `setLimiterInZone`: `HealthyQPSFunc` for normal and fully
     /// disrupted zones, `ReducedQPSFunc` for partially disrupted ones).

@@ -29,12 +29,39 @@ pub const ACCOUNT_NAME: &str = "kubernetes.io/service-account.name";
 pub const ACCOUNT_UID: &str = "kubernetes.io/service-account.uid";
 
 /// What the controller signs with and hands out.
+///
+/// Built with [`new`](Self::new) (the signer is required) and the `with_*`
+/// setters, so that a new setting is not a breaking change:
+///
+/// ```
+/// use std::sync::Arc;
+/// use orchestra_core::tokens::TokenSigner;
+/// use orchestra_ctrl::controllers::serviceaccount_token::TokenConfig;
+///
+/// let signer = Arc::new(TokenSigner::generate("https://kubernetes.default.svc").unwrap());
+/// let config = TokenConfig::new(signer).with_root_ca("-----BEGIN CERTIFICATE-----\n");
+/// assert!(config.root_ca.is_some());
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TokenConfig {
     /// The key (the API server's service account signing key).
     pub signer: Arc<TokenSigner>,
     /// The cluster's CA certificate (PEM) for `ca.crt`, if any.
     pub root_ca: Option<String>,
+}
+
+impl TokenConfig {
+    /// Signs with `signer` and hands out no `ca.crt`.
+    pub fn new(signer: Arc<TokenSigner>) -> Self {
+        Self { signer, root_ca: None }
+    }
+
+    /// Sets [`root_ca`](Self::root_ca), the PEM handed out as `ca.crt`.
+    pub fn with_root_ca(mut self, pem: impl Into<String>) -> Self {
+        self.root_ca = Some(pem.into());
+        self
+    }
 }
 
 /// What the reconciler works with.
@@ -237,7 +264,7 @@ mod tests {
     #[test]
     fn filled_secrets_hold_a_legacy_token_of_the_account() {
         let signer = Arc::new(TokenSigner::generate(DEFAULT_ISSUER).unwrap());
-        let config = TokenConfig { signer: signer.clone(), root_ca: Some("PEM".into()) };
+        let config = TokenConfig::new(signer.clone()).with_root_ca("PEM");
         let out = filled(&secret(&[(ACCOUNT_NAME, "robot")], &[]), &account("u-1"), &config);
         let data = out.data.as_ref().unwrap();
         assert_eq!(data["namespace"].0, b"ci");
@@ -258,7 +285,7 @@ mod tests {
     async fn one_reconcile_fills_or_deletes() {
         use crate::testing::FakeCluster;
         let signer = Arc::new(TokenSigner::generate(DEFAULT_ISSUER).unwrap());
-        let config = TokenConfig { signer: signer.clone(), root_ca: Some("PEM".into()) };
+        let config = TokenConfig::new(signer.clone()).with_root_ca("PEM");
         let named = [(ACCOUNT_NAME, "robot")];
         let rows: [(&str, Option<ServiceAccount>, Secret, &[&str]); 4] = [
             ("filled for its account", Some(account("u-1")), secret(&named, &[]), &["update secrets ci/robot-token"]),

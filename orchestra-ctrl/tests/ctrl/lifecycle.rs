@@ -119,13 +119,11 @@ fn pair(key: &str, effect: &str) -> (String, String) {
 }
 
 fn short_config() -> node_lifecycle::Config {
-    node_lifecycle::Config {
-        monitor_period: Duration::from_millis(100),
-        grace_period: Duration::from_secs(2),
-        zone_qps: 100.0,
-        default_toleration_seconds: 300,
-        ..Default::default()
-    }
+    node_lifecycle::Config::default()
+        .with_monitor_period(Duration::from_millis(100))
+        .with_grace_period(Duration::from_secs(2))
+        .with_zone_qps(100.0)
+        .with_default_toleration_seconds(300)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -177,11 +175,7 @@ async fn pods_are_evicted_after_their_toleration_seconds_and_never_if_tolerating
 
     let (stop, rx) = watch::channel(false);
     let factory = SharedInformerFactory::new(client.clone());
-    let config = node_lifecycle::Config {
-        grace_period: Duration::from_secs(30),
-        default_toleration_seconds: 3,
-        ..short_config()
-    };
+    let config = short_config().with_grace_period(Duration::from_secs(30)).with_default_toleration_seconds(3);
     let task = tokio::spawn(NodeLifecycle::new(&factory, config).run(stopped(&rx)));
 
     eventually(Duration::from_secs(5), "dead node tainted NoExecute", || async {
@@ -245,11 +239,7 @@ async fn settle(factory: &SharedInformerFactory, client: &Client) {
 async fn a_partially_disrupted_small_zone_evicts_nothing_while_others_evict() {
     let cluster = TestCluster::start().await;
     let client = cluster.client();
-    let config = node_lifecycle::Config {
-        grace_period: Duration::from_secs(30),
-        default_toleration_seconds: 0,
-        ..short_config()
-    };
+    let config = short_config().with_grace_period(Duration::from_secs(30)).with_default_toleration_seconds(0);
     let (lifecycle, factory) = zones(&client, config).await;
     for _ in 0..3 {
         lifecycle.monitor().await.unwrap();
@@ -274,14 +264,12 @@ async fn a_partially_disrupted_small_zone_evicts_nothing_while_others_evict() {
 async fn a_partially_disrupted_large_zone_taints_at_the_secondary_rate() {
     let cluster = TestCluster::start().await;
     let client = cluster.client();
-    let config = node_lifecycle::Config {
-        grace_period: Duration::from_secs(30),
-        default_toleration_seconds: 0,
+    let config = short_config()
+        .with_grace_period(Duration::from_secs(30))
+        .with_default_toleration_seconds(0)
         // Zone a (4 nodes) counts as large; one token, then one per ~3 hours.
-        large_cluster_size_threshold: 3,
-        secondary_zone_qps: 0.0001,
-        ..short_config()
-    };
+        .with_large_cluster_size_threshold(3)
+        .with_secondary_zone_qps(0.0001);
     let (lifecycle, factory) = zones(&client, config).await;
     for _ in 0..3 {
         lifecycle.monitor().await.unwrap();
@@ -314,11 +302,7 @@ async fn when_every_zone_is_down_nothing_is_evicted_until_a_node_returns() {
         create_pod(&client, &format!("on-{n}"), n, serde_json::json!([])).await;
     }
     let factory = SharedInformerFactory::new(client.clone());
-    let config = node_lifecycle::Config {
-        grace_period: Duration::from_secs(30),
-        default_toleration_seconds: 0,
-        ..short_config()
-    };
+    let config = short_config().with_grace_period(Duration::from_secs(30)).with_default_toleration_seconds(0);
     let lifecycle = NodeLifecycle::new(&factory, config);
     lifecycle.wait_synced().await;
     for _ in 0..3 {

@@ -43,11 +43,10 @@ fn deployment(name: &str) -> Deployment {
 async fn managers_hand_over_behind_one_lease() {
     let cluster = TestCluster::start().await;
     let client = cluster.client();
-    let config = ElectionConfig {
-        lease_duration: Duration::from_secs(2),
-        renew_deadline: Duration::from_millis(1500),
-        retry_period: Duration::from_millis(50),
-    };
+    let config = ElectionConfig::default()
+        .with_lease_duration(Duration::from_secs(2))
+        .with_renew_deadline(Duration::from_millis(1500))
+        .with_retry_period(Duration::from_millis(50));
     let elector = |id: &str| {
         Arc::new(
             LeaderElector::new(client.clone(), "kube-system", "kube-controller-manager", id).config(config.clone()),

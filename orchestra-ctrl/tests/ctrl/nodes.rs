@@ -123,13 +123,11 @@ async fn lost_node_lease_evicts_pods_and_they_come_back_elsewhere() {
     let factory = SharedInformerFactory::new(client.clone());
     let lifecycle = NodeLifecycle::new(
         &factory,
-        node_lifecycle::Config {
-            monitor_period: Duration::from_millis(100),
-            grace_period: Duration::from_secs(2),
-            zone_qps: 100.0,
-            default_toleration_seconds: 1,
-            ..Default::default()
-        },
+        node_lifecycle::Config::default()
+            .with_monitor_period(Duration::from_millis(100))
+            .with_grace_period(Duration::from_secs(2))
+            .with_zone_qps(100.0)
+            .with_default_toleration_seconds(1),
     );
     tasks.push(tokio::spawn(lifecycle.run(stopped(&rx))));
 

@@ -62,11 +62,10 @@ async fn one_informer_per_kind_and_a_closure_reconciler() {
 async fn leader_hand_off_on_release() {
     let cluster = TestCluster::start().await;
     let client = cluster.client();
-    let config = ElectionConfig {
-        lease_duration: Duration::from_secs(2),
-        renew_deadline: Duration::from_millis(1500),
-        retry_period: Duration::from_millis(50),
-    };
+    let config = ElectionConfig::default()
+        .with_lease_duration(Duration::from_secs(2))
+        .with_renew_deadline(Duration::from_millis(1500))
+        .with_retry_period(Duration::from_millis(50));
     let first = Arc::new(LeaderElector::new(client.clone(), "default", "ctrl", "a").config(config.clone()));
     let second = Arc::new(LeaderElector::new(client.clone(), "default", "ctrl", "b").config(config));
     let (stop_a, rx_a) = watch::channel(false);

@@ -33,7 +33,7 @@ async fn token_secrets_are_filled_and_go_with_their_account() {
     let signer = cluster.handle().token_signer().clone();
     let client = cluster.client();
     let (stop, stopped) = watch::channel(false);
-    let config = TokenConfig { signer, root_ca: Some("-----BEGIN CERTIFICATE-----\nCA\n".into()) };
+    let config = TokenConfig::new(signer).with_root_ca("-----BEGIN CERTIFICATE-----\nCA\n");
     let controller =
         tokio::spawn(serviceaccount_token::run(SharedInformerFactory::new(client.clone()), config, async move {
             let mut rx = stopped;

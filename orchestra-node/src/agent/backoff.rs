@@ -10,7 +10,20 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Durations of a [`Backoff`].
+///
+/// Built with [`new`](Self::new) or [`Default`] and the `with_*` setters, so
+/// that a new setting is not a breaking change:
+///
+/// ```
+/// use std::time::Duration;
+/// use orchestra_node::agent::BackoffConfig;
+///
+/// let config = BackoffConfig::new(Duration::from_secs(1), Duration::from_secs(30))
+///     .with_reset_after(Duration::from_secs(120));
+/// assert_eq!(config.reset_after, Duration::from_secs(120));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BackoffConfig {
     /// First delay (10 s).
     pub initial: Duration,
@@ -24,6 +37,24 @@ impl BackoffConfig {
     /// `initial` doubling to `max`, reset after 2 × `max`.
     pub fn new(initial: Duration, max: Duration) -> Self {
         Self { initial, max, reset_after: max * 2 }
+    }
+
+    /// Sets [`initial`](Self::initial).
+    pub fn with_initial(mut self, initial: Duration) -> Self {
+        self.initial = initial;
+        self
+    }
+
+    /// Sets [`max`](Self::max) (leaving [`reset_after`](Self::reset_after) as it is).
+    pub fn with_max(mut self, max: Duration) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// Sets [`reset_after`](Self::reset_after).
+    pub fn with_reset_after(mut self, reset_after: Duration) -> Self {
+        self.reset_after = reset_after;
+        self
     }
 }
 

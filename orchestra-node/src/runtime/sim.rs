@@ -205,7 +205,22 @@ impl SimBehavior {
 }
 
 /// Settings of a [`SimRuntime`].
+///
+/// Built from [`Default`] and the `with_*` setters, so that a new setting is
+/// not a breaking change:
+///
+/// ```
+/// use std::time::Duration;
+/// use orchestra_node::SimConfig;
+///
+/// let config = SimConfig::default()
+///     .with_write_logs(false)
+///     .with_start_latency(Duration::from_millis(5))
+///     .with_known_images(["nginx:1.27".to_string()].into());
+/// assert!(!config.write_logs);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SimConfig {
     /// Default `start_container` latency (0).
     pub start_latency: Duration,
@@ -242,6 +257,62 @@ impl Default for SimConfig {
             event_capacity: 1024,
             host_ip: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         }
+    }
+}
+
+impl SimConfig {
+    /// Sets [`start_latency`](Self::start_latency).
+    pub fn with_start_latency(mut self, latency: Duration) -> Self {
+        self.start_latency = latency;
+        self
+    }
+
+    /// Sets [`pull_latency`](Self::pull_latency).
+    pub fn with_pull_latency(mut self, latency: Duration) -> Self {
+        self.pull_latency = latency;
+        self
+    }
+
+    /// Sets [`known_images`](Self::known_images): only these images exist.
+    pub fn with_known_images(mut self, images: HashSet<String>) -> Self {
+        self.known_images = Some(images);
+        self
+    }
+
+    /// Sets [`missing_image_markers`](Self::missing_image_markers).
+    pub fn with_missing_image_markers(mut self, markers: Vec<String>) -> Self {
+        self.missing_image_markers = markers;
+        self
+    }
+
+    /// Sets [`preloaded_images`](Self::preloaded_images).
+    pub fn with_preloaded_images(mut self, images: Vec<String>) -> Self {
+        self.preloaded_images = images;
+        self
+    }
+
+    /// Sets [`image_size_bytes`](Self::image_size_bytes).
+    pub fn with_image_size_bytes(mut self, bytes: u64) -> Self {
+        self.image_size_bytes = bytes;
+        self
+    }
+
+    /// Sets [`write_logs`](Self::write_logs).
+    pub fn with_write_logs(mut self, on: bool) -> Self {
+        self.write_logs = on;
+        self
+    }
+
+    /// Sets [`event_capacity`](Self::event_capacity).
+    pub fn with_event_capacity(mut self, capacity: usize) -> Self {
+        self.event_capacity = capacity;
+        self
+    }
+
+    /// Sets [`host_ip`](Self::host_ip).
+    pub fn with_host_ip(mut self, ip: IpAddr) -> Self {
+        self.host_ip = ip;
+        self
     }
 }
 
@@ -976,7 +1047,7 @@ mod tests {
 
     #[tokio::test]
     async fn stop_is_graceful_or_forced() {
-        let rt = SimRuntime::new(SimConfig { write_logs: false, ..SimConfig::default() });
+        let rt = SimRuntime::new(SimConfig::default().with_write_logs(false));
         ready(&rt).await;
         let dir = tempfile::tempdir().unwrap();
         let sc = sandbox_config("u2", dir.path());
@@ -1027,7 +1098,7 @@ mod tests {
         cfg.image = "never-pulled".into();
         cfg.envs.clear();
         assert!(matches!(rt.create_container(&sb, &cfg, &sc).await, Err(RuntimeError::CreateFailed(_))));
-        let only = SimRuntime::new(SimConfig { known_images: Some(["a".to_string()].into()), ..Default::default() });
+        let only = SimRuntime::new(SimConfig::default().with_known_images(["a".to_string()].into()));
         assert!(only.pull_image("a").await.is_ok());
         assert!(only.pull_image("b").await.is_err());
     }
@@ -1081,7 +1152,7 @@ mod tests {
 
     #[tokio::test]
     async fn thousands_of_containers_need_no_tasks() {
-        let rt = SimRuntime::new(SimConfig { write_logs: false, ..SimConfig::default() });
+        let rt = SimRuntime::new(SimConfig::default().with_write_logs(false));
         rt.update_runtime_config("10.0.0.0/16").await.unwrap();
         rt.pull_image("busybox").await.unwrap();
         let dir = tempfile::tempdir().unwrap();

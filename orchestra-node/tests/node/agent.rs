@@ -808,8 +808,7 @@ async fn many_agents_many_pods() {
         let mut c = config(&format!("scale-{i}"), root.path(), Some(&format!("10.{}.{}.0/24", 100 + i / 200, i % 200)));
         c.node_status_update_frequency = Duration::from_secs(1);
         c.lease_renew_interval = Duration::from_secs(2);
-        let runtime =
-            orchestra_node::SimRuntime::new(orchestra_node::SimConfig { write_logs: false, ..Default::default() });
+        let runtime = orchestra_node::SimRuntime::new(orchestra_node::SimConfig::default().with_write_logs(false));
         nodes.push(start_shared(&cluster.client, c, runtime, root, Some(shared.clone())));
     }
     for n in &nodes {
@@ -890,8 +889,7 @@ async fn idle_agents_heartbeat_cpu() {
         c.housekeeping_interval = secs("NODE_HOUSEKEEPING_SECS", 10);
         c.lease_renew_interval = secs("NODE_LEASE_SECS", 10);
         c.node_status_update_frequency = secs("NODE_STATUS_SECS", 10);
-        let runtime =
-            orchestra_node::SimRuntime::new(orchestra_node::SimConfig { write_logs: false, ..Default::default() });
+        let runtime = orchestra_node::SimRuntime::new(orchestra_node::SimConfig::default().with_write_logs(false));
         nodes.push(start_shared(&cluster.client, c, runtime, root.clone(), shared.clone()));
     }
     let started = std::time::Instant::now();

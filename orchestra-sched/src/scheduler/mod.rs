@@ -145,11 +145,9 @@ impl SchedulerBuilder {
         }
         let queue = Arc::new(SchedulingQueue::new(
             profiles[0].queue_sort.clone(),
-            QueueOptions {
-                initial_backoff: Duration::from_secs(self.config.pod_initial_backoff_seconds),
-                max_backoff: Duration::from_secs(self.config.pod_max_backoff_seconds),
-                ..Default::default()
-            },
+            QueueOptions::default()
+                .with_initial_backoff(Duration::from_secs(self.config.pod_initial_backoff_seconds))
+                .with_max_backoff(Duration::from_secs(self.config.pod_max_backoff_seconds)),
             interest,
         ));
         let identity = self.identity.unwrap_or_else(|| {
@@ -275,11 +273,12 @@ impl Scheduler {
             &le.resource_name,
             &self.shared.identity,
         )
-        .config(ElectionConfig {
-            lease_duration: Duration::from_secs(le.lease_duration_seconds),
-            renew_deadline: Duration::from_secs(le.renew_deadline_seconds),
-            retry_period: Duration::from_secs(le.retry_period_seconds),
-        });
+        .config(
+            ElectionConfig::default()
+                .with_lease_duration(Duration::from_secs(le.lease_duration_seconds))
+                .with_renew_deadline(Duration::from_secs(le.renew_deadline_seconds))
+                .with_retry_period(Duration::from_secs(le.retry_period_seconds)),
+        );
         let outcome: Arc<parking_lot::Mutex<Option<Result<(), Error>>>> = Default::default();
         let (s, result) = (self.clone(), outcome.clone());
         // Told apart from a lost lease: a shutdown ends the run with Ok.
@@ -324,10 +323,11 @@ impl Scheduler {
                 }
             })
         };
-        let mut alg = Algorithm::new(AlgorithmOptions {
-            percentage_of_nodes_to_score: self.shared.config.percentage_of_nodes_to_score,
-            parallelism: self.shared.config.parallelism,
-        });
+        let mut alg = Algorithm::new(
+            AlgorithmOptions::default()
+                .with_percentage_of_nodes_to_score(self.shared.config.percentage_of_nodes_to_score)
+                .with_parallelism(self.shared.config.parallelism),
+        );
         // Kept across cycles and brought up to date before each.
         let mut snapshot = Snapshot::default();
         let result = loop {

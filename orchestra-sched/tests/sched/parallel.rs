@@ -31,7 +31,9 @@ fn cluster(big: impl Fn(usize) -> bool, tainted: impl Fn(usize) -> bool) -> Snap
 }
 
 fn algorithm(parallelism: usize, percentage: Option<i32>) -> Algorithm {
-    Algorithm::new(AlgorithmOptions { percentage_of_nodes_to_score: percentage, parallelism })
+    Algorithm::new(
+        AlgorithmOptions::default().with_percentage_of_nodes_to_score(percentage).with_parallelism(parallelism),
+    )
 }
 
 #[test]

@@ -61,7 +61,18 @@ const QUEUE_DEPTH: usize = 8192;
 const COMPACTION_CHUNK: usize = 10_000;
 
 /// Where and how a [`RocksStore`] keeps its data.
+///
+/// Built with [`new`](Self::new) (the directory is required) and the chained
+/// setters, so that a new setting is not a breaking change:
+///
+/// ```
+/// use orchestra_store::{RocksOptions, StoreOptions};
+///
+/// let options = RocksOptions::new("/var/lib/orchestra/db").store_options(StoreOptions::default().compaction(None));
+/// assert_eq!(options.store.compaction, None);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RocksOptions {
     /// The RocksDB directory (created if missing).
     pub path: PathBuf,

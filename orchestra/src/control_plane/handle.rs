@@ -119,10 +119,9 @@ impl Running {
         mut config: orchestra_ctrl::controllers::ControllerManagerConfig,
     ) -> orchestra_ctrl::controllers::ControllerManagerConfig {
         if config.service_account_tokens.is_none() {
-            config.service_account_tokens = Some(orchestra_ctrl::controllers::serviceaccount_token::TokenConfig {
-                signer: self.signer.clone(),
-                root_ca: self.pki.as_ref().map(|pki| pki.ca_pem().to_owned()),
-            });
+            let mut tokens = orchestra_ctrl::controllers::serviceaccount_token::TokenConfig::new(self.signer.clone());
+            tokens.root_ca = self.pki.as_ref().map(|pki| pki.ca_pem().to_owned());
+            config.service_account_tokens = Some(tokens);
         }
         config
     }

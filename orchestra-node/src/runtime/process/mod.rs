@@ -100,7 +100,23 @@ const KILL_PATIENCE: Duration = Duration::from_secs(60);
 const LOG_DRAIN: Duration = Duration::from_secs(2);
 
 /// What [`ProcessRuntime::new`] needs.
+///
+/// Built with [`new`](Self::new) (the state directory and the images are
+/// required) and the `with_*` setters, so that a new setting is not a
+/// breaking change:
+///
+/// ```
+/// use orchestra_node::runtime::images::ImageCatalog;
+/// use orchestra_node::runtime::process::ProcessRuntimeConfig;
+///
+/// let config = ProcessRuntimeConfig::new("/var/lib/orchestra/runtime", ImageCatalog::default())
+///     .with_node_name("worker-1")
+///     .with_host_ip("10.0.0.7".parse().unwrap())
+///     .with_cgroups(false);
+/// assert_eq!(config.node_name, "worker-1");
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProcessRuntimeConfig {
     /// Directory of the state file, the containers' working and scratch
     /// directories. One runtime per directory.
@@ -137,6 +153,42 @@ impl ProcessRuntimeConfig {
             cgroup_parent: "orchestra".to_owned(),
             kill_on_drop: true,
         }
+    }
+
+    /// Sets [`node_name`](Self::node_name).
+    pub fn with_node_name(mut self, name: impl Into<String>) -> Self {
+        self.node_name = name.into();
+        self
+    }
+
+    /// Sets [`host_ip`](Self::host_ip).
+    pub fn with_host_ip(mut self, ip: IpAddr) -> Self {
+        self.host_ip = ip;
+        self
+    }
+
+    /// Sets [`mount_namespaces`](Self::mount_namespaces).
+    pub fn with_mount_namespaces(mut self, on: bool) -> Self {
+        self.mount_namespaces = on;
+        self
+    }
+
+    /// Sets [`cgroups`](Self::cgroups).
+    pub fn with_cgroups(mut self, on: bool) -> Self {
+        self.cgroups = on;
+        self
+    }
+
+    /// Sets [`cgroup_parent`](Self::cgroup_parent).
+    pub fn with_cgroup_parent(mut self, name: impl Into<String>) -> Self {
+        self.cgroup_parent = name.into();
+        self
+    }
+
+    /// Sets [`kill_on_drop`](Self::kill_on_drop).
+    pub fn with_kill_on_drop(mut self, on: bool) -> Self {
+        self.kill_on_drop = on;
+        self
     }
 }
 
