@@ -120,7 +120,6 @@ pub fn strip_managed_fields<K: Resource>(object: &mut K) {
 /// dynamic type: a typed [`Kind`], or the [`MetadataObject`] of a resource
 /// known only at run time.
 ///
-///
 /// Code over informers of any object, typed or metadata-only:
 ///
 /// ```
@@ -151,15 +150,14 @@ impl<K> Informable for K where K: Resource + Clone + DeserializeOwned + fmt::Deb
 /// The bound a kind needs to be informed on: an [`Informable`] type whose
 /// resource is known at compile time.
 ///
-///
-/// A helper for any kind, namespaced or cluster-scoped, run here on a
-/// [`FakeCluster`](crate::testing::FakeCluster):
+/// A helper for any kind, namespaced or cluster-scoped, run here against an
+/// in-process API server:
 ///
 /// ```
 /// use k8s_openapi::api::core::v1::{Namespace, Pod};
+/// use orchestra::testing::TestCluster;
 /// use orchestra_ctrl::SharedInformerFactory;
 /// use orchestra_ctrl::informer::{Kind, ScopeAll};
-/// use orchestra_ctrl::testing::FakeCluster;
 ///
 /// /// How many objects of `K` the cluster holds, once the informer has synced.
 /// async fn count<K: Kind>(factory: &SharedInformerFactory) -> usize
@@ -172,9 +170,10 @@ impl<K> Informable for K where K: Resource + Clone + DeserializeOwned + fmt::Deb
 /// }
 ///
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
-/// let fake = FakeCluster::new().await;
-/// assert!(count::<Namespace>(fake.factory()).await > 0, "the system namespaces");
-/// assert_eq!(count::<Pod>(fake.factory()).await, 0);
+/// let cluster = TestCluster::start().await;
+/// let factory = SharedInformerFactory::new(cluster.client());
+/// assert!(count::<Namespace>(&factory).await > 0, "the system namespaces");
+/// assert_eq!(count::<Pod>(&factory).await, 0);
 /// # });
 /// ```
 pub trait Kind: Informable + Resource<DynamicType = ()> {}
@@ -760,13 +759,12 @@ impl Drop for SharedInformerFactory {
 
 /// How to build the all-namespaces `Api` of a kind of some scope.
 ///
-///
 /// ```
 /// use k8s_openapi::api::core::v1::{Node, Pod};
 /// use kube::Api;
 /// use kube::api::ListParams;
+/// use orchestra::testing::TestCluster;
 /// use orchestra_ctrl::informer::{Kind, ScopeAll};
-/// use orchestra_ctrl::testing::FakeCluster;
 ///
 /// /// The all-namespaces `Api` of `K`, whatever its scope.
 /// fn everywhere<K: Kind>(client: kube::Client) -> Api<K>
@@ -777,9 +775,9 @@ impl Drop for SharedInformerFactory {
 /// }
 ///
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
-/// let fake = FakeCluster::new().await;
-/// let nodes: Api<Node> = everywhere(fake.unrecorded());
-/// let pods: Api<Pod> = everywhere(fake.unrecorded());
+/// let cluster = TestCluster::start().await;
+/// let nodes: Api<Node> = everywhere(cluster.client());
+/// let pods: Api<Pod> = everywhere(cluster.client());
 /// assert!(nodes.list(&ListParams::default()).await.unwrap().items.is_empty());
 /// assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty());
 /// # });

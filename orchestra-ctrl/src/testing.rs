@@ -215,7 +215,6 @@ where
 /// Objects to seed a [`FakeCluster`] with, and kinds of the caller's to
 /// serve beside the built-in ones.
 ///
-///
 /// ```
 /// use k8s_openapi::api::core::v1::ConfigMap;
 /// use kube::api::{Api, ObjectMeta, PostParams};

@@ -12,7 +12,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 /// Builds pods for tests.
 ///
-///
 /// ```
 /// use orchestra_sched::testing::{PodBuilder, pod_info};
 ///
@@ -295,7 +294,6 @@ impl PodBuilder {
 
 /// Builds nodes for tests (default allocatable: 110 pods).
 ///
-///
 /// ```
 /// use orchestra_sched::testing::{NodeBuilder, PodBuilder, node_info};
 ///
@@ -396,7 +394,6 @@ pub fn pod_info(pod: Pod) -> crate::node_info::PodInfo {
 
 /// Builds PersistentVolumeClaims for tests (ReadWriteOnce, 1Gi, namespace `default`).
 ///
-///
 /// ```
 /// use orchestra_sched::testing::PvcBuilder;
 ///
@@ -480,7 +477,6 @@ impl PvcBuilder {
 }
 
 /// Builds PersistentVolumes for tests (ReadWriteOnce, 1Gi, Available).
-///
 ///
 /// ```
 /// use orchestra_sched::testing::PvBuilder;

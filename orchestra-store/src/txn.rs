@@ -266,7 +266,6 @@ pub struct TxnResponse {
 /// A map of [`KeyHistory`](crate::backend::KeyHistory) is a view already
 /// (`&BTreeMap<String, KeyHistory>`).
 ///
-///
 /// A view over the latest values a backend caches, counting its reads:
 ///
 /// ```

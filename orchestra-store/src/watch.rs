@@ -83,7 +83,6 @@ pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse>> + Send>>
 /// hub holds one per watch); for a backend that keeps its history in memory,
 /// [`RevisionLog`](crate::backend::RevisionLog) serves the events.
 ///
-///
 /// A log over a [`RevisionLog`](crate::backend::RevisionLog) that refuses the
 /// revisions compaction dropped, as the contract asks (the [`WatchHub`]
 /// example shows a log serving watches):

@@ -41,8 +41,9 @@ pub use status::{Code, Status};
 /// What every plugin is: a name, and the cluster events after which a pod it
 /// rejected may fit (the queue moves such pods back to the active queue).
 ///
-/// A plugin that only a node's labels can change its mind about registers
-/// just those events, so the queue retries its rejected pods only then:
+/// A plugin whose verdict only a node's labels (or a new node) can change
+/// registers just those events, so that the queue retries the pods it
+/// rejected only then:
 ///
 /// ```
 /// use orchestra_sched::framework::{ClusterEvent, EventResource, Plugin, action};

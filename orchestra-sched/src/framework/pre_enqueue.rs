@@ -8,36 +8,40 @@ use super::{Plugin, Status};
 /// add and update of an unscheduled pod; anything but Success keeps the pod
 /// parked (gated) until its next update. Must be cheap and must not block.
 ///
-/// A gate keeping pods out of the active queue while their
-/// `spec.schedulingGates` is not empty (what the built-in
-/// `SchedulingGates` does):
+/// A gate keeping the pods of namespace `batch` out of the active queue
+/// until a quota system labels them admitted (as Kueue does); the label's
+/// arrival is an update, which asks the gate again:
 ///
 /// ```
-/// use k8s_openapi::api::core::v1::{Pod, PodSchedulingGate};
+/// use k8s_openapi::api::core::v1::Pod;
 /// use orchestra_sched::framework::{Plugin, PreEnqueue, Status};
 /// use orchestra_sched::testing::PodBuilder;
 ///
-/// struct Gates;
+/// const ADMITTED: &str = "queue.example.com/admitted";
 ///
-/// impl Plugin for Gates {
+/// struct QuotaGate;
+///
+/// impl Plugin for QuotaGate {
 ///     fn name(&self) -> &'static str {
-///         "Gates"
+///         "QuotaGate"
 ///     }
 /// }
 ///
-/// impl PreEnqueue for Gates {
+/// impl PreEnqueue for QuotaGate {
 ///     fn pre_enqueue(&self, pod: &Pod) -> Status {
-///         match pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()) {
-///             Some(gates) if !gates.is_empty() => Status::unresolvable(format!("waiting for gate {}", gates[0].name)),
-///             _ => Status::success(),
+///         let admitted = pod.metadata.labels.as_ref().and_then(|l| l.get(ADMITTED)).is_some_and(|v| v == "true");
+///         if pod.metadata.namespace.as_deref() != Some("batch") || admitted {
+///             Status::success()
+///         } else {
+///             Status::unresolvable("waiting for quota")
 ///         }
 ///     }
 /// }
 ///
-/// let gate = PodSchedulingGate { name: "quota".into() };
-/// let gated = PodBuilder::new("web").with(|p| p.spec.as_mut().unwrap().scheduling_gates = Some(vec![gate])).build();
-/// assert!(Gates.pre_enqueue(&gated).is_rejected());
-/// assert!(Gates.pre_enqueue(&PodBuilder::new("web").build()).is_success());
+/// let job = PodBuilder::new("train").namespace("batch");
+/// assert!(QuotaGate.pre_enqueue(&job.clone().build()).is_rejected());
+/// assert!(QuotaGate.pre_enqueue(&job.label(ADMITTED, "true").build()).is_success());
+/// assert!(QuotaGate.pre_enqueue(&PodBuilder::new("web").build()).is_success());
 /// ```
 pub trait PreEnqueue: Plugin {
     /// Success lets the pod in.

@@ -106,7 +106,6 @@ pub fn suite_options() -> StoreOptions {
 
 /// Builds [`MemStore`]s with [`suite_options`].
 ///
-///
 /// ```
 /// use orchestra_store::testing::{MemStoreBuilder, StoreBuilder};
 ///
@@ -152,7 +151,6 @@ mod rocks_builder {
 
     /// Builds [`RocksStore`]s with [`suite_options`], each in a temporary
     /// directory of its own that lives as long as the builder.
-    ///
     ///
     /// ```
     /// use orchestra_store::testing::{RocksStoreBuilder, StoreBuilder, Suite};
