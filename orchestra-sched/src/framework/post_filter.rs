@@ -25,8 +25,8 @@ pub struct PostFilterArgs<'a> {
 /// node name means the pod was nominated to that node (the pod is retried;
 /// the next PostFilters are not run); Unschedulable means try the next one.
 ///
-/// A post-filter that never preempts, but says why in the pod's event (the
-/// reasons of the rejecting statuses, counted):
+/// A post-filter that never preempts, and says so, with how many nodes
+/// rejected the pod:
 ///
 /// ```
 /// use async_trait::async_trait;
