@@ -119,11 +119,63 @@ pub fn strip_managed_fields<K: Resource>(object: &mut K) {
 /// The bound an object needs to be cached by an informer, whatever its
 /// dynamic type: a typed [`Kind`], or the [`MetadataObject`] of a resource
 /// known only at run time.
+///
+/// Code over informers of any object, typed or metadata-only:
+///
+/// ```
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::Resource;
+/// use kube::api::ObjectMeta;
+/// use orchestra_ctrl::informer::{Informable, Informer, MetadataObject};
+///
+/// /// The sorted names of what `informer` holds.
+/// fn names<K: Informable>(informer: &Informer<K>) -> Vec<String> {
+///     let mut names: Vec<String> = informer.list().iter().filter_map(|o| o.meta().name.clone()).collect();
+///     names.sort();
+///     names
+/// }
+///
+/// let typed = Informer::<ConfigMap>::new();
+/// for name in ["b", "a"] {
+///     let meta = ObjectMeta { name: Some(name.into()), namespace: Some("default".into()), ..Default::default() };
+///     typed.apply(ConfigMap { metadata: meta, ..Default::default() });
+/// }
+/// assert_eq!(names(&typed), ["a", "b"]);
+/// let untyped = Informer::<MetadataObject>::named("Widget");
+/// assert!(names(&untyped).is_empty());
+/// ```
 pub trait Informable: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {}
 impl<K> Informable for K where K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {}
 
 /// The bound a kind needs to be informed on: an [`Informable`] type whose
 /// resource is known at compile time.
+///
+/// A helper for any kind, namespaced or cluster-scoped, run here against an
+/// in-process API server:
+///
+/// ```
+/// use k8s_openapi::api::core::v1::{Namespace, Pod};
+/// use orchestra::testing::TestCluster;
+/// use orchestra_ctrl::SharedInformerFactory;
+/// use orchestra_ctrl::informer::{Kind, ScopeAll};
+///
+/// /// How many objects of `K` the cluster holds, once the informer has synced.
+/// async fn count<K: Kind>(factory: &SharedInformerFactory) -> usize
+/// where
+///     K::Scope: ScopeAll,
+/// {
+///     let informer = factory.informer::<K>();
+///     informer.wait_synced().await;
+///     informer.len()
+/// }
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let cluster = TestCluster::start().await;
+/// let factory = SharedInformerFactory::new(cluster.client());
+/// assert!(count::<Namespace>(&factory).await > 0, "the system namespaces");
+/// assert_eq!(count::<Pod>(&factory).await, 0);
+/// # });
+/// ```
 pub trait Kind: Informable + Resource<DynamicType = ()> {}
 impl<K> Kind for K where K: Informable + Resource<DynamicType = ()> {}
 
@@ -706,6 +758,30 @@ impl Drop for SharedInformerFactory {
 }
 
 /// How to build the all-namespaces `Api` of a kind of some scope.
+///
+/// ```
+/// use k8s_openapi::api::core::v1::{Node, Pod};
+/// use kube::Api;
+/// use kube::api::ListParams;
+/// use orchestra::testing::TestCluster;
+/// use orchestra_ctrl::informer::{Kind, ScopeAll};
+///
+/// /// The all-namespaces `Api` of `K`, whatever its scope.
+/// fn everywhere<K: Kind>(client: kube::Client) -> Api<K>
+/// where
+///     K::Scope: ScopeAll,
+/// {
+///     K::Scope::api_all(client)
+/// }
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let cluster = TestCluster::start().await;
+/// let nodes: Api<Node> = everywhere(cluster.client());
+/// let pods: Api<Pod> = everywhere(cluster.client());
+/// assert!(nodes.list(&ListParams::default()).await.unwrap().items.is_empty());
+/// assert!(pods.list(&ListParams::default()).await.unwrap().items.is_empty());
+/// # });
+/// ```
 pub trait ScopeAll {
     /// `Api::all` for namespaced and cluster-scoped kinds alike.
     fn api_all<K: Kind<Scope = Self>>(client: Client) -> Api<K>

@@ -214,6 +214,29 @@ where
 
 /// Objects to seed a [`FakeCluster`] with, and kinds of the caller's to
 /// serve beside the built-in ones.
+///
+/// ```
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::api::{Api, ObjectMeta, PostParams};
+/// use orchestra_ctrl::testing::FakeCluster;
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let seeded = ConfigMap {
+///     metadata: ObjectMeta { name: Some("settings".into()), namespace: Some("team-a".into()), ..Default::default() },
+///     data: Some([("mode".to_owned(), "fast".to_owned())].into()),
+///     ..Default::default()
+/// };
+/// let fake = FakeCluster::builder().object(&seeded).build().await;
+/// let got: ConfigMap = fake.get("team-a", "settings").await.unwrap();
+/// assert_eq!(got.metadata.uid.as_deref(), Some("uid-settings"));
+///
+/// // What the code under test does through `fake.client()` is recorded.
+/// let meta = ObjectMeta { name: Some("copy".into()), ..Default::default() };
+/// let copy = ConfigMap { metadata: meta, data: got.data, ..Default::default() };
+/// Api::<ConfigMap>::namespaced(fake.client(), "team-a").create(&PostParams::default(), &copy).await.unwrap();
+/// assert_eq!(fake.writes(), ["create configmaps team-a/copy"]);
+/// # });
+/// ```
 #[derive(Default)]
 pub struct FakeClusterBuilder {
     objects: Vec<Value>,

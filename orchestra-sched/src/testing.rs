@@ -11,6 +11,16 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 /// Builds pods for tests.
+///
+/// ```
+/// use orchestra_sched::testing::{PodBuilder, pod_info};
+///
+/// let pod = PodBuilder::new("web").namespace("shop").cpu("500m").memory("1Gi").label("app", "web").build();
+/// assert_eq!(pod.metadata.namespace.as_deref(), Some("shop"));
+/// let info = pod_info(pod);
+/// assert_eq!(info.requests.milli_cpu, 500);
+/// assert_eq!(info.requests.memory, 1 << 30);
+/// ```
 #[derive(Debug, Clone)]
 pub struct PodBuilder {
     pod: Pod,
@@ -283,6 +293,17 @@ impl PodBuilder {
 }
 
 /// Builds nodes for tests (default allocatable: 110 pods).
+///
+/// ```
+/// use orchestra_sched::testing::{NodeBuilder, PodBuilder, node_info};
+///
+/// let node = NodeBuilder::new("n1").cpu("4").memory("8Gi").taint("dedicated", "db", "NoSchedule").build();
+/// let info = node_info(node, vec![PodBuilder::new("db").cpu("1").build()]);
+/// assert_eq!(info.allocatable.milli_cpu, 4000);
+/// assert_eq!(info.allocatable.allowed_pod_number, 110);
+/// assert_eq!(info.requested.milli_cpu, 1000);
+/// assert_eq!(info.taints.len(), 1);
+/// ```
 #[derive(Debug, Clone)]
 pub struct NodeBuilder {
     node: Node,
@@ -372,6 +393,16 @@ pub fn pod_info(pod: Pod) -> crate::node_info::PodInfo {
 }
 
 /// Builds PersistentVolumeClaims for tests (ReadWriteOnce, 1Gi, namespace `default`).
+///
+/// ```
+/// use orchestra_sched::testing::PvcBuilder;
+///
+/// let claim = PvcBuilder::new("data").class("fast").storage("10Gi").access_modes(&["ReadWriteOncePod"]).build();
+/// let spec = claim.spec.unwrap();
+/// assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+/// assert_eq!(spec.resources.unwrap().requests.unwrap()["storage"].0, "10Gi");
+/// assert_eq!(spec.volume_name, None);
+/// ```
 #[derive(Debug, Clone)]
 pub struct PvcBuilder {
     pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim,
@@ -446,6 +477,14 @@ impl PvcBuilder {
 }
 
 /// Builds PersistentVolumes for tests (ReadWriteOnce, 1Gi, Available).
+///
+/// ```
+/// use orchestra_sched::testing::PvBuilder;
+///
+/// let volume = PvBuilder::new("pv-1").class("fast").capacity("10Gi").node_affinity("zone", &["a"]).build();
+/// assert_eq!(volume.spec.as_ref().unwrap().capacity.as_ref().unwrap()["storage"].0, "10Gi");
+/// assert_eq!(volume.status.unwrap().phase.as_deref(), Some("Available"));
+/// ```
 #[derive(Debug, Clone)]
 pub struct PvBuilder {
     pv: k8s_openapi::api::core::v1::PersistentVolume,

@@ -147,6 +147,38 @@ impl StoreStatus {
 /// built by the provided methods. The trait is object safe: an assembly that
 /// picks its backend at run time holds an `Arc<dyn Store>`. Every backend
 /// passes `testing::Suite` (feature `testing`).
+///
+/// Code written against the trait runs on any backend; here a
+/// compare-and-swap increment, retried on [`Error::Conflict`]:
+///
+/// ```
+/// # async fn demo() -> orchestra_store::Result<()> {
+/// use std::sync::Arc;
+/// use orchestra_store::{Error, MemStore, Store};
+///
+/// async fn increment(store: &dyn Store, key: &str) -> orchestra_store::Result<u64> {
+///     loop {
+///         let Some(kv) = store.get(key).await? else {
+///             match store.create(key, "1".into(), None).await {
+///                 Err(Error::AlreadyExists { .. }) => continue,
+///                 other => return other.map(|_| 1),
+///             }
+///         };
+///         let next = std::str::from_utf8(&kv.value).unwrap().parse::<u64>().unwrap() + 1;
+///         match store.update(key, next.to_string().into(), kv.mod_revision, None).await {
+///             Err(Error::Conflict { .. }) => continue,
+///             other => return other.map(|_| next),
+///         }
+///     }
+/// }
+///
+/// let store: Arc<dyn Store> = Arc::new(MemStore::new());
+/// assert_eq!(increment(&*store, "/counters/a").await?, 1);
+/// assert_eq!(increment(&*store, "/counters/a").await?, 2);
+/// assert_eq!(store.status().await?.revision, 2);
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Reads a key range.

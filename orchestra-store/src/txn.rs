@@ -265,6 +265,36 @@ pub struct TxnResponse {
 ///
 /// A map of [`KeyHistory`](crate::backend::KeyHistory) is a view already
 /// (`&BTreeMap<String, KeyHistory>`).
+///
+/// A view over the latest values a backend caches, counting its reads:
+///
+/// ```
+/// use std::collections::HashMap;
+///
+/// use orchestra_store::backend::{ReadView, execute, now_ms};
+/// use orchestra_store::{Compare, KeyValue, Op, Result, Txn};
+///
+/// #[derive(Default)]
+/// struct Latest {
+///     keys: HashMap<String, KeyValue>,
+///     reads: usize,
+/// }
+///
+/// impl ReadView for Latest {
+///     fn read(&mut self, key: &str) -> Result<Option<KeyValue>> {
+///         self.reads += 1;
+///         Ok(self.keys.get(key).cloned())
+///     }
+/// }
+///
+/// let mut view = Latest::default();
+/// let txn = Txn::new().when([Compare::absent("/a")]).and_then([Op::put("/a", "1")]);
+/// let executed = execute(&txn, 1, now_ms(), &mut view)?;
+/// assert!(executed.response.succeeded);
+/// assert_eq!(executed.events[0].kv.create_revision, 1);
+/// assert!(view.reads > 0);
+/// # Ok::<(), orchestra_store::Error>(())
+/// ```
 pub trait ReadView {
     /// The current value of `key`, `None` if it is absent. An error (a
     /// failed disk read) aborts the transaction.

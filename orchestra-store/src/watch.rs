@@ -82,6 +82,53 @@ pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse>> + Send>>
 /// Implementations are usually a handle to the backend's shared state (the
 /// hub holds one per watch); for a backend that keeps its history in memory,
 /// [`RevisionLog`](crate::backend::RevisionLog) serves the events.
+///
+/// A log over a [`RevisionLog`](crate::backend::RevisionLog) that refuses the
+/// revisions compaction dropped, as the contract asks (the [`WatchHub`]
+/// example shows a log serving watches):
+///
+/// ```
+/// use std::sync::Mutex;
+///
+/// use orchestra_store::backend::{EventLog, RevisionLog};
+/// use orchestra_store::{Error, Event, EventKind, KeyRange, KeyValue, Result, Revision, StoreStatus};
+///
+/// #[derive(Default)]
+/// struct History(Mutex<(RevisionLog, StoreStatus)>);
+///
+/// #[async_trait::async_trait]
+/// impl EventLog for History {
+///     async fn events(&self, range: &KeyRange, from: Revision, to: Revision) -> Result<Vec<Event>> {
+///         let state = self.0.lock().unwrap();
+///         state.1.check_watch_from(from)?;
+///         Ok(state.0.events(range, from, to))
+///     }
+/// }
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let history = History::default();
+/// for revision in 1..=3 {
+///     let kv = KeyValue {
+///         key: format!("/a/{revision}"),
+///         value: "v".into(),
+///         create_revision: revision,
+///         mod_revision: revision,
+///         version: 1,
+///         expires_at_ms: None,
+///     };
+///     let mut state = history.0.lock().unwrap();
+///     state.0.append(revision, vec![Event { kind: EventKind::Put, kv, prev_kv: None }]);
+///     state.1.revision = revision;
+/// }
+/// {
+///     let mut state = history.0.lock().unwrap();
+///     state.0.compact(2);
+///     state.1.compact_revision = 2;
+/// }
+/// assert_eq!(history.events(&KeyRange::prefix("/a/"), 2, 3).await.unwrap().len(), 2);
+/// assert!(matches!(history.events(&KeyRange::prefix("/a/"), 1, 3).await, Err(Error::Compacted { .. })));
+/// # });
+/// ```
 #[async_trait]
 pub trait EventLog: Send + Sync + 'static {
     /// Every event at revisions `from..=to` within `range`, in revision order.

@@ -272,6 +272,35 @@ impl AgentHandle {
 }
 
 /// Builds a [`NodeAgent`].
+///
+/// From [`NodeAgent::builder`]; here against an in-process API server, with
+/// the node's state in a temporary directory:
+///
+/// ```
+/// use std::sync::Arc;
+/// use k8s_openapi::api::core::v1::Node;
+/// use orchestra::testing::TestCluster;
+/// use orchestra_node::agent::{NodeAgent, NodeConfig};
+/// use orchestra_node::runtime::sim::SimRuntime;
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let cluster = TestCluster::start().await;
+/// let root = tempfile::tempdir().unwrap();
+/// let config = NodeConfig::new("worker-1").root_dir(root.path()).pod_cidr("10.244.1.0/24");
+/// let agent = NodeAgent::builder(cluster.client(), Arc::new(SimRuntime::default()), config).build();
+/// let handle = agent.handle();
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// let running = tokio::spawn(agent.run(async move {
+///     let _ = stopped.await;
+/// }));
+///
+/// handle.registered().await;
+/// let nodes: kube::Api<Node> = kube::Api::all(cluster.client());
+/// assert!(nodes.get_opt("worker-1").await.unwrap().is_some());
+/// stop.send(()).unwrap();
+/// running.await.unwrap().unwrap();
+/// # });
+/// ```
 pub struct NodeAgentBuilder {
     client: Client,
     runtime: Arc<dyn RuntimeBackend>,

@@ -299,7 +299,24 @@ pub struct ImageCatalog {
     entries: Arc<BTreeMap<Key, Arc<ImageEntry>>>,
 }
 
-/// Builds an [`ImageCatalog`]: `ImageCatalog::builder().image("orchestra/echo", entry).build()`.
+/// Builds an [`ImageCatalog`]; [`build`](CatalogBuilder::build) checks the
+/// names and entries.
+///
+/// ```
+/// use orchestra_node::runtime::images::{CatalogError, ImageCatalog, ImageEntry};
+///
+/// let catalog = ImageCatalog::builder()
+///     .image("orchestra/echo", ImageEntry::new(["/bin/echo"]).args(["hello"]))
+///     .image("orchestra/sleep:1.0", ImageEntry::new(["/bin/sleep"]).args(["3600"]))
+///     .build()?;
+/// // A tag-less entry answers to every tag; a tagged one to its tag only.
+/// assert_eq!(catalog.resolve("docker.io/orchestra/echo:2.0")?.entry.entrypoint, ["/bin/echo"]);
+/// assert!(catalog.resolve("orchestra/sleep:2.0").is_err());
+///
+/// let empty = ImageCatalog::builder().image("orchestra/none", ImageEntry::new(Vec::<String>::new())).build();
+/// assert!(matches!(empty, Err(CatalogError::EmptyEntrypoint(_))));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct CatalogBuilder {
     images: Vec<(String, ImageEntry)>,

@@ -511,6 +511,41 @@ pub enum ContainerEvent {
 ///
 /// Implementations must be cheap to share (`Arc<dyn RuntimeBackend>`) and
 /// safe to call concurrently for different pods.
+///
+/// The node agent drives a backend through this trait only; here the same
+/// calls run one container on the simulated runtime, [`sim::SimRuntime`].
+/// A complete backend of your own, passing the conformance suite, is
+/// `examples/examples/runtime_backend.rs` in the repository.
+///
+/// ```
+/// # async fn demo() -> orchestra_node::runtime::Result<()> {
+/// use std::time::Duration;
+/// use orchestra_node::runtime::{ContainerState, PodSandboxConfig, PodSandboxMetadata, RuntimeBackend};
+/// use orchestra_node::runtime::sim::{SimRuntime, workloads};
+///
+/// let logs = tempfile::tempdir().unwrap();
+/// let runtime: &dyn RuntimeBackend = &SimRuntime::default();
+/// runtime.update_runtime_config("10.244.1.0/24").await?;
+///
+/// let pod = PodSandboxConfig {
+///     metadata: PodSandboxMetadata { name: "web".into(), namespace: "default".into(), uid: "u1".into(), attempt: 0 },
+///     log_directory: logs.path().join("default_web_u1"),
+///     ..PodSandboxConfig::default()
+/// };
+/// let sandbox = runtime.run_pod_sandbox(&pod).await?;
+/// let container = workloads::long_running();
+/// runtime.pull_image(&container.image).await?;
+/// let id = runtime.create_container(&sandbox, &container, &pod).await?;
+/// runtime.start_container(&id).await?;
+/// assert_eq!(runtime.container_status(&id).await?.state, ContainerState::Running);
+///
+/// runtime.stop_container(&id, Duration::from_secs(1)).await?;
+/// assert_eq!(runtime.container_status(&id).await?.state, ContainerState::Exited);
+/// runtime.stop_pod_sandbox(&sandbox).await?;
+/// runtime.remove_pod_sandbox(&sandbox).await?;
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
 #[async_trait]
 pub trait RuntimeBackend: Send + Sync + 'static {
     /// Name and version of the runtime.

@@ -44,6 +44,39 @@ use crate::runtime::{
 };
 
 /// Decides whether a client may use the node's endpoint.
+///
+/// The server asks once per request, with the subject of the client's
+/// verified certificate; this server maps its paths to `nodes/proxy`, with
+/// `get` for reads (container logs) and `create` for exec. An authorizer
+/// that lets the `system:masters` group do anything and everyone else only
+/// read:
+///
+/// ```
+/// # async fn demo() {
+/// use std::sync::Arc;
+/// use async_trait::async_trait;
+/// use orchestra_core::tls::CertificateSubject;
+/// use orchestra_node::runtime::sim::SimRuntime;
+/// use orchestra_node::server::{NodeAuthorizer, NodeServer};
+///
+/// struct ReadOnlyUnlessAdmin;
+///
+/// #[async_trait]
+/// impl NodeAuthorizer for ReadOnlyUnlessAdmin {
+///     async fn allowed(&self, user: &CertificateSubject, verb: &str, _subresource: &str) -> Result<bool, String> {
+///         Ok(verb == "get" || user.organizations.iter().any(|o| o == "system:masters"))
+///     }
+/// }
+///
+/// let alice = CertificateSubject { common_name: "alice".into(), organizations: vec![] };
+/// assert!(ReadOnlyUnlessAdmin.allowed(&alice, "get", "proxy").await.unwrap());
+/// assert!(!ReadOnlyUnlessAdmin.allowed(&alice, "create", "proxy").await.unwrap());
+///
+/// let server = NodeServer::new(Arc::new(SimRuntime::default()), Arc::new(ReadOnlyUnlessAdmin));
+/// let _routes: axum::Router = server.router();
+/// # }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo());
+/// ```
 #[async_trait]
 pub trait NodeAuthorizer: Send + Sync + 'static {
     /// Whether `user` may `verb` (`get`, `create`) the node's `subresource`

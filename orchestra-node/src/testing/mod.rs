@@ -115,6 +115,38 @@ impl Workloads {
 /// makes stores: every [`build`](RuntimeBuilder::build) returns a fresh
 /// runtime, and [`workloads`](RuntimeBuilder::workloads) says what its
 /// containers do.
+///
+/// The simulated runtime's builder (its containers are configured through
+/// environment variables; [`runtime::sim::workloads`](crate::runtime::sim::workloads)
+/// has them), and one check run on it:
+///
+/// ```
+/// use std::sync::Arc;
+/// use orchestra_node::RuntimeBackend;
+/// use orchestra_node::runtime::sim::{SimRuntime, workloads};
+/// use orchestra_node::testing::{ExitingWorkload, RuntimeBuilder, Suite, Workloads};
+///
+/// struct SimBuilder {
+///     logs: tempfile::TempDir,
+/// }
+///
+/// #[async_trait::async_trait]
+/// impl RuntimeBuilder for SimBuilder {
+///     async fn build(&self) -> Arc<dyn RuntimeBackend> {
+///         Arc::new(SimRuntime::default())
+///     }
+///
+///     fn workloads(&self) -> Workloads {
+///         let exiting = ExitingWorkload { config: workloads::exiting("bye", 3), line: "bye".into(), exit_code: 3 };
+///         Workloads::new(workloads::long_running(), exiting, workloads::UNKNOWN_IMAGE, self.logs.path())
+///     }
+/// }
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let builder = SimBuilder { logs: tempfile::tempdir().unwrap() };
+/// Suite::checks(&builder).container_lifecycle().await;
+/// # });
+/// ```
 #[async_trait::async_trait]
 pub trait RuntimeBuilder: Send + Sync {
     /// Builds a fresh runtime.

@@ -40,6 +40,29 @@ pub use status::{Code, Status};
 
 /// What every plugin is: a name, and the cluster events after which a pod it
 /// rejected may fit (the queue moves such pods back to the active queue).
+///
+/// A plugin whose verdict only a node's labels (or a new node) can change
+/// registers just those events, so that the queue retries the pods it
+/// rejected only then:
+///
+/// ```
+/// use orchestra_sched::framework::{ClusterEvent, EventResource, Plugin, action};
+///
+/// struct GpuNodes;
+///
+/// impl Plugin for GpuNodes {
+///     fn name(&self) -> &'static str {
+///         "GpuNodes"
+///     }
+///     fn events_to_register(&self) -> Vec<ClusterEvent> {
+///         vec![ClusterEvent::new(EventResource::Node, action::ADD | action::UPDATE_NODE_LABEL)]
+///     }
+/// }
+///
+/// let interest = &GpuNodes.events_to_register()[0];
+/// assert!(interest.matches(&ClusterEvent::new(EventResource::Node, action::UPDATE_NODE_LABEL)));
+/// assert!(!interest.matches(&ClusterEvent::new(EventResource::AssignedPod, action::DELETE)));
+/// ```
 pub trait Plugin: Send + Sync {
     /// The plugin's registry name.
     fn name(&self) -> &'static str;

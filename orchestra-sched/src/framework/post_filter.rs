@@ -24,6 +24,30 @@ pub struct PostFilterArgs<'a> {
 /// Called, in order, only when no node passed Filter. Contract: Success with a
 /// node name means the pod was nominated to that node (the pod is retried;
 /// the next PostFilters are not run); Unschedulable means try the next one.
+///
+/// A post-filter that never preempts, and says so, with how many nodes
+/// rejected the pod:
+///
+/// ```
+/// use async_trait::async_trait;
+/// use orchestra_sched::framework::{Plugin, PostFilter, PostFilterArgs, Status};
+///
+/// struct ExplainOnly;
+///
+/// impl Plugin for ExplainOnly {
+///     fn name(&self) -> &'static str {
+///         "ExplainOnly"
+///     }
+/// }
+///
+/// #[async_trait]
+/// impl PostFilter for ExplainOnly {
+///     async fn post_filter(&self, args: PostFilterArgs<'_>) -> (Option<String>, Status) {
+///         let nodes = args.statuses.len();
+///         (None, Status::unschedulable(format!("0/{nodes} nodes are available; preemption is disabled")))
+///     }
+/// }
+/// ```
 #[async_trait::async_trait]
 pub trait PostFilter: Plugin {
     /// Tries to make room for the pod.

@@ -20,6 +20,45 @@ pub struct NodeScore {
 /// Scores one node for a pod. Contract: synchronous, cheap and thread-safe;
 /// after `normalize` every score is in 0..=MAX_NODE_SCORE; the framework
 /// multiplies it by the plugin's weight and sums over plugins.
+///
+/// A score preferring the node with the most unrequested CPU, normalised with
+/// [`default_normalize`]:
+///
+/// ```
+/// use std::sync::Arc;
+/// use orchestra_sched::framework::{CycleState, MAX_NODE_SCORE, NodeScore, Plugin, Score, Status, default_normalize};
+/// use orchestra_sched::node_info::{NodeInfo, PodInfo};
+/// use orchestra_sched::testing::{NodeBuilder, PodBuilder, node_info, pod_info};
+///
+/// struct FreeCpu;
+///
+/// impl Plugin for FreeCpu {
+///     fn name(&self) -> &'static str {
+///         "FreeCpu"
+///     }
+/// }
+///
+/// impl Score for FreeCpu {
+///     fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+///         Ok((node.allocatable.milli_cpu - node.requested.milli_cpu).max(0))
+///     }
+///     fn normalize(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore]) -> Status {
+///         default_normalize(scores, false);
+///         Status::success()
+///     }
+/// }
+///
+/// let (state, pod) = (CycleState::new(), pod_info(PodBuilder::new("web").cpu("500m").build()));
+/// let busy = node_info(NodeBuilder::new("busy").cpu("4").build(), vec![PodBuilder::new("db").cpu("3").build()]);
+/// let idle = node_info(NodeBuilder::new("idle").cpu("4").build(), vec![]);
+/// let mut scores: Vec<NodeScore> = [&busy, &idle]
+///     .iter()
+///     .map(|n| NodeScore { name: Arc::from(n.name()), score: FreeCpu.score(&state, &pod, n).unwrap() })
+///     .collect();
+/// assert!(FreeCpu.normalize(&state, &pod, &mut scores).is_success());
+/// assert_eq!(scores[1].score, MAX_NODE_SCORE);
+/// assert_eq!(scores[0].score, MAX_NODE_SCORE / 4);
+/// ```
 pub trait Score: Plugin {
     /// The raw score of `node`.
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;

@@ -69,6 +69,29 @@ use crate::watch::WatchStream;
 /// [`suite_options`] are store options that do both. The builder owns what the
 /// stores need to outlive (temporary directories, say): drop the stores
 /// before the builder.
+///
+/// A backend's builder, and one check run on a store it built (a
+/// [`MemStore`] stands in for the backend):
+///
+/// ```
+/// use std::sync::Arc;
+/// use async_trait::async_trait;
+/// use orchestra_store::testing::{StoreBuilder, Suite, suite_options};
+/// use orchestra_store::{MemStore, Store};
+///
+/// struct MyBackendBuilder;
+///
+/// #[async_trait]
+/// impl StoreBuilder for MyBackendBuilder {
+///     async fn build(&self) -> Arc<dyn Store> {
+///         Arc::new(MemStore::with_options(suite_options()))
+///     }
+/// }
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// Suite::crud_and_revisions(&MyBackendBuilder.build().await).await;
+/// # });
+/// ```
 #[async_trait]
 pub trait StoreBuilder: Send + Sync {
     /// Builds a fresh, empty store.
@@ -82,6 +105,17 @@ pub fn suite_options() -> StoreOptions {
 }
 
 /// Builds [`MemStore`]s with [`suite_options`].
+///
+/// ```
+/// use orchestra_store::testing::{MemStoreBuilder, StoreBuilder};
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let builder = MemStoreBuilder::new();
+/// let (first, second) = (builder.build().await, builder.build().await);
+/// first.put("/registry/a", "1".into(), None).await.unwrap();
+/// assert!(second.get("/registry/a").await.unwrap().is_none(), "every store starts empty");
+/// # });
+/// ```
 #[derive(Debug, Default)]
 pub struct MemStoreBuilder;
 
@@ -117,6 +151,19 @@ mod rocks_builder {
 
     /// Builds [`RocksStore`]s with [`suite_options`], each in a temporary
     /// directory of its own that lives as long as the builder.
+    ///
+    /// ```
+    /// use orchestra_store::testing::{RocksStoreBuilder, StoreBuilder, Suite};
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let parent = tempfile::tempdir().unwrap();
+    /// let builder = RocksStoreBuilder::in_dir(parent.path());
+    /// let store = builder.build().await;
+    /// Suite::crud_and_revisions(&store).await;
+    /// assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 1);
+    /// drop(store);
+    /// # });
+    /// ```
     #[derive(Debug, Default)]
     pub struct RocksStoreBuilder {
         /// Where the temporary directories go; the system's default if `None`.

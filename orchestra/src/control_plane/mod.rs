@@ -167,6 +167,23 @@ enum Authorization {
 }
 
 /// Builds and starts a control plane; see [`ControlPlane`].
+///
+/// Every setting has a default; [`start`](ControlPlaneBuilder::start)
+/// returns once the nodes have registered:
+///
+/// ```
+/// use orchestra::prelude::*;
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let cluster = ControlPlane::builder().nodes(1, NodeRuntime::simulated()).start().await?;
+/// let nodes: Api<Node> = Api::all(cluster.client());
+/// let registered = nodes.list(&ListParams::default()).await?;
+/// assert_eq!(registered.items.len(), 1);
+/// assert_eq!(cluster.nodes().len(), 1);
+/// cluster.shutdown().await?;
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
 #[must_use = "a builder does nothing until start() is awaited"]
 pub struct ControlPlaneBuilder {
     store: Option<Arc<dyn Store>>,
