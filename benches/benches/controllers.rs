@@ -20,7 +20,7 @@ use kube::api::{Api, PostParams};
 use orchestra_benches::args::Args;
 use orchestra_benches::sys::rss_mb;
 use orchestra_core::server::ApiServer;
-use orchestra_ctrl::SharedInformerFactory;
+use orchestra_ctrl::informer::SharedInformerFactory;
 use orchestra_ctrl::workqueue::{RateLimit, WorkQueue};
 use orchestra_store::MemStore;
 use prometheus_client::encoding::text::encode;

@@ -30,12 +30,13 @@ use orchestra_benches::sys;
 use orchestra_core::server::ApiServer;
 use orchestra_sched::algorithm::{Algorithm, AlgorithmOptions, Decision};
 use orchestra_sched::cache::Cache;
+use orchestra_sched::config::SchedulerConfiguration;
 use orchestra_sched::framework::CycleState;
 use orchestra_sched::node_info::PodInfo;
 use orchestra_sched::profile::Profile;
+use orchestra_sched::scheduler::SchedulerBuilder;
 use orchestra_sched::snapshot::Snapshot;
 use orchestra_sched::testing::{NodeBuilder, PodBuilder};
-use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
 use orchestra_store::{MemStore, RocksStore, Store};
 
 const USAGE: &str = "\

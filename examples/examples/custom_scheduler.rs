@@ -18,13 +18,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use orchestra_core::server::ApiServer;
+use orchestra_sched::config::{ProfileConfig, SchedulerConfiguration};
 use orchestra_sched::framework::{
     ClusterEvent, CycleState, EventResource, Filter, Handle, MAX_NODE_SCORE, Plugin, Score, Status, action,
 };
 use orchestra_sched::node_info::{NodeInfo, PodInfo};
-use orchestra_sched::{
-    NoArgs, PluginError, PluginSet, ProfileConfig, Registry, SchedulerBuilder, SchedulerConfiguration,
-};
+use orchestra_sched::registry::{NoArgs, PluginError, PluginSet, Registry};
+use orchestra_sched::scheduler::SchedulerBuilder;
 use orchestra_store::MemStore;
 
 /// The profile the plugins are added to: the default one.

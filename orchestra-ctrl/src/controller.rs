@@ -27,7 +27,9 @@ type Feeder = Box<dyn FnOnce(Arc<WorkQueue<ObjectKey>>) -> tokio::task::JoinHand
 /// use std::time::Duration;
 ///
 /// use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-/// use orchestra_ctrl::{Action, Controller, ObjectKey, SharedInformerFactory};
+/// use orchestra_ctrl::Action;
+/// use orchestra_ctrl::controller::Controller;
+/// use orchestra_ctrl::informer::{ObjectKey, SharedInformerFactory};
 ///
 /// #[derive(Debug, thiserror::Error)]
 /// #[error("not ready yet")]

@@ -156,7 +156,7 @@ impl<K> Informable for K where K: Resource + Clone + DeserializeOwned + fmt::Deb
 /// ```
 /// use k8s_openapi::api::core::v1::{Namespace, Pod};
 /// use orchestra::testing::TestCluster;
-/// use orchestra_ctrl::SharedInformerFactory;
+/// use orchestra_ctrl::informer::SharedInformerFactory;
 /// use orchestra_ctrl::informer::{Kind, ScopeAll};
 ///
 /// /// How many objects of `K` the cluster holds, once the informer has synced.

@@ -12,11 +12,11 @@
 //!   `Arc` caches with indexers, relist on 410 Gone, bookmarks).
 //! - [`workqueue`]: de-duplicating queue with per-key backoff, a global rate
 //!   limit, delayed requeue and Prometheus metrics.
-//! - [`reconciler`]: the [`Reconciler`] extension point (with its own error
+//! - [`Reconciler`]: the extension point (with its own error
 //!   type and a hook for deletions), [`Action`] and the [`ErrorPolicy`].
-//! - [`controller`]: the [`Controller`] builder (`for_`, `owns`, `watches`,
+//! - [`controller`]: the [`Controller`](controller::Controller) builder (`for_`, `owns`, `watches`,
 //!   `error_policy`).
-//! - [`finalizer`](mod@finalizer): [`finalizer()`], cleanup before an object is gone.
+//! - [`finalizer`](mod@finalizer): [`finalizer()`](finalizer::finalizer), cleanup before an object is gone.
 //! - [`leader`]: leader election on Leases with a fencing token.
 //! - [`manager`]: several controllers behind one election.
 //! - [`events`]: an `events.k8s.io/v1` recorder aggregating repeats.
@@ -32,14 +32,11 @@ pub mod finalizer;
 pub mod informer;
 pub mod leader;
 pub mod manager;
-pub mod reconciler;
+mod reconciler;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod workqueue;
 
-pub use controller::Controller;
-pub use finalizer::finalizer;
-pub use informer::{Informer, ObjectKey, SharedInformerFactory};
 pub use reconciler::{Action, Backoff, ErrorPolicy, Reconciler};
 
 /// Faults of the built-in controllers' reconciles (normal outcomes are

@@ -9,7 +9,7 @@
 //! the reconciler's state and error type, and its failures go through the
 //! same error policy. It is best-effort: an object deleted while no
 //! controller watched is not reported. Cleanup that must happen before an
-//! object is gone belongs in a finalizer ([`crate::finalizer()`]).
+//! object is gone belongs in a finalizer ([`crate::finalizer::finalizer()`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -126,7 +126,9 @@ where
 /// use std::time::Duration;
 ///
 /// use k8s_openapi::api::core::v1::ConfigMap;
-/// use orchestra_ctrl::{Action, Controller, ErrorPolicy, SharedInformerFactory};
+/// use orchestra_ctrl::{Action, ErrorPolicy};
+/// use orchestra_ctrl::controller::Controller;
+/// use orchestra_ctrl::informer::SharedInformerFactory;
 ///
 /// #[derive(Debug, thiserror::Error)]
 /// enum Error {

@@ -152,7 +152,7 @@ impl ProfileConfig {
 ///
 /// ```
 /// use orchestra_sched::config::LeaderElectionConfig;
-/// use orchestra_sched::{ProfileConfig, SchedulerConfiguration};
+/// use orchestra_sched::config::{ProfileConfig, SchedulerConfiguration};
 ///
 /// let config = SchedulerConfiguration::default()
 ///     .with_parallelism(4)

@@ -2,7 +2,7 @@
 //!
 //! A Kubernetes-compatible scheduler as a library: the scheduling framework
 //! (one trait per extension point in [`framework`], status codes, cycle
-//! state), a [`Registry`] of plugins by name, profiles
+//! state), a [`Registry`](registry::Registry) of plugins by name, profiles
 //! built from configuration ([`config`], YAML/JSON or code), the scheduling
 //! [`queue`] (active, backoff, unschedulable with cluster-event hints), the
 //! [`cache`] of node infos with assumed and nominated pods and per-cycle
@@ -11,7 +11,7 @@
 //! decision [`algorithm`] (percentageOfNodesToScore, parallel filter and
 //! score), the built-in [`plugins`] (filters, scores, DefaultPreemption,
 //! DefaultBinder), the [`listers`] of volumes, claims, classes and
-//! disruption budgets, and the [`Scheduler`] that watches
+//! disruption budgets, and the [`Scheduler`](scheduler::Scheduler) that watches
 //! nodes and pods through the API and binds through `pods/binding`, behind
 //! the controller runtime's leader election (`orchestra_ctrl::leader`) when
 //! configured.
@@ -43,7 +43,3 @@ pub mod resource;
 pub mod scheduler;
 pub mod snapshot;
 pub mod testing;
-
-pub use config::{ProfileConfig, SchedulerConfiguration};
-pub use registry::{NoArgs, PluginError, PluginSet, Registry};
-pub use scheduler::{Scheduler, SchedulerBuilder};

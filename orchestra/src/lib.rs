@@ -11,7 +11,7 @@
 //! | [`ctrl`] | `orchestra-ctrl` | `ctrl` | informers, work queue, `Reconciler`, `Controller`, the built-in controllers |
 //! | [`sched`] | `orchestra-sched` | `sched` | the scheduling framework, its plugins, the `Scheduler` |
 //! | [`node`] | `orchestra-node` | `node` | the node agent, `RuntimeBackend` and its runtimes |
-//! | [`ControlPlane`] | this crate | `server` | store, API server, scheduler, controllers and nodes started in one call |
+//! | [`ControlPlane`](control_plane::ControlPlane) | this crate | `server` | store, API server, scheduler, controllers and nodes started in one call |
 //! | [`testing`] | this crate | `testing` | [`TestCluster`](testing::TestCluster), the crates' fakes and conformance suites |
 //!
 //! The architecture (which crate may depend on which, the one rule that only
@@ -48,8 +48,6 @@ pub use kube;
 
 #[cfg(feature = "server")]
 pub mod control_plane;
-#[cfg(feature = "server")]
-pub use control_plane::{ControlPlane, ControlPlaneBuilder, ControlPlaneError, ControlPlaneHandle};
 
 #[cfg(feature = "testing")]
 pub mod testing;

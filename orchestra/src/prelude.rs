@@ -18,14 +18,17 @@ pub use orchestra_core::server::ApiServer;
 #[cfg(feature = "store")]
 pub use orchestra_store::{MemStore, Store};
 
+pub use orchestra_ctrl::controller::Controller;
+pub use orchestra_ctrl::informer::SharedInformerFactory;
 #[cfg(feature = "ctrl")]
-pub use orchestra_ctrl::{Action, Controller, Reconciler, SharedInformerFactory};
+pub use orchestra_ctrl::{Action, Reconciler};
 
+pub use orchestra_sched::config::SchedulerConfiguration;
 #[cfg(feature = "sched")]
-pub use orchestra_sched::{Registry, SchedulerConfiguration};
+pub use orchestra_sched::registry::Registry;
 
 #[cfg(feature = "node")]
-pub use orchestra_node::RuntimeBackend;
+pub use orchestra_node::runtime::RuntimeBackend;
 
 #[cfg(feature = "testing")]
 pub use crate::testing::TestCluster;

@@ -86,7 +86,7 @@ impl TestCluster {
     /// # }
     /// ```
     pub fn builder() -> ControlPlaneBuilder {
-        let builder = crate::ControlPlane::builder()
+        let builder = crate::control_plane::ControlPlane::builder()
             .server_options(ServerOptions::default().with_bookmark_interval(Duration::from_millis(200)));
         #[cfg(feature = "sched")]
         let builder = builder.without_scheduler();

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use orchestra_core::tokens::{DEFAULT_ISSUER, TokenSigner};
-use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::serviceaccount_token::TokenConfig;
 use orchestra_ctrl::controllers::{self, ControllerManagerConfig};
+use orchestra_ctrl::informer::SharedInformerFactory;
 use orchestra_ctrl::leader::LeaderElector;
 
 /// Options of `orchestra controller-manager`.

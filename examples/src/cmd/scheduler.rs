@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
+use orchestra_sched::config::SchedulerConfiguration;
+use orchestra_sched::scheduler::SchedulerBuilder;
 
 /// Options of `orchestra scheduler`.
 #[derive(clap::Args)]

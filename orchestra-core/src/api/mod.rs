@@ -26,8 +26,6 @@ mod triple;
 pub mod validation;
 
 pub use error::{ApiError, ErrorTarget, FieldError};
-pub use openapi::OpenApi;
 pub use registry::{EVENT_TTL, Registry};
 pub use resource::{DecodeCheck, KindSchema, RESOURCE_VERBS, ResourceInfo, Scope, SubresourceInfo};
-pub use schema::SchemaView;
 pub use selector::{FieldSelector, LabelSelector, SelectorError, selector_is_empty, selector_matches};

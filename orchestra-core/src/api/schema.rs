@@ -9,7 +9,7 @@
 //! objects with it the same way field validation does.
 //!
 //! ```
-//! use orchestra_core::api::SchemaView;
+//! use orchestra_core::api::schema::SchemaView;
 //! use serde_json::json;
 //!
 //! let defs = json!({

@@ -15,7 +15,8 @@
 //! field rather than a walk of the OpenAPI document.
 //!
 //! ```
-//! use orchestra_core::api::{SchemaView, strict};
+//! use orchestra_core::api::strict;
+//! use orchestra_core::api::schema::SchemaView;
 //! use serde_json::json;
 //!
 //! let defs = json!({"Pod": {"type": "object", "properties": {"name": {"type": "string"}}}});

@@ -25,4 +25,3 @@ pub use client_cert::{ClientCertAuthenticator, PeerCertificates, user_of as cert
 pub(crate) use namespace_lifecycle::namespace_target;
 pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLister, NamespacePhase};
 pub use public::{AllowAuthenticated, PUBLIC_PATHS, PublicInfoViewer};
-pub use rbac::RbacAuthorizer;

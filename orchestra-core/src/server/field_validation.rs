@@ -8,7 +8,7 @@
 //! kind's schema from the OpenAPI documents: a create or update body is
 //! decoded by the check itself ([`crate::api::strict`], on the kind's
 //! compiled schema) and the handler takes that object; a patch is checked
-//! with [`crate::api::SchemaView`].
+//! with [`crate::api::schema::SchemaView`].
 
 use std::sync::Arc;
 
@@ -20,8 +20,9 @@ use serde_json::Value;
 use super::body;
 use super::openapi::OpenApiCache;
 use super::route::Query;
+use crate::api::schema::SchemaView;
 use crate::api::strict::{self, Decoded, StrictSchema};
-use crate::api::{ApiError, ErrorTarget, FieldError, Registry, ResourceInfo, SchemaView};
+use crate::api::{ApiError, ErrorTarget, FieldError, Registry, ResourceInfo};
 
 /// What the client asked for with `fieldValidation`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

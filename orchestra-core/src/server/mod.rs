@@ -222,15 +222,15 @@ impl ApiServerBuilder {
         })
     }
 
-    /// An [`RbacAuthorizer`](crate::auth::RbacAuthorizer) deciding from this
+    /// An [`RbacAuthorizer`](crate::auth::rbac::RbacAuthorizer) deciding from this
     /// server's Roles, ClusterRoles, RoleBindings and ClusterRoleBindings,
     /// for an authorizer chain of one's own. The server fills its cache from
     /// the store before it serves and keeps it current from a watch; every
     /// authorizer this returns shares that cache.
     ///
     /// It does not put the authorizer in the chain: see [`rbac`](Self::rbac).
-    pub fn rbac_authorizer(&self) -> crate::auth::RbacAuthorizer {
-        crate::auth::RbacAuthorizer::new(self.rbac.get_or_init(Default::default).clone())
+    pub fn rbac_authorizer(&self) -> crate::auth::rbac::RbacAuthorizer {
+        crate::auth::rbac::RbacAuthorizer::new(self.rbac.get_or_init(Default::default).clone())
     }
 
     /// Whether the server creates upstream's default ClusterRoles and

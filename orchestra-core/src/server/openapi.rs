@@ -13,7 +13,8 @@ use bytes::Bytes;
 
 use super::body;
 use super::discovery::KUBERNETES_VERSION;
-use crate::api::{ApiError, OpenApi, Registry};
+use crate::api::openapi::OpenApi;
+use crate::api::{ApiError, Registry};
 
 /// The documents of the current registry, rebuilt when the registry changes.
 #[derive(Default)]

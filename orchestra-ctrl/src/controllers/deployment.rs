@@ -25,10 +25,11 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 use super::util::{can_adopt, controller_of, ignore_not_found, owner_reference, template_hash, workload_selects};
+use crate::controller::Controller;
 use crate::events::{EventType, Recorder, reference};
 use crate::informer::{Informer, ObjectKey, SharedInformerFactory};
 use crate::workqueue::{RateLimit, WorkQueue};
-use crate::{Action, Controller, Error};
+use crate::{Action, Error};
 
 /// Name of the controller.
 pub const NAME: &str = "deployment-controller";

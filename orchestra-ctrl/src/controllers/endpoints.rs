@@ -19,8 +19,9 @@ use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 
 use super::util::{is_ready, owner_reference, workload_selects};
+use crate::controller::Controller;
 use crate::informer::{Informer, ObjectKey, SharedInformerFactory};
-use crate::{Action, Controller, Error};
+use crate::{Action, Error};
 
 /// Name of the controller.
 pub const NAME: &str = "endpoint-controller";

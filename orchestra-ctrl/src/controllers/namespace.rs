@@ -17,8 +17,9 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Pos
 use kube::{Api, Client};
 
 use super::discovery::deletable;
+use crate::controller::Controller;
 use crate::informer::SharedInformerFactory;
-use crate::{Action, Controller, Error};
+use crate::{Action, Error};
 
 /// Name of the controller.
 pub const NAME: &str = "namespace-controller";

@@ -20,9 +20,10 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 
+use crate::controller::Controller;
 use crate::events::{EventType, Recorder, reference};
 use crate::informer::{Event, Informer, ObjectKey, SharedInformerFactory};
-use crate::{Action, Controller, Error};
+use crate::{Action, Error};
 
 /// Name of the controller.
 pub const NAME: &str = "node-ipam-controller";

@@ -19,10 +19,11 @@ use parking_lot::Mutex;
 use super::util::{
     can_adopt, controller_of, ignore_not_found, is_active, is_available, is_ready, owner_reference, workload_selects,
 };
+use crate::controller::Controller;
 use crate::events::{EventType, Recorder};
 use crate::informer::{Event, Informer, Kind, ObjectKey, SharedInformerFactory};
 use crate::workqueue::{RateLimit, WorkQueue};
-use crate::{Action, Controller, Error};
+use crate::{Action, Error};
 
 /// Name of the controller.
 pub const NAME: &str = "replicaset-controller";

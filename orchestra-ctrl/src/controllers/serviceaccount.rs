@@ -9,8 +9,9 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
+use crate::controller::Controller;
 use crate::informer::{Informer, ObjectKey, SharedInformerFactory};
-use crate::{Action, Controller, Error};
+use crate::{Action, Error};
 
 /// Name of the controller.
 pub const NAME: &str = "serviceaccount-controller";

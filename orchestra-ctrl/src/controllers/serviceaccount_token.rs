@@ -16,8 +16,9 @@ use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use orchestra_core::tokens::TokenSigner;
 
+use crate::controller::Controller;
 use crate::informer::{Informer, ObjectKey, SharedInformerFactory};
-use crate::{Action, Controller, Error};
+use crate::{Action, Error};
 
 /// Name of the controller.
 pub const NAME: &str = "serviceaccount-token-controller";

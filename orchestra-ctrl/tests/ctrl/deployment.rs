@@ -7,8 +7,8 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::util::is_ready;
+use orchestra_ctrl::informer::SharedInformerFactory;
 
 use super::support::{self, eventually};
 

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use orchestra::testing::TestCluster;
-use orchestra_ctrl::Informer;
+use orchestra_ctrl::informer::Informer;
 use orchestra_ctrl::informer::{Event, name_of};
 use orchestra_store::{MemStore, Store};
 use parking_lot::Mutex;

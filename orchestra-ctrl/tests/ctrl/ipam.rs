@@ -9,8 +9,8 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use orchestra::testing::TestCluster;
-use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::node_ipam::{self, CIDR_NOT_AVAILABLE};
+use orchestra_ctrl::informer::SharedInformerFactory;
 use tokio::sync::watch;
 
 use super::support::eventually;

@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use orchestra::testing::TestCluster;
-use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::node_lifecycle::{self, NOT_READY, NodeLifecycle, UNREACHABLE, ZoneState};
 use orchestra_ctrl::informer::ObjectKey;
+use orchestra_ctrl::informer::SharedInformerFactory;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 

@@ -8,13 +8,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use orchestra::testing::TestCluster;
-use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::events::{EventType, Recorder, reference};
-use orchestra_ctrl::leader::{ElectionConfig, LeaderElector};
+use orchestra_ctrl::informer::SharedInformerFactory;
+use orchestra_ctrl::leader::LeaderElector;
 use orchestra_ctrl::manager::ControllerManager;
 use tokio::sync::watch;
 
-use super::support::eventually;
+use super::support::{eventually, fast_election};
 
 fn manager(client: kube::Client) -> ControllerManager {
     ControllerManager::new(SharedInformerFactory::new(client))
@@ -43,10 +43,7 @@ fn deployment(name: &str) -> Deployment {
 async fn managers_hand_over_behind_one_lease() {
     let cluster = TestCluster::start().await;
     let client = cluster.client();
-    let config = ElectionConfig::default()
-        .with_lease_duration(Duration::from_secs(2))
-        .with_renew_deadline(Duration::from_millis(1500))
-        .with_retry_period(Duration::from_millis(50));
+    let config = fast_election();
     let elector = |id: &str| {
         Arc::new(
             LeaderElector::new(client.clone(), "kube-system", "kube-controller-manager", id).config(config.clone()),

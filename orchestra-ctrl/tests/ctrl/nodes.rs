@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{Endpoints, Namespace, Node, Pod, Service, Servi
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::node_lifecycle::{self, NodeLifecycle, UNREACHABLE};
+use orchestra_ctrl::informer::SharedInformerFactory;
 use tokio::sync::watch;
 
 use super::support::{self, eventually};

@@ -7,11 +7,13 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 use orchestra::testing::TestCluster;
-use orchestra_ctrl::leader::{ElectionConfig, LeaderElector};
-use orchestra_ctrl::{Action, Controller, SharedInformerFactory};
+use orchestra_ctrl::Action;
+use orchestra_ctrl::controller::Controller;
+use orchestra_ctrl::informer::SharedInformerFactory;
+use orchestra_ctrl::leader::LeaderElector;
 use tokio::sync::watch;
 
-use super::support::eventually;
+use super::support::{eventually, fast_election};
 
 fn config_map(name: &str) -> ConfigMap {
     ConfigMap {
@@ -62,10 +64,7 @@ async fn one_informer_per_kind_and_a_closure_reconciler() {
 async fn leader_hand_off_on_release() {
     let cluster = TestCluster::start().await;
     let client = cluster.client();
-    let config = ElectionConfig::default()
-        .with_lease_duration(Duration::from_secs(2))
-        .with_renew_deadline(Duration::from_millis(1500))
-        .with_retry_period(Duration::from_millis(50));
+    let config = fast_election();
     let first = Arc::new(LeaderElector::new(client.clone(), "default", "ctrl", "a").config(config.clone()));
     let second = Arc::new(LeaderElector::new(client.clone(), "default", "ctrl", "b").config(config));
     let (stop_a, rx_a) = watch::channel(false);

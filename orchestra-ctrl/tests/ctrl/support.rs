@@ -6,9 +6,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use orchestra::testing::TestCluster;
-use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::ControllerManagerConfig;
 use orchestra_ctrl::informer::Event;
+use orchestra_ctrl::informer::SharedInformerFactory;
+use orchestra_ctrl::leader::ElectionConfig;
 
 /// A running test cluster; everything stops when it is dropped.
 pub struct Cluster {
@@ -117,4 +118,13 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A leader election that hands over within a few seconds: a 2 s lease,
+/// renewed within 1.5 s, retried every 50 ms.
+pub fn fast_election() -> ElectionConfig {
+    ElectionConfig::default()
+        .with_lease_duration(Duration::from_secs(2))
+        .with_renew_deadline(Duration::from_millis(1500))
+        .with_retry_period(Duration::from_millis(50))
 }

@@ -9,8 +9,8 @@ use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use orchestra::testing::TestCluster;
-use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::serviceaccount_token::{self, ACCOUNT_NAME, ACCOUNT_UID, SECRET_TYPE, TokenConfig};
+use orchestra_ctrl::informer::SharedInformerFactory;
 use tokio::sync::watch;
 
 use super::support::eventually;

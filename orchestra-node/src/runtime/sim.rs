@@ -211,7 +211,7 @@ impl SimBehavior {
 ///
 /// ```
 /// use std::time::Duration;
-/// use orchestra_node::SimConfig;
+/// use orchestra_node::runtime::sim::SimConfig;
 ///
 /// let config = SimConfig::default()
 ///     .with_write_logs(false)

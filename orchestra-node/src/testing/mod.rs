@@ -122,7 +122,7 @@ impl Workloads {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use orchestra_node::RuntimeBackend;
+/// use orchestra_node::runtime::RuntimeBackend;
 /// use orchestra_node::runtime::sim::{SimRuntime, workloads};
 /// use orchestra_node::testing::{ExitingWorkload, RuntimeBuilder, Suite, Workloads};
 ///

@@ -124,7 +124,7 @@ async fn not_ready_until_the_node_has_a_pod_cidr() {
     let node = start_with(
         &cluster.client,
         config("cidr-1", root.path(), None),
-        orchestra_node::SimRuntime::default(),
+        orchestra_node::runtime::sim::SimRuntime::default(),
         root.clone(),
     );
     node.handle.registered().await;
@@ -787,7 +787,7 @@ async fn static_pods_run_without_the_api_server() {
     let root = std::sync::Arc::new(tempfile::tempdir().unwrap());
     let mut c = crate::support::config("offline-1", root.path(), Some("10.15.0.0/24"));
     c.static_pod_path = Some(manifests.path().to_path_buf());
-    let node = start_with(&client, c, orchestra_node::SimRuntime::default(), root);
+    let node = start_with(&client, c, orchestra_node::runtime::sim::SimRuntime::default(), root);
     eventually(LONG, "static pod running offline", || {
         let rt = node.runtime.clone();
         async move { rt.running_containers() == 1 }
@@ -808,7 +808,9 @@ async fn many_agents_many_pods() {
         let mut c = config(&format!("scale-{i}"), root.path(), Some(&format!("10.{}.{}.0/24", 100 + i / 200, i % 200)));
         c.node_status_update_frequency = Duration::from_secs(1);
         c.lease_renew_interval = Duration::from_secs(2);
-        let runtime = orchestra_node::SimRuntime::new(orchestra_node::SimConfig::default().with_write_logs(false));
+        let runtime = orchestra_node::runtime::sim::SimRuntime::new(
+            orchestra_node::runtime::sim::SimConfig::default().with_write_logs(false),
+        );
         nodes.push(start_shared(&cluster.client, c, runtime, root, Some(shared.clone())));
     }
     for n in &nodes {
@@ -879,7 +881,7 @@ async fn idle_agents_heartbeat_cpu() {
         .then(|| orchestra_node::agent::SharedPods::start(cluster.client.clone()));
     let mut nodes = Vec::new();
     for i in 0..n {
-        let mut c = orchestra_node::NodeConfig::new(format!("idle-{i}"))
+        let mut c = orchestra_node::agent::NodeConfig::new(format!("idle-{i}"))
             .root_dir(root.path().join(i.to_string()))
             .fixed_capacity(4000, 8 << 30)
             .pod_cidr(format!("10.{}.{}.0/24", i / 250, i % 250));
@@ -889,7 +891,9 @@ async fn idle_agents_heartbeat_cpu() {
         c.housekeeping_interval = secs("NODE_HOUSEKEEPING_SECS", 10);
         c.lease_renew_interval = secs("NODE_LEASE_SECS", 10);
         c.node_status_update_frequency = secs("NODE_STATUS_SECS", 10);
-        let runtime = orchestra_node::SimRuntime::new(orchestra_node::SimConfig::default().with_write_logs(false));
+        let runtime = orchestra_node::runtime::sim::SimRuntime::new(
+            orchestra_node::runtime::sim::SimConfig::default().with_write_logs(false),
+        );
         nodes.push(start_shared(&cluster.client, c, runtime, root.clone(), shared.clone()));
     }
     let started = std::time::Instant::now();
@@ -974,7 +978,7 @@ async fn a_runtime_that_lost_its_containers_restarts_them_counting_on() {
     create_pod(&cluster.client, pod_json("survivor", "lost-1", &[("c", &[])])).await;
     let before = wait_pod(&cluster.client, "default", "survivor", "Running", |p| phase(p) == "Running").await;
     let (_old_runtime, root) = node.stop().await;
-    let fresh = orchestra_node::SimRuntime::default();
+    let fresh = orchestra_node::runtime::sim::SimRuntime::default();
     let _node = start_with(&cluster.client, config("lost-1", root.path(), Some("10.18.0.0/24")), fresh.clone(), root);
     let after = wait_pod(&cluster.client, "default", "survivor", "running again", |p| {
         container(p, "c")

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use orchestra_node::RuntimeBackend;
+use orchestra_node::runtime::RuntimeBackend;
 use orchestra_node::runtime::sim::workloads;
+use orchestra_node::runtime::sim::{SimConfig, SimRuntime};
 use orchestra_node::testing::{ExecWorkload, ExitingWorkload, RuntimeBuilder, StubbornWorkload, Suite, Workloads};
-use orchestra_node::{SimConfig, SimRuntime};
 
 /// Simulated runtimes, with workloads in their terms.
 struct SimBuilder {

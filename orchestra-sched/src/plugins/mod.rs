@@ -50,7 +50,7 @@ pub static BUILT_IN: LazyLock<Vec<(&'static str, Factory)>> = LazyLock::new(|| {
 });
 
 /// Every built-in plugin ([`BUILT_IN`]), the registry a
-/// [`SchedulerBuilder`](crate::SchedulerBuilder) starts from.
+/// [`SchedulerBuilder`](crate::scheduler::SchedulerBuilder) starts from.
 impl Default for Registry {
     fn default() -> Registry {
         BUILT_IN.iter().cloned().collect()

@@ -46,7 +46,8 @@ pub enum Error {
 /// ```no_run
 /// # async fn example(client: kube::Client) -> Result<(), orchestra_sched::scheduler::Error> {
 /// use orchestra_ctrl::informer::SharedInformerFactory;
-/// use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
+/// use orchestra_sched::scheduler::SchedulerBuilder;
+/// use orchestra_sched::config::SchedulerConfiguration;
 ///
 /// // One cache of nodes and pods for the scheduler and the controllers.
 /// let informers = SharedInformerFactory::new(client.clone());

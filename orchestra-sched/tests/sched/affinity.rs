@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use orchestra_sched::SchedulerConfiguration;
+use orchestra_sched::config::SchedulerConfiguration;
 use orchestra_sched::plugins::inter_pod_affinity::ERR_AFFINITY;
 use orchestra_sched::testing::{NodeBuilder, PodBuilder};
 

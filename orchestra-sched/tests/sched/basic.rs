@@ -2,8 +2,8 @@
 
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
+use orchestra_sched::config::{ProfileConfig, SchedulerConfiguration};
 use orchestra_sched::testing::{NodeBuilder, PodBuilder};
-use orchestra_sched::{ProfileConfig, SchedulerConfiguration};
 
 use super::support::*;
 

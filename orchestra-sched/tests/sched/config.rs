@@ -8,8 +8,9 @@ use kube::api::{Api, ListParams};
 use orchestra_sched::config::SchedulerConfiguration;
 use orchestra_sched::framework::Handle;
 use orchestra_sched::profile::Profile;
+use orchestra_sched::registry::Registry;
+use orchestra_sched::scheduler::SchedulerBuilder;
 use orchestra_sched::testing::{NodeBuilder, PodBuilder};
-use orchestra_sched::{Registry, SchedulerBuilder};
 
 use super::support::*;
 

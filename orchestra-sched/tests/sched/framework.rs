@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use orchestra_sched::config::{ProfileConfig, SchedulerConfiguration};
 use orchestra_sched::framework::{
     ClusterEvent, CycleState, EventResource, Permit, Plugin, PostBind, PreBind, PreEnqueue, Reserve, Status, action,
 };
 use orchestra_sched::node_info::PodInfo;
+use orchestra_sched::registry::{NoArgs, PluginSet, Registry};
+use orchestra_sched::scheduler::{Scheduler, SchedulerBuilder};
 use orchestra_sched::testing::{NodeBuilder, PodBuilder};
-use orchestra_sched::{
-    NoArgs, PluginSet, ProfileConfig, Registry, Scheduler, SchedulerBuilder, SchedulerConfiguration,
-};
 use parking_lot::Mutex;
 
 use super::support::*;

@@ -1,6 +1,6 @@
 //! `kubectl describe pod` shows the scheduler's condition and events.
 
-use orchestra_sched::SchedulerConfiguration;
+use orchestra_sched::config::SchedulerConfiguration;
 use orchestra_sched::testing::{NodeBuilder, PodBuilder};
 
 use super::support::*;

@@ -5,8 +5,9 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use orchestra_sched::config::LeaderElectionConfig;
+use orchestra_sched::config::SchedulerConfiguration;
+use orchestra_sched::scheduler::SchedulerBuilder;
 use orchestra_sched::testing::{NodeBuilder, PodBuilder};
-use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
 
 use super::support::*;
 
@@ -99,7 +100,8 @@ async fn a_second_scheduler_serves_other_profiles_behind_its_own_lease() {
     let first = tokio::spawn(async move { first.run().await });
     // A second one for `batch-scheduler` only, elected on its own lease, as
     // a second kube-scheduler with other profiles runs.
-    let mut second_config = config().with_profiles(vec![orchestra_sched::ProfileConfig::named("batch-scheduler")]);
+    let mut second_config =
+        config().with_profiles(vec![orchestra_sched::config::ProfileConfig::named("batch-scheduler")]);
     second_config.leader_election.resource_name = "batch-scheduler".into();
     create_pod(&client, PodBuilder::new("web").cpu("100m").build()).await;
     create_pod(&client, PodBuilder::new("job").scheduler("batch-scheduler").cpu("100m").build()).await;

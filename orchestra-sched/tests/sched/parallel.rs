@@ -118,7 +118,7 @@ async fn the_scheduler_finds_the_one_node_among_many() {
     let nodes = (0..MANY)
         .map(|i| NodeBuilder::new(&format!("n{i:04}")).cpu(if i == 1066 { "8" } else { "1" }).memory("8Gi").build());
     create_nodes(&client, nodes.collect()).await;
-    let _s = start(&client, orchestra_sched::SchedulerConfiguration::default());
+    let _s = start(&client, orchestra_sched::config::SchedulerConfiguration::default());
     create_pod(&client, PodBuilder::new("p").cpu("2").build()).await;
     let p = wait_pod(&client, "default", "p", |p| node_of(p).is_some()).await;
     assert_eq!(node_of(&p), Some("n1066"));

@@ -6,7 +6,7 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, PostParams};
-use orchestra_sched::SchedulerConfiguration;
+use orchestra_sched::config::SchedulerConfiguration;
 use orchestra_sched::testing::{NodeBuilder, PodBuilder};
 
 use super::support::*;

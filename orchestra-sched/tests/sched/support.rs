@@ -5,7 +5,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use orchestra::testing::TestCluster;
-use orchestra_sched::{SchedulerBuilder, SchedulerConfiguration};
+use orchestra_sched::config::SchedulerConfiguration;
+use orchestra_sched::scheduler::SchedulerBuilder;
 
 /// A test cluster (the API server alone) and an administrator's client of it.
 pub async fn cluster() -> (TestCluster, kube::Client) {

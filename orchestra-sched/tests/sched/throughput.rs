@@ -6,7 +6,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
-use orchestra_sched::SchedulerConfiguration;
+use orchestra_sched::config::SchedulerConfiguration;
 use orchestra_sched::testing::{NodeBuilder, PodBuilder};
 
 use super::support::*;

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
-use orchestra_sched::SchedulerConfiguration;
+use orchestra_sched::config::SchedulerConfiguration;
 use orchestra_sched::plugins::{volume_binding, volume_restrictions, volume_zone};
 use orchestra_sched::testing::{NodeBuilder, PodBuilder, PvBuilder, PvcBuilder, storage_class};
 

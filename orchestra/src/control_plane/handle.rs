@@ -43,8 +43,8 @@ impl StopSignal {
 /// A node agent the control plane runs.
 #[cfg(feature = "node")]
 pub(crate) struct RunningNode {
-    pub(crate) handle: orchestra_node::AgentHandle,
-    pub(crate) runtime: Arc<dyn orchestra_node::RuntimeBackend>,
+    pub(crate) handle: orchestra_node::agent::AgentHandle,
+    pub(crate) runtime: Arc<dyn orchestra_node::runtime::RuntimeBackend>,
     pub(crate) task: JoinHandle<Result<(), orchestra_node::agent::AgentError>>,
 }
 
@@ -129,12 +129,12 @@ impl Running {
     #[cfg(feature = "sched")]
     pub(crate) fn start_scheduler(
         &mut self,
-        registry: orchestra_sched::Registry,
-        config: orchestra_sched::SchedulerConfiguration,
+        registry: orchestra_sched::registry::Registry,
+        config: orchestra_sched::config::SchedulerConfiguration,
         identity: &str,
     ) -> Result<(), ControlPlaneError> {
         let client = self.client_as(UserInfo::new("system:kube-scheduler", &[]));
-        let scheduler = orchestra_sched::SchedulerBuilder::new(client)
+        let scheduler = orchestra_sched::scheduler::SchedulerBuilder::new(client)
             .registry(registry)
             .config(config)
             .identity(identity)
@@ -156,8 +156,10 @@ impl Running {
         identity: &str,
     ) -> Result<(), ControlPlaneError> {
         let client = self.client_as(UserInfo::new("system:kube-controller-manager", &[]));
-        let manager =
-            orchestra_ctrl::controllers::builtin(orchestra_ctrl::SharedInformerFactory::new(client.clone()), config)?;
+        let manager = orchestra_ctrl::controllers::builtin(
+            orchestra_ctrl::informer::SharedInformerFactory::new(client.clone()),
+            config,
+        )?;
         let elector = Arc::new(orchestra_ctrl::leader::LeaderElector::new(
             client,
             "kube-system",
@@ -180,8 +182,9 @@ impl Running {
             return;
         }
         let client = self.client_as(UserInfo::new("system:controllers", &[]));
-        let mut manager =
-            orchestra_ctrl::manager::ControllerManager::new(orchestra_ctrl::SharedInformerFactory::new(client));
+        let mut manager = orchestra_ctrl::manager::ControllerManager::new(
+            orchestra_ctrl::informer::SharedInformerFactory::new(client),
+        );
         for (name, start) in controllers {
             manager = manager.with(&name, start);
         }
@@ -317,13 +320,13 @@ impl ControlPlaneHandle {
 
     /// The node agents, in the order they were added.
     #[cfg(feature = "node")]
-    pub fn nodes(&self) -> impl ExactSizeIterator<Item = &orchestra_node::AgentHandle> {
+    pub fn nodes(&self) -> impl ExactSizeIterator<Item = &orchestra_node::agent::AgentHandle> {
         self.running.nodes.iter().map(|node| &node.handle)
     }
 
     /// The runtime of node `name`.
     #[cfg(feature = "node")]
-    pub fn node_runtime(&self, name: &str) -> Option<&Arc<dyn orchestra_node::RuntimeBackend>> {
+    pub fn node_runtime(&self, name: &str) -> Option<&Arc<dyn orchestra_node::runtime::RuntimeBackend>> {
         self.running.nodes.iter().find(|node| node.handle.node_name() == name).map(|node| &node.runtime)
     }
 

@@ -198,7 +198,7 @@ pub struct ControlPlaneBuilder {
     customize: Vec<ApiCustomizer>,
     identity: String,
     #[cfg(feature = "sched")]
-    scheduler: Option<(orchestra_sched::Registry, orchestra_sched::SchedulerConfiguration)>,
+    scheduler: Option<(orchestra_sched::registry::Registry, orchestra_sched::config::SchedulerConfiguration)>,
     #[cfg(feature = "ctrl")]
     controllers: Option<orchestra_ctrl::controllers::ControllerManagerConfig>,
     #[cfg(feature = "ctrl")]
@@ -233,7 +233,10 @@ impl ControlPlaneBuilder {
             customize: Vec::new(),
             identity: default_identity(),
             #[cfg(feature = "sched")]
-            scheduler: Some((orchestra_sched::Registry::default(), orchestra_sched::SchedulerConfiguration::default())),
+            scheduler: Some((
+                orchestra_sched::registry::Registry::default(),
+                orchestra_sched::config::SchedulerConfiguration::default(),
+            )),
             #[cfg(feature = "ctrl")]
             controllers: Some(orchestra_ctrl::controllers::ControllerManagerConfig::default()),
             #[cfg(feature = "ctrl")]
@@ -345,8 +348,8 @@ impl ControlPlaneBuilder {
     #[cfg(feature = "sched")]
     pub fn scheduler(
         mut self,
-        registry: orchestra_sched::Registry,
-        config: orchestra_sched::SchedulerConfiguration,
+        registry: orchestra_sched::registry::Registry,
+        config: orchestra_sched::config::SchedulerConfiguration,
     ) -> Self {
         self.scheduler = Some((registry, config));
         self

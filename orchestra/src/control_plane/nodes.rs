@@ -14,12 +14,13 @@ use orchestra_core::auth::UserInfo;
 use orchestra_core::server::ListenOptions;
 use orchestra_core::tls::pki::Credential;
 use orchestra_core::tls::{ClientAuth, pki};
+use orchestra_node::agent::AgentHandle;
 use orchestra_node::agent::{AgentError, NodeAgent, NodeConfig, SharedPods};
+use orchestra_node::runtime::RuntimeBackend;
 use orchestra_node::runtime::images::ImageCatalog;
 use orchestra_node::runtime::process::{ProcessRuntime, ProcessRuntimeConfig};
 use orchestra_node::runtime::sim::{SimConfig, SimRuntime};
 use orchestra_node::server::{DelegatingAuthorizer, NodeServer};
-use orchestra_node::{AgentHandle, RuntimeBackend};
 
 use super::ControlPlaneError;
 use super::handle::{Running, RunningNode, StopSignal};

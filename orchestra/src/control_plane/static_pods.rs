@@ -11,11 +11,13 @@
 use std::sync::Arc;
 
 use orchestra_core::auth::UserInfo;
-use orchestra_ctrl::SharedInformerFactory;
 use orchestra_ctrl::controllers::ControllerManagerConfig;
+use orchestra_ctrl::informer::SharedInformerFactory;
 use orchestra_ctrl::leader::LeaderElector;
 use orchestra_node::runtime::embedded::{ComponentContext, EmbeddedRuntime};
-use orchestra_sched::{Registry, SchedulerBuilder, SchedulerConfiguration};
+use orchestra_sched::config::SchedulerConfiguration;
+use orchestra_sched::registry::Registry;
+use orchestra_sched::scheduler::SchedulerBuilder;
 
 use super::ControlPlaneError;
 use super::handle::Running;
