@@ -16,7 +16,7 @@ use tokio::time::Instant;
 ///
 /// ```
 /// use std::time::Duration;
-/// use orchestra_node::agent::BackoffConfig;
+/// use orchestra_node::agent::backoff::BackoffConfig;
 ///
 /// let config = BackoffConfig::new(Duration::from_secs(1), Duration::from_secs(30))
 ///     .with_reset_after(Duration::from_secs(120));

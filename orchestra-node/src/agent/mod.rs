@@ -66,7 +66,6 @@ use orchestra_ctrl::events::{EventType, Recorder};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
-pub use backoff::BackoffConfig;
 pub use config::{CapacitySource, NodeConfig, NodeInfoOverrides, Resources};
 pub use pod_source::SharedPods;
 

@@ -10,7 +10,7 @@
 //!
 //! Routes (upstream's paths):
 //! - `GET /healthz`
-//! - `GET /containerLogs/{namespace}/{pod}/{container}` with [`LogOptions`]
+//! - `GET /containerLogs/{namespace}/{pod}/{container}` with [`logs::LogOptions`]
 //! - `/exec/{namespace}/{pod}/{container}?command=...` ([`ExecOptions`]):
 //!   a WebSocket upgrade (`kubectl exec`, through the API server) attaches
 //!   the command's streams with the [`PROTOCOLS`]; a plain `POST` runs the
@@ -36,7 +36,6 @@ use orchestra_core::tls::{CertificateSubject, PeerCertificates, certificate_subj
 use parking_lot::Mutex;
 
 pub use exec::{ExecOptions, PROTOCOLS};
-pub use logs::LogOptions;
 
 use crate::runtime::{
     ContainerFilter, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE,
@@ -248,7 +247,7 @@ async fn attempts(
 async fn container_logs(
     State(inner): State<Arc<Inner>>,
     Path((namespace, pod, container)): Path<(String, String, String)>,
-    options: Result<Query<LogOptions>, axum::extract::rejection::QueryRejection>,
+    options: Result<Query<logs::LogOptions>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let options = match options {
         Ok(Query(options)) => options,
