@@ -13,6 +13,11 @@
 
 use serde_json::Value;
 
+/// Why a fence header does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FenceError(String);
+
 /// The request header naming the writer's leadership term.
 pub const HEADER: &str = "orchestra-lease-fence";
 
@@ -31,28 +36,29 @@ pub struct LeaseFence {
 
 impl LeaseFence {
     /// Parses the header's value; `Err` is the message of a 400.
-    pub fn parse(value: &str) -> Result<LeaseFence, String> {
+    pub fn parse(value: &str) -> Result<LeaseFence, FenceError> {
         let mut parts = value.split(';').map(str::trim);
         let lease = parts.next().unwrap_or_default();
         let (namespace, name) = lease
             .split_once('/')
             .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
-            .ok_or_else(|| format!("{HEADER}: expected <namespace>/<name> first, got {lease:?}"))?;
+            .ok_or_else(|| FenceError(format!("{HEADER}: expected <namespace>/<name> first, got {lease:?}")))?;
         let (mut holder, mut transitions) = (None, None);
         for part in parts {
             match part.split_once('=') {
                 Some(("holder", v)) => holder = Some(super::escape::percent_decode(v)),
                 Some(("transitions", v)) => {
-                    transitions = Some(v.parse::<i32>().map_err(|e| format!("{HEADER}: transitions {v:?}: {e}"))?)
+                    transitions =
+                        Some(v.parse::<i32>().map_err(|e| FenceError(format!("{HEADER}: transitions {v:?}: {e}")))?)
                 }
-                _ => return Err(format!("{HEADER}: unexpected {part:?}")),
+                _ => return Err(FenceError(format!("{HEADER}: unexpected {part:?}"))),
             }
         }
         Ok(LeaseFence {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
-            holder: holder.ok_or_else(|| format!("{HEADER}: holder=<identity> missing"))?,
-            transitions: transitions.ok_or_else(|| format!("{HEADER}: transitions=<n> missing"))?,
+            holder: holder.ok_or_else(|| FenceError(format!("{HEADER}: holder=<identity> missing")))?,
+            transitions: transitions.ok_or_else(|| FenceError(format!("{HEADER}: transitions=<n> missing")))?,
         })
     }
 
@@ -96,7 +102,7 @@ mod tests {
         assert_eq!(value, "kube-system/kube-controller-manager; holder=host-a_1f2e%3B%20odd; transitions=3");
         assert_eq!(LeaseFence::parse(&value).unwrap(), fence);
         assert!(LeaseFence::parse("nolease; holder=a; transitions=1").is_err());
-        assert!(LeaseFence::parse("ns/l; holder=a").unwrap_err().contains("transitions"));
+        assert!(LeaseFence::parse("ns/l; holder=a").unwrap_err().to_string().contains("transitions"));
         assert!(LeaseFence::parse("ns/l; holder=a; transitions=x").is_err());
     }
 

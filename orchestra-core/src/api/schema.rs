@@ -207,9 +207,9 @@ impl<'a> SchemaView<'a> {
 
     /// The schema at a JSON pointer below this one (`/spec/containers/0`)
     /// and the field path it names (`spec.containers[0]`); `Ok((None, _))`
-    /// where the schema says nothing (free-form), `Err(path)` if a segment
-    /// is not a known field.
-    pub fn at_pointer(&self, pointer: &str) -> Result<(Option<SchemaView<'a>>, String), String> {
+    /// where the schema says nothing (free-form), [`UnknownField`] if a
+    /// segment is not a known field.
+    pub fn at_pointer(&self, pointer: &str) -> Result<(Option<SchemaView<'a>>, String), UnknownField> {
         let mut current = Some(*self);
         let mut path = String::new();
         for raw in pointer.split('/').skip(1) {
@@ -225,11 +225,20 @@ impl<'a> SchemaView<'a> {
             path = child_path(&path, &segment);
             current = match entry_schema(current, &segment) {
                 Ok(sub) => sub,
-                Err(()) => return Err(path),
+                Err(()) => return Err(UnknownField { path }),
             };
         }
         Ok((current, path))
     }
+}
+
+/// A JSON pointer segment the schema does not know, with the field path up
+/// to and including it (`spec.nope`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown field {path:?}")]
+pub struct UnknownField {
+    /// The field path, as field validation reports it.
+    pub path: String,
 }
 
 fn child_path(path: &str, name: &str) -> String {
@@ -456,7 +465,7 @@ pub(super) mod tests {
         assert_eq!(path, "spec.containers[0]");
         assert!(container.unwrap().field("image").is_some());
         assert_eq!(kind.at_pointer("/spec/containers/-").unwrap().1, "spec.containers[-]");
-        assert_eq!(kind.at_pointer("/spec/nope/x").err(), Some("spec.nope".to_owned()));
+        assert_eq!(kind.at_pointer("/spec/nope/x").err().map(|e| e.path), Some("spec.nope".to_owned()));
         assert_eq!(kind.at_pointer("/metadata/labels/a~1b").unwrap().1, "metadata.labels.a/b");
         assert!(kind.at_pointer("/spec/raw/x/y").unwrap().0.is_none());
     }

@@ -46,7 +46,7 @@ static USERS: LazyLock<Mutex<HashMap<Vec<u8>, UserInfo>>> = LazyLock::new(Mutex:
 
 /// The user a certificate names.
 pub fn user_of(certificate: &CertificateDer<'_>) -> Result<UserInfo, AuthError> {
-    let subject = crate::tls::certificate_subject(certificate).map_err(AuthError)?;
+    let subject = crate::tls::certificate_subject(certificate).map_err(|e| AuthError(e.to_string()))?;
     Ok(UserInfo { name: subject.common_name, groups: subject.organizations, ..Default::default() })
 }
 

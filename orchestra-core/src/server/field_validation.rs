@@ -257,8 +257,8 @@ fn prune_json_patch(schema: SchemaView<'_>, patch: &mut Value) -> Vec<String> {
             return true;
         };
         match schema.at_pointer(path) {
-            Err(field) => {
-                unknown.push(field);
+            Err(crate::api::schema::UnknownField { path }) => {
+                unknown.push(path);
                 false
             }
             Ok((None, _)) => true,

@@ -415,10 +415,9 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
     }
     let user = attributes.user;
     let headers = &parts.headers;
-    let fenced = match headers
-        .get(fence::HEADER)
-        .map(|v| v.to_str().map_err(|e| e.to_string()).and_then(fence::LeaseFence::parse))
-    {
+    let fenced = match headers.get(fence::HEADER).map(|v| {
+        v.to_str().map_err(|e| e.to_string()).and_then(|v| fence::LeaseFence::parse(v).map_err(|e| e.to_string()))
+    }) {
         None => None,
         Some(Ok(term)) => match fence::fenced_store(term, state.store.clone(), &registry) {
             Ok(store) => Some(store),

@@ -42,16 +42,16 @@ pub struct CertificateSubject {
 }
 
 /// Reads the subject of a DER certificate.
-pub fn certificate_subject(certificate: &CertificateDer<'_>) -> Result<CertificateSubject, String> {
-    let (_, cert) =
-        x509_parser::parse_x509_certificate(certificate).map_err(|e| format!("unparseable client certificate: {e}"))?;
+pub fn certificate_subject(certificate: &CertificateDer<'_>) -> Result<CertificateSubject, PkiError> {
+    let (_, cert) = x509_parser::parse_x509_certificate(certificate)
+        .map_err(|e| PkiError::Certificate(format!("unparseable client certificate: {e}")))?;
     let subject = cert.subject();
     let common_name = subject
         .iter_common_name()
         .next()
         .and_then(|cn| cn.as_str().ok())
         .filter(|cn| !cn.is_empty())
-        .ok_or_else(|| "client certificate has no common name".to_owned())?;
+        .ok_or_else(|| PkiError::Certificate("client certificate has no common name".into()))?;
     let organizations = subject.iter_organization().filter_map(|o| o.as_str().ok()).map(str::to_owned).collect();
     Ok(CertificateSubject { common_name: common_name.to_owned(), organizations })
 }

@@ -59,11 +59,17 @@ pub fn resolve_port(port: &IntOrString, container: &Container) -> Option<u16> {
     }
 }
 
+/// Why an HTTP GET of a probe or hook got no status code: the message the
+/// probe's failure or the hook's event carries.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct HttpGetError(String);
+
 /// Sends `GET path` over HTTP/1.1 to `ip:port` with `headers` and returns the
 /// status code (used by probes and `httpGet` lifecycle hooks).
-pub async fn http_get(ip: IpAddr, port: u16, action: &HTTPGetAction, timeout: Duration) -> Result<u16, String> {
+pub async fn http_get(ip: IpAddr, port: u16, action: &HTTPGetAction, timeout: Duration) -> Result<u16, HttpGetError> {
     let run = async {
-        let mut stream = TcpStream::connect((ip, port)).await.map_err(|e| e.to_string())?;
+        let mut stream = TcpStream::connect((ip, port)).await.map_err(|e| HttpGetError(e.to_string()))?;
         let path = action.path.clone().filter(|p| !p.is_empty()).unwrap_or_else(|| "/".into());
         let path = if path.starts_with('/') { path } else { format!("/{path}") };
         let host = match ip {
@@ -86,11 +92,11 @@ pub async fn http_get(ip: IpAddr, port: u16, action: &HTTPGetAction, timeout: Du
             request.push_str(&format!("{}: {}\r\n", h.name, h.value));
         }
         request.push_str("Connection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
+        stream.write_all(request.as_bytes()).await.map_err(|e| HttpGetError(e.to_string()))?;
         let mut head = Vec::new();
         let mut buf = [0u8; 512];
         while !head.windows(2).any(|w| w == b"\r\n") {
-            let n = stream.read(&mut buf).await.map_err(|e| e.to_string())?;
+            let n = stream.read(&mut buf).await.map_err(|e| HttpGetError(e.to_string()))?;
             if n == 0 {
                 break;
             }
@@ -104,15 +110,15 @@ pub async fn http_get(ip: IpAddr, port: u16, action: &HTTPGetAction, timeout: Du
         let mut parts = line.split_whitespace();
         match (parts.next(), parts.next().and_then(|c| c.parse::<u16>().ok())) {
             (Some(v), Some(code)) if v.starts_with("HTTP/") => Ok(code),
-            _ => Err(format!("malformed HTTP response {line:?}")),
+            _ => Err(HttpGetError(format!("malformed HTTP response {line:?}"))),
         }
     };
     match tokio::time::timeout(timeout, run).await {
         Ok(r) => r,
-        Err(_) => Err(format!(
+        Err(_) => Err(HttpGetError(format!(
             "Get \"http://{ip}:{port}{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
             action.path.clone().unwrap_or_default()
-        )),
+        ))),
     }
 }
 
@@ -157,7 +163,7 @@ pub async fn run_probe(
         return match http_get(ip, port, http, timeout).await {
             Ok(code) if (200..400).contains(&code) => ProbeResult::Success,
             Ok(code) => ProbeResult::Failure(format!("HTTP probe failed with statuscode: {code}")),
-            Err(e) => ProbeResult::Failure(e),
+            Err(e) => ProbeResult::Failure(e.to_string()),
         };
     }
     if let Some(tcp) = &probe.tcp_socket {

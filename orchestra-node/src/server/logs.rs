@@ -53,24 +53,29 @@ fn number<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<i6
     text.parse().map(Some).map_err(|_| serde::de::Error::custom(format!("invalid integer {text:?}")))
 }
 
+/// Why log options are refused: the message of the 400.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidLogOptions(String);
+
 impl LogOptions {
     /// Checks the values as the API server does.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidLogOptions> {
         if self.tail_lines.is_some_and(|n| n < 0) {
-            return Err("tailLines: must be greater than or equal to 0".into());
+            return Err(InvalidLogOptions("tailLines: must be greater than or equal to 0".into()));
         }
         if self.since_seconds.is_some_and(|n| n < 1) {
-            return Err("sinceSeconds: must be greater than 0".into());
+            return Err(InvalidLogOptions("sinceSeconds: must be greater than 0".into()));
         }
         if self.limit_bytes.is_some_and(|n| n < 1) {
-            return Err("limitBytes: must be greater than 0".into());
+            return Err(InvalidLogOptions("limitBytes: must be greater than 0".into()));
         }
         if self.since_seconds.is_some() && self.since_time.is_some() {
-            return Err("at most one of sinceTime or sinceSeconds may be specified".into());
+            return Err(InvalidLogOptions("at most one of sinceTime or sinceSeconds may be specified".into()));
         }
         if let Some(since) = &self.since_time {
             time::OffsetDateTime::parse(since, &time::format_description::well_known::Rfc3339)
-                .map_err(|_| format!("sinceTime: invalid RFC 3339 time {since:?}"))?;
+                .map_err(|_| InvalidLogOptions(format!("sinceTime: invalid RFC 3339 time {since:?}")))?;
         }
         Ok(())
     }

@@ -196,7 +196,7 @@ async fn authorize(State(inner): State<Arc<Inner>>, request: Request, next: Next
     };
     let user = match chain.first().map(certificate_subject) {
         Some(Ok(user)) => user,
-        Some(Err(e)) => return status(StatusCode::UNAUTHORIZED, "Unauthorized", e),
+        Some(Err(e)) => return status(StatusCode::UNAUTHORIZED, "Unauthorized", e.to_string()),
         None => return status(StatusCode::UNAUTHORIZED, "Unauthorized", "empty certificate chain"),
     };
     if request.uri().path() == "/healthz" {
@@ -254,7 +254,7 @@ async fn container_logs(
         Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e.body_text()),
     };
     if let Err(e) = options.validate() {
-        return status(StatusCode::BAD_REQUEST, "BadRequest", e);
+        return status(StatusCode::BAD_REQUEST, "BadRequest", e.to_string());
     }
     let found = match attempts(&inner, &namespace, &pod, &container).await {
         Ok(found) => found,

@@ -7,6 +7,11 @@ use serde_json::{Map, Value};
 
 use crate::api::patch::{FieldMeta, ListType, Shape, meta};
 
+/// Why a `fieldsV1` tree or one of its path elements does not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FieldSetError(String);
+
 /// One step of a field path.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum PathElement {
@@ -36,19 +41,24 @@ impl PathElement {
     }
 
     /// Parses a `FieldsV1` key.
-    pub fn decode(text: &str) -> Result<PathElement, String> {
-        let (kind, rest) = text.split_once(':').ok_or_else(|| format!("invalid field path element {text:?}"))?;
-        let json =
-            || serde_json::from_str::<Value>(rest).map_err(|e| format!("invalid field path element {text:?}: {e}"));
+    pub fn decode(text: &str) -> Result<PathElement, FieldSetError> {
+        let (kind, rest) =
+            text.split_once(':').ok_or_else(|| FieldSetError(format!("invalid field path element {text:?}")))?;
+        let json = || {
+            serde_json::from_str::<Value>(rest)
+                .map_err(|e| FieldSetError(format!("invalid field path element {text:?}: {e}")))
+        };
         Ok(match kind {
             "f" => PathElement::Field(rest.to_owned()),
             "k" => match json()? {
                 Value::Object(map) => PathElement::Key(canonical_key(map.iter())),
-                _ => return Err(format!("invalid key field path element {text:?}")),
+                _ => return Err(FieldSetError(format!("invalid key field path element {text:?}"))),
             },
             "v" => PathElement::Value(json()?.to_string()),
-            "i" => PathElement::Index(rest.parse().map_err(|_| format!("invalid index field path element {text:?}"))?),
-            _ => return Err(format!("invalid field path element {text:?}")),
+            "i" => PathElement::Index(
+                rest.parse().map_err(|_| FieldSetError(format!("invalid index field path element {text:?}")))?,
+            ),
+            _ => return Err(FieldSetError(format!("invalid field path element {text:?}"))),
         })
     }
 }
@@ -256,9 +266,10 @@ impl FieldSet {
     }
 
     /// Parses `fieldsV1` JSON.
-    pub fn from_fields_v1(value: &Value) -> Result<FieldSet, String> {
-        fn walk(value: &Value, path: &mut Path, set: &mut FieldSet) -> Result<(), String> {
-            let map = value.as_object().ok_or_else(|| format!("fieldsV1 must hold objects, found {value}"))?;
+    pub fn from_fields_v1(value: &Value) -> Result<FieldSet, FieldSetError> {
+        fn walk(value: &Value, path: &mut Path, set: &mut FieldSet) -> Result<(), FieldSetError> {
+            let map =
+                value.as_object().ok_or_else(|| FieldSetError(format!("fieldsV1 must hold objects, found {value}")))?;
             for (key, child) in map {
                 if key == "." {
                     if !path.is_empty() {

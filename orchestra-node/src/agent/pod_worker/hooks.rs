@@ -43,7 +43,7 @@ impl PodWorker {
                             "HTTP lifecycle hook ({:?}) for Container {:?} failed - status {code}",
                             http.path, spec.name
                         )),
-                        Err(e) => Err(e),
+                        Err(e) => Err(e.to_string()),
                     },
                     _ => Err("no address for the hook".into()),
                 }
