@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use orchestra_store::{Error as StoreError, KeyRange, KeyValue, RangeRequest, Revision};
+use orchestra_store::{Error as StoreError, KeyRange, KeyValue, RangeRequest, Revision, Store};
 use serde_json::{Value, json};
 
 use super::codec::{decode_served, raw};
@@ -131,6 +131,25 @@ async fn list_with<T>(
         match request.next_page(&response) {
             Some(next) => request = next,
             None => return Ok(listed),
+        }
+    }
+}
+
+/// Reads every key under `prefix`, page by page at one revision, handing
+/// each to `each`; returns that revision. The server's own caches (the
+/// namespaces', RBAC's) fill themselves with it before they watch.
+pub(crate) async fn list_prefix(
+    store: &dyn Store,
+    prefix: &str,
+    mut each: impl FnMut(&KeyValue),
+) -> Result<Revision, StoreError> {
+    let mut request = RangeRequest::new(KeyRange::prefix(prefix));
+    loop {
+        let response = store.range(request.clone()).await?;
+        response.kvs.iter().for_each(&mut each);
+        match request.next_page(&response) {
+            Some(next) => request = next,
+            None => return Ok(response.revision),
         }
     }
 }

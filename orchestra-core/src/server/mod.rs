@@ -48,6 +48,7 @@ use serde_json::json;
 
 pub use crate::tls::{CoalescedWrites, CopiedWrites, ListenOptions, pki, serve};
 pub use discovery::KUBERNETES_VERSION;
+pub(crate) use list::list_prefix;
 pub use node_proxy::KubeletClient;
 
 use self::objects::{Target, Written, respond};

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use orchestra_store::{EventKind, KeyRange, KeyValue, RangeRequest, Revision, Store, WatchRequest};
+use orchestra_store::{EventKind, KeyRange, KeyValue, Revision, Store, WatchRequest};
 
 use super::objects::store_error;
 use super::state::State;
@@ -118,19 +118,7 @@ fn prefix(state: &State) -> Option<String> {
 /// Fills the cache from a list and returns the revision listed at.
 async fn load(state: &State, prefix: &str) -> Result<Revision, orchestra_store::Error> {
     state.namespaces.clear();
-    let mut request = RangeRequest::new(KeyRange::prefix(prefix));
-    let mut revision = 0;
-    loop {
-        let response = state.store.range(request.clone()).await?;
-        revision = revision.max(response.revision);
-        for kv in &response.kvs {
-            state.namespaces.apply(kv, false);
-        }
-        match request.next_page(&response) {
-            Some(next) => request = next.at_revision(revision),
-            None => return Ok(revision),
-        }
-    }
+    super::list::list_prefix(&*state.store, prefix, |kv| state.namespaces.apply(kv, false)).await
 }
 
 /// Starts the task that keeps `state.namespaces` up to date; it ends when

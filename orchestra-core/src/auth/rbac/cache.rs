@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::rbac::v1::{PolicyRule, RoleRef, Subject};
-use orchestra_store::{EventKind, KeyRange, KeyValue, RangeRequest, Revision, Store, WatchRequest};
+use orchestra_store::{EventKind, KeyRange, KeyValue, Revision, Store, WatchRequest};
 use serde::Deserialize;
 
 use super::rules::{SubjectKey, subject_key};
@@ -283,18 +283,8 @@ pub(crate) async fn load(
     kind: Kind,
     prefix: &str,
 ) -> Result<Revision, orchestra_store::Error> {
-    let mut request = RangeRequest::new(KeyRange::prefix(prefix));
-    let mut revision = 0;
     let mut kvs = Vec::new();
-    loop {
-        let response = store.range(request.clone()).await?;
-        revision = revision.max(response.revision);
-        kvs.extend(response.kvs.iter().cloned());
-        match request.next_page(&response) {
-            Some(next) => request = next.at_revision(revision),
-            None => break,
-        }
-    }
+    let revision = crate::server::list_prefix(store, prefix, |kv| kvs.push(kv.clone())).await?;
     cache.replace(kind, &kvs);
     Ok(revision)
 }
