@@ -25,8 +25,9 @@
 //! * [`tls`] (feature `tls`, part of `server`) — the HTTPS listener
 //!   ([`tls::serve`]) and the cluster's certificates ([`tls::pki`]).
 //! * [`auth`] (feature `server`) — the `Authenticator`, `Authorizer` and
-//!   `AdmissionPlugin` traits, their chains and simple built-ins, and
-//!   service account tokens ([`auth::service_account`]).
+//!   `AdmissionPlugin` traits, their chains and simple built-ins, RBAC
+//!   ([`auth::rbac`], opt-in) and service account tokens
+//!   ([`auth::service_account`]).
 //! * [`client`] (feature `client`) — `kube::Client` constructors, in process
 //!   or from a kubeconfig.
 //!
