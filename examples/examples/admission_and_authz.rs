@@ -15,7 +15,8 @@
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ConfigMap;
 use orchestra::core::api::{ApiError, ErrorTarget, FieldError};
-use orchestra::core::auth::{AdmissionRequest, Attributes, Decision, Operation};
+use orchestra::core::auth::admission::{AdmissionRequest, Operation};
+use orchestra::core::auth::{Attributes, Decision};
 use orchestra::prelude::*;
 
 /// The label `OwnerLabel` sets.

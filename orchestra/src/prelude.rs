@@ -9,9 +9,9 @@ pub use crate::control_plane::NodeRuntime;
 #[cfg(feature = "server")]
 pub use crate::control_plane::{ControlPlane, ControlPlaneHandle, Listener};
 #[cfg(feature = "server")]
-pub use orchestra_core::auth::{
-    AdmissionChain, AdmissionPlugin, Authenticator, AuthenticatorChain, Authorizer, AuthorizerChain, UserInfo,
-};
+pub use orchestra_core::auth::admission::{AdmissionChain, AdmissionPlugin};
+#[cfg(feature = "server")]
+pub use orchestra_core::auth::{Authenticator, AuthenticatorChain, Authorizer, AuthorizerChain, UserInfo};
 #[cfg(feature = "server")]
 pub use orchestra_core::server::ApiServer;
 

@@ -3,25 +3,22 @@
 //!
 //! The pipeline is authenticate → authorize → admit (mutating, then
 //! validating; writes only) → validate → store. The one admission plugin
-//! an API server runs by default is [`NamespaceLifecycle`]. In-process
+//! an API server runs by default is
+//! [`NamespaceLifecycle`](admission::namespace_lifecycle::NamespaceLifecycle). In-process
 //! components carry their identity as an [`Identity`] request extension,
 //! which [`ExtensionAuthenticator`] recognises like any other credential.
 
-mod admission;
+pub mod admission;
 mod authn;
 mod authz;
 mod client_cert;
-mod namespace_lifecycle;
 mod public;
 pub mod rbac;
 pub mod service_account;
 
-pub use admission::{AdmissionChain, AdmissionPlugin, AdmissionRequest, Operation};
 pub use authn::{
     AuthError, Authenticator, AuthenticatorChain, ExtensionAuthenticator, Identity, IdentityLayer, TokenFile, UserInfo,
 };
 pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision, Rules};
 pub use client_cert::{ClientCertAuthenticator, PeerCertificates, user_of as certificate_user};
-pub(crate) use namespace_lifecycle::namespace_target;
-pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLister, NamespacePhase};
 pub use public::{AllowAuthenticated, PUBLIC_PATHS, PublicInfoViewer};

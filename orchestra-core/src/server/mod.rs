@@ -28,6 +28,7 @@ mod objects;
 mod openapi;
 mod patching;
 mod protobuf;
+mod reader;
 mod reviews;
 mod route;
 mod state;
@@ -55,9 +56,9 @@ use self::objects::{Target, Written, respond};
 use self::route::{Query, Route};
 use self::state::State;
 use crate::api::{ApiError, Registry, ResourceInfo};
+use crate::auth::admission::{AdmissionChain, NamespaceLifecycle};
 use crate::auth::{
-    AdmissionChain, AllowAll, Attributes, AuthenticatorChain, AuthorizerChain, Decision, ExtensionAuthenticator,
-    NamespaceLifecycle, UserInfo,
+    AllowAll, Attributes, AuthenticatorChain, AuthorizerChain, Decision, ExtensionAuthenticator, UserInfo,
 };
 
 /// Tunables of the API server.
@@ -120,7 +121,8 @@ pub struct ApiServer {
 /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
 /// use std::sync::Arc;
 /// use async_trait::async_trait;
-/// use orchestra_core::auth::{AdmissionChain, AdmissionPlugin, AuthorizerChain, AllowAll};
+/// use orchestra_core::auth::admission::{AdmissionChain, AdmissionPlugin};
+/// use orchestra_core::auth::{AllowAll, AuthorizerChain};
 /// use orchestra_core::server::{ApiServer, ServerOptions};
 /// use orchestra_store::MemStore;
 ///
@@ -159,6 +161,8 @@ pub struct ApiServerBuilder {
     /// The namespaces the server keeps from a watch, which its
     /// [`NamespaceLifecycle`] plugins read.
     namespaces: Arc<namespaces::NamespaceCache>,
+    /// The reader admission plugins get; filled when the server is built.
+    objects: reader::ServerObjects,
 }
 
 impl ApiServerBuilder {
@@ -223,6 +227,14 @@ impl ApiServerBuilder {
         })
     }
 
+    /// An [`ObjectReader`](crate::auth::admission::ObjectReader) over the
+    /// server being built, for admission plugins of one's own: it reads
+    /// objects from the store as the API serves them. Reads made before
+    /// [`build`](Self::build) fail with 503.
+    pub fn object_reader(&self) -> Arc<dyn crate::auth::admission::ObjectReader> {
+        Arc::new(self.objects.clone())
+    }
+
     /// An [`RbacAuthorizer`](crate::auth::rbac::RbacAuthorizer) deciding from this
     /// server's Roles, ClusterRoles, RoleBindings and ClusterRoleBindings,
     /// for an authorizer chain of one's own. The server fills its cache from
@@ -282,6 +294,7 @@ impl ApiServerBuilder {
         state.kubelet_client = self.kubelet_client;
         state.token_signer = self.token_signer;
         let server = ApiServer { state: Arc::new(state) };
+        let _ = self.objects.state.set(Arc::downgrade(&server.state));
         server.bootstrap().await?;
         let (store, registry) = (&server.state.store, server.state.registry());
         if self.rbac_bootstrap {
@@ -315,6 +328,7 @@ impl ApiServer {
             rbac: Default::default(),
             rbac_bootstrap: false,
             namespaces: Default::default(),
+            objects: Default::default(),
         };
         builder.admission = AdmissionChain::new().with(builder.namespace_lifecycle());
         builder

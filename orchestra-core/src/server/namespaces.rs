@@ -1,4 +1,4 @@
-//! The namespaces [`NamespaceLifecycle`](crate::auth::NamespaceLifecycle) checks every namespaced create
+//! The namespaces [`NamespaceLifecycle`](crate::auth::admission::NamespaceLifecycle) checks every namespaced create
 //! against, kept from a watch of the store (upstream's plugin reads an
 //! informer the same way) so that a create does not read its namespace from
 //! the store.
@@ -22,9 +22,9 @@ use orchestra_store::{EventKind, KeyRange, KeyValue, Revision, Store, WatchReque
 use super::objects::store_error;
 use super::state::State;
 use crate::api::ApiError;
-use crate::auth::{NamespaceLister, NamespacePhase as Phase, namespace_target};
+use crate::auth::admission::{NamespaceLister, NamespacePhase as Phase, namespace_target};
 
-/// The namespaces of one server as [`NamespaceLifecycle`](crate::auth::NamespaceLifecycle) reads them: an
+/// The namespaces of one server as [`NamespaceLifecycle`](crate::auth::admission::NamespaceLifecycle) reads them: an
 /// active namespace from the cache, any other answer from the store.
 pub(crate) struct ServerNamespaces {
     pub cache: Arc<NamespaceCache>,

@@ -15,7 +15,7 @@ use super::route::Query;
 use super::state::State;
 use crate::api::meta::{self, meta_str, metadata_mut};
 use crate::api::{ApiError, ErrorTarget, FieldError, ResourceInfo};
-use crate::auth::{AdmissionRequest, Operation};
+use crate::auth::admission::{AdmissionRequest, Operation};
 
 /// Everything a handler needs to know about the addressed resource.
 pub(crate) struct Target {

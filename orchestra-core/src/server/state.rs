@@ -6,7 +6,8 @@ use orchestra_store::Store;
 
 use super::ServerOptions;
 use crate::api::Registry;
-use crate::auth::{AdmissionChain, AuthenticatorChain, AuthorizerChain};
+use crate::auth::admission::AdmissionChain;
+use crate::auth::{AuthenticatorChain, AuthorizerChain};
 
 /// The server's shared state.
 pub(crate) struct State {
@@ -24,7 +25,7 @@ pub(crate) struct State {
     /// Signs service account tokens (`serviceaccounts/<name>/token`).
     pub token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
     /// The namespaces creates check, kept from a watch; shared with the
-    /// builder's [`NamespaceLifecycle`](crate::auth::NamespaceLifecycle).
+    /// builder's [`NamespaceLifecycle`](crate::auth::admission::NamespaceLifecycle).
     pub namespaces: Arc<super::namespaces::NamespaceCache>,
     /// Recent watch event objects, decoded and encoded once for all watchers.
     pub watch_objects: super::watch_objects::WatchObjects,

@@ -10,9 +10,10 @@ use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use orchestra_core::api::ApiError;
+use orchestra_core::auth::admission::{AdmissionChain, AdmissionPlugin, AdmissionRequest, Operation};
 use orchestra_core::auth::{
-    AdmissionChain, AdmissionPlugin, AdmissionRequest, Attributes, AuthenticatorChain, Authorizer, AuthorizerChain,
-    Decision, ExtensionAuthenticator, IdentityLayer, Operation, TokenFile, UserInfo,
+    Attributes, AuthenticatorChain, Authorizer, AuthorizerChain, Decision, ExtensionAuthenticator, IdentityLayer,
+    TokenFile, UserInfo,
 };
 use orchestra_core::server::ApiServer;
 use orchestra_store::MemStore;

@@ -37,9 +37,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use orchestra_core::auth::admission::{AdmissionChain, AdmissionPlugin};
 use orchestra_core::auth::{
-    AdmissionChain, AdmissionPlugin, AllowAuthenticated, Authenticator, AuthenticatorChain, Authorizer,
-    AuthorizerChain, ClientCertAuthenticator, ExtensionAuthenticator, PublicInfoViewer, UserInfo,
+    AllowAuthenticated, Authenticator, AuthenticatorChain, Authorizer, AuthorizerChain, ClientCertAuthenticator,
+    ExtensionAuthenticator, PublicInfoViewer, UserInfo,
 };
 use orchestra_core::server::pki::Pki;
 use orchestra_core::server::{ApiServer, ApiServerBuilder, KubeletClient, ListenOptions, ServerOptions};

@@ -1,4 +1,5 @@
-//! Admission: plugins that mutate, then validate, every write.
+//! Admission: plugins that mutate, then validate, every write, the chain
+//! that runs them, and the built-in plugins, one per file.
 
 use std::sync::Arc;
 
@@ -7,6 +8,13 @@ use serde_json::Value;
 
 use super::UserInfo;
 use crate::api::{ApiError, ResourceInfo};
+
+mod namespace_lifecycle;
+mod objects;
+
+pub(crate) use namespace_lifecycle::namespace_target;
+pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLister, NamespacePhase};
+pub use objects::{ObjectReader, ResourceRef, StaticObjects};
 
 /// The kind of write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +63,7 @@ pub struct AdmissionRequest<'a> {
 /// ```
 /// use async_trait::async_trait;
 /// use orchestra_core::api::ApiError;
-/// use orchestra_core::auth::{AdmissionChain, AdmissionPlugin, AdmissionRequest, Operation};
+/// use orchestra_core::auth::admission::{AdmissionChain, AdmissionPlugin, AdmissionRequest, Operation};
 ///
 /// /// Labels every new object with its creator's name.
 /// struct LabelCreator;
@@ -120,7 +128,7 @@ pub trait AdmissionPlugin: Send + Sync {
 /// The chain an [`ApiServer`](crate::server::ApiServer) runs is set with
 /// [`ApiServerBuilder::admission`](crate::server::ApiServerBuilder::admission);
 /// the default one holds the server's
-/// [`NamespaceLifecycle`](super::NamespaceLifecycle).
+/// [`NamespaceLifecycle`].
 #[derive(Clone, Default)]
 pub struct AdmissionChain {
     plugins: Vec<Arc<dyn AdmissionPlugin>>,

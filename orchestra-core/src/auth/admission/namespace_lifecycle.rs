@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::admission::{AdmissionPlugin, AdmissionRequest, Operation};
+use super::{AdmissionPlugin, AdmissionRequest, Operation};
 use crate::api::{ApiError, ErrorTarget};
 
 /// Where a namespace is in its life, as [`NamespaceLifecycle`] sees it.
@@ -29,7 +29,7 @@ pub enum NamespacePhase {
 /// ```
 /// use async_trait::async_trait;
 /// use orchestra_core::api::ApiError;
-/// use orchestra_core::auth::{NamespaceLister, NamespacePhase};
+/// use orchestra_core::auth::admission::{NamespaceLister, NamespacePhase};
 ///
 /// /// Every namespace exists and is active.
 /// struct AllActive;
@@ -66,8 +66,8 @@ pub trait NamespaceLister: Send + Sync {
 /// ```
 /// # use async_trait::async_trait;
 /// # use orchestra_core::api::ApiError;
-/// # use orchestra_core::auth::{NamespaceLister, NamespacePhase};
-/// use orchestra_core::auth::{AdmissionChain, NamespaceLifecycle};
+/// # use orchestra_core::auth::admission::{NamespaceLister, NamespacePhase};
+/// use orchestra_core::auth::admission::{AdmissionChain, NamespaceLifecycle};
 /// # struct AllActive;
 /// # #[async_trait]
 /// # impl NamespaceLister for AllActive {
@@ -155,7 +155,7 @@ mod tests {
             ("live", NamespacePhase::Active),
             ("leaving", NamespacePhase::Terminating),
         ])));
-        let chain = crate::auth::AdmissionChain::new().with(plugin);
+        let chain = super::super::AdmissionChain::new().with(plugin);
         let pods = ResourceInfo::new("", "v1", "Pod", "pods", true);
         let nodes = ResourceInfo::new("", "v1", "Node", "nodes", false);
         let user = UserInfo::anonymous();
