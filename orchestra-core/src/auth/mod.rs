@@ -12,6 +12,7 @@ pub mod admission;
 mod authn;
 mod authz;
 mod client_cert;
+pub mod node;
 mod public;
 pub mod rbac;
 pub mod service_account;

@@ -19,6 +19,7 @@ mod discovery;
 mod eviction;
 pub mod fence;
 mod field_validation;
+mod follow;
 mod health;
 mod list;
 pub mod metrics;
@@ -49,6 +50,7 @@ use serde_json::json;
 
 pub use crate::tls::{CoalescedWrites, CopiedWrites, ListenOptions, pki, serve};
 pub use discovery::KUBERNETES_VERSION;
+pub(crate) use follow::{Follower, follow};
 pub(crate) use list::list_prefix;
 pub use node_proxy::KubeletClient;
 
@@ -155,6 +157,9 @@ pub struct ApiServerBuilder {
     admission: AdmissionChain,
     kubelet_client: Option<KubeletClient>,
     token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
+    /// The Node authorizer's graph the server keeps, once an authorizer
+    /// asked for it.
+    node_graph: std::sync::OnceLock<Arc<crate::auth::node::NodeGraph>>,
     /// The RBAC cache the server keeps, once an authorizer asked for it.
     rbac: std::sync::OnceLock<Arc<crate::auth::rbac::RbacCache>>,
     rbac_bootstrap: bool,
@@ -246,6 +251,26 @@ impl ApiServerBuilder {
         crate::auth::rbac::RbacAuthorizer::new(self.rbac.get_or_init(Default::default).clone())
     }
 
+    /// A [`NodeAuthorizer`](crate::auth::node::NodeAuthorizer) deciding from
+    /// the pods bound to each node of this server, for an authorizer chain
+    /// of one's own (upstream's `--authorization-mode=Node`, placed before
+    /// RBAC). The server fills its graph from the store before it serves and
+    /// keeps it current from a watch; every authorizer this returns shares
+    /// that graph.
+    pub fn node_authorizer(&self) -> crate::auth::node::NodeAuthorizer {
+        let graph = self.node_graph.get_or_init(Default::default).clone();
+        let prefix = |group: &str, plural: &str| {
+            self.registry.get(group, "v1", plural).map(|info| info.storage_prefix()).unwrap_or_default()
+        };
+        let lookup = crate::auth::node::Lookup {
+            store: self.store.clone(),
+            pods: prefix("", "pods"),
+            volumes: prefix("", "persistentvolumes"),
+            attachments: prefix("storage.k8s.io", "volumeattachments"),
+        };
+        crate::auth::node::NodeAuthorizer::with_lookup(graph, lookup)
+    }
+
     /// Whether the server creates upstream's default ClusterRoles and
     /// ClusterRoleBindings when it starts and reconciles those it finds
     /// ([`crate::auth::rbac::bootstrap`]; upstream does so whenever RBAC is
@@ -300,6 +325,12 @@ impl ApiServerBuilder {
         if self.rbac_bootstrap {
             crate::auth::rbac::bootstrap::ensure(store, &registry).await?;
         }
+        if let Some(graph) = self.node_graph.get() {
+            for (group, plural) in [("", "pods"), ("", "persistentvolumeclaims"), ("storage.k8s.io", "volumeattachments")] {
+                let Some(info) = registry.get(group, "v1", plural) else { continue };
+                follow(graph, store, info.storage_prefix(), "Node authorizer").await.map_err(ApiError::internal)?;
+            }
+        }
         if let Some(cache) = self.rbac.get() {
             crate::auth::rbac::start(cache, store, &registry).await?;
         }
@@ -325,6 +356,7 @@ impl ApiServer {
             admission: AdmissionChain::new(),
             kubelet_client: None,
             token_signer: None,
+            node_graph: Default::default(),
             rbac: Default::default(),
             rbac_bootstrap: false,
             namespaces: Default::default(),

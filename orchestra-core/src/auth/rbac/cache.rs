@@ -4,12 +4,10 @@
 //! groups, and the roles those bindings refer to by name.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock, Weak};
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
 
-use futures::StreamExt;
 use k8s_openapi::api::rbac::v1::{PolicyRule, RoleRef, Subject};
-use orchestra_store::{EventKind, KeyRange, KeyValue, Revision, Store, WatchRequest};
+use orchestra_store::{Event, EventKind, KeyValue};
 use serde::Deserialize;
 
 use super::rules::{SubjectKey, subject_key};
@@ -275,52 +273,34 @@ fn role_rules<'a>(index: &'a Index, role_ref: &RoleRef, namespace: &str) -> Opti
     }
 }
 
-/// Fills `cache` with the objects of `kind` under `prefix`; returns the
-/// revision listed at.
-pub(crate) async fn load(
-    cache: &RbacCache,
-    store: &dyn Store,
-    kind: Kind,
-    prefix: &str,
-) -> Result<Revision, orchestra_store::Error> {
-    let mut kvs = Vec::new();
-    let revision = crate::server::list_prefix(store, prefix, |kv| kvs.push(kv.clone())).await?;
-    cache.replace(kind, &kvs);
-    Ok(revision)
+impl Kind {
+    /// The kind whose objects a store prefix holds: its last segment is the
+    /// plural (`/registry/rbac.authorization.k8s.io/roles/`).
+    fn of_prefix(prefix: &str) -> Option<Kind> {
+        match prefix.trim_end_matches('/').rsplit('/').next()? {
+            "roles" => Some(Kind::Role),
+            "clusterroles" => Some(Kind::ClusterRole),
+            "rolebindings" => Some(Kind::RoleBinding),
+            "clusterrolebindings" => Some(Kind::ClusterRoleBinding),
+            _ => None,
+        }
+    }
 }
 
-/// Starts the task that keeps the objects of `kind` under `prefix` in
-/// `cache` current from revision `from` on: it watches the store and, when
-/// the watch ends, lists again (keeping what it holds meanwhile, as an
-/// informer does). It ends when the cache is dropped.
-pub(crate) fn spawn(cache: Weak<RbacCache>, store: Arc<dyn Store>, kind: Kind, prefix: String, mut from: Revision) {
-    tokio::spawn(async move {
-        loop {
-            let request = WatchRequest::new(KeyRange::prefix(prefix.clone())).from_revision(from + 1);
-            if let Ok(mut stream) = store.watch(request).await {
-                while let Some(Ok(response)) = stream.next().await {
-                    let Some(cache) = cache.upgrade() else { return };
-                    for event in &response.events {
-                        match event.kind {
-                            EventKind::Delete => cache.delete(&event.kv.key),
-                            _ => cache.put(kind, &event.kv.key, &event.kv.value),
-                        }
-                    }
-                }
-            }
-            loop {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                let Some(cache) = cache.upgrade() else { return };
-                match load(&cache, &*store, kind, &prefix).await {
-                    Ok(revision) => {
-                        from = revision;
-                        break;
-                    }
-                    Err(error) => tracing::warn!(%error, ?kind, "RBAC list failed; retrying"),
-                }
-            }
+impl crate::server::Follower for RbacCache {
+    fn reset(&self, prefix: &str, listed: Vec<KeyValue>) {
+        if let Some(kind) = Kind::of_prefix(prefix) {
+            self.replace(kind, &listed);
         }
-    });
+    }
+
+    fn apply(&self, prefix: &str, event: &Event) {
+        match (event.kind, Kind::of_prefix(prefix)) {
+            (EventKind::Delete, _) => self.delete(&event.kv.key),
+            (_, Some(kind)) => self.put(kind, &event.kv.key, &event.kv.value),
+            (_, None) => {}
+        }
+    }
 }
 
 #[cfg(test)]
@@ -430,6 +410,10 @@ mod tests {
 
     #[tokio::test]
     async fn the_cache_follows_the_store() {
+        use std::time::Duration;
+
+        use orchestra_store::Store;
+
         let store: Arc<dyn Store> = Arc::new(orchestra_store::MemStore::new());
         let cache = Arc::new(RbacCache::default());
         let value = |v: serde_json::Value| serde_json::to_vec(&v).unwrap().into();
@@ -438,14 +422,13 @@ mod tests {
             .put("/rbac/clusterroles/view", value(json!({"metadata": {"name": "view"}, "rules": rules})), None)
             .await
             .unwrap();
-        let from = load(&cache, &*store, Kind::ClusterRole, "/rbac/clusterroles/").await.unwrap();
-        spawn(Arc::downgrade(&cache), store.clone(), Kind::ClusterRole, "/rbac/clusterroles/".into(), from);
-        let from = load(&cache, &*store, Kind::ClusterRoleBinding, "/rbac/crb/").await.unwrap();
-        spawn(Arc::downgrade(&cache), store.clone(), Kind::ClusterRoleBinding, "/rbac/crb/".into(), from);
+        for prefix in ["/rbac/clusterroles/", "/rbac/clusterrolebindings/"] {
+            crate::server::follow(&cache, &store, prefix.into(), "RBAC").await.unwrap();
+        }
         let alice = UserInfo::new("alice", &[]);
         assert!(grants(&cache, &alice, "").is_empty());
         let crb = binding(None, "b", ("ClusterRole", "view"), json!([{"kind": "User", "name": "alice"}]));
-        store.put("/rbac/crb/b", value(crb), None).await.unwrap();
+        store.put("/rbac/clusterrolebindings/b", value(crb), None).await.unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while grants(&cache, &alice, "").is_empty() {
             assert!(tokio::time::Instant::now() < deadline, "the watch delivers the binding");

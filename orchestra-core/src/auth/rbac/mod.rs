@@ -17,7 +17,7 @@
 
 pub mod bootstrap;
 mod cache;
-mod rules;
+pub(crate) mod rules;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -136,9 +136,8 @@ fn prefixes(registry: &Registry) -> Vec<(Kind, String)> {
 /// Fills `cache` from `store` and keeps it current from a watch, for as long
 /// as the cache lives.
 pub(crate) async fn start(cache: &Arc<RbacCache>, store: &Arc<dyn Store>, registry: &Registry) -> Result<(), ApiError> {
-    for (kind, prefix) in prefixes(registry) {
-        let from = cache::load(cache, &**store, kind, &prefix).await.map_err(ApiError::internal)?;
-        cache::spawn(Arc::downgrade(cache), store.clone(), kind, prefix, from);
+    for (_, prefix) in prefixes(registry) {
+        crate::server::follow(cache, store, prefix, "RBAC").await.map_err(ApiError::internal)?;
     }
     Ok(())
 }
