@@ -326,7 +326,9 @@ impl ApiServerBuilder {
             crate::auth::rbac::bootstrap::ensure(store, &registry).await?;
         }
         if let Some(graph) = self.node_graph.get() {
-            for (group, plural) in [("", "pods"), ("", "persistentvolumeclaims"), ("storage.k8s.io", "volumeattachments")] {
+            for (group, plural) in
+                [("", "pods"), ("", "persistentvolumeclaims"), ("storage.k8s.io", "volumeattachments")]
+            {
                 let Some(info) = registry.get(group, "v1", plural) else { continue };
                 follow(graph, store, info.storage_prefix(), "Node authorizer").await.map_err(ApiError::internal)?;
             }
@@ -776,7 +778,19 @@ fn attributes(route: &Route, method: &Method, query: &Query, user: UserInfo, pat
     attributes.api_group = resource.group.clone();
     attributes.resource = resource.plural.clone();
     attributes.namespace = namespace.clone().unwrap_or_default();
-    attributes.name = name.cloned().unwrap_or_default();
+    attributes.name = match name {
+        Some(name) => name.clone(),
+        // A list or watch of one object names it in a field selector; the
+        // authorizers see that name, as upstream's (single-object watches of
+        // node agents, RBAC rules with resourceNames).
+        None if matches!(attributes.verb.as_str(), "list" | "watch") => query
+            .field_selector
+            .as_deref()
+            .and_then(|selector| crate::api::FieldSelector::parse(selector).ok())
+            .and_then(|selector| selector.pinned_name().map(str::to_owned))
+            .unwrap_or_default(),
+        None => String::new(),
+    };
     attributes.subresource = subresource.cloned().unwrap_or_default();
     attributes
 }

@@ -107,7 +107,7 @@ pub(crate) async fn get_json(state: &State, target: &Target, name: &str) -> Resu
 
 /// Runs the admission chain on a write; returns the (possibly mutated) object.
 #[allow(clippy::too_many_arguments)]
-async fn admit(
+pub(crate) async fn admit(
     state: &State,
     target: &Target,
     operation: Operation,

@@ -12,6 +12,7 @@ use super::objects::{Target, load};
 use super::state::State;
 use crate::api::meta::meta_str;
 use crate::api::{ApiError, FieldError};
+use crate::auth::admission::Operation;
 use crate::auth::service_account::BoundObject;
 
 /// Shortest token lifetime a client may ask for (upstream's).
@@ -34,6 +35,11 @@ pub(crate) async fn create(
         )));
     };
     let request = body::decode_object(bytes, headers)?;
+    // Admission sees the TokenRequest as a create of the subresource
+    // (NodeRestriction checks what a node binds its tokens to).
+    let create =
+        super::objects::admit(state, target, Operation::Create, name, Some("token"), Some(request), None, false);
+    let request = create.await?.unwrap_or_default();
     let spec = request.get("spec").cloned().unwrap_or_else(|| json!({}));
     let error_target = target.error_target(name);
     let expiration = spec.get("expirationSeconds").and_then(Value::as_i64).unwrap_or(DEFAULT_EXPIRATION_SECONDS);

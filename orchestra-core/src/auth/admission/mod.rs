@@ -10,10 +10,12 @@ use super::UserInfo;
 use crate::api::{ApiError, ResourceInfo};
 
 mod namespace_lifecycle;
+mod node_restriction;
 mod objects;
 
 pub(crate) use namespace_lifecycle::namespace_target;
 pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLister, NamespacePhase};
+pub use node_restriction::NodeRestriction;
 pub use objects::{ObjectReader, ResourceRef, StaticObjects};
 
 /// The kind of write.

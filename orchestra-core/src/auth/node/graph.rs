@@ -31,9 +31,14 @@ pub(crate) struct BoundPod {
 /// The objects a pod refers to, and its node; `None` for a pod that is not
 /// bound or does not decode.
 pub(crate) fn bound_pod(pod: &Value) -> Option<BoundPod> {
-    let spec = &pod["spec"];
-    let node = spec["nodeName"].as_str().filter(|n| !n.is_empty())?.to_owned();
+    let node = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty())?.to_owned();
     let namespace = pod["metadata"]["namespace"].as_str()?.to_owned();
+    Some(BoundPod { node, namespace, references: references(pod) })
+}
+
+/// The objects a pod refers to (in its namespace), each once.
+pub(crate) fn references(pod: &Value) -> Vec<Reference> {
+    let spec = &pod["spec"];
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
     let mut references = Vec::new();
     let mut add = |kind, name: &Value| {
@@ -77,7 +82,7 @@ pub(crate) fn bound_pod(pod: &Value) -> Option<BoundPod> {
     }
     references.sort_unstable_by(|a, b| (a.0 as u8, &a.1).cmp(&(b.0 as u8, &b.1)));
     references.dedup();
-    Some(BoundPod { node, namespace, references })
+    references
 }
 
 /// What the graph holds.
@@ -215,9 +220,12 @@ impl NodeGraph {
     /// bound to `node`.
     pub(crate) fn uses_volume(&self, node: &str, volume: &str) -> bool {
         let graph = self.read();
-        graph.volumes.get(volume).into_iter().flatten().any(|(namespace, claim)| {
-            graph.refers(node, Refers::PersistentVolumeClaim, namespace, claim)
-        })
+        graph
+            .volumes
+            .get(volume)
+            .into_iter()
+            .flatten()
+            .any(|(namespace, claim)| graph.refers(node, Refers::PersistentVolumeClaim, namespace, claim))
     }
 
     /// Whether VolumeAttachment `name` is for `node`.
@@ -387,7 +395,10 @@ mod tests {
 
         let attachments = "/registry/storage.k8s.io/volumeattachments/";
         let attachment = json!({"metadata": {"name": "va"}, "spec": {"nodeName": "n1"}});
-        graph.apply(attachments, &event(EventKind::Put, kv("/registry/storage.k8s.io/volumeattachments/va", attachment)));
+        graph.apply(
+            attachments,
+            &event(EventKind::Put, kv("/registry/storage.k8s.io/volumeattachments/va", attachment)),
+        );
         assert!(graph.attachment_on("n1", "va"));
         assert!(!graph.attachment_on("n2", "va"));
     }

@@ -39,6 +39,20 @@ pub fn node_of(user: &UserInfo) -> Option<&str> {
     (!name.is_empty() && user.groups.iter().any(|g| g == NODES_GROUP)).then_some(name)
 }
 
+/// The kinds of objects (plural names) a pod refers to: service accounts,
+/// secrets, config maps and claims, in that order, each once; what
+/// NodeRestriction refuses in a mirror pod.
+pub(crate) fn referenced_kinds(pod: &Value) -> Vec<&'static str> {
+    let references = graph::references(pod);
+    let order = [
+        (Refers::ServiceAccount, "serviceaccounts"),
+        (Refers::Secret, "secrets"),
+        (Refers::ConfigMap, "configmaps"),
+        (Refers::PersistentVolumeClaim, "persistentvolumeclaims"),
+    ];
+    order.into_iter().filter(|(kind, _)| references.iter().any(|(k, _)| k == kind)).map(|(_, plural)| plural).collect()
+}
+
 /// Where the authorizer reads the store when its graph has not seen a
 /// relation (yet): the objects' store prefixes.
 #[derive(Clone)]
@@ -218,9 +232,8 @@ impl Lookup {
                 return;
             }
             let Ok(pod) = serde_json::from_slice::<Value>(&kv.value) else { return };
-            found = bound_pod(&pod).is_some_and(|pod| {
-                pod.node == node && pod.references.iter().any(|(k, n)| *k == kind && n == name)
-            });
+            found = bound_pod(&pod)
+                .is_some_and(|pod| pod.node == node && pod.references.iter().any(|(k, n)| *k == kind && n == name));
         })
         .await?;
         Ok(found)

@@ -131,10 +131,14 @@ async fn decisions() {
     for (user, verb, resource, namespace, name, allowed) in cases {
         let attributes = request(user, verb, resource, namespace, name);
         let expected = if *allowed { Decision::Allow } else { Decision::NoOpinion };
-        assert_eq!(authorizer.authorize(&attributes).await, expected, "{} {verb} {resource} {namespace}/{name}", user.name);
+        assert_eq!(
+            authorizer.authorize(&attributes).await,
+            expected,
+            "{} {verb} {resource} {namespace}/{name}",
+            user.name
+        );
     }
-    let healthz =
-        Attributes { user: n1.clone(), verb: "get".into(), path: "/healthz".into(), ..Default::default() };
+    let healthz = Attributes { user: n1.clone(), verb: "get".into(), path: "/healthz".into(), ..Default::default() };
     assert_eq!(authorizer.authorize(&healthz).await, Decision::NoOpinion);
 }
 
