@@ -5,8 +5,11 @@
 //!   `example.com/created-by=<user>` (mutating phase) and refuses ConfigMaps
 //!   that carry a `password` key (validating phase: 422, nothing stored).
 //! - `ReadOnlyInterns` (authorizer): members of the group `interns` may
-//!   read (`get`, `list`, `watch`) and nothing else; it has no opinion on
-//!   anyone else, so the default authorizers decide for them.
+//!   do nothing but read (`get`, `list`, `watch`), whatever roles they are
+//!   given; on reads, and on anyone else, it has no opinion, so the default
+//!   authorizers (Node, then RBAC) decide. The program gives `interns` the
+//!   `edit` role in `default`: RBAC would let them write, and
+//!   `ReadOnlyInterns`, asked first, denies it.
 //!
 //! ```text
 //! cargo run -p orchestra-examples --example admission_and_authz
@@ -14,6 +17,7 @@
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use orchestra::core::api::{ApiError, ErrorTarget, FieldError};
 use orchestra::core::auth::admission::{AdmissionRequest, Operation};
 use orchestra::core::auth::{Attributes, Decision};
@@ -63,7 +67,7 @@ impl AdmissionPlugin for OwnerLabel {
     }
 }
 
-/// Interns may read, nothing more.
+/// Interns may read, nothing more, whatever RBAC grants them.
 pub struct ReadOnlyInterns;
 
 #[async_trait]
@@ -113,6 +117,22 @@ pub async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
     let cluster = ControlPlane::builder().admission(OwnerLabel).authorizer(ReadOnlyInterns).start().await?;
     let admin: Api<ConfigMap> = Api::default_namespaced(cluster.client());
     let intern: Api<ConfigMap> = Api::default_namespaced(cluster.client_as("alice", &["interns"]));
+
+    // Interns get the default `edit` role in `default`.
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "interns-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "interns"}],
+    }))?;
+    Api::<RoleBinding>::default_namespaced(cluster.client()).create(&PostParams::default(), &binding).await?;
+    // RBAC decides from a cache its watch fills: the binding takes effect
+    // a moment after it is written, as upstream's.
+    for _ in 0..50 {
+        if intern.list(&ListParams::default()).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 
     let created = admin.create(&PostParams::default(), &config_map("settings", &[("mode", "fast")])).await?;
     let intern_create = code(intern.create(&PostParams::default(), &config_map("mine", &[])).await);

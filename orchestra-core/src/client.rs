@@ -4,10 +4,19 @@
 use std::path::Path;
 
 /// A client that sends every request straight into `server`'s tower service,
-/// with no socket in between. The same pipeline runs as for remote clients.
+/// with no socket in between, as the server's own loopback identity
+/// ([`loopback_user`]: `system:apiserver` in `system:masters`, which may do
+/// anything). The same pipeline runs as for remote clients.
 #[cfg(feature = "server")]
 pub fn in_process(server: &crate::server::ApiServer, default_namespace: &str) -> kube::Client {
-    kube::Client::new(server.router(), default_namespace)
+    in_process_as(server, loopback_user(), default_namespace)
+}
+
+/// The identity of [`in_process`] clients: `system:apiserver` in
+/// `system:masters`, as upstream's loopback client.
+#[cfg(feature = "server")]
+pub fn loopback_user() -> crate::auth::UserInfo {
+    crate::auth::UserInfo::new("system:apiserver", &["system:masters"])
 }
 
 /// Like [`in_process`], acting as `user`: every request carries the user as

@@ -654,7 +654,10 @@ struct MetadataInformer {
 /// ```
 #[derive(Clone)]
 pub struct SharedInformerFactory {
+    /// What controllers built on the factory write with.
     client: Client,
+    /// What the informers list and watch with.
+    informer_client: Client,
     informers: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
     metadata: Arc<Mutex<HashMap<ResourceKey, MetadataInformer>>>,
     tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
@@ -663,19 +666,34 @@ pub struct SharedInformerFactory {
 impl SharedInformerFactory {
     /// A factory whose informers list and watch through `client`.
     pub fn new(client: Client) -> Self {
-        Self { client, informers: Arc::default(), metadata: Arc::default(), tasks: Arc::default() }
+        Self {
+            informer_client: client.clone(),
+            client,
+            informers: Arc::default(),
+            metadata: Arc::default(),
+            tasks: Arc::default(),
+        }
     }
 
-    /// The client informers (and controllers built on this factory) use.
+    /// The client controllers built on this factory write with.
     pub fn client(&self) -> &Client {
         &self.client
     }
 
     /// The same informers, with `client` for what the controllers write
-    /// (e.g. a [`Fence::client`](crate::leader::Fence::client)). Informers
-    /// started later list and watch through it too.
+    /// (e.g. a [`Fence::client`](crate::leader::Fence::client), or a
+    /// controller's own identity). Informers, started now or later, keep
+    /// listing and watching through the factory's first client, as
+    /// kube-controller-manager's shared informers read with its own
+    /// identity while each controller writes with its service account.
     pub fn with_client(&self, client: Client) -> Self {
-        Self { client, informers: self.informers.clone(), metadata: self.metadata.clone(), tasks: self.tasks.clone() }
+        Self {
+            client,
+            informer_client: self.informer_client.clone(),
+            informers: self.informers.clone(),
+            metadata: self.metadata.clone(),
+            tasks: self.tasks.clone(),
+        }
     }
 
     /// The informer of `K` across all namespaces, started on first request.
@@ -689,7 +707,7 @@ impl SharedInformerFactory {
         }
         let informer = Informer::<K>::new();
         informers.insert(TypeId::of::<K>(), informer.clone());
-        let api = K::Scope::api_all::<K>(self.client.clone());
+        let api = K::Scope::api_all::<K>(self.informer_client.clone());
         self.tasks.lock().push(tokio::spawn(informer.clone().run(api)));
         informer
     }
@@ -719,7 +737,7 @@ impl SharedInformerFactory {
         }
         let informer = Informer::named(format!("{} ({})", resource.kind, resource.api_version));
         informer.set_transform(transform);
-        let api: Api<MetadataObject> = Api::all_with(self.client.clone(), resource);
+        let api: Api<MetadataObject> = Api::all_with(self.informer_client.clone(), resource);
         let task = tokio::spawn(informer.clone().run(api));
         informers.insert(key, MetadataInformer { informer: informer.clone(), task });
         informer

@@ -27,6 +27,7 @@
 
 pub mod controller;
 pub mod controllers;
+pub mod credentials;
 pub mod events;
 pub mod finalizer;
 pub mod informer;

@@ -273,7 +273,8 @@ impl FakeClusterBuilder {
     /// in that was not seeded too) and returns the cluster.
     pub async fn build(self) -> FakeCluster {
         let mut registry = Registry::builtin();
-        let mut server = ApiServer::builder(Arc::new(MemStore::new()));
+        let mut server = ApiServer::builder(Arc::new(MemStore::new()))
+            .authorization_modes(&[orchestra_core::auth::AuthorizationMode::AlwaysAllow]);
         for kind in self.kinds {
             registry.register(kind.clone());
             server = server.register(kind);
@@ -281,10 +282,14 @@ impl FakeClusterBuilder {
         let server = server.build().await.expect("the fake API server starts");
         let log: Log = Arc::default();
         let in_flight: Arc<AtomicUsize> = Arc::default();
-        let client = Client::new(
-            Recording { inner: server.router(), log: log.clone(), in_flight: in_flight.clone() },
-            "default",
+        // The controller under test acts as the server's loopback identity,
+        // which may do anything: a fake tests what controllers do, not what
+        // they are allowed.
+        let inner = tower::Layer::layer(
+            &orchestra_core::auth::IdentityLayer(orchestra_core::client::loopback_user()),
+            server.router(),
         );
+        let client = Client::new(Recording { inner, log: log.clone(), in_flight: in_flight.clone() }, "default");
         let unrecorded = orchestra_core::client::in_process(&server, "default");
         let factory = SharedInformerFactory::new(unrecorded.clone());
         let fake = FakeCluster { server, registry, client, unrecorded, factory, log, in_flight };

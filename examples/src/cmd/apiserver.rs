@@ -29,6 +29,8 @@ pub struct Args {
     /// Static bearer tokens, upstream's CSV format: `token,user,uid,"group1,group2"`.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    #[command(flatten)]
+    auth: super::AuthArgs,
 }
 
 /// Runs the API server until SIGTERM or Ctrl-C.
@@ -39,9 +41,8 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .store(Arc::new(store))
         .data_dir(&args.data_dir)
         .listener(listener)
-        // Anonymous requests get in only as far as the authorizers let
-        // them: health and version.
-        .allow_anonymous(true)
+        .allow_anonymous(args.auth.anonymous_auth)
+        .authorization_modes(&args.auth.authorization_mode)
         // Nodes started on their own (`orchestra node`) sign their serving
         // certificate themselves.
         .verify_node_certificates(false)

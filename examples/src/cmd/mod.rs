@@ -25,3 +25,20 @@ pub async fn shutdown_signal() {
 }
 
 pub use orchestra::control_plane::default_identity;
+
+/// The API server's authentication and authorization flags, as
+/// kube-apiserver's.
+#[derive(clap::Args)]
+pub struct AuthArgs {
+    /// Let requests without credentials in as `system:anonymous` (group
+    /// `system:unauthenticated`), limited by the authorizers like anyone.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub anonymous_auth: bool,
+    /// The authorizers, in order: `Node`, `RBAC`, `AlwaysAllow`, `AlwaysDeny`.
+    #[arg(long, default_value = "Node,RBAC", value_parser = parse_modes)]
+    pub authorization_mode: std::vec::Vec<orchestra::core::auth::AuthorizationMode>,
+}
+
+fn parse_modes(list: &str) -> Result<Vec<orchestra::core::auth::AuthorizationMode>, String> {
+    orchestra::core::auth::AuthorizationMode::parse_list(list).map_err(|e| e.to_string())
+}

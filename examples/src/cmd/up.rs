@@ -53,6 +53,8 @@ pub struct Args {
     /// (0: any free port, as tests use).
     #[arg(long, default_value_t = 10250)]
     pub kubelet_port: u16,
+    #[command(flatten)]
+    pub auth: super::AuthArgs,
 }
 
 /// Runs the cluster until SIGTERM or Ctrl-C.
@@ -75,9 +77,8 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .store(Arc::new(store))
         .data_dir(&data_dir)
         .listener(Listener::tls(args.listen, data_dir.join("pki")))
-        // Anonymous requests get in only as far as the authorizers let
-        // them: health and version.
-        .allow_anonymous(true)
+        .allow_anonymous(args.auth.anonymous_auth)
+        .authorization_modes(&args.auth.authorization_mode)
         .controllers(controllers)
         .control_plane_static_pods(true)
         .nodes(args.nodes, runtime)

@@ -68,9 +68,30 @@ pub fn validate_label(field: &str, name: &str) -> Vec<FieldError> {
     )]
 }
 
-/// Kinds whose names must be DNS labels rather than subdomains.
-pub fn requires_label_name(group: &str, plural: &str) -> bool {
-    group.is_empty() && matches!(plural, "namespaces" | "services")
+/// Checks a path segment name (RBAC's kinds, whose names such as
+/// `system:node` are not DNS names): anything but `.`, `..`, `/` and `%`.
+pub fn validate_path_segment(field: &str, name: &str) -> Vec<FieldError> {
+    let problem = match name {
+        "." => Some("may not be '.'"),
+        ".." => Some("may not be '..'"),
+        _ if name.contains('/') => Some("may not contain '/'"),
+        _ if name.contains('%') => Some("may not contain '%'"),
+        _ => None,
+    };
+    problem.map(|detail| vec![FieldError::invalid(field, name, detail)]).unwrap_or_default()
+}
+
+/// Checks the name of an object of `group`/`plural` by its kind's rule:
+/// DNS labels for namespaces and services, path segments for RBAC's kinds,
+/// DNS subdomains for every other kind.
+pub fn validate_name(group: &str, plural: &str, field: &str, name: &str) -> Vec<FieldError> {
+    match (group, plural) {
+        ("", "namespaces" | "services") => validate_label(field, name),
+        ("rbac.authorization.k8s.io", "roles" | "clusterroles" | "rolebindings" | "clusterrolebindings") => {
+            validate_path_segment(field, name)
+        }
+        _ => validate_subdomain(field, name),
+    }
 }
 
 /// Label and annotation maps: keys are `[prefix/]name`, values at most 63
@@ -157,6 +178,12 @@ mod tests {
         assert!(!validate_subdomain("metadata.name", "Web").is_empty());
         assert!(!validate_subdomain("metadata.name", "-x").is_empty());
         assert!(!validate_subdomain("metadata.name", "a..b").is_empty());
+        let rbac = "rbac.authorization.k8s.io";
+        assert!(validate_name(rbac, "clusterroles", "metadata.name", "system:node").is_empty());
+        assert!(!validate_name(rbac, "roles", "metadata.name", "a/b").is_empty());
+        assert!(!validate_name(rbac, "roles", "metadata.name", "..").is_empty());
+        assert!(!validate_name("", "configmaps", "metadata.name", "system:node").is_empty());
+        assert!(!validate_name("", "services", "metadata.name", "a.b").is_empty());
         assert!(validate_label("metadata.name", "kube-system").is_empty());
         assert!(!validate_label("metadata.name", "a.b").is_empty());
         assert!(!validate_label("metadata.name", &"x".repeat(64)).is_empty());

@@ -121,6 +121,11 @@ impl AuthenticatorChain {
                 return Ok(user);
             }
         }
+        // A credential nobody recognises is refused, never taken as
+        // anonymous (upstream answers 401 to an unknown bearer token).
+        if request.headers.contains_key(http::header::AUTHORIZATION) {
+            return Err(AuthError("the credential in the Authorization header is not valid".into()));
+        }
         if self.anonymous { Ok(UserInfo::anonymous()) } else { Err(AuthError("no credentials".into())) }
     }
 }

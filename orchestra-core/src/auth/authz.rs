@@ -132,6 +132,12 @@ impl AuthorizerChain {
         self
     }
 
+    /// Adds every authorizer of `other` at the end, in its order.
+    pub fn then(mut self, other: AuthorizerChain) -> AuthorizerChain {
+        self.authorizers.extend(other.authorizers);
+        self
+    }
+
     /// The chain's decision: never `NoOpinion`. Silence is a denial without
     /// a reason, which the 403 leaves out, as upstream's union authorizer.
     pub async fn authorize(&self, attributes: &Attributes) -> Decision {
@@ -183,6 +189,21 @@ impl Authorizer for AllowAll {
 
     async fn rules_for(&self, _: &UserInfo, _: &str) -> Option<Rules> {
         Some(Rules::everything())
+    }
+}
+
+/// Denies everything (upstream `--authorization-mode=AlwaysDeny`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DenyAll;
+
+#[async_trait]
+impl Authorizer for DenyAll {
+    async fn authorize(&self, _: &Attributes) -> Decision {
+        Decision::Deny(String::new())
+    }
+
+    async fn rules_for(&self, _: &UserInfo, _: &str) -> Option<Rules> {
+        Some(Rules::default())
     }
 }
 

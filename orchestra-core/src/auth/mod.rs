@@ -12,6 +12,7 @@ pub mod admission;
 mod authn;
 mod authz;
 mod client_cert;
+mod mode;
 pub mod node;
 mod public;
 pub mod rbac;
@@ -20,6 +21,7 @@ pub mod service_account;
 pub use authn::{
     AuthError, Authenticator, AuthenticatorChain, ExtensionAuthenticator, Identity, IdentityLayer, TokenFile, UserInfo,
 };
-pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision, Rules};
+pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision, DenyAll, Rules};
 pub use client_cert::{ClientCertAuthenticator, PeerCertificates, user_of as certificate_user};
+pub use mode::{AuthorizationMode, ModeError};
 pub use public::{AllowAuthenticated, PUBLIC_PATHS, PublicInfoViewer};

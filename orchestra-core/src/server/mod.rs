@@ -109,11 +109,17 @@ pub struct ApiServer {
 /// Builds an [`ApiServer`]: the store, the kinds served, the request
 /// pipeline, the options.
 ///
-/// By default the pipeline is open: in-process identities and anonymous
-/// requests are authenticated and every request is allowed. Admission runs
-/// one plugin, the server's [`NamespaceLifecycle`]: creates in a namespace
-/// that does not exist or is terminating are refused. Assemblies that
-/// listen on a network set their own chains.
+/// By default the pipeline is closed, as kube-apiserver's recommended
+/// setup: only in-process identities are authenticated (no anonymous
+/// requests; [`client::in_process`](crate::client::in_process) acts as
+/// `system:apiserver` in `system:masters`), authorization is `Node,RBAC`
+/// ([`authorization_modes`](Self::authorization_modes)) with upstream's
+/// default roles created at start, and admission runs the server's
+/// [`NamespaceLifecycle`] (creates in a namespace that does not exist or is
+/// terminating are refused) and
+/// [`NodeRestriction`](crate::auth::admission::NodeRestriction). An open pipeline is
+/// asked for by name: `.authenticator(AuthenticatorChain::new().with(ExtensionAuthenticator).allow_anonymous(true))`
+/// and `.authorization_modes(&[AuthorizationMode::AlwaysAllow])`.
 ///
 /// [`admission`](Self::admission) replaces the whole admission chain; a
 /// chain that should still refuse such creates includes
@@ -206,15 +212,61 @@ impl ApiServerBuilder {
         self
     }
 
-    /// Sets the authorizer chain.
+    /// Sets the authorizer chain. The default roles are then created only
+    /// if [`rbac_bootstrap`](Self::rbac_bootstrap) asks for them again.
     pub fn authorizer(mut self, chain: AuthorizerChain) -> ApiServerBuilder {
         self.authorizer = chain;
+        self.rbac_bootstrap = false;
         self
     }
 
+    /// Sets the authorizer chain from upstream's `--authorization-mode`
+    /// entries, in order: `Node` is [`node_authorizer`](Self::node_authorizer),
+    /// `RBAC` is [`rbac_authorizer`](Self::rbac_authorizer) with the default
+    /// roles created at start ([`rbac_bootstrap`](Self::rbac_bootstrap)),
+    /// `AlwaysAllow` and `AlwaysDeny` allow and deny everything. The default
+    /// is `Node,RBAC`.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
+    /// use std::sync::Arc;
+    /// use orchestra_core::auth::AuthorizationMode;
+    /// use orchestra_core::server::ApiServer;
+    /// use orchestra_store::MemStore;
+    ///
+    /// let modes = AuthorizationMode::parse_list("RBAC").unwrap();
+    /// let server = ApiServer::builder(Arc::new(MemStore::new())).authorization_modes(&modes).build().await?;
+    /// # let _ = server;
+    /// # Ok(()) }
+    /// ```
+    pub fn authorization_modes(self, modes: &[crate::auth::AuthorizationMode]) -> ApiServerBuilder {
+        let chain = self.mode_authorizers(modes);
+        let rbac = modes.contains(&crate::auth::AuthorizationMode::Rbac);
+        self.authorizer(chain).rbac_bootstrap(rbac)
+    }
+
+    /// The authorizers of `modes`, in order, as
+    /// [`authorization_modes`](Self::authorization_modes) makes them, for a
+    /// chain of one's own; it does not ask for the default roles.
+    pub fn mode_authorizers(&self, modes: &[crate::auth::AuthorizationMode]) -> AuthorizerChain {
+        use crate::auth::AuthorizationMode as Mode;
+        let mut chain = AuthorizerChain::new();
+        for mode in modes {
+            chain = match mode {
+                Mode::AlwaysAllow => chain.with(AllowAll),
+                Mode::AlwaysDeny => chain.with(crate::auth::DenyAll),
+                Mode::Node => chain.with(self.node_authorizer()),
+                Mode::Rbac => chain.with(self.rbac_authorizer()),
+            };
+        }
+        chain
+    }
+
     /// Sets the admission chain, replacing the default one (the server's
-    /// [`NamespaceLifecycle`] alone); see [`namespace_lifecycle`](Self::namespace_lifecycle)
-    /// to keep that plugin.
+    /// [`NamespaceLifecycle`] and
+    /// [`NodeRestriction`](crate::auth::admission::NodeRestriction)); see
+    /// [`namespace_lifecycle`](Self::namespace_lifecycle) and
+    /// [`node_restriction`](Self::node_restriction) to keep those plugins.
     pub fn admission(mut self, chain: AdmissionChain) -> ApiServerBuilder {
         self.admission = chain;
         self
@@ -230,6 +282,13 @@ impl ApiServerBuilder {
             cache: self.namespaces.clone(),
             store: self.store.clone(),
         })
+    }
+
+    /// The [`NodeRestriction`](crate::auth::admission::NodeRestriction)
+    /// plugin of the server being built, for an admission chain of one's
+    /// own; it reads pods through [`object_reader`](Self::object_reader).
+    pub fn node_restriction(&self) -> crate::auth::admission::NodeRestriction {
+        crate::auth::admission::NodeRestriction::new(self.object_reader())
     }
 
     /// An [`ObjectReader`](crate::auth::admission::ObjectReader) over the
@@ -297,8 +356,7 @@ impl ApiServerBuilder {
     /// # Ok(()) }
     /// ```
     pub fn rbac(self) -> ApiServerBuilder {
-        let rbac = self.rbac_authorizer();
-        self.authorizer(AuthorizerChain::new().with(rbac)).rbac_bootstrap(true)
+        self.authorization_modes(&[crate::auth::AuthorizationMode::Rbac])
     }
 
     /// Builds the server and makes sure the system namespaces exist.
@@ -325,7 +383,9 @@ impl ApiServerBuilder {
         if self.rbac_bootstrap {
             crate::auth::rbac::bootstrap::ensure(store, &registry).await?;
         }
-        if let Some(graph) = self.node_graph.get() {
+        // The caches are kept only while some authorizer decides from them
+        // (the builder's own reference aside).
+        if let Some(graph) = self.node_graph.get().filter(|graph| Arc::strong_count(graph) > 1) {
             for (group, plural) in
                 [("", "pods"), ("", "persistentvolumeclaims"), ("storage.k8s.io", "volumeattachments")]
             {
@@ -333,7 +393,7 @@ impl ApiServerBuilder {
                 follow(graph, store, info.storage_prefix(), "Node authorizer").await.map_err(ApiError::internal)?;
             }
         }
-        if let Some(cache) = self.rbac.get() {
+        if let Some(cache) = self.rbac.get().filter(|cache| Arc::strong_count(cache) > 1) {
             crate::auth::rbac::start(cache, store, &registry).await?;
         }
         Ok(server)
@@ -353,8 +413,8 @@ impl ApiServer {
             store,
             registry: Registry::builtin(),
             options: ServerOptions::default(),
-            authenticator: AuthenticatorChain::new().with(ExtensionAuthenticator).allow_anonymous(true),
-            authorizer: AuthorizerChain::new().with(AllowAll),
+            authenticator: AuthenticatorChain::new().with(ExtensionAuthenticator),
+            authorizer: AuthorizerChain::new(),
             admission: AdmissionChain::new(),
             kubelet_client: None,
             token_signer: None,
@@ -364,8 +424,9 @@ impl ApiServer {
             namespaces: Default::default(),
             objects: Default::default(),
         };
-        builder.admission = AdmissionChain::new().with(builder.namespace_lifecycle());
-        builder
+        builder.admission = AdmissionChain::new().with(builder.namespace_lifecycle()).with(builder.node_restriction());
+        let default_modes = [crate::auth::AuthorizationMode::Node, crate::auth::AuthorizationMode::Rbac];
+        builder.authorization_modes(&default_modes)
     }
 
     /// The store behind the server.

@@ -188,11 +188,7 @@ fn validate(target: &Target, object: &mut Value, name: &str, old: Option<&Value>
         }
         checked.map_err(|e| ApiError::bad_request(format!("{} in body is invalid: {e}", resource.kind)))?;
     }
-    let mut errors = if meta::requires_label_name(&resource.group, &resource.plural) {
-        meta::validate_label("metadata.name", name)
-    } else {
-        meta::validate_subdomain("metadata.name", name)
-    };
+    let mut errors = meta::validate_name(&resource.group, &resource.plural, "metadata.name", name);
     errors.extend(meta::validate_labels(object));
     errors.extend(custom_errors);
     if let Some(validate) = resource.validate {

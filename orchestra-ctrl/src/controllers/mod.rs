@@ -78,6 +78,11 @@ pub struct ControllerManagerConfig {
     /// off; the first entry naming a controller decides for it. Names are
     /// those of [`BUILTIN`]. Default `["*"]`.
     pub controllers: Vec<String>,
+    /// Gives each controller with a
+    /// [`service_account`](ControllerDescriptor::service_account) a client
+    /// of that identity (`--use-service-account-credentials`); `None`: every
+    /// controller writes with the manager's own client.
+    pub credentials: Option<crate::credentials::Credentials>,
 }
 
 impl Default for ControllerManagerConfig {
@@ -90,6 +95,7 @@ impl Default for ControllerManagerConfig {
             node_lifecycle: node_lifecycle::Config::default(),
             service_account_tokens: None,
             controllers: vec!["*".into()],
+            credentials: None,
         }
     }
 }
@@ -128,6 +134,12 @@ impl ControllerManagerConfig {
     /// Sets [`service_account_tokens`](Self::service_account_tokens).
     pub fn with_service_account_tokens(mut self, tokens: impl Into<Option<serviceaccount_token::TokenConfig>>) -> Self {
         self.service_account_tokens = tokens.into();
+        self
+    }
+
+    /// Sets [`credentials`](Self::credentials).
+    pub fn with_credentials(mut self, credentials: Arc<dyn crate::credentials::ControllerCredentials>) -> Self {
+        self.credentials = Some(crate::credentials::Credentials(credentials));
         self
     }
 
@@ -224,6 +236,7 @@ pub type RunFn = fn(ControllerContext) -> BoxFuture<'static, ()>;
 ///     name: "hello",
 ///     enabled_by_default: false,
 ///     requires: None,
+///     service_account: None,
 ///     run: |ctx| {
 ///         Box::pin(async move {
 ///             tracing::info!("hello");
@@ -246,6 +259,11 @@ pub struct ControllerDescriptor {
     pub enabled_by_default: bool,
     /// Configuration it cannot run without, if any.
     pub requires: Option<Requirement>,
+    /// The service account in `kube-system` it writes as when the manager
+    /// is given [credentials](ControllerManagerConfig::credentials)
+    /// (upstream's names, e.g. `replicaset-controller`); `None`: the
+    /// manager's own identity.
+    pub service_account: Option<&'static str>,
     /// Runs it until it is told to stop.
     pub run: RunFn,
 }
@@ -315,42 +333,49 @@ pub static BUILTIN: &[ControllerDescriptor] = &[
         name: "replicaset",
         enabled_by_default: true,
         requires: None,
+        service_account: Some("replicaset-controller"),
         run: |ctx| Box::pin(replicaset::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
     },
     ControllerDescriptor {
         name: "replicationcontroller",
         enabled_by_default: true,
         requires: None,
+        service_account: Some("replication-controller"),
         run: |ctx| Box::pin(replicaset::run_replication_controllers(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
     },
     ControllerDescriptor {
         name: "deployment",
         enabled_by_default: true,
         requires: None,
+        service_account: Some("deployment-controller"),
         run: |ctx| Box::pin(deployment::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
     },
     ControllerDescriptor {
         name: "garbagecollector",
         enabled_by_default: true,
         requires: None,
+        service_account: Some("generic-garbage-collector"),
         run: |ctx| Box::pin(garbage_collector::run_with(ctx.factory.clone(), ctx.config.gc_interval, ctx.stopped())),
     },
     ControllerDescriptor {
         name: "namespace",
         enabled_by_default: true,
         requires: None,
+        service_account: Some("namespace-controller"),
         run: |ctx| Box::pin(namespace::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
     },
     ControllerDescriptor {
         name: "serviceaccount",
         enabled_by_default: true,
         requires: None,
+        service_account: Some("service-account-controller"),
         run: |ctx| Box::pin(serviceaccount::run(ctx.factory.clone(), ctx.stopped())),
     },
     ControllerDescriptor {
         name: "nodelifecycle",
         enabled_by_default: true,
         requires: None,
+        service_account: Some("node-controller"),
         run: |ctx| {
             let lifecycle = node_lifecycle::NodeLifecycle::new(&ctx.factory, ctx.config.node_lifecycle.clone());
             Box::pin(lifecycle.run(ctx.stopped()))
@@ -360,12 +385,14 @@ pub static BUILTIN: &[ControllerDescriptor] = &[
         name: "endpoints",
         enabled_by_default: true,
         requires: None,
+        service_account: Some("endpoint-controller"),
         run: |ctx| Box::pin(endpoints::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
     },
     ControllerDescriptor {
         name: "serviceaccount-token",
         enabled_by_default: true,
         requires: Some(Requirement { missing: "signing key", met: |c| c.service_account_tokens.is_some() }),
+        service_account: None,
         run: |ctx| {
             Box::pin(async move {
                 // Present: the requirement was checked at selection.
@@ -379,6 +406,7 @@ pub static BUILTIN: &[ControllerDescriptor] = &[
         name: "nodeipam",
         enabled_by_default: true,
         requires: Some(Requirement { missing: "cluster CIDR", met: |c| c.cluster_cidr.is_some() }),
+        service_account: Some("node-controller"),
         run: |ctx| {
             Box::pin(async move {
                 // Present: the requirement was checked at selection.
@@ -402,6 +430,28 @@ pub fn builtin(
     manager(BUILTIN, factory, config)
 }
 
+/// A client of service account `account` for controller `name`, retried
+/// every second until it is given or the controller is stopped (`None`).
+async fn own_client(
+    credentials: &crate::credentials::Credentials,
+    account: &str,
+    name: &str,
+    ctx: &ManagerContext,
+) -> Option<kube::Client> {
+    let stopped = ctx.stopped();
+    tokio::pin!(stopped);
+    loop {
+        match credentials.0.client(account).await {
+            Ok(client) => return Some(client),
+            Err(error) => tracing::warn!(%error, controller = name, account, "no client for the controller; retrying"),
+        }
+        tokio::select! {
+            _ = &mut stopped => return None,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
 /// The controllers of `table` that `config.controllers` selects (see
 /// [`ControllerManagerConfig::select`]) in one [`ControllerManager`], each
 /// started with a [`ControllerContext`] holding `config`.
@@ -410,12 +460,18 @@ pub fn manager(
     factory: SharedInformerFactory,
     config: ControllerManagerConfig,
 ) -> Result<ControllerManager, SelectionError> {
-    let runs: Vec<(&'static str, RunFn)> = config.select(table)?.into_iter().map(|d| (d.name, d.run)).collect();
+    let runs: Vec<ControllerDescriptor> = config.select(table)?.into_iter().copied().collect();
     let config = Arc::new(config);
     let mut manager = ControllerManager::new(factory);
-    for (name, run) in runs {
+    for descriptor in runs {
         let config = config.clone();
-        manager = manager.with(name, move |ctx| run(ControllerContext::new(ctx, config)));
+        manager = manager.with(descriptor.name, move |mut ctx: ManagerContext| async move {
+            if let (Some(credentials), Some(account)) = (&config.credentials, descriptor.service_account) {
+                let Some(client) = own_client(credentials, account, descriptor.name, &ctx).await else { return };
+                ctx.factory = ctx.factory.with_client(ctx.fence.client(&client));
+            }
+            (descriptor.run)(ControllerContext::new(ctx, config)).await
+        });
     }
     Ok(manager)
 }
@@ -447,12 +503,19 @@ mod tests {
     /// A table of its own: one controller off by default, one that needs
     /// a cluster CIDR.
     static TABLE: &[ControllerDescriptor] = &[
-        ControllerDescriptor { name: "a", enabled_by_default: true, requires: None, run: idle },
-        ControllerDescriptor { name: "opt-in", enabled_by_default: false, requires: None, run: idle },
+        ControllerDescriptor { name: "a", enabled_by_default: true, requires: None, service_account: None, run: idle },
+        ControllerDescriptor {
+            name: "opt-in",
+            enabled_by_default: false,
+            requires: None,
+            service_account: None,
+            run: idle,
+        },
         ControllerDescriptor {
             name: "ipam",
             enabled_by_default: true,
             requires: Some(Requirement { missing: "cluster CIDR", met: |c| c.cluster_cidr.is_some() }),
+            service_account: None,
             run: idle,
         },
     ];

@@ -112,12 +112,23 @@ impl Running {
     }
 
     /// `config` with the service account token controller's key and CA,
+    /// and in-process clients acting as each controller's service account,
     /// unless it has its own.
     #[cfg(feature = "ctrl")]
-    pub(crate) fn with_tokens(
+    pub(crate) fn controller_config(
         &self,
         mut config: orchestra_ctrl::controllers::ControllerManagerConfig,
     ) -> orchestra_ctrl::controllers::ControllerManagerConfig {
+        if config.credentials.is_none() {
+            let server = self.server.clone();
+            let credentials = move |account: &str| -> orchestra_ctrl::credentials::ClientFuture {
+                let name = orchestra_ctrl::credentials::user_name(account);
+                let user = UserInfo::new(name, &orchestra_ctrl::credentials::GROUPS);
+                let client = orchestra_core::client::in_process_as(&server, user, "default");
+                Box::pin(async move { Ok(client) })
+            };
+            config = config.with_credentials(Arc::new(credentials));
+        }
         if config.service_account_tokens.is_none() {
             let mut tokens = orchestra_ctrl::controllers::serviceaccount_token::TokenConfig::new(self.signer.clone());
             tokens.root_ca = self.pki.as_ref().map(|pki| pki.ca_pem().to_owned());
@@ -181,7 +192,9 @@ impl Running {
         if controllers.is_empty() {
             return;
         }
-        let client = self.client_as(UserInfo::new("system:controllers", &[]));
+        // Controllers of the embedding program's own are its own code, as
+        // trusted as the program: they may do anything.
+        let client = self.client_as(UserInfo::new("system:controllers", &["system:masters"]));
         let mut manager = orchestra_ctrl::manager::ControllerManager::new(
             orchestra_ctrl::informer::SharedInformerFactory::new(client),
         );

@@ -39,8 +39,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use orchestra_core::auth::admission::{AdmissionChain, AdmissionPlugin};
 use orchestra_core::auth::{
-    AllowAuthenticated, Authenticator, AuthenticatorChain, Authorizer, AuthorizerChain, ClientCertAuthenticator,
-    ExtensionAuthenticator, PublicInfoViewer, UserInfo,
+    Authenticator, AuthenticatorChain, AuthorizationMode, Authorizer, AuthorizerChain, ClientCertAuthenticator,
+    ExtensionAuthenticator, UserInfo,
 };
 use orchestra_core::server::pki::Pki;
 use orchestra_core::server::{ApiServer, ApiServerBuilder, KubeletClient, ListenOptions, ServerOptions};
@@ -144,6 +144,15 @@ pub enum ControlPlaneError {
     /// The builder's settings contradict each other.
     #[error("configuration: {0}")]
     Config(String),
+    /// A write the assembly makes through the API server (a role of its
+    /// own, a node's labels) failed.
+    #[error("{what}: {source}")]
+    Api {
+        /// What was being written.
+        what: String,
+        /// The cause.
+        source: kube::Error,
+    },
 }
 
 impl ControlPlaneError {
@@ -160,9 +169,9 @@ type ControllerStart =
 
 /// How the authorizer chain is made.
 enum Authorization {
-    /// These authorizers first, then the defaults: [`PublicInfoViewer`]
-    /// (health and version for everyone) and [`AllowAuthenticated`].
-    BeforeDefaults(AuthorizerChain),
+    /// These authorizers first, then those of the modes (default `Node,RBAC`;
+    /// with RBAC, upstream's default roles are created).
+    BeforeModes(AuthorizerChain, Vec<AuthorizationMode>),
     /// Exactly this chain.
     Exactly(AuthorizerChain),
 }
@@ -227,7 +236,10 @@ impl ControlPlaneBuilder {
             listener: Listener::InProcess,
             authenticators: AuthenticatorChain::new(),
             allow_anonymous: false,
-            authorization: Authorization::BeforeDefaults(AuthorizerChain::new()),
+            authorization: Authorization::BeforeModes(
+                AuthorizerChain::new(),
+                vec![AuthorizationMode::Node, AuthorizationMode::Rbac],
+            ),
             admission: None,
             server_options: None,
             verify_node_certificates: true,
@@ -288,12 +300,24 @@ impl ControlPlaneBuilder {
     }
 
     /// Adds an authorizer, consulted (in the order added) before the
-    /// defaults: [`PublicInfoViewer`], then [`AllowAuthenticated`]. The first
-    /// to allow or deny decides.
+    /// defaults: the Node authorizer, then RBAC with upstream's default
+    /// roles and bindings. The first to allow or deny decides.
     pub fn authorizer(mut self, authorizer: impl Authorizer + 'static) -> Self {
         self.authorization = match self.authorization {
-            Authorization::BeforeDefaults(chain) => Authorization::BeforeDefaults(chain.with(authorizer)),
+            Authorization::BeforeModes(chain, modes) => Authorization::BeforeModes(chain.with(authorizer), modes),
             Authorization::Exactly(chain) => Authorization::Exactly(chain.with(authorizer)),
+        };
+        self
+    }
+
+    /// The authorizers after those [added](Self::authorizer), as
+    /// kube-apiserver's `--authorization-mode` (default `Node,RBAC`; with
+    /// `RBAC` upstream's default roles and bindings are created at start).
+    pub fn authorization_modes(mut self, modes: &[AuthorizationMode]) -> Self {
+        self.authorization = match self.authorization {
+            Authorization::BeforeModes(chain, _) | Authorization::Exactly(chain) => {
+                Authorization::BeforeModes(chain, modes.to_vec())
+            }
         };
         self
     }
@@ -306,7 +330,8 @@ impl ControlPlaneBuilder {
     }
 
     /// Adds an admission plugin, run (in the order added) on every write,
-    /// after the API server's NamespaceLifecycle.
+    /// after the API server's own plugins (NamespaceLifecycle,
+    /// NodeRestriction).
     pub fn admission(mut self, plugin: impl AdmissionPlugin + 'static) -> Self {
         self.admission = Some(self.admission.take().unwrap_or_default().with(plugin));
         self
@@ -463,18 +488,18 @@ impl ControlPlaneBuilder {
         // In-process identities travel as a request extension, which a
         // request from the network cannot carry.
         let authenticators = authenticators.first(ExtensionAuthenticator).allow_anonymous(self.allow_anonymous);
-        let authorizers = match self.authorization {
-            Authorization::BeforeDefaults(chain) => chain.with(PublicInfoViewer).with(AllowAuthenticated),
-            Authorization::Exactly(chain) => chain,
+        let mut api = ApiServer::builder(store).authenticator(authenticators).service_account_tokens(signer.clone());
+        api = match self.authorization {
+            Authorization::BeforeModes(chain, modes) => {
+                let chain = chain.then(api.mode_authorizers(&modes));
+                api.authorizer(chain).rbac_bootstrap(modes.contains(&AuthorizationMode::Rbac))
+            }
+            Authorization::Exactly(chain) => api.authorizer(chain),
         };
-        let mut api = ApiServer::builder(store)
-            .authenticator(authenticators)
-            .authorizer(authorizers)
-            .service_account_tokens(signer.clone());
         if let Some(admission) = self.admission {
-            // The server's own NamespaceLifecycle first, as in its default chain.
-            let chain = AdmissionChain::new().with(api.namespace_lifecycle()).then(admission);
-            api = api.admission(chain);
+            // The server's own plugins first, as in its default chain.
+            let own = AdmissionChain::new().with(api.namespace_lifecycle()).with(api.node_restriction());
+            api = api.admission(own.then(admission));
         }
         if let Some(options) = self.server_options {
             api = api.options(options);
@@ -516,7 +541,7 @@ impl ControlPlaneBuilder {
         #[cfg(not(feature = "node"))]
         let static_pods = false;
         #[cfg(feature = "ctrl")]
-        let controllers = self.controllers.map(|config| running.with_tokens(config));
+        let controllers = self.controllers.map(|config| running.controller_config(config));
 
         // The scheduler and the controllers, unless the first node runs them.
         #[cfg(feature = "sched")]

@@ -3,6 +3,7 @@
 //! joined to a cluster whose API server runs elsewhere
 //! ([`NodeSpec::join`]).
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use futures::future::BoxFuture;
 use orchestra_core::auth::UserInfo;
+use orchestra_core::auth::admission::NodeRestriction;
 use orchestra_core::server::ListenOptions;
 use orchestra_core::tls::pki::Credential;
 use orchestra_core::tls::{ClientAuth, pki};
@@ -388,6 +390,9 @@ impl NodeEndpoint<'_> {
     }
 }
 
+/// The user the process's shared watch of pods acts as.
+const SHARED_PODS_USER: &str = "orchestra:node-agents";
+
 impl Running {
     /// Starts one agent per spec and waits until all have registered.
     pub(crate) async fn start_nodes(
@@ -396,8 +401,11 @@ impl Running {
         kubelet_port: u16,
         control_plane: Option<ControlPlanePods>,
     ) -> Result<(), ControlPlaneError> {
-        // One watch of bound pods feeds every agent of this process.
-        let pods = SharedPods::start(self.client_as(UserInfo::new("system:node-agents", &["system:nodes"])));
+        // One watch of bound pods feeds every agent of this process, under
+        // an identity that may read pods and nothing else.
+        self.grant_shared_pods().await?;
+        let pods = SharedPods::start(self.client_as(UserInfo::new(SHARED_PODS_USER, &["system:nodes"])));
+        let mut admin_labels = Vec::new();
         for (index, spec) in specs.into_iter().enumerate() {
             let n = index + 1;
             let name = spec.name.clone().unwrap_or_else(|| node_name(n));
@@ -423,6 +431,18 @@ impl Running {
             for configure in &spec.configure {
                 configure(&mut config);
             }
+            // Labels NodeRestriction keeps node agents from setting are the
+            // administrator's to set, once the node has registered.
+            let restricted: BTreeMap<String, String> = config
+                .labels
+                .iter()
+                .filter(|(key, _)| NodeRestriction::restricts_label(key))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect();
+            config.labels.retain(|key, _| !restricted.contains_key(key));
+            if !restricted.is_empty() {
+                admin_labels.push((name.clone(), restricted));
+            }
             let agent = NodeAgent::builder(client, runtime.clone(), config).shared_pods(pods.clone()).build();
             let handle = agent.handle();
             let task = tokio::spawn(agent.run(self.nodes_stop.stopped()));
@@ -431,6 +451,42 @@ impl Running {
         for node in &self.nodes {
             node.handle.registered().await;
         }
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(self.client_as(super::admin()));
+        for (name, labels) in admin_labels {
+            let patch = serde_json::json!({"metadata": {"labels": labels}});
+            let labelled =
+                nodes.patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await;
+            labelled.map_err(|source| ControlPlaneError::Api { what: format!("labelling node {name}"), source })?;
+        }
+        Ok(())
+    }
+
+    /// The ClusterRole and ClusterRoleBinding that let [`SHARED_PODS_USER`]
+    /// read pods.
+    async fn grant_shared_pods(&self) -> Result<(), ControlPlaneError> {
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+        let admin = self.client_as(super::admin());
+        let role: ClusterRole = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": SHARED_PODS_USER},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+        }))
+        .expect("a valid ClusterRole");
+        let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": SHARED_PODS_USER},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SHARED_PODS_USER},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": SHARED_PODS_USER}],
+        }))
+        .expect("a valid ClusterRoleBinding");
+        let apply = kube::api::PatchParams::apply("orchestra-control-plane").force();
+        let failed = |source| ControlPlaneError::Api { what: format!("granting {SHARED_PODS_USER} pods"), source };
+        kube::Api::<ClusterRole>::all(admin.clone())
+            .patch(SHARED_PODS_USER, &apply, &kube::api::Patch::Apply(&role))
+            .await
+            .map_err(failed)?;
+        kube::Api::<ClusterRoleBinding>::all(admin)
+            .patch(SHARED_PODS_USER, &apply, &kube::api::Patch::Apply(&binding))
+            .await
+            .map_err(failed)?;
         Ok(())
     }
 

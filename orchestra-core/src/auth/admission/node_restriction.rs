@@ -72,6 +72,23 @@ impl NodeRestriction {
     pub fn new(objects: Arc<dyn ObjectReader>) -> NodeRestriction {
         NodeRestriction { objects }
     }
+
+    /// Whether a node agent may not set or change its Node's label `key`:
+    /// labels of the `node-restriction.kubernetes.io` domain, and of the
+    /// `kubernetes.io` and `k8s.io` domains other than the kubelet's own
+    /// (`kubernetes.io/hostname`, `topology.kubernetes.io/zone`,
+    /// `node.kubernetes.io/*`, ...). An administrator sets those.
+    ///
+    /// ```
+    /// use orchestra_core::auth::admission::NodeRestriction;
+    ///
+    /// assert!(NodeRestriction::restricts_label("node-role.kubernetes.io/control-plane"));
+    /// assert!(!NodeRestriction::restricts_label("topology.kubernetes.io/zone"));
+    /// assert!(!NodeRestriction::restricts_label("example.com/pool"));
+    /// ```
+    pub fn restricts_label(key: &str) -> bool {
+        restricted_label(key)
+    }
 }
 
 #[async_trait]

@@ -21,6 +21,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use orchestra_store::{Error as StoreError, Store};
 use serde_json::Value;
 
+pub mod controllers;
+
 use super::GROUP;
 use crate::api::{ApiError, Registry};
 
@@ -94,9 +96,10 @@ const TO_EDIT: (&str, &str) = ("rbac.authorization.k8s.io/aggregate-to-edit", "t
 const TO_VIEW: (&str, &str) = ("rbac.authorization.k8s.io/aggregate-to-view", "true");
 
 /// Upstream's default ClusterRoles, as stored: `admin`, `edit` and `view`
-/// with their aggregation rules and no rules of their own.
+/// with their aggregation rules and no rules of their own; the
+/// controllers' roles ([`controllers`]) last.
 pub fn cluster_roles() -> Vec<ClusterRole> {
-    vec![
+    let mut roles = vec![
         aggregated("admin", &[]),
         role("cluster-admin", &[], vec![rule(&["*"], &["*"], &["*"]), urls(&["*"], &["*"])]),
         aggregated("edit", &[TO_ADMIN]),
@@ -372,7 +375,9 @@ pub fn cluster_roles() -> Vec<ClusterRole> {
             vec![urls(&["get"], &["/healthz", "/livez", "/readyz", "/version", "/version/"])],
         ),
         aggregated("view", &[TO_EDIT]),
-    ]
+    ];
+    roles.extend(controllers::cluster_roles());
+    roles
 }
 
 fn subject(kind: &str, name: &str) -> Subject {
@@ -392,7 +397,7 @@ fn binding(name: &str, subjects: Vec<Subject>) -> ClusterRoleBinding {
 /// authorizes node agents).
 pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
     let authenticated = || subject("Group", "system:authenticated");
-    vec![
+    let mut bindings = vec![
         binding("cluster-admin", vec![subject("Group", "system:masters")]),
         binding("system:basic-user", vec![authenticated()]),
         binding("system:discovery", vec![authenticated()]),
@@ -402,7 +407,9 @@ pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
         binding("system:node", vec![]),
         binding("system:node-proxier", vec![subject("User", "system:kube-proxy")]),
         binding("system:public-info-viewer", vec![authenticated(), subject("Group", "system:unauthenticated")]),
-    ]
+    ];
+    bindings.extend(controllers::cluster_role_bindings());
+    bindings
 }
 
 /// [`cluster_roles`] with the rules of each aggregating role filled in from
