@@ -55,11 +55,14 @@ pub struct Context {
     pub claims: Arc<Informer<PersistentVolumeClaim>>,
     /// The keys of quotas to recompute.
     pub queue: Arc<WorkQueue<ObjectKey>>,
-    /// Resources counted by name only, by (group, plural): their metadata
-    /// informer and the task giving back what their deleted objects used.
-    counted: tokio::sync::Mutex<HashMap<(String, String), Arc<Informer<MetadataObject>>>>,
+    /// The metadata informers of the resources counted by name only.
+    counted: tokio::sync::Mutex<CountedInformers>,
+    /// The tasks giving back what their deleted objects used.
     feeders: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
+
+/// Metadata informers by (group, plural).
+type CountedInformers = HashMap<(String, String), Arc<Informer<MetadataObject>>>;
 
 impl Context {
     /// The context of a controller on `factory`'s informers, queueing

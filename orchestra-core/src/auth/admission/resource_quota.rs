@@ -71,8 +71,15 @@ pub trait QuotaAccessor: Send + Sync {
 /// themselves.
 #[derive(Debug, Default)]
 pub struct MemoryQuotas {
-    /// (namespace, name) → quota; the last resource version given.
-    quotas: Mutex<(BTreeMap<(String, String), Quota>, u64)>,
+    held: Mutex<Held>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    /// (namespace, name) → quota.
+    quotas: BTreeMap<(String, String), Quota>,
+    /// The last resource version given.
+    version: u64,
 }
 
 impl MemoryQuotas {
@@ -84,40 +91,40 @@ impl MemoryQuotas {
     /// Adds (or replaces) `quota`, keyed by its namespace and name, with a
     /// new resource version.
     pub fn insert(&self, mut quota: Quota) {
-        let mut held = self.quotas.lock().unwrap_or_else(|e| e.into_inner());
-        held.1 += 1;
-        quota.metadata.resource_version = Some(held.1.to_string());
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.version += 1;
+        quota.metadata.resource_version = Some(held.version.to_string());
         let key =
             (quota.metadata.namespace.clone().unwrap_or_default(), quota.metadata.name.clone().unwrap_or_default());
-        held.0.insert(key, quota);
+        held.quotas.insert(key, quota);
     }
 
     /// The quota `name` of `namespace`.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Quota> {
-        let held = self.quotas.lock().unwrap_or_else(|e| e.into_inner());
-        held.0.get(&(namespace.to_owned(), name.to_owned())).cloned()
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.quotas.get(&(namespace.to_owned(), name.to_owned())).cloned()
     }
 }
 
 #[async_trait]
 impl QuotaAccessor for MemoryQuotas {
     async fn list(&self, namespace: &str) -> Result<Vec<Quota>, ApiError> {
-        let held = self.quotas.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(held.0.iter().filter(|((ns, _), _)| ns == namespace).map(|(_, quota)| quota.clone()).collect())
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(held.quotas.iter().filter(|((ns, _), _)| ns == namespace).map(|(_, quota)| quota.clone()).collect())
     }
 
     async fn update_status(&self, quota: &Quota) -> Result<(), QuotaUpdateError> {
-        let mut held = self.quotas.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let key =
             (quota.metadata.namespace.clone().unwrap_or_default(), quota.metadata.name.clone().unwrap_or_default());
-        let version = held.1 + 1;
-        let Some(stored) = held.0.get_mut(&key) else { return Err(QuotaUpdateError::Conflict) };
+        let version = held.version + 1;
+        let Some(stored) = held.quotas.get_mut(&key) else { return Err(QuotaUpdateError::Conflict) };
         if stored.metadata.resource_version != quota.metadata.resource_version {
             return Err(QuotaUpdateError::Conflict);
         }
         stored.status = quota.status.clone();
         stored.metadata.resource_version = Some(version.to_string());
-        held.1 = version;
+        held.version = version;
         Ok(())
     }
 }
