@@ -38,3 +38,6 @@ mod tls;
 
 #[path = "core/accept.rs"]
 mod accept;
+
+#[path = "core/quota.rs"]
+mod quota;

@@ -39,3 +39,6 @@ mod informer;
 
 #[path = "ctrl/gc_sync.rs"]
 mod gc_sync;
+
+#[path = "ctrl/quota.rs"]
+mod quota;

@@ -15,6 +15,7 @@ pub mod openapi;
 pub mod patch;
 pub mod pdb;
 pub mod quantity;
+pub mod quota;
 mod registry;
 mod resource;
 pub mod review;

@@ -104,6 +104,122 @@ impl ParsedQuantity {
     }
 }
 
+impl ParsedQuantity {
+    /// True if the amount is below zero.
+    pub fn is_negative(&self) -> bool {
+        self.nanos < 0
+    }
+
+    /// The quantity written as upstream's `Quantity.String()` writes it in
+    /// `format`: the canonical form, e.g. `1500m`, `2k`, `1536Mi`, `5e3`.
+    ///
+    /// A binary amount below 1024 units, or with a fraction of a unit, is
+    /// written in [`QuantityFormat::DecimalSI`], as upstream does.
+    ///
+    /// ```
+    /// use orchestra_core::api::quantity::{ParsedQuantity, QuantityFormat};
+    ///
+    /// let q = |s: &str| ParsedQuantity::parse(s).unwrap();
+    /// assert_eq!(q("1000m").canonical(QuantityFormat::DecimalSI), "1");
+    /// assert_eq!(q("1.5Gi").canonical(QuantityFormat::BinarySI), "1536Mi");
+    /// assert_eq!((q("250m") + q("250m")).canonical(QuantityFormat::of("250m")), "500m");
+    /// ```
+    pub fn canonical(&self, format: QuantityFormat) -> String {
+        if self.nanos == 0 {
+            return "0".to_owned();
+        }
+        let whole = self.nanos % NANOS == 0;
+        let binary = format == QuantityFormat::BinarySI && whole && self.nanos.abs() >= 1024 * NANOS;
+        if binary {
+            let (mut units, mut power) = (self.nanos / NANOS, 0);
+            while power < 6 && units % 1024 == 0 {
+                units /= 1024;
+                power += 1;
+            }
+            return format!("{units}{}", ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][power]);
+        }
+        // nanos = mantissa × 10^exponent, with as few digits as possible and
+        // the exponent a multiple of three.
+        let (mut mantissa, mut exponent) = (self.nanos, -9i32);
+        while mantissa % 10 == 0 {
+            mantissa /= 10;
+            exponent += 1;
+        }
+        let mut lower = exponent.rem_euclid(3);
+        if format != QuantityFormat::DecimalExponent {
+            lower = lower.max(exponent - 18);
+        }
+        mantissa = mantissa.saturating_mul(pow10(lower.unsigned_abs()).unwrap_or(i128::MAX));
+        exponent -= lower;
+        match format {
+            QuantityFormat::DecimalExponent if exponent != 0 => format!("{mantissa}e{exponent}"),
+            QuantityFormat::DecimalExponent => mantissa.to_string(),
+            _ => {
+                let suffix = match exponent {
+                    -9 => "n",
+                    -6 => "u",
+                    -3 => "m",
+                    3 => "k",
+                    6 => "M",
+                    9 => "G",
+                    12 => "T",
+                    15 => "P",
+                    18 => "E",
+                    _ => "",
+                };
+                format!("{mantissa}{suffix}")
+            }
+        }
+    }
+}
+
+impl std::ops::Add for ParsedQuantity {
+    type Output = ParsedQuantity;
+
+    /// The sum, saturated.
+    fn add(self, other: ParsedQuantity) -> ParsedQuantity {
+        ParsedQuantity { nanos: self.nanos.saturating_add(other.nanos) }
+    }
+}
+
+impl std::ops::Sub for ParsedQuantity {
+    type Output = ParsedQuantity;
+
+    /// The difference, saturated.
+    fn sub(self, other: ParsedQuantity) -> ParsedQuantity {
+        ParsedQuantity { nanos: self.nanos.saturating_sub(other.nanos) }
+    }
+}
+
+/// How a quantity is written (upstream's `resource.Format`): the family of
+/// the suffix it was written with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum QuantityFormat {
+    /// A decimal SI suffix (`m`, `k`, `M`, ...) or none.
+    #[default]
+    DecimalSI,
+    /// A binary SI suffix (`Ki`, `Mi`, ...).
+    BinarySI,
+    /// A decimal exponent (`e3`, `E-2`).
+    DecimalExponent,
+}
+
+impl QuantityFormat {
+    /// The format of a quantity string, read from its suffix as upstream's
+    /// parser reads it.
+    pub fn of(input: &str) -> QuantityFormat {
+        let input = input.trim();
+        let suffix = input.trim_start_matches(['+', '-']).trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
+        if suffix.ends_with('i') {
+            QuantityFormat::BinarySI
+        } else if suffix.len() > 1 && suffix.starts_with(['e', 'E']) {
+            QuantityFormat::DecimalExponent
+        } else {
+            QuantityFormat::DecimalSI
+        }
+    }
+}
+
 impl FromStr for ParsedQuantity {
     type Err = QuantityError;
 
@@ -350,6 +466,58 @@ mod tests {
         for (input, error) in cases {
             assert_eq!(ParsedQuantity::parse(input), Err(*error), "{input:?}");
         }
+    }
+
+    #[test]
+    fn canonical_forms_match_upstream() {
+        use QuantityFormat::{BinarySI, DecimalExponent, DecimalSI};
+        let cases: &[(&str, QuantityFormat, &str)] = &[
+            ("0", DecimalSI, "0"),
+            ("0Mi", BinarySI, "0"),
+            ("1", DecimalSI, "1"),
+            ("1000m", DecimalSI, "1"),
+            ("1500m", DecimalSI, "1500m"),
+            ("0.5", DecimalSI, "500m"),
+            ("2000", DecimalSI, "2k"),
+            ("1100", DecimalSI, "1100"),
+            ("10", DecimalSI, "10"),
+            ("100", DecimalSI, "100"),
+            ("1n", DecimalSI, "1n"),
+            ("1.5G", DecimalSI, "1500M"),
+            ("-250m", DecimalSI, "-250m"),
+            ("1e21", DecimalSI, "1000E"),
+            ("1Gi", BinarySI, "1Gi"),
+            ("1.5Gi", BinarySI, "1536Mi"),
+            ("1025", BinarySI, "1025"),
+            ("2048", BinarySI, "2Ki"),
+            // Below 1024, or with a fraction: decimal.
+            ("512", BinarySI, "512"),
+            ("0.5Ki", BinarySI, "512"),
+            ("1500m", BinarySI, "1500m"),
+            ("5e3", DecimalExponent, "5e3"),
+            ("1.5e1", DecimalExponent, "15"),
+            ("1e-3", DecimalExponent, "1e-3"),
+        ];
+        for (input, format, expected) in cases {
+            let q = ParsedQuantity::parse(input).unwrap();
+            assert_eq!(q.canonical(*format), *expected, "{input:?} as {format:?}");
+        }
+        let formats: &[(&str, QuantityFormat)] = &[
+            ("1", DecimalSI),
+            ("100m", DecimalSI),
+            ("1E", DecimalSI),
+            ("1Ki", BinarySI),
+            ("-2.5Gi", BinarySI),
+            ("1e3", DecimalExponent),
+            ("1E-2", DecimalExponent),
+        ];
+        for (input, format) in formats {
+            assert_eq!(QuantityFormat::of(input), *format, "{input:?}");
+        }
+        let q = |s: &str| ParsedQuantity::parse(s).unwrap();
+        assert_eq!(q("1") + q("500m"), q("1.5"));
+        assert_eq!(q("1") - q("1500m"), q("-500m"));
+        assert!((q("1") - q("2")).is_negative() && !q("0").is_negative());
     }
 
     #[test]

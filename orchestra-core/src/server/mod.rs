@@ -29,6 +29,7 @@ mod objects;
 mod openapi;
 mod patching;
 mod protobuf;
+mod quotas;
 mod reader;
 mod reviews;
 mod route;
@@ -58,7 +59,7 @@ use self::objects::{Target, Written, respond};
 use self::route::{Query, Route};
 use self::state::State;
 use crate::api::{ApiError, Registry, ResourceInfo};
-use crate::auth::admission::{AdmissionChain, NamespaceLifecycle};
+use crate::auth::admission::{AdmissionChain, NamespaceLifecycle, ResourceQuota};
 use crate::auth::{
     AllowAll, Attributes, AuthenticatorChain, AuthorizerChain, Decision, ExtensionAuthenticator, UserInfo,
 };
@@ -289,6 +290,30 @@ impl ApiServerBuilder {
     /// own; it reads pods through [`object_reader`](Self::object_reader).
     pub fn node_restriction(&self) -> crate::auth::admission::NodeRestriction {
         crate::auth::admission::NodeRestriction::new(self.object_reader())
+    }
+
+    /// The [`ResourceQuota`] admission plugin of the server being built, for
+    /// an admission chain of one's own: it reads the quotas of a namespace
+    /// from the store and charges them by writing their `status.used` with
+    /// a compare-and-swap on their resource version. Every plugin this
+    /// returns charges the same quotas; admission before
+    /// [`build`](Self::build) fails with 503.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
+    /// use std::sync::Arc;
+    /// use orchestra_core::auth::admission::AdmissionChain;
+    /// use orchestra_core::server::ApiServer;
+    /// use orchestra_store::MemStore;
+    ///
+    /// let builder = ApiServer::builder(Arc::new(MemStore::new()));
+    /// let admission = AdmissionChain::new().with(builder.namespace_lifecycle()).with(builder.resource_quota());
+    /// let server = builder.admission(admission).build().await?;
+    /// # let _ = server;
+    /// # Ok(()) }
+    /// ```
+    pub fn resource_quota(&self) -> ResourceQuota {
+        ResourceQuota::new(Arc::new(quotas::ServerQuotas { objects: self.objects.clone() }))
     }
 
     /// An [`ObjectReader`](crate::auth::admission::ObjectReader) over the

@@ -20,7 +20,7 @@ pub(crate) struct ServerObjects {
 }
 
 impl ServerObjects {
-    fn state(&self) -> Result<Arc<State>, ApiError> {
+    pub(crate) fn state(&self) -> Result<Arc<State>, ApiError> {
         self.state.get().and_then(Weak::upgrade).ok_or_else(|| ApiError::unavailable("the API server is not running"))
     }
 

@@ -13,6 +13,7 @@
 //! | [`node_lifecycle`] | node health, taints, taint-based eviction |
 //! | [`endpoints`] | Endpoints and EndpointSlices of Services |
 //! | [`node_ipam`] | `spec.podCIDR` of Nodes |
+//! | [`resourcequota`] | `status.hard` and `status.used` of ResourceQuotas |
 
 pub mod deployment;
 pub mod discovery;
@@ -22,6 +23,7 @@ pub mod namespace;
 pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod serviceaccount;
 pub mod serviceaccount_token;
 pub mod util;
@@ -418,6 +420,13 @@ pub static BUILTIN: &[ControllerDescriptor] = &[
             })
         },
     },
+    ControllerDescriptor {
+        name: "resourcequota",
+        enabled_by_default: true,
+        requires: None,
+        service_account: Some(resourcequota::NAME),
+        run: |ctx| Box::pin(resourcequota::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
+    },
 ];
 
 /// The built-in controllers `config.controllers` selects (see
@@ -480,7 +489,7 @@ pub fn manager(
 mod tests {
     use super::*;
 
-    const ALL_BUT_TOKENS: [&str; 9] = [
+    const ALL_BUT_TOKENS: [&str; 10] = [
         "replicaset",
         "replicationcontroller",
         "deployment",
@@ -490,6 +499,7 @@ mod tests {
         "nodelifecycle",
         "endpoints",
         "nodeipam",
+        "resourcequota",
     ];
 
     fn config(entries: &[&str]) -> ControllerManagerConfig {
@@ -584,6 +594,7 @@ mod tests {
                     "serviceaccount",
                     "nodelifecycle",
                     "endpoints",
+                    "resourcequota",
                 ],
             ),
             (&["-deployment", "deployment", "namespace"], &["namespace"]),

@@ -12,11 +12,13 @@ use crate::api::{ApiError, ResourceInfo};
 mod namespace_lifecycle;
 mod node_restriction;
 mod objects;
+mod resource_quota;
 
 pub(crate) use namespace_lifecycle::namespace_target;
 pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLister, NamespacePhase};
 pub use node_restriction::NodeRestriction;
 pub use objects::{ObjectReader, ResourceRef, StaticObjects};
+pub use resource_quota::{MemoryQuotas, QuotaAccessor, QuotaUpdateError, ResourceQuota};
 
 /// The kind of write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

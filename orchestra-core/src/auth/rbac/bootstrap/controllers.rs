@@ -69,6 +69,14 @@ fn controllers() -> Vec<(&'static str, Vec<PolicyRule>)> {
                 events(),
             ],
         ),
+        (
+            "resourcequota-controller",
+            vec![
+                rule(&["list", "watch"], &["*"], &["*"]),
+                rule(&["update"], &[""], &["resourcequotas/status"]),
+                events(),
+            ],
+        ),
         ("service-account-controller", vec![rule(&["create"], &[""], &["serviceaccounts"]), events()]),
         (
             "node-controller",
