@@ -120,6 +120,107 @@ impl TryFrom<&Quantity> for ParsedQuantity {
     }
 }
 
+impl std::ops::Add for ParsedQuantity {
+    type Output = ParsedQuantity;
+
+    /// The sum, saturating (upstream's `Quantity.Add`).
+    fn add(self, other: ParsedQuantity) -> ParsedQuantity {
+        ParsedQuantity { nanos: self.nanos.saturating_add(other.nanos) }
+    }
+}
+
+impl std::ops::AddAssign for ParsedQuantity {
+    fn add_assign(&mut self, other: ParsedQuantity) {
+        *self = *self + other;
+    }
+}
+
+/// How a quantity is written (upstream's `Format`), which its canonical
+/// form keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantityFormat {
+    /// Decimal SI suffixes (`500m`, `2k`, `1`).
+    DecimalSI,
+    /// Binary SI suffixes (`512Mi`, `1Gi`).
+    BinarySI,
+    /// A decimal exponent (`1e3`).
+    DecimalExponent,
+}
+
+impl QuantityFormat {
+    /// The format of a quantity string, as upstream's parser decides it.
+    pub fn of(input: &str) -> QuantityFormat {
+        let input = input.trim();
+        let suffix = input.trim_end_matches(|c: char| c.is_ascii_digit());
+        let exponent_digits = suffix.len() < input.len();
+        let suffix = suffix.trim_end_matches(['-', '+']);
+        if suffix.ends_with('i') {
+            QuantityFormat::BinarySI
+        } else if exponent_digits && suffix.ends_with(['e', 'E']) {
+            QuantityFormat::DecimalExponent
+        } else {
+            QuantityFormat::DecimalSI
+        }
+    }
+}
+
+impl ParsedQuantity {
+    /// The canonical string of the amount in `format` (upstream's
+    /// `Quantity.String()`): the largest suffix that keeps an integer
+    /// mantissa, decimal exponents in multiples of three; a binary amount
+    /// that is below 1024 or not whole is written in decimal SI.
+    ///
+    /// ```
+    /// use orchestra_core::api::quantity::{ParsedQuantity, QuantityFormat};
+    ///
+    /// let sum = ParsedQuantity::parse("500m").unwrap() + ParsedQuantity::parse("1500m").unwrap();
+    /// assert_eq!(sum.canonical(QuantityFormat::DecimalSI), "2");
+    /// let memory = ParsedQuantity::parse("1.5Gi").unwrap();
+    /// assert_eq!(memory.canonical(QuantityFormat::BinarySI), "1536Mi");
+    /// ```
+    pub fn canonical(&self, format: QuantityFormat) -> String {
+        let whole = self.nanos % NANOS == 0;
+        if format == QuantityFormat::BinarySI && whole && self.nanos.abs() >= 1024 * NANOS {
+            let mut units = self.nanos / NANOS;
+            let mut power = 0;
+            while power < 6 && units % 1024 == 0 {
+                units /= 1024;
+                power += 1;
+            }
+            let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][power];
+            return format!("{units}{suffix}");
+        }
+        if self.nanos == 0 {
+            return "0".into();
+        }
+        // mantissa × 10^exponent, exponent a multiple of 3 from -9 up.
+        let (mut mantissa, mut exponent) = (self.nanos, -9);
+        while mantissa % 1000 == 0 && exponent < 18 {
+            mantissa /= 1000;
+            exponent += 3;
+        }
+        if format == QuantityFormat::DecimalExponent {
+            return match exponent {
+                0 => mantissa.to_string(),
+                _ => format!("{mantissa}e{exponent}"),
+            };
+        }
+        let suffix = match exponent {
+            -9 => "n",
+            -6 => "u",
+            -3 => "m",
+            0 => "",
+            3 => "k",
+            6 => "M",
+            9 => "G",
+            12 => "T",
+            15 => "P",
+            _ => "E",
+        };
+        format!("{mantissa}{suffix}")
+    }
+}
+
 /// A quantity of an object in whole units, rounded up (`Quantity.Value()`);
 /// 0 if it does not parse (an object the API server accepted holds valid
 /// quantities).
@@ -264,6 +365,24 @@ fn nanos(mantissa: u128, exponent: i64, inexact: bool, binary: u32) -> i128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn canonical_forms_like_upstream() {
+        // (input, format it is read in, canonical form)
+        #[rustfmt::skip]
+        let cases: &[(&str, &str)] = &[
+            ("0", "0"), ("1000m", "1"), ("1500m", "1500m"), ("0.5", "500m"), ("1500", "1500"),
+            ("2000", "2k"), ("1e3", "1e3"), ("1.5e3", "1500"), ("1n", "1n"), ("1Gi", "1Gi"),
+            ("1536Mi", "1536Mi"), ("1024Mi", "1Gi"), ("512", "512"), ("0.5Ki", "512"), ("1.5Ki", "1536"),
+            ("100Mi", "100Mi"), ("-2k", "-2k"), ("1E", "1E"), ("1e-3", "1e-3"),
+        ];
+        for (input, expected) in cases {
+            let quantity = ParsedQuantity::parse(input).unwrap();
+            assert_eq!(quantity.canonical(QuantityFormat::of(input)), *expected, "{input}");
+        }
+        let sum = ParsedQuantity::parse("600m").unwrap() + ParsedQuantity::parse("600m").unwrap();
+        assert_eq!(sum.canonical(QuantityFormat::DecimalSI), "1200m");
+    }
 
     #[test]
     fn parses_like_upstream() {
