@@ -77,7 +77,8 @@ async fn limit_ranges_default_and_bound_pods() {
     create(&ranges, json!({"metadata": {"name": "limits"}, "spec": {"limits": limits}})).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "team");
 
-    let created = create(&pods, pod("plain", json!({"containers": [{"name": "c", "image": "busybox"}]}))).await.unwrap();
+    let created =
+        create(&pods, pod("plain", json!({"containers": [{"name": "c", "image": "busybox"}]}))).await.unwrap();
     let created = serde_json::to_value(created).unwrap();
     assert_eq!(
         created["spec"]["containers"][0]["resources"],
@@ -90,13 +91,19 @@ async fn limit_ranges_default_and_bound_pods() {
     // The other mutating plugins ran too.
     assert_eq!(created["spec"]["priority"], 0);
     let tolerations = created["spec"]["tolerations"].as_array().unwrap();
-    let keys: Vec<_> = tolerations.iter().map(|t| (t["key"].as_str().unwrap(), t["tolerationSeconds"].clone())).collect();
+    let keys: Vec<_> =
+        tolerations.iter().map(|t| (t["key"].as_str().unwrap(), t["tolerationSeconds"].clone())).collect();
     assert_eq!(keys, [("node.kubernetes.io/not-ready", json!(300)), ("node.kubernetes.io/unreachable", json!(300))]);
 
-    let big = pod("big", json!({"containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"cpu": "2"}}}]}));
+    let big =
+        pod("big", json!({"containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"cpu": "2"}}}]}));
     let (code, message) = refusal(create(&pods, big).await);
-    assert_eq!((code, message.as_str()), (403, r#"pods "big" is forbidden: maximum cpu usage per Container is 1, but limit is 2"#));
-    let names: Vec<_> = pods.list(&ListParams::default()).await.unwrap().items.into_iter().map(|p| p.metadata.name).collect();
+    assert_eq!(
+        (code, message.as_str()),
+        (403, r#"pods "big" is forbidden: maximum cpu usage per Container is 1, but limit is 2"#)
+    );
+    let names: Vec<_> =
+        pods.list(&ListParams::default()).await.unwrap().items.into_iter().map(|p| p.metadata.name).collect();
     assert_eq!(names, [Some("plain".to_owned())], "the refused pod was not stored");
 }
 
@@ -105,7 +112,14 @@ async fn priority_classes_resolve() {
     let server = server().await;
     let client = orchestra_core::client::in_process(&server, "default");
     let classes: Api<PriorityClass> = Api::all(client.clone());
-    let names: Vec<_> = classes.list(&ListParams::default()).await.unwrap().items.into_iter().map(|c| (c.metadata.name.unwrap(), c.value)).collect();
+    let names: Vec<_> = classes
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| (c.metadata.name.unwrap(), c.value))
+        .collect();
     assert_eq!(
         names,
         [("system-cluster-critical".to_owned(), 2_000_000_000), ("system-node-critical".to_owned(), 2_000_001_000)],
@@ -119,13 +133,20 @@ async fn priority_classes_resolve() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let high = create(&pods, pod("high", json!({"priorityClassName": "high", "containers": container}))).await.unwrap();
     assert_eq!(high.spec.unwrap().priority, Some(1000));
-    let (code, message) = refusal(create(&pods, pod("lost", json!({"priorityClassName": "nope", "containers": container}))).await);
-    assert_eq!((code, message.as_str()), (403, r#"pods "lost" is forbidden: no PriorityClass with name nope was found"#));
+    let (code, message) =
+        refusal(create(&pods, pod("lost", json!({"priorityClassName": "nope", "containers": container}))).await);
+    assert_eq!(
+        (code, message.as_str()),
+        (403, r#"pods "lost" is forbidden: no PriorityClass with name nope was found"#)
+    );
     let critical = pod("critical", json!({"priorityClassName": "system-node-critical", "containers": container}));
     let (code, message) = refusal(create(&pods, critical.clone()).await);
     assert_eq!(
         (code, message.as_str()),
-        (403, r#"pods "critical" is forbidden: pods with system-node-critical priorityClass is not permitted in default namespace"#)
+        (
+            403,
+            r#"pods "critical" is forbidden: pods with system-node-critical priorityClass is not permitted in default namespace"#
+        )
     );
     let system: Api<Pod> = Api::namespaced(client, "kube-system");
     assert_eq!(create(&system, critical).await.unwrap().spec.unwrap().priority, Some(2_000_001_000));
@@ -163,7 +184,10 @@ async fn pod_security_refuses_and_warns_by_namespace_labels() {
     let client = orchestra_core::client::in_process(&server, "default");
     namespace(&client, "secure", json!({"pod-security.kubernetes.io/enforce": "restricted"})).await;
     namespace(&client, "watched", json!({"pod-security.kubernetes.io/warn": "baseline"})).await;
-    let privileged = pod("priv", json!({"containers": [{"name": "c", "image": "busybox", "securityContext": {"privileged": true}}]}));
+    let privileged = pod(
+        "priv",
+        json!({"containers": [{"name": "c", "image": "busybox", "securityContext": {"privileged": true}}]}),
+    );
 
     let (status, body, warnings) = post_pod(&server, "secure", privileged.clone()).await;
     assert_eq!((status, body["reason"].as_str()), (403, Some("Forbidden")));
@@ -182,14 +206,19 @@ async fn pod_security_refuses_and_warns_by_namespace_labels() {
     assert_eq!(status, 201);
     assert_eq!(
         warnings,
-        [r#"299 - "would violate PodSecurity \"baseline:latest\": privileged (container \"c\" must not set securityContext.privileged=true)""#]
+        [
+            r#"299 - "would violate PodSecurity \"baseline:latest\": privileged (container \"c\" must not set securityContext.privileged=true)""#
+        ]
     );
 
     // A pod the restricted level admits.
-    let hardened = pod("hardened", json!({
-        "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{"name": "c", "image": "busybox", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}],
-    }));
+    let hardened = pod(
+        "hardened",
+        json!({
+            "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "c", "image": "busybox", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}],
+        }),
+    );
     let (status, body, warnings) = post_pod(&server, "secure", hardened).await;
     assert_eq!(status, 201, "{body}");
     assert!(warnings.is_empty(), "{warnings:?}");

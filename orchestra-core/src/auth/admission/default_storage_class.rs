@@ -56,7 +56,8 @@ impl DefaultStorageClass {
         let name = |class: &Value| class["metadata"]["name"].as_str().unwrap_or_default().to_owned();
         // RFC 3339 timestamps in UTC order as strings.
         let newest = classes.iter().filter(is_default).max_by(|a, b| {
-            let created = |class: &Value| class["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_owned();
+            let created =
+                |class: &Value| class["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_owned();
             created(a).cmp(&created(b)).then_with(|| name(b).cmp(&name(a)))
         });
         Ok(newest.map(name))
@@ -121,7 +122,8 @@ mod tests {
         let bare = json!({"metadata": {"name": "data"}, "spec": {}});
         let named = json!({"metadata": {"name": "data"}, "spec": {"storageClassName": "fast"}});
         let none = json!({"metadata": {"name": "data"}, "spec": {"storageClassName": ""}});
-        let annotated = json!({"metadata": {"name": "data", "annotations": {BETA_CLASS_ANNOTATION: "slow"}}, "spec": {}});
+        let annotated =
+            json!({"metadata": {"name": "data", "annotations": {BETA_CLASS_ANNOTATION: "slow"}}, "spec": {}});
         #[rustfmt::skip]
         let cases: [(Vec<Value>, &Value, Value); 8] = [
             (vec![old.clone(), plain.clone()], &bare, json!("old")),

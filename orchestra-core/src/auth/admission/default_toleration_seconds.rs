@@ -112,9 +112,7 @@ mod tests {
 
     #[test]
     fn pods_get_the_tolerations_they_lack() {
-        let default = |key: &str, seconds: u64| {
-            json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds})
-        };
+        let default = |key: &str, seconds: u64| json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds});
         let plugin = DefaultTolerationSeconds::new().unreachable_seconds(60);
         let own = json!({"key": NOT_READY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5});
         let everything = json!({"operator": "Exists"});

@@ -289,11 +289,12 @@ fn check_claim(claim: &Value, items: &[Item]) -> Vec<String> {
             let request = requests.get(resource);
             let (request_value, _, enforced_value) = comparable(request, None, enforced);
             errors.extend(match request {
-                None => Some(format!("maximum {resource} usage per {} is {enforced}.  No request is specified", item.kind)),
-                Some(request) if request_value > enforced_value => Some(format!(
-                    "maximum {resource} usage per {} is {enforced}, but request is {request}",
-                    item.kind
-                )),
+                None => {
+                    Some(format!("maximum {resource} usage per {} is {enforced}.  No request is specified", item.kind))
+                }
+                Some(request) if request_value > enforced_value => {
+                    Some(format!("maximum {resource} usage per {} is {enforced}, but request is {request}", item.kind))
+                }
                 Some(_) => None,
             });
         }
@@ -333,9 +334,7 @@ fn pod_totals(containers: &[Value], init: &[Value]) -> (Resources, Resources) {
 
 fn add(into: &mut Resources, other: &Resources) {
     for (name, amount) in other {
-        into.entry(name.clone())
-            .and_modify(|sum| sum.quantity += amount.quantity)
-            .or_insert(*amount);
+        into.entry(name.clone()).and_modify(|sum| sum.quantity += amount.quantity).or_insert(*amount);
     }
 }
 
@@ -565,7 +564,8 @@ mod tests {
         ];
         for (item, containers, expected) in cases {
             let ranger = plugin(json!([item]));
-            let (admitted, _) = admit(&ranger, Operation::Create, &pods(), Some("team"), &user, Some(pod(containers)), None);
+            let (admitted, _) =
+                admit(&ranger, Operation::Create, &pods(), Some("team"), &user, Some(pod(containers)), None);
             let outcome = admitted.map(|_| ()).map_err(|e| {
                 assert_eq!(e.code, 403);
                 e.message.strip_prefix(r#"pods "web" is forbidden: "#).unwrap_or(&e.message).to_owned()
@@ -576,12 +576,12 @@ mod tests {
 
     #[test]
     fn claims_are_bounded_and_other_writes_pass() {
-        let ranger = plugin(json!([{"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}, "max": {"storage": "10Gi"}}]));
+        let ranger =
+            plugin(json!([{"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}, "max": {"storage": "10Gi"}}]));
         let claims = ResourceInfo::new("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true);
         let user = UserInfo::anonymous();
-        let claim = |size: &str| {
-            json!({"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": size}}}})
-        };
+        let claim =
+            |size: &str| json!({"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": size}}}});
         let forbidden = |m: &str| Err(format!(r#"persistentvolumeclaims "data" is forbidden: {m}"#));
         #[rustfmt::skip]
         let cases = [
@@ -594,7 +594,8 @@ mod tests {
             (Operation::Update, &pods(), json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c"}]}}), Ok(())),
         ];
         for (operation, resource, object, expected) in cases {
-            let (admitted, _) = admit(&ranger, operation, resource, Some("team"), &user, Some(object.clone()), Some(&object));
+            let (admitted, _) =
+                admit(&ranger, operation, resource, Some("team"), &user, Some(object.clone()), Some(&object));
             let outcome = admitted.map(|_| ()).map_err(|e| e.message);
             assert_eq!(outcome, expected, "{operation:?} {object}");
         }

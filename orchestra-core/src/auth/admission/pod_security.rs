@@ -143,7 +143,8 @@ impl PodSecurityConfig {
 /// `pod-security.kubernetes.io/enforce`, `.../warn` and `.../audit`
 /// (`privileged`, `baseline` or `restricted`; an invalid value counts as
 /// `restricted`), each with a `...-version` label (`latest` or `v1.N`,
-/// shown in messages; every version is checked with the latest rules).
+/// shown in messages; every version is checked with the rules of the
+/// Kubernetes version the server serves).
 ///
 /// - `enforce`: pod creates, and updates that change the pod's spec or
 ///   annotations, that violate the level are refused with 403, e.g.
@@ -247,7 +248,9 @@ impl PodSecurity {
     }
 
     fn exempt_runtime_class(&self, spec: &Value) -> bool {
-        spec["runtimeClassName"].as_str().is_some_and(|class| self.config.exempt_runtime_classes.iter().any(|c| c == class))
+        spec["runtimeClassName"]
+            .as_str()
+            .is_some_and(|class| self.config.exempt_runtime_classes.iter().any(|c| c == class))
     }
 
     /// Pods: enforce, then warn.
@@ -261,7 +264,11 @@ impl PodSecurity {
         if policies.warn != policies.enforce || allowed {
             let warned = violations(policies.warn.level, &pod["metadata"], &pod["spec"]);
             if !warned.is_empty() {
-                request.warn(format!("would violate PodSecurity {:?}: {}", policies.warn.to_string(), details(&warned)));
+                request.warn(format!(
+                    "would violate PodSecurity {:?}: {}",
+                    policies.warn.to_string(),
+                    details(&warned)
+                ));
             }
         }
         match allowed {
@@ -275,7 +282,12 @@ impl PodSecurity {
     }
 
     /// Workload templates: warnings only, at the stricter of the enforce and warn levels.
-    async fn check_template(&self, request: &AdmissionRequest<'_>, namespace: &str, pointer: &str) -> Result<(), ApiError> {
+    async fn check_template(
+        &self,
+        request: &AdmissionRequest<'_>,
+        namespace: &str,
+        pointer: &str,
+    ) -> Result<(), ApiError> {
         let Some(template) = request.object.as_ref().and_then(|o| o.pointer(pointer)) else { return Ok(()) };
         let old = request.old_object.and_then(|o| o.pointer(pointer));
         if self.exempt_runtime_class(&template["spec"]) || !significant(template, old) {
@@ -354,7 +366,7 @@ impl AdmissionPlugin for PodSecurity {
     }
 
     async fn validate(&self, request: &AdmissionRequest<'_>) -> Result<(), ApiError> {
-        if self.config.exempt_usernames.iter().any(|u| *u == request.user.name) {
+        if self.config.exempt_usernames.contains(&request.user.name) {
             return Ok(());
         }
         if request.writes("", "namespaces") && request.operation == Operation::Update {
@@ -381,7 +393,9 @@ impl AdmissionPlugin for PodSecurity {
 /// `latest` or `v1.N`.
 fn is_version(version: &str) -> bool {
     version == "latest"
-        || version.strip_prefix("v1.").is_some_and(|minor| !minor.is_empty() && minor.bytes().all(|b| b.is_ascii_digit()))
+        || version
+            .strip_prefix("v1.")
+            .is_some_and(|minor| !minor.is_empty() && minor.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Whether a write of `pod` (or a pod template) over `old` needs a check:
@@ -575,7 +589,11 @@ fn added_capabilities(spec: &Value, allowed: &[&str]) -> Option<String> {
         return None;
     }
     let added: Vec<String> = added.into_iter().collect();
-    Some(format!("{} must not include {} in securityContext.capabilities.add", containers_phrase(&bad), join_quote(&added)))
+    Some(format!(
+        "{} must not include {} in securityContext.capabilities.add",
+        containers_phrase(&bad),
+        join_quote(&added)
+    ))
 }
 
 fn capabilities_baseline(_: &Value, spec: &Value) -> Option<Violation> {
@@ -583,8 +601,11 @@ fn capabilities_baseline(_: &Value, spec: &Value) -> Option<Violation> {
 }
 
 fn host_namespaces(_: &Value, spec: &Value) -> Option<Violation> {
-    let set: Vec<String> =
-        ["hostNetwork", "hostPID", "hostIPC"].iter().filter(|f| spec[**f] == true).map(|f| format!("{f}=true")).collect();
+    let set: Vec<String> = ["hostNetwork", "hostPID", "hostIPC"]
+        .iter()
+        .filter(|f| spec[**f] == true)
+        .map(|f| format!("{f}=true"))
+        .collect();
     if set.is_empty() {
         return None;
     }
@@ -845,11 +866,13 @@ fn capabilities_restricted(_: &Value, spec: &Value) -> Option<Violation> {
     if is_windows(spec) {
         return None;
     }
-    let drops_all = |c: &Value| security(c, "capabilities.drop").as_array().is_some_and(|d| d.iter().any(|c| c == "ALL"));
+    let drops_all =
+        |c: &Value| security(c, "capabilities.drop").as_array().is_some_and(|d| d.iter().any(|c| c == "ALL"));
     let not_dropping = bad_containers(spec, |c| !drops_all(c));
     let mut details = Vec::new();
     if !not_dropping.is_empty() {
-        details.push(format!("{} must set securityContext.capabilities.drop=[\"ALL\"]", containers_phrase(&not_dropping)));
+        details
+            .push(format!("{} must set securityContext.capabilities.drop=[\"ALL\"]", containers_phrase(&not_dropping)));
     }
     details.extend(added_capabilities(spec, &["NET_BIND_SERVICE"]));
     if details.is_empty() {
@@ -1025,6 +1048,10 @@ mod tests {
         PodSecurity::new(Arc::new(objects), config)
     }
 
+    /// Namespace labels, configuration, user and pod; the refusal's message
+    /// or `Ok`, and the warnings.
+    type Case<'a> = (Value, PodSecurityConfig, &'a UserInfo, &'a Value, Result<(), &'a str>, &'a [&'a str]);
+
     #[test]
     fn namespace_labels_choose_what_is_refused_and_warned() {
         let privileged = pod(|p| p["spec"]["containers"][0]["securityContext"]["privileged"] = true.into());
@@ -1040,7 +1067,7 @@ mod tests {
         let enforce = json!({"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "v1.30"});
         let warn = json!({"pod-security.kubernetes.io/warn": "restricted"});
         #[rustfmt::skip]
-        let cases: [(Value, PodSecurityConfig, &UserInfo, &Value, Result<(), &str>, &[&str]); 8] = [
+        let cases: [Case<'_>; 8] = [
             (json!({}), config(), &user, &privileged, Ok(()), &[]),
             (enforce.clone(), config(), &user, &privileged, Err(refused), &[]),
             (enforce.clone(), config(), &admin, &privileged, Ok(()), &[]),
@@ -1056,20 +1083,36 @@ mod tests {
         ];
         for (labels, config, user, object, expected, warnings) in cases {
             let plugin = plugin(labels.clone(), config);
-            let (admitted, found) = admit(&plugin, Operation::Create, &pods(), Some("apps"), user, Some(object.clone()), None);
-            assert_eq!(admitted.as_ref().map(|_| ()).map_err(|e| e.message.as_str()), expected, "{labels} {}", user.name);
+            let (admitted, found) =
+                admit(&plugin, Operation::Create, &pods(), Some("apps"), user, Some(object.clone()), None);
+            assert_eq!(
+                admitted.as_ref().map(|_| ()).map_err(|e| e.message.as_str()),
+                expected,
+                "{labels} {}",
+                user.name
+            );
             assert_eq!(found, warnings, "{labels}");
         }
         let exempt = plugin(enforce.clone(), config().exempt_namespaces(["apps"]));
-        let (admitted, _) = admit(&exempt, Operation::Create, &pods(), Some("apps"), &user, Some(privileged.clone()), None);
+        let (admitted, _) =
+            admit(&exempt, Operation::Create, &pods(), Some("apps"), &user, Some(privileged.clone()), None);
         assert!(admitted.is_ok(), "exempt namespace");
         // Updates that leave the spec and annotations alone pass.
         let mut relabelled = privileged.clone();
         relabelled["metadata"]["labels"] = json!({"a": "b"});
         let enforcing = plugin(enforce, config());
-        let (admitted, _) = admit(&enforcing, Operation::Update, &pods(), Some("apps"), &user, Some(relabelled), Some(&privileged));
+        let (admitted, _) =
+            admit(&enforcing, Operation::Update, &pods(), Some("apps"), &user, Some(relabelled), Some(&privileged));
         assert!(admitted.is_ok());
-        let (admitted, _) = admit(&enforcing, Operation::Update, &pods(), Some("apps"), &user, Some(privileged.clone()), Some(&pod(|_| {})));
+        let (admitted, _) = admit(
+            &enforcing,
+            Operation::Update,
+            &pods(),
+            Some("apps"),
+            &user,
+            Some(privileged.clone()),
+            Some(&pod(|_| {})),
+        );
         assert_eq!(admitted.unwrap_err().code, 403);
     }
 
@@ -1080,12 +1123,14 @@ mod tests {
         let privileged = pod(|p| p["spec"]["containers"][0]["securityContext"]["privileged"] = true.into());
         let deployment = json!({"metadata": {"name": "d"}, "spec": {"template": privileged.clone()}});
         let cronjob = json!({"metadata": {"name": "j"}, "spec": {"jobTemplate": {"spec": {"template": privileged}}}});
-        let labels = json!({"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "restricted"});
+        let labels =
+            json!({"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "restricted"});
         let plugin = plugin(labels, PodSecurityConfig::default());
         let user = UserInfo::anonymous();
         let detail = r#"privileged (container "c" must not set securityContext.privileged=true)"#;
         for (resource, object) in [(&deployments, deployment), (&cronjobs, cronjob)] {
-            let (admitted, warnings) = admit(&plugin, Operation::Create, resource, Some("apps"), &user, Some(object), None);
+            let (admitted, warnings) =
+                admit(&plugin, Operation::Create, resource, Some("apps"), &user, Some(object), None);
             assert!(admitted.is_ok());
             assert_eq!(
                 warnings,
@@ -1121,7 +1166,8 @@ mod tests {
         let old = namespace(json!({}));
         let new = namespace(json!({"pod-security.kubernetes.io/enforce": "baseline"}));
         let user = UserInfo::anonymous();
-        let (admitted, warnings) = admit(&plugin, Operation::Update, &namespaces, None, &user, Some(new.clone()), Some(&old));
+        let (admitted, warnings) =
+            admit(&plugin, Operation::Update, &namespaces, None, &user, Some(new.clone()), Some(&old));
         assert!(admitted.is_ok());
         assert_eq!(
             warnings,

@@ -87,9 +87,10 @@ impl Priority {
         if let Some(class) = self.objects.get(PRIORITY_CLASSES, None, name).await? {
             return Ok(Some(class));
         }
-        Ok(SYSTEM_CLASSES.iter().find(|(system, ..)| *system == name).map(|(name, value, description)| {
-            system_class(name, *value, description)
-        }))
+        Ok(SYSTEM_CLASSES
+            .iter()
+            .find(|(system, ..)| *system == name)
+            .map(|(name, value, description)| system_class(name, *value, description)))
     }
 
     /// The class marked as the global default; of several, the lowest.
@@ -186,7 +187,7 @@ impl Priority {
             let existing = existing["metadata"]["name"].as_str().unwrap_or_default();
             if request.operation == Operation::Create || existing != name {
                 return Err(request.forbidden(format!(
-                    "PriorityClass {existing} is marked as default. Only one default can exist"
+                    "PriorityClass {existing} is already marked as default. Only one default can exist"
                 )));
             }
         }
@@ -279,19 +280,19 @@ mod tests {
 
     #[test]
     fn pod_creates_get_the_priority_of_their_class() {
-        let high = class("high", 1000, false, Some("Never"));
-        let low_default = class("low", 10, true, None);
+        let high = [class("high", 1000, false, Some("Never"))];
+        let high_and_low_default = [high[0].clone(), class("low", 10, true, None)];
         let forbidden = |m: &str| Err(format!(r#"pods "p" is forbidden: {m}"#));
         #[rustfmt::skip]
         let cases: [(&[Value], &str, Value, Resolved); 10] = [
             (&[], "default", json!({}), Ok((None, 0, "PreemptLowerPriority"))),
-            (&[high.clone()], "default", json!({"priorityClassName": "high"}), Ok((Some("high"), 1000, "Never"))),
-            (&[high.clone(), low_default.clone()], "default", json!({}), Ok((Some("low"), 10, "PreemptLowerPriority"))),
-            (&[high.clone()], "default", json!({"priorityClassName": "high", "priority": 1000}), Ok((Some("high"), 1000, "Never"))),
+            (&high, "default", json!({"priorityClassName": "high"}), Ok((Some("high"), 1000, "Never"))),
+            (&high_and_low_default, "default", json!({}), Ok((Some("low"), 10, "PreemptLowerPriority"))),
+            (&high, "default", json!({"priorityClassName": "high", "priority": 1000}), Ok((Some("high"), 1000, "Never"))),
             (&[], "default", json!({"priorityClassName": "missing"}), forbidden("no PriorityClass with name missing was found")),
-            (&[high.clone()], "default", json!({"priorityClassName": "high", "priority": 5}),
+            (&high, "default", json!({"priorityClassName": "high", "priority": 5}),
              forbidden("the integer value of priority (5) must not be provided in pod spec; priority admission controller computed 1000 from the given PriorityClass name")),
-            (&[high.clone()], "default", json!({"priorityClassName": "high", "preemptionPolicy": "PreemptLowerPriority"}),
+            (&high, "default", json!({"priorityClassName": "high", "preemptionPolicy": "PreemptLowerPriority"}),
              forbidden("the string value of PreemptionPolicy (PreemptLowerPriority) must not be provided in pod spec; priority admission controller computed Never from the given PriorityClass name")),
             // The built-in classes are known unstored, in kube-system only.
             (&[], "kube-system", json!({"priorityClassName": "system-node-critical"}), Ok((Some("system-node-critical"), 2_000_001_000, "PreemptLowerPriority"))),
@@ -302,12 +303,18 @@ mod tests {
         let user = UserInfo::anonymous();
         for (classes, namespace, spec, expected) in cases {
             let pod = json!({"metadata": {"name": "p"}, "spec": spec});
-            let (admitted, _) = admit(&plugin(classes), Operation::Create, &pods(), Some(namespace), &user, Some(pod), None);
+            let (admitted, _) =
+                admit(&plugin(classes), Operation::Create, &pods(), Some(namespace), &user, Some(pod), None);
             let outcome = admitted.map_err(|e| e.message).map(|pod| {
                 let spec = pod.unwrap()["spec"].clone();
-                (spec["priorityClassName"].as_str().map(str::to_owned), spec["priority"].as_i64().unwrap(), spec["preemptionPolicy"].as_str().unwrap().to_owned())
+                (
+                    spec["priorityClassName"].as_str().map(str::to_owned),
+                    spec["priority"].as_i64().unwrap(),
+                    spec["preemptionPolicy"].as_str().unwrap().to_owned(),
+                )
             });
-            let expected = expected.map(|(name, priority, policy)| (name.map(str::to_owned), priority, policy.to_owned()));
+            let expected =
+                expected.map(|(name, priority, policy)| (name.map(str::to_owned), priority, policy.to_owned()));
             assert_eq!(outcome, expected, "{spec} in {namespace}");
         }
     }
@@ -317,23 +324,27 @@ mod tests {
         let old = json!({"metadata": {"name": "p"}, "spec": {"priority": 7, "preemptionPolicy": "Never"}});
         let new = json!({"metadata": {"name": "p", "labels": {"a": "b"}}, "spec": {}});
         let user = UserInfo::anonymous();
-        let (admitted, _) = admit(&plugin(&[]), Operation::Update, &pods(), Some("default"), &user, Some(new), Some(&old));
+        let (admitted, _) =
+            admit(&plugin(&[]), Operation::Update, &pods(), Some("default"), &user, Some(new), Some(&old));
         let spec = admitted.unwrap().unwrap()["spec"].clone();
         assert_eq!(spec, json!({"priority": 7, "preemptionPolicy": "Never"}));
     }
 
+    /// What admission of one write answers: `Ok`, or the error's code and message.
+    type Outcome = Result<(), (u16, &'static str)>;
+
     #[test]
     fn priority_classes_are_validated() {
         let classes = ResourceInfo::new("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", false);
-        let existing_default = class("base", 1, true, None);
+        let existing_default = [class("base", 1, true, None)];
         #[rustfmt::skip]
-        let cases: [(Operation, &[Value], Value, Result<(), (u16, &str)>); 8] = [
+        let cases: [(Operation, &[Value], Value, Outcome); 8] = [
             (Operation::Create, &[], class("high", 1000, true, None), Ok(())),
-            (Operation::Create, &[existing_default.clone()], class("high", 1000, false, None), Ok(())),
-            (Operation::Create, &[existing_default.clone()], class("high", 1000, true, None),
-             Err((403, r#"priorityclasses.scheduling.k8s.io "high" is forbidden: PriorityClass base is marked as default. Only one default can exist"#))),
+            (Operation::Create, &existing_default, class("high", 1000, false, None), Ok(())),
+            (Operation::Create, &existing_default, class("high", 1000, true, None),
+             Err((403, r#"priorityclasses.scheduling.k8s.io "high" is forbidden: PriorityClass base is already marked as default. Only one default can exist"#))),
             // The default itself may be updated.
-            (Operation::Update, &[existing_default.clone()], class("base", 2, true, None), Ok(())),
+            (Operation::Update, &existing_default, class("base", 2, true, None), Ok(())),
             (Operation::Create, &[], class("system-mine", 10, false, None),
              Err((422, r#"PriorityClass "system-mine" is invalid: metadata.name: Forbidden: priority class names with 'system-' prefix are reserved for system use only. error: system-mine is not a known system priority class"#))),
             (Operation::Update, &[], class("system-node-critical", 10, false, None),
@@ -344,7 +355,8 @@ mod tests {
         ];
         let user = UserInfo::anonymous();
         for (operation, stored, object, expected) in cases {
-            let (admitted, _) = admit(&plugin(stored), operation, &classes, None, &user, Some(object.clone()), Some(&object));
+            let (admitted, _) =
+                admit(&plugin(stored), operation, &classes, None, &user, Some(object.clone()), Some(&object));
             let outcome = admitted.as_ref().map(|_| ()).map_err(|e| (e.code, e.message.as_str()));
             assert_eq!(outcome, expected, "{operation:?} {object}");
         }
