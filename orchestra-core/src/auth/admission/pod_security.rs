@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{AdmissionPlugin, AdmissionRequest, ObjectReader, Operation, ResourceRef};
-use crate::api::ApiError;
+use crate::api::{ApiError, ErrorTarget, FieldError};
 
 const NAMESPACES: ResourceRef<'static> = ResourceRef::new("", "v1", "namespaces");
 const PODS: ResourceRef<'static> = ResourceRef::new("", "v1", "pods");
@@ -141,8 +141,8 @@ impl PodSecurityConfig {
 ///
 /// A namespace chooses its levels with the labels
 /// `pod-security.kubernetes.io/enforce`, `.../warn` and `.../audit`
-/// (`privileged`, `baseline` or `restricted`; an invalid value counts as
-/// `restricted`), each with a `...-version` label (`latest` or `v1.N`,
+/// (`privileged`, `baseline` or `restricted`; a namespace stored with
+/// another value counts as `restricted`), each with a `...-version` label (`latest` or `v1.N`,
 /// shown in messages; every version is checked with the rules of the
 /// Kubernetes version the server serves).
 ///
@@ -157,8 +157,9 @@ impl PodSecurityConfig {
 ///   CronJobs, ReplicationControllers, PodTemplates) whose pod template
 ///   violates the `enforce` or `warn` level: templates are warned about,
 ///   never refused, as upstream does.
-/// - A namespace update that makes the `enforce` level stricter warns
-///   about the existing pods that violate it.
+/// - Namespace creates and updates with invalid level or version labels
+///   are refused with 422; an update that changes the `enforce` level
+///   warns about the existing pods that violate it.
 /// - `audit` is read but records nothing: audit annotations belong to the
 ///   audit log.
 ///
@@ -311,9 +312,24 @@ impl PodSecurity {
     /// Namespace updates: warnings about the existing pods a new, stricter
     /// enforce level refuses.
     async fn check_namespace(&self, request: &AdmissionRequest<'_>) -> Result<(), ApiError> {
-        let (Some(new), Some(old)) = (request.object.as_ref(), request.old_object) else { return Ok(()) };
-        let name = request.name;
-        if self.config.exempt_namespaces.iter().any(|n| n == name) {
+        let Some(new) = request.object.as_ref() else { return Ok(()) };
+        let labels = &new["metadata"]["labels"];
+        let changed =
+            request.old_object.is_none_or(|old| policy_labels(&old["metadata"]["labels"]) != policy_labels(labels));
+        let invalid = invalid_labels(labels);
+        if changed && !invalid.is_empty() {
+            let target = ErrorTarget {
+                resource: "namespaces".into(),
+                kind: "Namespace".into(),
+                name: request.name.to_owned(),
+                ..Default::default()
+            };
+            return Err(ApiError::invalid(&target, invalid));
+        }
+        let (Some(old), name) = (request.old_object, request.name) else { return Ok(()) };
+        if self.config.exempt_namespaces.iter().any(|n| n == name)
+            || self.config.exempt_usernames.contains(&request.user.name)
+        {
             return Ok(());
         }
         let policy = self.policies(&new["metadata"]["labels"]).enforce;
@@ -366,11 +382,11 @@ impl AdmissionPlugin for PodSecurity {
     }
 
     async fn validate(&self, request: &AdmissionRequest<'_>) -> Result<(), ApiError> {
+        if request.writes("", "namespaces") {
+            return self.check_namespace(request).await;
+        }
         if self.config.exempt_usernames.contains(&request.user.name) {
             return Ok(());
-        }
-        if request.writes("", "namespaces") && request.operation == Operation::Update {
-            return self.check_namespace(request).await;
         }
         let Some(namespace) = request.namespace.filter(|_| request.resource.namespaced) else { return Ok(()) };
         if self.config.exempt_namespaces.iter().any(|n| n == namespace) {
@@ -390,12 +406,42 @@ impl AdmissionPlugin for PodSecurity {
     }
 }
 
-/// `latest` or `v1.N`.
+/// `latest` or `v1.N` (no leading zero).
 fn is_version(version: &str) -> bool {
     version == "latest"
-        || version
-            .strip_prefix("v1.")
-            .is_some_and(|minor| !minor.is_empty() && minor.bytes().all(|b| b.is_ascii_digit()))
+        || version.strip_prefix("v1.").is_some_and(|minor| {
+            !minor.is_empty() && minor.bytes().all(|b| b.is_ascii_digit()) && (minor == "0" || !minor.starts_with('0'))
+        })
+}
+
+/// The `pod-security.kubernetes.io/` labels of a namespace.
+fn policy_labels(labels: &Value) -> Vec<(&String, &Value)> {
+    labels.as_object().into_iter().flatten().filter(|(key, _)| key.starts_with(LABEL_PREFIX)).collect()
+}
+
+/// The level and version labels whose values are not ones (upstream
+/// refuses such namespaces with 422).
+fn invalid_labels(labels: &Value) -> Vec<FieldError> {
+    let mut invalid = Vec::new();
+    for mode in ["enforce", "audit", "warn"] {
+        let level = format!("{LABEL_PREFIX}{mode}");
+        if let Some(value) = labels[&level].as_str().filter(|v| PodSecurityLevel::parse(v).is_none()) {
+            invalid.push(FieldError::invalid(
+                format!("metadata.labels[{level}]"),
+                value,
+                "must be one of privileged, baseline, restricted",
+            ));
+        }
+        let version = format!("{level}-version");
+        if let Some(value) = labels[&version].as_str().filter(|v| !is_version(v)) {
+            invalid.push(FieldError::invalid(
+                format!("metadata.labels[{version}]"),
+                value,
+                r#"must be "latest" or "v1.x""#,
+            ));
+        }
+    }
+    invalid
 }
 
 /// Whether a write of `pod` (or a pod template) over `old` needs a check:
@@ -1179,5 +1225,34 @@ mod tests {
         );
         let (_, unchanged) = admit(&plugin, Operation::Update, &namespaces, None, &user, Some(new.clone()), Some(&new));
         assert!(unchanged.is_empty());
+    }
+
+    #[test]
+    fn namespaces_need_valid_labels() {
+        let plugin = PodSecurity::new(Arc::new(StaticObjects::new()), PodSecurityConfig::default());
+        let namespaces = ResourceInfo::new("", "v1", "Namespace", "namespaces", false);
+        let user = UserInfo::anonymous();
+        let invalid = |labels: Value| namespace(labels);
+        #[rustfmt::skip]
+        let cases = [
+            (json!({"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": "v1.30"}), Ok(())),
+            (json!({"pod-security.kubernetes.io/warn-version": "v1.0"}), Ok(())),
+            (json!({"pod-security.kubernetes.io/enforce": "strict"}),
+             Err(r#"Namespace "apps" is invalid: metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "strict": must be one of privileged, baseline, restricted"#)),
+            (json!({"pod-security.kubernetes.io/audit-version": "v1.07"}),
+             Err(r#"Namespace "apps" is invalid: metadata.labels[pod-security.kubernetes.io/audit-version]: Invalid value: "v1.07": must be "latest" or "v1.x""#)),
+        ];
+        for (labels, expected) in cases {
+            let (admitted, _) =
+                admit(&plugin, Operation::Create, &namespaces, None, &user, Some(invalid(labels.clone())), None);
+            assert_eq!(admitted.as_ref().map(|_| ()).map_err(|e| e.message.as_str()), expected, "{labels}");
+        }
+        // An update that leaves invalid labels as they were is let through.
+        let stored = namespace(json!({"pod-security.kubernetes.io/enforce": "strict"}));
+        let mut relabelled = stored.clone();
+        relabelled["metadata"]["labels"]["team"] = "a".into();
+        let (admitted, _) =
+            admit(&plugin, Operation::Update, &namespaces, None, &user, Some(relabelled), Some(&stored));
+        assert!(admitted.is_ok());
     }
 }
