@@ -276,7 +276,9 @@ impl ApiServerBuilder {
         self.authorizer(AuthorizerChain::new().with(rbac)).rbac_bootstrap(true)
     }
 
-    /// Builds the server and makes sure the system namespaces exist.
+    /// Builds the server and makes sure the system namespaces and the
+    /// built-in PriorityClasses (`system-node-critical`,
+    /// `system-cluster-critical`) exist.
     pub async fn build(self) -> Result<ApiServer, ApiError> {
         let mut authenticator = self.authenticator;
         if let Some(signer) = &self.token_signer {

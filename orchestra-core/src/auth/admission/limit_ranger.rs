@@ -57,8 +57,9 @@ impl LimitRanger {
         LimitRanger { objects }
     }
 
-    /// The LimitRanges of the request's namespace if the plugin applies to
-    /// the request (pod creates, PVC writes), as (kind, items) pairs.
+    /// What the request writes and the items of each LimitRange of its
+    /// namespace, if the plugin applies to it (pod creates, PVC writes) and
+    /// the namespace has LimitRanges.
     async fn applicable(&self, request: &AdmissionRequest<'_>) -> Result<Option<(Kind, Vec<Vec<Item>>)>, ApiError> {
         let kind = if request.writes("", "pods") && request.operation == Operation::Create {
             Kind::Pod
@@ -74,6 +75,7 @@ impl LimitRanger {
     }
 }
 
+/// What a request the plugin applies to writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Pod,
