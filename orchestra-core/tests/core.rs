@@ -12,6 +12,9 @@ mod http;
 #[path = "core/auth.rs"]
 mod auth;
 
+#[path = "core/admission.rs"]
+mod admission;
+
 #[path = "core/rbac.rs"]
 mod rbac;
 

@@ -182,6 +182,12 @@ impl std::ops::Add for ParsedQuantity {
     }
 }
 
+impl std::ops::AddAssign for ParsedQuantity {
+    fn add_assign(&mut self, other: ParsedQuantity) {
+        *self = *self + other;
+    }
+}
+
 impl std::ops::Sub for ParsedQuantity {
     type Output = ParsedQuantity;
 

@@ -4,7 +4,8 @@
 //! The pipeline is authenticate → authorize → admit (mutating, then
 //! validating; writes only) → validate → store. The one admission plugin
 //! an API server runs by default is
-//! [`NamespaceLifecycle`](admission::namespace_lifecycle::NamespaceLifecycle). In-process
+//! [`NamespaceLifecycle`](admission::NamespaceLifecycle); the other
+//! built-in plugins are in [`admission`], to assemble a chain with. In-process
 //! components carry their identity as an [`Identity`] request extension,
 //! which [`ExtensionAuthenticator`] recognises like any other credential.
 

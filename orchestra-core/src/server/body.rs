@@ -95,6 +95,18 @@ pub(crate) fn error(error: &ApiError) -> Response {
     json(error.code, &error.to_json())
 }
 
+/// Adds each admission warning as a `Warning: 299 - "<text>"` header
+/// (RFC 7234's warn-text: quotes and backslashes escaped), as upstream
+/// sends them and kubectl prints them.
+pub(crate) fn add_warnings(response: &mut Response, warnings: &[String]) {
+    for warning in warnings {
+        let text = warning.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(value) = HeaderValue::from_bytes(format!("299 - \"{text}\"").as_bytes()) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+}
+
 /// A plain-text response.
 pub(crate) fn text(status: u16, body: &'static str) -> Response {
     text_with_type(status, body, "text/plain; charset=utf-8")

@@ -59,7 +59,7 @@ use self::objects::{Target, Written, respond};
 use self::route::{Query, Route};
 use self::state::State;
 use crate::api::{ApiError, Registry, ResourceInfo};
-use crate::auth::admission::{AdmissionChain, NamespaceLifecycle, ResourceQuota};
+use crate::auth::admission::{self, AdmissionChain, NamespaceLifecycle, ResourceQuota};
 use crate::auth::{
     AllowAll, Attributes, AuthenticatorChain, AuthorizerChain, Decision, ExtensionAuthenticator, UserInfo,
 };
@@ -384,7 +384,9 @@ impl ApiServerBuilder {
         self.authorization_modes(&[crate::auth::AuthorizationMode::Rbac])
     }
 
-    /// Builds the server and makes sure the system namespaces exist.
+    /// Builds the server and makes sure the system namespaces and the
+    /// built-in PriorityClasses (`system-node-critical`,
+    /// `system-cluster-critical`) exist.
     pub async fn build(self) -> Result<ApiServer, ApiError> {
         let mut authenticator = self.authenticator;
         if let Some(signer) = &self.token_signer {
@@ -479,16 +481,26 @@ impl ApiServer {
         let Some(namespaces) = registry.get("", "v1", "namespaces") else {
             return Ok(());
         };
+        let mut system_objects = Vec::new();
         for name in SYSTEM_NAMESPACES {
-            let key = namespaces.storage_key(None, name);
             let object = json!({
                 "apiVersion": "v1",
                 "kind": "Namespace",
-                "metadata": {"name": name, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": crate::api::meta::now_rfc3339(), "labels": {"kubernetes.io/metadata.name": name}},
+                "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
                 "spec": {"finalizers": ["kubernetes"]},
                 "status": {"phase": "Active"},
             });
-            match self.state.store.create(&key, serde_json::to_vec(&object).expect("serializes").into(), None).await {
+            system_objects.push((namespaces.clone(), object));
+        }
+        // The built-in PriorityClasses, which upstream's API server creates at start too.
+        if let Some(classes) = registry.get("scheduling.k8s.io", "v1", "priorityclasses") {
+            system_objects.extend(admission::Priority::system_classes().into_iter().map(|c| (classes.clone(), c)));
+        }
+        for (resource, mut object) in system_objects {
+            let key = resource.storage_key(None, object["metadata"]["name"].as_str().unwrap_or_default());
+            object["metadata"]["uid"] = uuid::Uuid::new_v4().to_string().into();
+            object["metadata"]["creationTimestamp"] = crate::api::meta::now_rfc3339().into();
+            match self.state.store.create(&key, codec::encode(&resource, &object), None).await {
                 Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
                 Err(e) => return Err(ApiError::internal(e)),
             }
@@ -504,7 +516,8 @@ impl ApiServer {
 async fn handle(state: Arc<State>, request: Request) -> Response {
     let started = std::time::Instant::now();
     let mut labels = metrics::RequestLabels::default();
-    let response = dispatch(&state, request, &mut labels).await;
+    let (mut response, warnings) = admission::collect_warnings(dispatch(&state, request, &mut labels)).await;
+    body::add_warnings(&mut response, &warnings);
     if labels.verb.is_empty() {
         return response;
     }

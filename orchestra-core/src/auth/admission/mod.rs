@@ -1,23 +1,35 @@
 //! Admission: plugins that mutate, then validate, every write, the chain
 //! that runs them, and the built-in plugins, one per file.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusDetails;
 use serde_json::Value;
 
 use super::UserInfo;
 use crate::api::{ApiError, ResourceInfo};
 
+mod default_storage_class;
+mod default_toleration_seconds;
+mod limit_ranger;
 mod namespace_lifecycle;
 mod node_restriction;
 mod objects;
+mod pod_security;
+mod priority;
 mod resource_quota;
 
+pub use default_storage_class::DefaultStorageClass;
+pub use default_toleration_seconds::DefaultTolerationSeconds;
+pub use limit_ranger::LimitRanger;
 pub(crate) use namespace_lifecycle::namespace_target;
 pub use namespace_lifecycle::{NamespaceLifecycle, NamespaceLister, NamespacePhase};
 pub use node_restriction::NodeRestriction;
 pub use objects::{ObjectReader, ResourceRef, StaticObjects};
+pub use pod_security::{PodSecurity, PodSecurityConfig, PodSecurityLevel};
+pub use priority::Priority;
 pub use resource_quota::{MemoryQuotas, QuotaAccessor, QuotaUpdateError, ResourceQuota};
 
 /// The kind of write.
@@ -56,6 +68,84 @@ pub struct AdmissionRequest<'a> {
     pub user: &'a UserInfo,
     /// True for `dryRun=All`: plugins must have no side effects.
     pub dry_run: bool,
+}
+
+impl AdmissionRequest<'_> {
+    /// True if the request writes the main resource `group`/`plural`
+    /// (not one of its subresources), e.g. `("", "pods")`.
+    pub fn writes(&self, group: &str, plural: &str) -> bool {
+        self.subresource.is_none() && self.resource.group == group && self.resource.plural == plural
+    }
+
+    /// The 403 upstream's admission plugins answer with (`NewForbidden`):
+    /// `pods "web" is forbidden: <reason>`, about this request's object.
+    pub fn forbidden(&self, reason: impl std::fmt::Display) -> ApiError {
+        let resource = match self.resource.group.as_str() {
+            "" => self.resource.plural.clone(),
+            group => format!("{}.{group}", self.resource.plural),
+        };
+        let mut error = ApiError::forbidden(format!("{resource} {:?} is forbidden: {reason}", self.name));
+        error.details = Some(Box::new(StatusDetails {
+            name: Some(self.name.to_owned()),
+            group: Some(self.resource.group.clone()).filter(|g| !g.is_empty()),
+            kind: Some(self.resource.plural.clone()),
+            ..Default::default()
+        }));
+        error
+    }
+
+    /// Adds a warning for the client about this write, whether it is
+    /// admitted or not (upstream's `warning.AddWarning`). The
+    /// [`ApiServer`](crate::server::ApiServer) sends each distinct warning
+    /// as a `Warning: 299 - "<text>"` response header, which kubectl
+    /// prints; outside [`collect_warnings`] (a chain run by other code) the
+    /// warning is dropped.
+    pub fn warn(&self, text: impl Into<String>) {
+        let _outside_a_collecting_task = WARNINGS.try_with(|sink| {
+            let text = text.into();
+            let mut sink = sink.lock().unwrap_or_else(|e| e.into_inner());
+            if !sink.contains(&text) {
+                sink.push(text);
+            }
+        });
+    }
+}
+
+tokio::task_local! {
+    /// The warnings of the request the current task serves.
+    static WARNINGS: Arc<Mutex<Vec<String>>>;
+}
+
+/// Runs `future` (a request being served, or an [`AdmissionChain::admit`])
+/// and returns its output with the distinct warnings admission plugins
+/// added with [`AdmissionRequest::warn`] while it ran, in order.
+///
+/// ```
+/// use orchestra_core::api::ResourceInfo;
+/// use orchestra_core::auth::UserInfo;
+/// use orchestra_core::auth::admission::{AdmissionRequest, Operation, collect_warnings};
+///
+/// let pods = ResourceInfo::new("", "v1", "Pod", "pods", true);
+/// let user = UserInfo::anonymous();
+/// let request = AdmissionRequest {
+///     operation: Operation::Create,
+///     resource: &pods,
+///     subresource: None,
+///     namespace: Some("default"),
+///     name: "web",
+///     object: None,
+///     old_object: None,
+///     user: &user,
+///     dry_run: false,
+/// };
+/// let ((), warnings) = futures::executor::block_on(collect_warnings(async move { request.warn("deprecated") }));
+/// assert_eq!(warnings, ["deprecated"]);
+/// ```
+pub async fn collect_warnings<F: Future>(future: F) -> (F::Output, Vec<String>) {
+    let sink = Arc::new(Mutex::new(Vec::new()));
+    let output = WARNINGS.scope(sink.clone(), future).await;
+    let warnings = std::mem::take(&mut *sink.lock().unwrap_or_else(|e| e.into_inner()));
+    (output, warnings)
 }
 
 /// A plugin of the admission chain: it sees every write it
@@ -184,5 +274,56 @@ impl AdmissionChain {
     /// True if no plugin is configured.
     pub fn is_empty(&self) -> bool {
         self.plugins.is_empty()
+    }
+}
+
+/// What the built-in plugins' tests share: one write through one plugin.
+#[cfg(test)]
+pub(crate) mod testing {
+    use serde_json::Value;
+
+    use super::{AdmissionPlugin, AdmissionRequest, Operation, collect_warnings};
+    use crate::api::{ApiError, ResourceInfo};
+    use crate::auth::UserInfo;
+
+    /// core/v1 pods, as the plugins see them.
+    pub fn pods() -> ResourceInfo {
+        ResourceInfo::new("", "v1", "Pod", "pods", true)
+    }
+
+    /// The outcome of one write: the object as admitted, or the refusal;
+    /// and the warnings.
+    pub type Admitted = (Result<Option<Value>, ApiError>, Vec<String>);
+
+    /// Runs `plugin`'s mutating then validating phase on one write of
+    /// `object` (named by its `metadata.name`) in `namespace` by `user`.
+    pub fn admit(
+        plugin: &dyn AdmissionPlugin,
+        operation: Operation,
+        resource: &ResourceInfo,
+        namespace: Option<&str>,
+        user: &UserInfo,
+        object: Option<Value>,
+        old_object: Option<&Value>,
+    ) -> Admitted {
+        let name = object.as_ref().or(old_object).and_then(|o| o["metadata"]["name"].as_str()).unwrap_or("");
+        let mut request = AdmissionRequest {
+            operation,
+            resource,
+            subresource: None,
+            namespace,
+            name,
+            object: object.clone(),
+            old_object,
+            user,
+            dry_run: false,
+        };
+        futures::executor::block_on(collect_warnings(async move {
+            if plugin.handles(operation) {
+                plugin.mutate(&mut request).await?;
+                plugin.validate(&request).await?;
+            }
+            Ok(request.object)
+        }))
     }
 }

@@ -64,12 +64,14 @@ pub trait ObjectReader: Send + Sync {
     async fn list(&self, resource: ResourceRef<'_>, namespace: Option<&str>) -> Result<Vec<Value>, ApiError>;
 }
 
+/// (group, version, resource) → (namespace, name) → object.
+type ObjectsByResource = BTreeMap<(String, String, String), BTreeMap<(String, String), Value>>;
+
 /// Objects held in memory: an [`ObjectReader`] for tests and for
 /// embedders that keep the objects a plugin reads themselves.
 #[derive(Debug, Default)]
 pub struct StaticObjects {
-    /// (group, version, resource) → (namespace, name) → object.
-    objects: RwLock<BTreeMap<(String, String, String), BTreeMap<(String, String), Value>>>,
+    objects: RwLock<ObjectsByResource>,
 }
 
 impl StaticObjects {
