@@ -1321,7 +1321,7 @@ mod tests {
         let metrics = Metrics::new();
         let control = Arc::new(FlowController::new(&tight(LimitResponse::Queue(Queuing::new(1, 1, 1))), &metrics));
         let alice = request("alice", &["system:authenticated"], "list", "", "pods", "default");
-        let first = control.admit(&alice, LongRunning::No).await.ok().expect("a free seat");
+        let first = control.admit(&alice, LongRunning::No).await.expect("a free seat");
         let mut headers = HeaderMap::new();
         first.stamp(&mut headers);
         assert!(headers.contains_key(FLOW_SCHEMA_UID_HEADER) && headers.contains_key(PRIORITY_LEVEL_UID_HEADER));
@@ -1350,7 +1350,7 @@ mod tests {
             let metrics = Metrics::new();
             let control = FlowController::new(&tight(limit_response.clone()), &metrics);
             let alice = request("alice", &["system:authenticated"], "get", "", "pods", "default");
-            let _seat = control.admit(&alice, LongRunning::No).await.ok().expect("a free seat");
+            let _seat = control.admit(&alice, LongRunning::No).await.expect("a free seat");
             let refused = control.admit(&alice, LongRunning::Watch).await.err().expect("no seat, no room");
             assert_eq!(refused.status(), 429);
             assert_eq!(refused.headers()[header::RETRY_AFTER], "1");

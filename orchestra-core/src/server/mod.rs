@@ -35,6 +35,7 @@ mod route;
 mod state;
 mod subresources;
 mod table;
+mod timeout;
 mod token;
 mod watch;
 mod watch_objects;
@@ -417,11 +418,17 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
     let mut labels = metrics::RequestLabels::default();
     let long_running = flowcontrol::LongRunning::of(request.uri().path(), request.uri().query());
     let (method, uri) = (request.method().clone(), request.uri().clone());
+    let timeout = match long_running {
+        flowcontrol::LongRunning::No => match timeout::deadline(request.uri().query(), state.options.request_timeout) {
+            Ok(timeout) => timeout,
+            Err(error) => return body::error(&error),
+        },
+        _ => None,
+    };
     // Holds the request's seat until its response (a watch's: its start) is out.
     let mut admitted = None;
     let served = std::panic::AssertUnwindSafe(dispatch(&state, request, long_running, &mut labels, &mut admitted))
         .catch_unwind();
-    let timeout = state.options.request_timeout.filter(|_| long_running == flowcontrol::LongRunning::No);
     let outcome = match timeout {
         Some(timeout) => tokio::time::timeout(timeout, served).await.unwrap_or_else(|_| {
             Ok(body::error(&ApiError::timeout("request did not complete within the allotted timeout")))

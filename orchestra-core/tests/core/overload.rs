@@ -422,6 +422,15 @@ async fn a_request_past_the_request_timeout_is_a_504() {
     assert_eq!(body["message"], "Timeout: request did not complete within the allotted timeout");
     let (status, body) = call(&server, Method::POST, CONFIG_MAPS, "application/json", config_map("quick")).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    // The client's `timeout` shortens the server's one-minute default.
+    let server = in_process(ServerOptions::default()).await;
+    let slow = format!("{CONFIG_MAPS}?timeout=100ms");
+    let (status, body) = call(&server, Method::POST, &slow, "application/json", config_map("slow")).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+    let bogus = format!("{CONFIG_MAPS}?timeout=soon");
+    let (status, body) = call(&server, Method::POST, &bogus, "application/json", config_map("quick")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 }
 
 /// Bodies that once panicked the server are refused like upstream does.
