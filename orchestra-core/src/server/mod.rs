@@ -417,7 +417,7 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
     let started = std::time::Instant::now();
     let mut labels = metrics::RequestLabels::default();
     let long_running = flowcontrol::LongRunning::of(request.uri().path(), request.uri().query());
-    let (method, uri) = (request.method().clone(), request.uri().clone());
+    let method = request.method().clone();
     let timeout = match long_running {
         flowcontrol::LongRunning::No => match timeout::deadline(request.uri().query(), state.options.request_timeout) {
             Ok(timeout) => timeout,
@@ -441,7 +441,7 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
             .copied()
             .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
             .unwrap_or("a non-text panic payload");
-        tracing::error!(%method, %uri, panic = message, "a request handler panicked; answered 500");
+        tracing::error!(%method, request = ?labels, panic = message, "a request handler panicked; answered 500");
         body::error(&ApiError::internal("This request caused apiserver to panic. Look in the logs for details."))
     });
     if let Some(admitted) = &admitted {
