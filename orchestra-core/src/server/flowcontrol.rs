@@ -799,7 +799,8 @@ struct Apf {
     /// In matching order.
     schemas: Vec<Schema>,
     wait_limit: Duration,
-    hasher: foldhash::fast::RandomState,
+    /// Fixed, as upstream's: a flow keeps its queues across restarts.
+    hasher: foldhash::fast::FixedState,
 }
 
 struct Schema {
@@ -951,6 +952,11 @@ impl Apf {
         Apf { schemas, wait_limit: config.request_wait_limit, hasher: Default::default() }
     }
 
+    /// The hash a flow's queues are dealt from.
+    fn flow_hash(&self, schema: usize, distinguisher: &str) -> u64 {
+        self.hasher.hash_one((schema, distinguisher))
+    }
+
     /// The index of the schema that classifies `request`.
     fn classify(&self, request: &Attributes) -> Option<usize> {
         self.schemas.iter().position(|schema| schema.rules.iter().any(|rule| rule.matches(request)))
@@ -969,7 +975,7 @@ impl Apf {
                 Some(Distinguisher::ByUser) => request.user.name.as_str(),
                 Some(Distinguisher::ByNamespace) => request.namespace.as_str(),
             };
-            self.hasher.hash_one((index, distinguisher))
+            self.flow_hash(index, distinguisher)
         };
         let release = match level.acquire(flow, self.wait_limit, &schema.waiting).await {
             Ok(true) => Release::Level(level.clone()),
@@ -1342,6 +1348,56 @@ mod tests {
         let admin = request("admin", &["system:masters"], "list", "", "pods", "");
         assert!(control.admit(&admin, LongRunning::No).await.is_ok());
         assert!(control.admit(&alice, LongRunning::Stream).await.is_ok());
+    }
+
+    /// Two flows in one level: one with five requests queued, one with a
+    /// single request queued last. The queues are served round robin, so
+    /// the light flow does not wait behind the heavy one.
+    #[tokio::test]
+    async fn queues_are_served_round_robin_so_a_light_flow_passes_a_heavy_one() {
+        let metrics = Metrics::new();
+        let by_user = FlowSchema::new("everyone", "tight", 5)
+            .distinguished_by(Distinguisher::ByUser)
+            .rule(PolicyRules::everything([Subject::group("system:authenticated")]));
+        let config = tight(LimitResponse::Queue(Queuing::new(8, 1, 10))).with_flow_schema(by_user);
+        let control = Arc::new(FlowController::new(&config, &metrics));
+        let as_user = |user: &str| request(user, &["system:authenticated"], "list", "", "pods", "default");
+        let queue_of = |user: &str| {
+            let Mode::Apf(apf) = &control.mode else { unreachable!("APF is on") };
+            let index = apf.classify(&as_user(user)).unwrap();
+            // One queue dealt of eight: the hash picks it.
+            apf.flow_hash(index, user) % 8
+        };
+        let light = (0..).map(|i| format!("light-{i}")).find(|light| queue_of(light) != queue_of("heavy")).unwrap();
+
+        let seat = control.admit(&as_user("heavy"), LongRunning::No).await.expect("a free seat");
+        let served = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for (user, queued) in
+            [("heavy", 1), ("heavy", 2), ("heavy", 3), ("heavy", 4), ("heavy", 5), (light.as_str(), 6)]
+        {
+            let (control, served, request) = (control.clone(), served.clone(), as_user(user));
+            let name = user.to_owned();
+            waiters.push(tokio::spawn(async move {
+                let seat = control.admit(&request, LongRunning::No).await.expect("queued, then served");
+                served.lock().unwrap().push(name);
+                drop(seat);
+            }));
+            let line = format!(
+                r#"apiserver_flowcontrol_current_inqueue_requests{{priority_level="tight",flow_schema="everyone"}} {queued}"#
+            );
+            while !metrics.render().contains(&line) {
+                tokio::task::yield_now().await;
+            }
+        }
+        drop(seat);
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        let served = served.lock().unwrap().clone();
+        assert_eq!(served.len(), 6);
+        let light_at = served.iter().position(|u| *u == light).unwrap();
+        assert!(light_at <= 1, "served in turn, not after the heavy flow's backlog: {served:?}");
     }
 
     #[tokio::test]
