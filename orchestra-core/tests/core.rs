@@ -39,6 +39,9 @@ mod eviction;
 #[path = "core/tls.rs"]
 mod tls;
 
+#[path = "core/overload.rs"]
+mod overload;
+
 #[path = "core/accept.rs"]
 mod accept;
 

@@ -211,6 +211,20 @@ impl ApiError {
         ApiError::new(429, "TooManyRequests", message)
     }
 
+    /// Adds `details.retryAfterSeconds`, as upstream's `NewTooManyRequests`
+    /// and `NewTimeoutError` do; the server also sends it as `Retry-After`.
+    pub fn with_retry_after(mut self, seconds: u32) -> ApiError {
+        let mut details = self.details.map(|d| *d).unwrap_or_default();
+        details.retry_after_seconds = Some(seconds.try_into().unwrap_or(i32::MAX));
+        self.details = Some(Box::new(details));
+        self
+    }
+
+    /// 504 Timeout: the server did not answer in time (`Timeout: <message>`).
+    pub fn timeout(message: impl std::fmt::Display) -> ApiError {
+        ApiError::new(504, "Timeout", format!("Timeout: {message}"))
+    }
+
     /// 500 InternalError.
     pub fn internal(message: impl std::fmt::Display) -> ApiError {
         ApiError::new(500, "InternalError", format!("Internal error occurred: {message}"))

@@ -63,6 +63,16 @@ pub(crate) async fn evict(
         return Err(ApiError::bad_request("name in URL does not match name in Eviction object"));
     }
     let mut options = eviction.get("deleteOptions").filter(|o| o.is_object()).cloned().unwrap_or_else(|| json!({}));
+    // Upstream decodes DeleteOptions as a typed object: preconditions that
+    // are not an object (or null) are a bad request.
+    match options.get("preconditions") {
+        None | Some(Value::Null | Value::Object(_)) => {}
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "invalid DeleteOptions: preconditions must be an object, not {other}"
+            )));
+        }
+    }
     let dry_run = query.dry_run || options["dryRun"].as_array().is_some_and(|d| d.iter().any(|v| v == "All"));
     let (pod, revision) = load(state, target, name).await?;
     let charged = if pdb::can_ignore_budget(&pod) { None } else { guard(state, target, &pod, dry_run).await? };
@@ -90,6 +100,9 @@ pub(crate) async fn evict(
         }
     }
     if let Some(pin) = pin_to {
+        if !options["preconditions"].is_object() {
+            options["preconditions"] = json!({});
+        }
         options["preconditions"]["resourceVersion"] = pin.to_string().into();
     }
     let options_bytes = serde_json::to_vec(&options).expect("JSON values serialize");

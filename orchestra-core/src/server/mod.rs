@@ -19,6 +19,7 @@ mod discovery;
 mod eviction;
 pub mod fence;
 mod field_validation;
+pub mod flowcontrol;
 mod follow;
 mod health;
 mod list;
@@ -36,6 +37,7 @@ mod route;
 mod state;
 mod subresources;
 mod table;
+mod timeout;
 mod token;
 mod watch;
 mod watch_objects;
@@ -73,8 +75,11 @@ use crate::auth::{
 /// use std::time::Duration;
 /// use orchestra_core::server::ServerOptions;
 ///
-/// let options = ServerOptions::default().with_bookmark_interval(Duration::from_millis(200));
+/// let options = ServerOptions::default()
+///     .with_bookmark_interval(Duration::from_millis(200))
+///     .with_request_timeout(Duration::from_secs(30));
 /// assert_eq!(options.bookmark_interval, Duration::from_millis(200));
+/// assert_eq!(options.request_timeout, Some(Duration::from_secs(30)));
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -82,11 +87,23 @@ pub struct ServerOptions {
     /// How often a watch that asked for bookmarks gets one when nothing
     /// changes (upstream: about a minute).
     pub bookmark_interval: Duration,
+    /// How long a request that is not long-running (not a watch, exec,
+    /// attach, port-forward, proxy or log) may take before it is answered
+    /// 504 `Timeout` (upstream's `--request-timeout`, one minute). `None`:
+    /// no limit.
+    pub request_timeout: Option<Duration>,
+    /// How many requests execute at once, and how the rest wait or are
+    /// refused: API Priority and Fairness by default.
+    pub flow_control: flowcontrol::FlowControl,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions { bookmark_interval: Duration::from_secs(60) }
+        ServerOptions {
+            bookmark_interval: Duration::from_secs(60),
+            request_timeout: Some(Duration::from_secs(60)),
+            flow_control: Default::default(),
+        }
     }
 }
 
@@ -94,6 +111,18 @@ impl ServerOptions {
     /// Sets [`bookmark_interval`](Self::bookmark_interval).
     pub fn with_bookmark_interval(mut self, interval: Duration) -> Self {
         self.bookmark_interval = interval;
+        self
+    }
+
+    /// Sets [`request_timeout`](Self::request_timeout).
+    pub fn with_request_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.request_timeout = timeout.into();
+        self
+    }
+
+    /// Sets [`flow_control`](Self::flow_control).
+    pub fn with_flow_control(mut self, flow_control: flowcontrol::FlowControl) -> Self {
+        self.flow_control = flow_control;
         self
     }
 }
@@ -512,12 +541,49 @@ impl ApiServer {
     }
 }
 
-/// Serves one request and records its metrics.
+/// Serves one request and records its metrics. A panic in its handling is
+/// answered 500 and the server goes on; a request that is not long-running
+/// and outlives the request timeout is answered 504, as upstream.
 async fn handle(state: Arc<State>, request: Request) -> Response {
+    use futures::FutureExt as _;
     let started = std::time::Instant::now();
     let mut labels = metrics::RequestLabels::default();
-    let (mut response, warnings) = admission::collect_warnings(dispatch(&state, request, &mut labels)).await;
+    let long_running = flowcontrol::LongRunning::of(request.uri().path(), request.uri().query());
+    let method = request.method().clone();
+    let timeout = match long_running {
+        flowcontrol::LongRunning::No => match timeout::deadline(request.uri().query(), state.options.request_timeout) {
+            Ok(timeout) => timeout,
+            Err(error) => return body::error(&error),
+        },
+        _ => None,
+    };
+    // Holds the request's seat until its response (a watch's: its start) is out.
+    let mut admitted = None;
+    let served = std::panic::AssertUnwindSafe(dispatch(&state, request, long_running, &mut labels, &mut admitted))
+        .catch_unwind();
+    // Admission plugins' warnings become `Warning` headers of the response.
+    let (outcome, warnings) = admission::collect_warnings(async move {
+        match timeout {
+            Some(timeout) => tokio::time::timeout(timeout, served).await.unwrap_or_else(|_| {
+                Ok(body::error(&ApiError::timeout("request did not complete within the allotted timeout")))
+            }),
+            None => served.await,
+        }
+    })
+    .await;
+    let mut response = outcome.unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a non-text panic payload");
+        tracing::error!(%method, request = ?labels, panic = message, "a request handler panicked; answered 500");
+        body::error(&ApiError::internal("This request caused apiserver to panic. Look in the logs for details."))
+    });
     body::add_warnings(&mut response, &warnings);
+    if let Some(admitted) = &admitted {
+        flowcontrol::Admitted::stamp(admitted, response.headers_mut());
+    }
     if labels.verb.is_empty() {
         return response;
     }
@@ -535,9 +601,16 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
     response
 }
 
-/// Routes one request through authentication, authorization and the
-/// handlers; fills `labels` once the request is understood.
-async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::RequestLabels) -> Response {
+/// Routes one request through authentication, flow control, authorization
+/// and the handlers; fills `labels` once the request is understood, and
+/// `admitted` once flow control let it execute.
+async fn dispatch(
+    state: &Arc<State>,
+    request: Request,
+    long_running: flowcontrol::LongRunning,
+    labels: &mut metrics::RequestLabels,
+    admitted: &mut Option<flowcontrol::Admitted>,
+) -> Response {
     let (parts, body_stream) = request.into_parts();
     let registry = state.registry();
     let route = match Route::parse(parts.uri.path(), &registry) {
@@ -558,6 +631,10 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
     };
     let attributes = attributes(&route, &method, &query, user, parts.uri.path());
     *labels = metric_labels(&attributes, &route, is_apply_patch(&parts.headers));
+    match state.flow_control.admit(&attributes, long_running).await {
+        Ok(seat) => *admitted = Some(seat),
+        Err(refused) => return refused,
+    }
     if let Decision::Deny(reason) = state.authorizer.authorize(&attributes).await {
         return body::error(&forbidden(&attributes, &reason));
     }

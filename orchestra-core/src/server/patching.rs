@@ -198,6 +198,30 @@ impl PatchBody {
     ) -> Result<Value, ApiError> {
         let empty = Value::Object(Default::default());
         let current = old.unwrap_or(&empty);
+        let patched = self.apply(current, old, target, query, subresource)?;
+        // A merge or JSON patch may replace the whole document; what is not
+        // an object cannot be decoded as one (upstream: 422 on `patch`).
+        if !patched.is_object() {
+            return Err(ApiError::invalid(
+                &crate::api::ErrorTarget::default(),
+                vec![crate::api::FieldError::invalid(
+                    "patch",
+                    &patched.to_string(),
+                    "the patched object is not a JSON object",
+                )],
+            ));
+        }
+        Ok(patched)
+    }
+
+    fn apply(
+        &self,
+        current: &Value,
+        old: Option<&Value>,
+        target: &Target,
+        query: &Query,
+        subresource: Option<&str>,
+    ) -> Result<Value, ApiError> {
         match self {
             PatchBody::Merge(patch) => {
                 let mut new = current.clone();

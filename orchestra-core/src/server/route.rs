@@ -145,7 +145,8 @@ impl Query {
                 "force" => query.force = parse_bool(key, &value)?,
                 "fieldValidation" => query.field_validation = Some(value),
                 "pretty" => query.pretty = parse_bool(key, &value).unwrap_or(false),
-                // `timeout` (client-side deadline) and anything unknown are ignored, like upstream.
+                // `timeout` shortens the request's deadline (see `timeout.rs`);
+                // anything unknown is ignored, like upstream.
                 _ => {}
             }
         }

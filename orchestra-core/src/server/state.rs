@@ -18,6 +18,8 @@ pub(crate) struct State {
     pub authorizer: AuthorizerChain,
     pub admission: AdmissionChain,
     pub metrics: super::metrics::Metrics,
+    /// API Priority and Fairness, or the max-in-flight limits.
+    pub flow_control: super::flowcontrol::FlowController,
     /// The OpenAPI documents of the current registry.
     pub openapi: super::openapi::OpenApiCache,
     /// How `pods/log` and `pods/exec` reach node agents.
@@ -38,6 +40,8 @@ impl State {
         options: ServerOptions,
         (authenticator, authorizer, admission): (AuthenticatorChain, AuthorizerChain, AdmissionChain),
     ) -> State {
+        let metrics = super::metrics::Metrics::new();
+        let flow_control = super::flowcontrol::FlowController::new(&options.flow_control, &metrics);
         State {
             store,
             registry: RwLock::new(Arc::new(registry)),
@@ -45,7 +49,8 @@ impl State {
             authenticator,
             authorizer,
             admission,
-            metrics: super::metrics::Metrics::new(),
+            metrics,
+            flow_control,
             openapi: Default::default(),
             kubelet_client: None,
             token_signer: None,
