@@ -155,6 +155,7 @@ pub struct ApiServerBuilder {
     admission: AdmissionChain,
     kubelet_client: Option<KubeletClient>,
     token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
+    audit: Option<crate::audit::Auditor>,
     /// The RBAC cache the server keeps, once an authorizer asked for it.
     rbac: std::sync::OnceLock<Arc<crate::auth::rbac::RbacCache>>,
     rbac_bootstrap: bool,
@@ -180,6 +181,13 @@ impl ApiServerBuilder {
     /// Without it those subresources answer 503.
     pub fn kubelet_client(mut self, client: KubeletClient) -> ApiServerBuilder {
         self.kubelet_client = Some(client);
+        self
+    }
+
+    /// Records every request with `auditor` (kube-apiserver's
+    /// `--audit-policy-file` and `--audit-log-*`); see [`crate::audit`].
+    pub fn audit(mut self, auditor: crate::audit::Auditor) -> ApiServerBuilder {
+        self.audit = Some(auditor);
         self
     }
 
@@ -293,6 +301,7 @@ impl ApiServerBuilder {
         state.namespaces = self.namespaces;
         state.kubelet_client = self.kubelet_client;
         state.token_signer = self.token_signer;
+        state.audit = self.audit;
         let server = ApiServer { state: Arc::new(state) };
         let _ = self.objects.state.set(Arc::downgrade(&server.state));
         server.bootstrap().await?;
@@ -325,6 +334,7 @@ impl ApiServer {
             admission: AdmissionChain::new(),
             kubelet_client: None,
             token_signer: None,
+            audit: None,
             rbac: Default::default(),
             rbac_bootstrap: false,
             namespaces: Default::default(),
@@ -381,10 +391,23 @@ impl ApiServer {
 }
 
 /// Serves one request and records its metrics.
-async fn handle(state: Arc<State>, request: Request) -> Response {
+async fn handle(state: Arc<State>, mut request: Request) -> Response {
     let started = std::time::Instant::now();
     let mut labels = metrics::RequestLabels::default();
-    let response = dispatch(&state, request, &mut labels).await;
+    let audit = state.audit.as_ref().map(|auditor| crate::audit::Record::begin(auditor, &mut request));
+    let response = match audit {
+        None => dispatch(&state, request, &mut labels).await,
+        Some(record) => {
+            use futures::FutureExt as _;
+            match std::panic::AssertUnwindSafe(dispatch(&state, request, &mut labels)).catch_unwind().await {
+                Ok(response) => record.finish(response).await,
+                Err(panic) => {
+                    record.panicked();
+                    std::panic::resume_unwind(panic)
+                }
+            }
+        }
+    };
     if labels.verb.is_empty() {
         return response;
     }
@@ -420,12 +443,16 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
         Ok(user) => user,
         Err(error) => {
             tracing::debug!(%error, path = %parts.uri.path(), "authentication failed");
+            let anonymous = attributes(&route, &method, &query, UserInfo::default(), parts.uri.path());
+            crate::audit::Record::note(&parts.extensions, &anonymous, None);
             return body::error(&ApiError::unauthorized());
         }
     };
     let attributes = attributes(&route, &method, &query, user, parts.uri.path());
     *labels = metric_labels(&attributes, &route, is_apply_patch(&parts.headers));
-    if let Decision::Deny(reason) = state.authorizer.authorize(&attributes).await {
+    let decision = state.authorizer.authorize(&attributes).await;
+    crate::audit::Record::note(&parts.extensions, &attributes, Some(&decision));
+    if let Decision::Deny(reason) = decision {
         return body::error(&forbidden(&attributes, &reason));
     }
     let user = attributes.user;
@@ -440,7 +467,14 @@ async fn dispatch(state: &Arc<State>, request: Request, labels: &mut metrics::Re
         },
         Some(Err(message)) => return body::error(&ApiError::bad_request(message)),
     };
-    let read = |body_stream| async move { body::read_body(body_stream, headers).await };
+    let extensions = &parts.extensions;
+    let read = |body_stream| async move {
+        let bytes = body::read_body(body_stream, headers).await;
+        if let Ok(bytes) = &bytes {
+            crate::audit::Record::request_body(extensions, bytes);
+        }
+        bytes
+    };
     if let Route::Collection { resource, .. } | Route::Object { resource, .. } = &route
         && let Some(review) = crate::api::review::ReviewKind::of_resource(resource)
     {
