@@ -4,6 +4,8 @@
 mod admission_and_authz;
 #[path = "examples/apiserver.rs"]
 mod apiserver;
+#[path = "examples/audit.rs"]
+mod audit;
 #[path = "examples/custom_controller.rs"]
 mod custom_controller;
 #[path = "examples/custom_kind.rs"]
@@ -12,6 +14,8 @@ mod custom_kind;
 mod custom_scheduler;
 #[path = "examples/embed_in_axum.rs"]
 mod embed_in_axum;
+#[path = "examples/encryption.rs"]
+mod encryption;
 #[path = "examples/roles.rs"]
 mod roles;
 #[path = "examples/runtime_backend.rs"]

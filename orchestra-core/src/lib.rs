@@ -28,6 +28,10 @@
 //!   `AdmissionPlugin` traits, their chains and simple built-ins, RBAC
 //!   ([`auth::rbac`], opt-in) and service account tokens
 //!   ([`auth::service_account`]).
+//! * [`audit`] (feature `server`) — audit policy, events and the log-file
+//!   backend the API server records every request to.
+//! * [`encryption`] (feature `server`) — encryption at rest: upstream's
+//!   `EncryptionConfiguration` and a `Store` decorator applying it.
 //! * [`client`] (feature `client`) — `kube::Client` constructors, in process
 //!   or from a kubeconfig.
 //!
@@ -36,9 +40,13 @@
 
 pub mod api;
 #[cfg(feature = "server")]
+pub mod audit;
+#[cfg(feature = "server")]
 pub mod auth;
 #[cfg(feature = "client")]
 pub mod client;
+#[cfg(feature = "server")]
+pub mod encryption;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "tls")]

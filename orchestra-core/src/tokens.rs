@@ -158,13 +158,14 @@ impl TokenSigner {
         TokenSigner::from_pkcs8(pkcs8.as_ref(), issuer)
     }
 
-    /// The key in `path` (PEM, PKCS#8), created there first if missing.
+    /// The key in `path` (PEM, PKCS#8), created there first if missing,
+    /// readable by its owner only (mode 0600).
     pub fn load_or_create(path: &std::path::Path, issuer: impl Into<String>) -> Result<TokenSigner, KeyError> {
         if path.exists() {
             return TokenSigner::load_existing(path, issuer);
         }
         let signer = TokenSigner::generate(issuer)?;
-        std::fs::write(path, signer.pem()).map_err(|e| KeyError(format!("{}: {e}", path.display())))?;
+        write_owner_only(path, signer.pem().as_bytes()).map_err(|e| KeyError(format!("{}: {e}", path.display())))?;
         Ok(signer)
     }
 
@@ -292,6 +293,16 @@ fn header_and_payload_len(token: &str) -> usize {
     token.rfind('.').unwrap_or(token.len())
 }
 
+/// Writes a new file of mode 0600 (refusing to replace one: a key is
+/// written once).
+fn write_owner_only(path: &std::path::Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.write_all(contents)?;
+    file.sync_all()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +316,8 @@ mod tests {
         let token = first.sign(&first.claims("a", "b", "c", vec![DEFAULT_ISSUER.into()], 60, None));
         assert!(again.verify(&token).unwrap().is_some(), "the reloaded key verifies what the first signed");
         assert!(std::fs::read_to_string(&path).unwrap().starts_with("-----BEGIN PRIVATE KEY-----"));
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600, "a private key");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use orchestra::control_plane::{ControlPlane, Listener};
 use orchestra::core::auth::TokenFile;
+use orchestra::core::encryption::EncryptionConfig;
 use orchestra::store::RocksStore;
 
 /// Options of `orchestra apiserver`.
@@ -31,6 +32,11 @@ pub struct Args {
     token_auth_file: Option<PathBuf>,
     #[command(flatten)]
     auth: super::AuthArgs,
+    /// Encryption at rest: upstream's `EncryptionConfiguration` file.
+    #[arg(long)]
+    encryption_provider_config: Option<PathBuf>,
+    #[command(flatten)]
+    audit: super::audit::AuditArgs,
 }
 
 /// Runs the API server until SIGTERM or Ctrl-C.
@@ -51,6 +57,10 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(path) = &args.token_auth_file {
         builder = builder.authenticator(TokenFile::read(path)?);
     }
+    if let Some(path) = &args.encryption_provider_config {
+        builder = builder.encryption(EncryptionConfig::from_file(path)?);
+    }
+    builder = args.audit.apply(builder)?;
     let server = builder.start().await?;
     let url = server.url().expect("a TLS listener has a URL");
     let kubeconfig = args.kubeconfig.clone().unwrap_or_else(|| args.data_dir.join("admin.kubeconfig"));

@@ -1,6 +1,7 @@
 //! The subcommands of the `orchestra` binary.
 
 pub mod apiserver;
+pub mod audit;
 pub mod controller_manager;
 pub mod image;
 pub mod images;

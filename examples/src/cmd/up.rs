@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use orchestra::control_plane::{ControlPlane, Listener, NodeRuntime, node_ip, node_name};
+use orchestra::core::encryption::EncryptionConfig;
 use orchestra::ctrl::controllers::ControllerManagerConfig;
 use orchestra::store::RocksStore;
 
@@ -55,6 +56,11 @@ pub struct Args {
     pub kubelet_port: u16,
     #[command(flatten)]
     pub auth: super::AuthArgs,
+    /// Encryption at rest: upstream's `EncryptionConfiguration` file.
+    #[arg(long)]
+    pub encryption_provider_config: Option<PathBuf>,
+    #[command(flatten)]
+    pub audit: super::audit::AuditArgs,
 }
 
 /// Runs the cluster until SIGTERM or Ctrl-C.
@@ -63,7 +69,8 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         return Err("--nodes must be at least 1".into());
     }
     let data_dir = std::path::absolute(&args.data_dir)?;
-    std::fs::create_dir_all(&data_dir)?;
+    // The store, keys and kubeconfigs live here: owner only.
+    orchestra::core::tls::pki::create_private_dir(&data_dir)?;
     println!("orchestra up: {} node(s), {:?} runtime, data in {}", args.nodes, args.runtime, data_dir.display());
     let store = RocksStore::open(data_dir.join("store")).await?;
     step(format!("store (RocksDB) in {}", data_dir.join("store").display()));
@@ -73,7 +80,12 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Runtime::Sim => NodeRuntime::simulated(),
     };
     let controllers = ControllerManagerConfig::default().with_cluster_cidr(Some(super::CLUSTER_CIDR.into()));
-    let cluster = ControlPlane::builder()
+    let mut cluster = ControlPlane::builder();
+    if let Some(path) = &args.encryption_provider_config {
+        cluster = cluster.encryption(EncryptionConfig::from_file(path)?);
+    }
+    cluster = args.audit.apply(cluster)?;
+    let cluster = cluster
         .store(Arc::new(store))
         .data_dir(&data_dir)
         .listener(Listener::tls(args.listen, data_dir.join("pki")))

@@ -196,6 +196,7 @@ pub struct ApiServerBuilder {
     /// The Node authorizer's graph the server keeps, once an authorizer
     /// asked for it.
     node_graph: std::sync::OnceLock<Arc<crate::auth::node::NodeGraph>>,
+    audit: Option<crate::audit::Auditor>,
     /// The RBAC cache the server keeps, once an authorizer asked for it.
     rbac: std::sync::OnceLock<Arc<crate::auth::rbac::RbacCache>>,
     rbac_bootstrap: bool,
@@ -221,6 +222,13 @@ impl ApiServerBuilder {
     /// Without it those subresources answer 503.
     pub fn kubelet_client(mut self, client: KubeletClient) -> ApiServerBuilder {
         self.kubelet_client = Some(client);
+        self
+    }
+
+    /// Records every request with `auditor` (kube-apiserver's
+    /// `--audit-policy-file` and `--audit-log-*`); see [`crate::audit`].
+    pub fn audit(mut self, auditor: crate::audit::Auditor) -> ApiServerBuilder {
+        self.audit = Some(auditor);
         self
     }
 
@@ -432,6 +440,7 @@ impl ApiServerBuilder {
         state.namespaces = self.namespaces;
         state.kubelet_client = self.kubelet_client;
         state.token_signer = self.token_signer;
+        state.audit = self.audit;
         let server = ApiServer { state: Arc::new(state) };
         let _ = self.objects.state.set(Arc::downgrade(&server.state));
         server.bootstrap().await?;
@@ -475,6 +484,7 @@ impl ApiServer {
             kubelet_client: None,
             token_signer: None,
             node_graph: Default::default(),
+            audit: None,
             rbac: Default::default(),
             rbac_bootstrap: false,
             namespaces: Default::default(),
@@ -544,10 +554,11 @@ impl ApiServer {
 /// Serves one request and records its metrics. A panic in its handling is
 /// answered 500 and the server goes on; a request that is not long-running
 /// and outlives the request timeout is answered 504, as upstream.
-async fn handle(state: Arc<State>, request: Request) -> Response {
+async fn handle(state: Arc<State>, mut request: Request) -> Response {
     use futures::FutureExt as _;
     let started = std::time::Instant::now();
     let mut labels = metrics::RequestLabels::default();
+    let audit = state.audit.as_ref().map(|auditor| crate::audit::Record::begin(auditor, &mut request));
     let long_running = flowcontrol::LongRunning::of(request.uri().path(), request.uri().query());
     let method = request.method().clone();
     let timeout = match long_running {
@@ -571,16 +582,23 @@ async fn handle(state: Arc<State>, request: Request) -> Response {
         }
     })
     .await;
+    let panicked = outcome.is_err();
     let mut response = outcome.unwrap_or_else(|panic| {
         let message = panic
             .downcast_ref::<&str>()
             .copied()
             .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
             .unwrap_or("a non-text panic payload");
+        if let Some(record) = &audit {
+            record.panicked();
+        }
         tracing::error!(%method, request = ?labels, panic = message, "a request handler panicked; answered 500");
         body::error(&ApiError::internal("This request caused apiserver to panic. Look in the logs for details."))
     });
     body::add_warnings(&mut response, &warnings);
+    if let Some(record) = audit.filter(|_| !panicked) {
+        response = record.finish(response).await;
+    }
     if let Some(admitted) = &admitted {
         flowcontrol::Admitted::stamp(admitted, response.headers_mut());
     }
@@ -626,6 +644,8 @@ async fn dispatch(
         Ok(user) => user,
         Err(error) => {
             tracing::debug!(%error, path = %parts.uri.path(), "authentication failed");
+            let anonymous = attributes(&route, &method, &query, UserInfo::default(), parts.uri.path());
+            crate::audit::Record::note(&parts.extensions, &anonymous, None);
             return body::error(&ApiError::unauthorized());
         }
     };
@@ -635,7 +655,9 @@ async fn dispatch(
         Ok(seat) => *admitted = Some(seat),
         Err(refused) => return refused,
     }
-    if let Decision::Deny(reason) = state.authorizer.authorize(&attributes).await {
+    let decision = state.authorizer.authorize(&attributes).await;
+    crate::audit::Record::note(&parts.extensions, &attributes, Some(&decision));
+    if let Decision::Deny(reason) = decision {
         return body::error(&forbidden(&attributes, &reason));
     }
     let user = attributes.user;
@@ -650,7 +672,14 @@ async fn dispatch(
         },
         Some(Err(message)) => return body::error(&ApiError::bad_request(message)),
     };
-    let read = |body_stream| async move { body::read_body(body_stream, headers).await };
+    let extensions = &parts.extensions;
+    let read = |body_stream| async move {
+        let bytes = body::read_body(body_stream, headers).await;
+        if let Ok(bytes) = &bytes {
+            crate::audit::Record::request_body(extensions, bytes);
+        }
+        bytes
+    };
     if let Route::Collection { resource, .. } | Route::Object { resource, .. } = &route
         && let Some(review) = crate::api::review::ReviewKind::of_resource(resource)
     {

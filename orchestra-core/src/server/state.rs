@@ -31,6 +31,8 @@ pub(crate) struct State {
     pub namespaces: Arc<super::namespaces::NamespaceCache>,
     /// Recent watch event objects, decoded and encoded once for all watchers.
     pub watch_objects: super::watch_objects::WatchObjects,
+    /// Records every request, when auditing is on.
+    pub audit: Option<crate::audit::Auditor>,
 }
 
 impl State {
@@ -56,6 +58,7 @@ impl State {
             token_signer: None,
             namespaces: Default::default(),
             watch_objects: Default::default(),
+            audit: None,
         }
     }
 

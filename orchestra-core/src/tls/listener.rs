@@ -186,9 +186,9 @@ pub async fn serve(
                 () = &mut shutdown => break,
             },
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     // Out of file descriptors and the like: back off rather than spin.
                     tracing::warn!(%error, "accept failed");
@@ -208,6 +208,11 @@ pub async fn serve(
             let closed = async move {
                 let _ = closing.wait_for(|closing| *closing).await;
             };
+            // The client's address, for the audit log's source IPs.
+            let router = router.map_request(move |mut request: http::Request<Incoming>| {
+                request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                request
+            });
             let result = match acceptor {
                 None => serve_connection(TokioIo::new(CopiedWrites(stream)), router, closed, limits).await,
                 Some(acceptor) => {

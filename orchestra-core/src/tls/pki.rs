@@ -78,9 +78,10 @@ impl Pki {
     /// `apiserver.key`) valid for `hosts` (names or IP addresses; `localhost`
     /// and the loopback addresses are always included) and the admin client
     /// certificate (`admin.crt`, `admin.key`; user [`ADMIN_USER`], group
-    /// [`ADMIN_GROUP`]). Keys are written with mode 0600.
+    /// [`ADMIN_GROUP`]). Keys are written with mode 0600, in a directory
+    /// of mode 0700 ([`create_private_dir`]).
     pub fn load_or_create(dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
-        fs::create_dir_all(dir).map_err(|source| PkiError::Io { path: dir.to_owned(), source })?;
+        create_private_dir(dir).map_err(|source| PkiError::Io { path: dir.to_owned(), source })?;
         let ca = match read_credential(dir, "ca")? {
             Some(ca) => ca,
             None => {
@@ -310,6 +311,25 @@ fn write_credential(dir: &Path, name: &str, credential: &Credential) -> Result<(
     fs::write(&path, &credential.cert_pem).map_err(|source| PkiError::Io { path, source })
 }
 
+/// Creates `dir` (and its missing parents) and makes it accessible to its
+/// owner only (mode 0700), also when it existed already: what a cluster's
+/// data directory, its certificates' directory and a node agent's state
+/// directory are.
+///
+/// ```
+/// use std::os::unix::fs::PermissionsExt as _;
+///
+/// let parent = tempfile::tempdir().unwrap();
+/// let dir = parent.path().join("data");
+/// orchestra_core::tls::pki::create_private_dir(&dir).unwrap();
+/// assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+/// ```
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::create_dir_all(dir)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
 /// Writes a file readable by its owner only, atomically (temp file + rename).
 fn write_private(path: &Path, contents: &str) -> Result<(), PkiError> {
     use std::io::Write as _;
@@ -349,8 +369,11 @@ mod tests {
         assert_ne!(wider.serving.cert_pem, first.serving.cert_pem, "re-issued");
         assert!(covers(&wider.serving.cert_pem, &["127.0.0.9".into(), "api.example".into(), "::1".into()]));
         use std::os::unix::fs::PermissionsExt as _;
-        let mode = fs::metadata(dir.path().join("ca.key")).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
+        let mode = |file: &str| fs::metadata(dir.path().join(file)).unwrap().permissions().mode() & 0o777;
+        for key in ["ca.key", "apiserver.key", "admin.key"] {
+            assert_eq!(mode(key), 0o600, "{key}");
+        }
+        assert_eq!(mode("."), 0o700, "the directory");
         wider.server_tls_config().unwrap();
     }
 

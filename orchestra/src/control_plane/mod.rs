@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use orchestra_core::auth::admission::{AdmissionChain, AdmissionPlugin};
+use orchestra_core::encryption::{EncryptedStore, EncryptionConfig};
 use orchestra_core::auth::{
     Authenticator, AuthenticatorChain, AuthorizationMode, Authorizer, AuthorizerChain, ClientCertAuthenticator,
     ExtensionAuthenticator, UserInfo,
@@ -204,6 +205,7 @@ pub struct ControlPlaneBuilder {
     authorization: Authorization,
     admission: Option<AdmissionChain>,
     server_options: Option<ServerOptions>,
+    encryption: Option<EncryptionConfig>,
     verify_node_certificates: bool,
     customize: Vec<ApiCustomizer>,
     identity: String,
@@ -242,6 +244,7 @@ impl ControlPlaneBuilder {
             ),
             admission: None,
             server_options: None,
+            encryption: None,
             verify_node_certificates: true,
             customize: Vec::new(),
             identity: default_identity(),
@@ -340,6 +343,14 @@ impl ControlPlaneBuilder {
     /// The API server's tunables.
     pub fn server_options(mut self, options: ServerOptions) -> Self {
         self.server_options = Some(options);
+        self
+    }
+
+    /// Encrypts the values of the resources `config` names before they
+    /// reach the store (kube-apiserver's `--encryption-provider-config`):
+    /// the API server gets the store wrapped in an [`EncryptedStore`].
+    pub fn encryption(mut self, config: EncryptionConfig) -> Self {
+        self.encryption = Some(config);
         self
     }
 
@@ -454,7 +465,9 @@ impl ControlPlaneBuilder {
     pub async fn start(self) -> Result<ControlPlaneHandle, ControlPlaneError> {
         let (data_dir, temp_dir) = match &self.data_dir {
             Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(ControlPlaneError::io(format!("creating {}", dir.display())))?;
+                // Keys, kubeconfigs and the store live here: owner only.
+                orchestra_core::tls::pki::create_private_dir(dir)
+                    .map_err(ControlPlaneError::io(format!("creating {}", dir.display())))?;
                 (std::path::absolute(dir).map_err(ControlPlaneError::io("resolving the data directory"))?, None)
             }
             None => {
@@ -462,7 +475,10 @@ impl ControlPlaneBuilder {
                 (dir.path().to_owned(), Some(dir))
             }
         };
-        let store = self.store.clone().unwrap_or_else(|| Arc::new(MemStore::new()));
+        let mut store = self.store.clone().unwrap_or_else(|| Arc::new(MemStore::new()));
+        if let Some(config) = &self.encryption {
+            store = Arc::new(EncryptedStore::new(store, config));
+        }
 
         // Certificates and the service account key.
         let pki = match &self.listener {
@@ -603,3 +619,36 @@ pub fn default_identity() -> String {
 
 /// How long running containers get to stop at shutdown before they are killed.
 const CONTAINER_GRACE: Duration = Duration::from_secs(10);
+
+#[cfg(all(test, feature = "node"))]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn keys_kubeconfigs_and_data_directories_are_private() {
+        let parent = tempfile::tempdir().unwrap();
+        let data = parent.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cluster = ControlPlane::builder()
+            .data_dir(&data)
+            .listener(Listener::tls("127.0.0.1:0".parse().unwrap(), data.join("pki")))
+            .without_scheduler()
+            .without_controllers()
+            .nodes(1, NodeRuntime::simulated())
+            .start()
+            .await
+            .unwrap();
+        cluster.write_admin_kubeconfig(&data.join("admin.kubeconfig")).unwrap();
+        let mode = |path: &str| std::fs::metadata(data.join(path)).unwrap().permissions().mode() & 0o777;
+        for dir in [".", "pki", "nodes/orchestra-control-plane"] {
+            assert_eq!(mode(dir), 0o700, "{dir}");
+        }
+        for file in ["pki/ca.key", "pki/apiserver.key", "pki/admin.key", "pki/sa.key", "admin.kubeconfig"] {
+            assert_eq!(mode(file), 0o600, "{file}");
+        }
+        cluster.shutdown().await.unwrap();
+    }
+}
