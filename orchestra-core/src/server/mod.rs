@@ -300,14 +300,54 @@ impl ApiServerBuilder {
         chain
     }
 
-    /// Sets the admission chain, replacing the default one (the server's
-    /// [`NamespaceLifecycle`] and
-    /// [`NodeRestriction`](crate::auth::admission::NodeRestriction)); see
-    /// [`namespace_lifecycle`](Self::namespace_lifecycle) and
-    /// [`node_restriction`](Self::node_restriction) to keep those plugins.
+    /// Sets the admission chain, replacing the default one
+    /// ([`default_admission`](Self::default_admission) with nothing added).
     pub fn admission(mut self, chain: AdmissionChain) -> ApiServerBuilder {
         self.admission = chain;
         self
+    }
+
+    /// The server's default admission chain with `extra` plugins in it: the
+    /// plugins kube-apiserver enables by default (and NodeRestriction, which
+    /// every secured cluster adds), in upstream's order, with `extra` run
+    /// after them and before [`ResourceQuota`], which comes last so that
+    /// nothing refuses a write after its quota was charged:
+    ///
+    /// NamespaceLifecycle, LimitRanger, NodeRestriction, PodSecurity (levels
+    /// from namespace labels, `privileged` by default), Priority,
+    /// DefaultTolerationSeconds, DefaultStorageClass, `extra`,
+    /// ResourceQuota.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
+    /// use std::sync::Arc;
+    /// use orchestra_core::auth::admission::{AdmissionChain, DefaultTolerationSeconds};
+    /// use orchestra_core::server::ApiServer;
+    /// use orchestra_store::MemStore;
+    ///
+    /// let builder = ApiServer::builder(Arc::new(MemStore::new()));
+    /// let chain = builder.default_admission(AdmissionChain::new());
+    /// assert_eq!(chain.names().last(), Some("ResourceQuota"));
+    /// assert!(chain.names().any(|name| name == DefaultTolerationSeconds::NAME));
+    /// let server = builder.admission(chain).build().await?;
+    /// # let _ = server;
+    /// # Ok(()) }
+    /// ```
+    pub fn default_admission(&self, extra: AdmissionChain) -> AdmissionChain {
+        use crate::auth::admission::{
+            DefaultStorageClass, DefaultTolerationSeconds, LimitRanger, PodSecurity, PodSecurityConfig, Priority,
+        };
+        let objects = self.object_reader();
+        AdmissionChain::new()
+            .with(self.namespace_lifecycle())
+            .with(LimitRanger::new(objects.clone()))
+            .with(self.node_restriction())
+            .with(PodSecurity::new(objects.clone(), PodSecurityConfig::default()))
+            .with(Priority::new(objects.clone()))
+            .with(DefaultTolerationSeconds::new())
+            .with(DefaultStorageClass::new(objects))
+            .then(extra)
+            .with(self.resource_quota())
     }
 
     /// The [`NamespaceLifecycle`] plugin of the server being built, for an
@@ -435,7 +475,15 @@ impl ApiServerBuilder {
             );
             authenticator = authenticator.first(tokens);
         }
-        let pipeline = (authenticator, self.authorizer, self.admission);
+        let mut admission = self.admission;
+        if let Some(cache) = self.rbac.get().filter(|cache| Arc::strong_count(cache) > 1) {
+            // Whenever RBAC authorizes, writes of roles and bindings may not
+            // grant more than their writer holds.
+            let rbac = crate::auth::rbac::RbacAuthorizer::new(cache.clone());
+            let guard = crate::auth::rbac::RbacEscalation::new(rbac, self.authorizer.clone());
+            admission = AdmissionChain::new().with(guard).then(admission);
+        }
+        let pipeline = (authenticator, self.authorizer, admission);
         let mut state = State::new(self.store, self.registry, self.options, pipeline);
         state.namespaces = self.namespaces;
         state.kubelet_client = self.kubelet_client;
@@ -490,7 +538,7 @@ impl ApiServer {
             namespaces: Default::default(),
             objects: Default::default(),
         };
-        builder.admission = AdmissionChain::new().with(builder.namespace_lifecycle()).with(builder.node_restriction());
+        builder.admission = builder.default_admission(AdmissionChain::new());
         let default_modes = [crate::auth::AuthorizationMode::Node, crate::auth::AuthorizationMode::Rbac];
         builder.authorization_modes(&default_modes)
     }

@@ -123,3 +123,57 @@ async fn in_process_clients_and_roles_of_a_namespace() {
     let kube_system: Api<Pod> = Api::namespaced(cluster.client_as("carol", &["system:authenticated"]), "kube-system");
     assert!(kube_system.list(&ListParams::default()).await.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn roles_and_bindings_grant_no_more_than_their_writer_holds() {
+    let cluster = cluster().await;
+    let admin = cluster.kubectl().await;
+    let alice = cluster.kubectl_with_token("alice-token").await;
+    assert!(admin.run(&["create", "namespace", "a"]).success);
+    let bound = admin.run(&["create", "rolebinding", "alice-admin", "--clusterrole=admin", "--user=alice", "-n", "a"]);
+    assert!(bound.success, "{}", bound.stderr);
+    let whoami = eventually(&alice, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"], true);
+    assert_eq!(whoami.stdout, "alice", "{}", whoami.stderr);
+    eventually(&alice, &["get", "roles", "-n", "a"], true);
+
+    // What alice holds in a she may grant there; nodes she may not.
+    let held = alice.run(&["create", "role", "pod-reader", "--verb=get,list", "--resource=pods", "-n", "a"]);
+    assert!(held.success, "{}", held.stderr);
+    let refused = alice.run(&["create", "role", "node-reader", "--verb=get", "--resource=nodes", "-n", "a"]);
+    assert!(!refused.success);
+    assert!(
+        refused.stderr.contains(
+            "roles.rbac.authorization.k8s.io \"node-reader\" is forbidden: user \"alice\" \
+             (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n\
+             {APIGroups:[\"\"], Resources:[\"nodes\"], Verbs:[\"get\"]}"
+        ),
+        "{}",
+        refused.stderr
+    );
+    assert!(!alice.run(&["create", "role", "r", "--verb=get", "--resource=pods", "-n", "b"]).success);
+
+    // Bindings: edit is part of admin; cluster-admin is not.
+    let edit = alice.run(&["create", "rolebinding", "bob-edit", "--clusterrole=edit", "--user=bob", "-n", "a"]);
+    assert!(edit.success, "{}", edit.stderr);
+    let root = alice.run(&["create", "rolebinding", "bob-root", "--clusterrole=cluster-admin", "--user=bob", "-n", "a"]);
+    assert!(root.stderr.contains("is attempting to grant RBAC permissions not currently held"), "{}", root.stderr);
+
+    // With `bind` on cluster-admin granted, the binding is allowed.
+    let binder = admin.run(&[
+        "create",
+        "clusterrole",
+        "bind-cluster-admin",
+        "--verb=bind",
+        "--resource=clusterroles.rbac.authorization.k8s.io",
+        "--resource-name=cluster-admin",
+    ]);
+    assert!(binder.success, "{}", binder.stderr);
+    let granted = admin.run(&["create", "rolebinding", "alice-binds", "--clusterrole=bind-cluster-admin", "--user=alice", "-n", "a"]);
+    assert!(granted.success, "{}", granted.stderr);
+    let root = eventually(
+        &alice,
+        &["create", "rolebinding", "bob-root", "--clusterrole=cluster-admin", "--user=bob", "-n", "a"],
+        true,
+    );
+    assert!(root.success, "{}", root.stderr);
+}

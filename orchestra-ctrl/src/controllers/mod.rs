@@ -13,8 +13,10 @@
 //! | [`node_lifecycle`] | node health, taints, taint-based eviction |
 //! | [`endpoints`] | Endpoints and EndpointSlices of Services |
 //! | [`node_ipam`] | `spec.podCIDR` of Nodes |
+//! | [`clusterrole_aggregation`] | rules of ClusterRoles with an `aggregationRule` |
 //! | [`resourcequota`] | `status.hard` and `status.used` of ResourceQuotas |
 
+pub mod clusterrole_aggregation;
 pub mod deployment;
 pub mod discovery;
 pub mod endpoints;
@@ -421,6 +423,13 @@ pub static BUILTIN: &[ControllerDescriptor] = &[
         },
     },
     ControllerDescriptor {
+        name: "clusterrole-aggregation",
+        enabled_by_default: true,
+        requires: None,
+        service_account: Some(clusterrole_aggregation::NAME),
+        run: |ctx| Box::pin(clusterrole_aggregation::run(ctx.factory.clone(), ctx.stopped())),
+    },
+    ControllerDescriptor {
         name: "resourcequota",
         enabled_by_default: true,
         requires: None,
@@ -489,7 +498,7 @@ pub fn manager(
 mod tests {
     use super::*;
 
-    const ALL_BUT_TOKENS: [&str; 10] = [
+    const ALL_BUT_TOKENS: [&str; 11] = [
         "replicaset",
         "replicationcontroller",
         "deployment",
@@ -499,6 +508,7 @@ mod tests {
         "nodelifecycle",
         "endpoints",
         "nodeipam",
+        "clusterrole-aggregation",
         "resourcequota",
     ];
 
@@ -594,6 +604,7 @@ mod tests {
                     "serviceaccount",
                     "nodelifecycle",
                     "endpoints",
+                    "clusterrole-aggregation",
                     "resourcequota",
                 ],
             ),

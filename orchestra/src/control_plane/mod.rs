@@ -333,8 +333,8 @@ impl ControlPlaneBuilder {
     }
 
     /// Adds an admission plugin, run (in the order added) on every write,
-    /// after the API server's own plugins (NamespaceLifecycle,
-    /// NodeRestriction).
+    /// within the API server's default chain: after its own plugins, before
+    /// ResourceQuota ([`ApiServerBuilder::default_admission`]).
     pub fn admission(mut self, plugin: impl AdmissionPlugin + 'static) -> Self {
         self.admission = Some(self.admission.take().unwrap_or_default().with(plugin));
         self
@@ -513,9 +513,8 @@ impl ControlPlaneBuilder {
             Authorization::Exactly(chain) => api.authorizer(chain),
         };
         if let Some(admission) = self.admission {
-            // The server's own plugins first, as in its default chain.
-            let own = AdmissionChain::new().with(api.namespace_lifecycle()).with(api.node_restriction());
-            api = api.admission(own.then(admission));
+            let chain = api.default_admission(admission);
+            api = api.admission(chain);
         }
         if let Some(options) = self.server_options {
             api = api.options(options);

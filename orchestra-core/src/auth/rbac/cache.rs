@@ -263,6 +263,14 @@ impl RbacCache {
     }
 }
 
+impl RbacCache {
+    /// The rules of the role `role_ref` names from a binding in `namespace`
+    /// (`""` for a ClusterRoleBinding), if it exists.
+    pub(crate) fn role_rules(&self, role_ref: &RoleRef, namespace: &str) -> Option<Vec<PolicyRule>> {
+        role_rules(&self.read(), role_ref, namespace).map(<[PolicyRule]>::to_vec)
+    }
+}
+
 /// The rules of the role `role_ref` names from a binding in `namespace`
 /// (`""` for a ClusterRoleBinding, which can only refer to ClusterRoles).
 fn role_rules<'a>(index: &'a Index, role_ref: &RoleRef, namespace: &str) -> Option<&'a [PolicyRule]> {

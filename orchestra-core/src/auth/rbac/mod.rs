@@ -11,12 +11,15 @@
 //! - It decides from an [`RbacCache`] the API server keeps from a watch of its
 //!   store; [`ApiServerBuilder::rbac_authorizer`](crate::server::ApiServerBuilder::rbac_authorizer)
 //!   makes one.
+//! - [`RbacEscalation`] keeps users from granting, through roles and
+//!   bindings they write, permissions they do not hold.
 //! - [`bootstrap`] holds upstream's default ClusterRoles and
 //!   ClusterRoleBindings, which [`ApiServerBuilder::rbac_bootstrap`](crate::server::ApiServerBuilder::rbac_bootstrap)
 //!   creates and reconciles when the server starts.
 
 pub mod bootstrap;
 mod cache;
+mod escalation;
 pub(crate) mod rules;
 
 use std::collections::HashSet;
@@ -27,6 +30,7 @@ use orchestra_store::Store;
 
 use cache::Kind;
 pub use cache::RbacCache;
+pub use escalation::RbacEscalation;
 
 use super::{Attributes, Authorizer, Decision, Rules, UserInfo};
 use crate::api::{ApiError, Registry};

@@ -40,6 +40,10 @@ fn controllers() -> Vec<(&'static str, Vec<PolicyRule>)> {
         ),
         ("replication-controller", [owned(&[""], "replicationcontrollers"), vec![pods_of_sets, events()]].concat()),
         (
+            "clusterrole-aggregation-controller",
+            vec![rule(&["escalate", "get", "list", "patch", "update", "watch"], &[GROUP], &["clusterroles"])],
+        ),
+        (
             "deployment-controller",
             [
                 owned(&["apps", "extensions"], "deployments"),
