@@ -340,8 +340,10 @@ rules:
             (resource("alice", &[], "update", "", "configmaps", "", "x", "controller-leader"), Level::Metadata),
             (resource("alice", &[], "update", "", "configmaps", "", "x", "other"), Level::RequestResponse),
             (resource("alice", &[], "update", "apps", "deployments", "scale", "x", "d"), Level::RequestResponse),
-            (resource("alice", &[], "update", "apps", "deployments", "", "x", "d"), Level::None),
-            (resource("alice", &[], "update", "apps", "deployments", "", "kube-system", "d"), Level::Request),
+            // `resource/*` matches the resource itself too, as upstream's.
+            (resource("alice", &[], "update", "apps", "deployments", "", "x", "d"), Level::RequestResponse),
+            (resource("alice", &[], "update", "apps", "replicasets", "", "x", "d"), Level::None),
+            (resource("alice", &[], "update", "apps", "replicasets", "", "kube-system", "d"), Level::Request),
             (resource("alice", &[], "list", "", "secrets", "", "kube-system", ""), Level::Request),
             (resource("alice", &[], "delete", "rbac.authorization.k8s.io", "roles", "", "x", "r"), Level::Metadata),
             (resource("alice", &[], "list", "", "namespaces", "", "", ""), Level::None),

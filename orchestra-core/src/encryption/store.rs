@@ -189,12 +189,17 @@ impl Store for EncryptedStore {
                 .collect::<Result<_>>()?;
             Ok(response)
         });
-        // A watch ends after its first error, as the trait says.
+        // A watch ends right after its first error, as the trait says,
+        // without waiting for another event.
+        let mut decrypted = Box::pin(decrypted);
         let mut failed = false;
-        Ok(Box::pin(decrypted.take_while(move |item| {
-            let go = !failed;
-            failed |= item.is_err();
-            std::future::ready(go)
+        Ok(Box::pin(futures::stream::poll_fn(move |cx| {
+            if failed {
+                return std::task::Poll::Ready(None);
+            }
+            let item = futures::ready!(decrypted.poll_next_unpin(cx));
+            failed = matches!(item, Some(Err(_)));
+            std::task::Poll::Ready(item)
         })))
     }
 
