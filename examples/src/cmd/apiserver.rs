@@ -49,6 +49,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .listener(listener)
         .allow_anonymous(args.auth.anonymous_auth)
         .authorization_modes(&args.auth.authorization_mode)
+        .disable_admission_plugins(args.auth.disable_admission_plugins.iter().cloned())
         // Nodes started on their own (`orchestra node`) sign their serving
         // certificate themselves.
         .verify_node_certificates(false)

@@ -38,6 +38,10 @@ pub struct AuthArgs {
     /// The authorizers, in order: `Node`, `RBAC`, `AlwaysAllow`, `AlwaysDeny`.
     #[arg(long, default_value = "Node,RBAC", value_parser = parse_modes)]
     pub authorization_mode: std::vec::Vec<orchestra::core::auth::AuthorizationMode>,
+    /// Admission plugins to leave out of the default chain, e.g.
+    /// `PodSecurity,ResourceQuota`.
+    #[arg(long, value_delimiter = ',')]
+    pub disable_admission_plugins: Vec<String>,
 }
 
 fn parse_modes(list: &str) -> Result<Vec<orchestra::core::auth::AuthorizationMode>, String> {

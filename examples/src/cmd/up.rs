@@ -91,6 +91,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .listener(Listener::tls(args.listen, data_dir.join("pki")))
         .allow_anonymous(args.auth.anonymous_auth)
         .authorization_modes(&args.auth.authorization_mode)
+        .disable_admission_plugins(args.auth.disable_admission_plugins.iter().cloned())
         .controllers(controllers)
         .control_plane_static_pods(true)
         .nodes(args.nodes, runtime)

@@ -204,6 +204,7 @@ pub struct ControlPlaneBuilder {
     allow_anonymous: bool,
     authorization: Authorization,
     admission: Option<AdmissionChain>,
+    disabled_admission: Vec<String>,
     server_options: Option<ServerOptions>,
     encryption: Option<EncryptionConfig>,
     verify_node_certificates: bool,
@@ -243,6 +244,7 @@ impl ControlPlaneBuilder {
                 vec![AuthorizationMode::Node, AuthorizationMode::Rbac],
             ),
             admission: None,
+            disabled_admission: Vec::new(),
             server_options: None,
             encryption: None,
             verify_node_certificates: true,
@@ -337,6 +339,14 @@ impl ControlPlaneBuilder {
     /// ResourceQuota ([`ApiServerBuilder::default_admission`]).
     pub fn admission(mut self, plugin: impl AdmissionPlugin + 'static) -> Self {
         self.admission = Some(self.admission.take().unwrap_or_default().with(plugin));
+        self
+    }
+
+    /// Leaves the named plugins out of the API server's admission chain
+    /// (upstream's `--disable-admission-plugins`), e.g. `["PodSecurity"]`.
+    /// A name no plugin of the chain has fails [`start`](Self::start).
+    pub fn disable_admission_plugins<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.disabled_admission.extend(names.into_iter().map(Into::into));
         self
     }
 
@@ -512,10 +522,14 @@ impl ControlPlaneBuilder {
             }
             Authorization::Exactly(chain) => api.authorizer(chain),
         };
-        if let Some(admission) = self.admission {
-            let chain = api.default_admission(admission);
-            api = api.admission(chain);
+        let chain = api.default_admission(self.admission.unwrap_or_default());
+        if let Some(unknown) = self.disabled_admission.iter().find(|name| !chain.names().any(|n| n == name.as_str())) {
+            let known = chain.names().collect::<Vec<_>>().join(", ");
+            return Err(ControlPlaneError::Config(format!(
+                "unknown admission plugin {unknown:?} to disable; the chain holds {known}"
+            )));
         }
+        api = api.admission(chain.without(&self.disabled_admission));
         if let Some(options) = self.server_options {
             api = api.options(options);
         }

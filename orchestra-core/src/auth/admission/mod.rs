@@ -266,6 +266,20 @@ impl AdmissionChain {
         self.plugins.iter().any(|p| p.handles(operation))
     }
 
+    /// The chain without the plugins named in `names` (upstream's
+    /// `--disable-admission-plugins`).
+    ///
+    /// ```
+    /// use orchestra_core::auth::admission::{AdmissionChain, DefaultTolerationSeconds};
+    ///
+    /// let chain = AdmissionChain::new().with(DefaultTolerationSeconds::new());
+    /// assert!(chain.without(&["DefaultTolerationSeconds"]).is_empty());
+    /// ```
+    pub fn without(mut self, names: &[impl AsRef<str>]) -> AdmissionChain {
+        self.plugins.retain(|plugin| !names.iter().any(|name| name.as_ref() == plugin.name()));
+        self
+    }
+
     /// The names of the plugins, in the order they run.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.plugins.iter().map(|p| p.name())
