@@ -13,7 +13,7 @@ use orchestra::testing::Kubectl;
 
 use super::support::terminate;
 
-const OLD_KEY: &str = "c2VjcmV0IGlzIHNlY3VyZSwgb3IgaXMgaXQ/Cg==";
+const OLD_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const NEW_KEY: &str = "MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTI=";
 
 fn config(keys: &[(&str, &str)]) -> String {

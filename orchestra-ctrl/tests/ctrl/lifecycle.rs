@@ -18,6 +18,12 @@ use tokio::sync::watch;
 
 use super::support::eventually;
 
+/// A cluster whose pods get no default tolerations from admission: the
+/// tests time evictions by the controller's own default.
+async fn cluster() -> TestCluster {
+    TestCluster::start_with(TestCluster::builder().disable_admission_plugins(["DefaultTolerationSeconds"])).await
+}
+
 fn stopped(rx: &watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + 'static {
     let mut rx = rx.clone();
     async move {
@@ -128,7 +134,7 @@ fn short_config() -> node_lifecycle::Config {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_reporting_not_ready_gets_the_not_ready_taints_until_it_is_ready() {
-    let cluster = TestCluster::start().await;
+    let cluster = cluster().await;
     let client = cluster.client();
     create_node(&client, "n1", "z", vec![]).await;
     create_node(&client, "n2", "z", vec![]).await;
@@ -163,7 +169,7 @@ async fn a_node_reporting_not_ready_gets_the_not_ready_taints_until_it_is_ready(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pods_are_evicted_after_their_toleration_seconds_and_never_if_tolerating_forever() {
-    let cluster = TestCluster::start().await;
+    let cluster = cluster().await;
     let client = cluster.client();
     dead_node(&client, "dead", "z").await;
     live_node(&client, "alive", "z").await;
@@ -237,7 +243,7 @@ async fn settle(factory: &SharedInformerFactory, client: &Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_partially_disrupted_small_zone_evicts_nothing_while_others_evict() {
-    let cluster = TestCluster::start().await;
+    let cluster = cluster().await;
     let client = cluster.client();
     let config = short_config().with_grace_period(Duration::from_secs(30)).with_default_toleration_seconds(0);
     let (lifecycle, factory) = zones(&client, config).await;
@@ -262,7 +268,7 @@ async fn a_partially_disrupted_small_zone_evicts_nothing_while_others_evict() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_partially_disrupted_large_zone_taints_at_the_secondary_rate() {
-    let cluster = TestCluster::start().await;
+    let cluster = cluster().await;
     let client = cluster.client();
     let config = short_config()
         .with_grace_period(Duration::from_secs(30))
@@ -290,7 +296,7 @@ async fn a_partially_disrupted_large_zone_taints_at_the_secondary_rate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn when_every_zone_is_down_nothing_is_evicted_until_a_node_returns() {
-    let cluster = TestCluster::start().await;
+    let cluster = cluster().await;
     let client = cluster.client();
     // x1 carries an unreachable NoExecute taint from before the outage.
     let old: Taint = serde_json::from_value(serde_json::json!({"key": UNREACHABLE, "effect": "NoExecute"})).unwrap();

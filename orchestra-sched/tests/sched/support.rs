@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, PostParams};
 use orchestra::testing::TestCluster;
 use orchestra_sched::config::SchedulerConfiguration;
@@ -31,9 +32,27 @@ pub async fn create_nodes(client: &kube::Client, nodes: Vec<Node>) {
     }
 }
 
-/// Creates a pod (uid and resourceVersion cleared).
+/// Creates a pod (uid and resourceVersion cleared). A priority set in the
+/// spec becomes the PriorityClass `priority-<value>`, created if need be:
+/// the Priority admission plugin computes the priority from the class, as
+/// upstream's, and refuses a pod that sets it itself.
 pub async fn create_pod(client: &kube::Client, mut pod: Pod) -> Pod {
     pod.metadata.uid = None;
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    if let (Some(value), None) = (spec.priority.take(), &spec.priority_class_name) {
+        let name = format!("priority-{value}");
+        let class = PriorityClass {
+            metadata: kube::api::ObjectMeta { name: Some(name.clone()), ..Default::default() },
+            value,
+            ..Default::default()
+        };
+        match Api::<PriorityClass>::all(client.clone()).create(&PostParams::default(), &class).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => panic!("priority class created: {e}"),
+        }
+        spec.priority_class_name = Some(name);
+    }
     let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     Api::<Pod>::namespaced(client.clone(), &ns).create(&PostParams::default(), &pod).await.expect("pod created")
 }
