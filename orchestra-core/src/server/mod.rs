@@ -55,8 +55,8 @@ pub use crate::tls::{CoalescedWrites, CopiedWrites, ListenOptions, pki, serve};
 pub use discovery::KUBERNETES_VERSION;
 pub(crate) use follow::{Follower, follow};
 pub(crate) use list::list_prefix;
-pub(crate) use objects::generated_name;
 pub use node_proxy::KubeletClient;
+pub(crate) use objects::generated_name;
 
 use self::objects::{Target, Written, respond};
 use self::route::{Query, Route};

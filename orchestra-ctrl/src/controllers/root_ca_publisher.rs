@@ -106,7 +106,8 @@ pub async fn reconcile(namespace: Arc<Namespace>, ctx: Arc<Context>) -> Result<A
 
 /// Runs the controller with the CA bundle `root_ca` until `shutdown`.
 pub async fn run(factory: SharedInformerFactory, root_ca: String, shutdown: impl Future<Output = ()> + Send) {
-    let ctx = Arc::new(Context { client: factory.client().clone(), config_maps: factory.informer::<ConfigMap>(), root_ca });
+    let ctx =
+        Arc::new(Context { client: factory.client().clone(), config_maps: factory.informer::<ConfigMap>(), root_ca });
     Controller::<Namespace>::for_(&factory)
         .watches::<ConfigMap>(|config_map| {
             (config_map.metadata.name.as_deref() == Some(CONFIG_MAP))
@@ -158,8 +159,10 @@ mod tests {
         restored.data = Some(BTreeMap::from([(KEY.into(), CA.into())]));
         restored.metadata.annotations.as_mut().unwrap().insert(DESCRIPTION_ANNOTATION.into(), DESCRIPTION.into());
         let undescribed = config_map(json!({KEY: CA}), json!({}));
+        /// (case, namespace, ConfigMap before, writes, ConfigMap after)
+        type Row = (&'static str, Namespace, Option<ConfigMap>, &'static [&'static str], Option<ConfigMap>);
         #[rustfmt::skip]
-        let rows: [(&str, Namespace, Option<ConfigMap>, &[&str], Option<ConfigMap>); 5] = [
+        let rows: [Row; 5] = [
             ("created in a new namespace", namespace("Active"), None,
              &["create configmaps team/kube-root-ca.crt"], Some(published())),
             ("as it should be: nothing to do", namespace("Active"), Some(published()), &[], Some(published())),
@@ -181,9 +184,8 @@ mod tests {
             assert_eq!(action, Action::await_change(), "{name}");
             assert_eq!(fake.writes(), writes, "{name}");
             let stored = fake.get::<ConfigMap>("team", CONFIG_MAP).await;
-            let shape = |cm: &Option<ConfigMap>| {
-                cm.as_ref().map(|cm| (cm.data.clone(), cm.metadata.annotations.clone()))
-            };
+            let shape =
+                |cm: &Option<ConfigMap>| cm.as_ref().map(|cm| (cm.data.clone(), cm.metadata.annotations.clone()));
             assert_eq!(shape(&stored), shape(&expected), "{name}");
             // Labels (and the rest) of an edited ConfigMap are kept.
             let labels = |cm: Option<ConfigMap>| cm.and_then(|cm| cm.metadata.labels);

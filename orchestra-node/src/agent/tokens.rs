@@ -154,7 +154,8 @@ async fn request(client: &Client, pod: &Pod, (audience, expiration): &TokenKey) 
         request_spec["expirationSeconds"] = json!(seconds);
     }
     let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": request_spec});
-    let accounts = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "ServiceAccount"), "serviceaccounts");
+    let accounts =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "ServiceAccount"), "serviceaccounts");
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &accounts);
     let issued = SystemTime::now();
     let answer: serde_json::Value = api
@@ -164,7 +165,8 @@ async fn request(client: &Client, pod: &Pod, (audience, expiration): &TokenKey) 
             kube::Error::Api(status) => status.message,
             other => other.to_string(),
         })?;
-    let token = answer["status"]["token"].as_str().filter(|t| !t.is_empty()).ok_or("the TokenRequest returned no token")?;
+    let token =
+        answer["status"]["token"].as_str().filter(|t| !t.is_empty()).ok_or("the TokenRequest returned no token")?;
     let seconds = answer["spec"]["expirationSeconds"].as_i64().or(*expiration).unwrap_or(3600).max(0) as u64;
     Ok(Issued { token: token.to_owned(), issued, lifetime: Duration::from_secs(seconds) })
 }

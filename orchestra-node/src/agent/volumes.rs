@@ -269,7 +269,9 @@ fn volume_files(pod: &Pod, v: &Volume, objects: &Objects, ctx: &EnvContext) -> R
                 let key = (t.audience.clone().unwrap_or_default(), t.expiration_seconds);
                 let token = match objects.tokens.get(&key) {
                     Some(Ok(token)) => token.clone(),
-                    Some(Err(message)) => return Err(VolumeError::Token { volume: volume.into(), message: message.clone() }),
+                    Some(Err(message)) => {
+                        return Err(VolumeError::Token { volume: volume.into(), message: message.clone() });
+                    }
                     None => {
                         let message = "no token was requested".to_owned();
                         return Err(VolumeError::Token { volume: volume.into(), message });
@@ -574,13 +576,16 @@ mod tests {
         let api = (String::new(), Some(3607));
         let vault = ("vault".to_owned(), None);
         let refused = "serviceaccounts \"default\" is forbidden: nope".to_owned();
-        let setup = |tokens: Vec<((String, Option<i64>), Result<String, String>)>| {
+        type Tokens = Vec<(crate::agent::tokens::TokenKey, Result<String, String>)>;
+        /// The two tokens as written, or the mount's error.
+        type Written = Result<(&'static str, &'static str), String>;
+        let setup = |tokens: Tokens| {
             let objects = Objects { tokens: tokens.into_iter().collect(), ..Default::default() };
             setup_volumes(root.path(), &pod, &objects, &EnvContext::default())
         };
         // (tokens at hand, expected: (token, vault token) or the error)
         #[rustfmt::skip]
-        let cases: Vec<(Vec<_>, Result<(&str, &str), String>)> = vec![
+        let cases: Vec<(Tokens, Written)> = vec![
             (vec![(api.clone(), Ok("one".into())), (vault.clone(), Ok("v1".into()))], Ok(("one", "v1"))),
             // A refreshed token replaces the file.
             (vec![(api.clone(), Ok("two".into())), (vault.clone(), Ok("v1".into()))], Ok(("two", "v1"))),
@@ -594,7 +599,10 @@ mod tests {
                 let dir = &dirs["kube-api-access-x"];
                 let mode = std::fs::metadata(dir.join("token")).unwrap().permissions().mode() & 0o777;
                 assert_eq!(mode, 0o640);
-                (std::fs::read_to_string(dir.join("token")).unwrap(), std::fs::read_to_string(dir.join("vault/token")).unwrap())
+                (
+                    std::fs::read_to_string(dir.join("token")).unwrap(),
+                    std::fs::read_to_string(dir.join("vault/token")).unwrap(),
+                )
             });
             assert_eq!(outcome, expected.map(|(a, b)| (a.to_owned(), b.to_owned())));
         }

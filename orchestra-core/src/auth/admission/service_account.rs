@@ -457,7 +457,8 @@ mod tests {
     #[test]
     fn creates_get_an_account_and_a_token_volume() {
         let containers = json!([{"name": "a"}, {"name": "b"}]);
-        let own_mount = json!([{"name": "a", "volumeMounts": [{"name": "mine", "mountPath": TOKEN_MOUNT_PATH}]}, {"name": "b"}]);
+        let own_mount =
+            json!([{"name": "a", "volumeMounts": [{"name": "mine", "mountPath": TOKEN_MOUNT_PATH}]}, {"name": "b"}]);
         let forbidden = |m: &str| Err(format!(r#"403 pods "p" is forbidden: {m}"#));
         // (accounts, pod spec, expected: account name and whether each
         // container mounts the new volume, or the refusal)
@@ -515,8 +516,9 @@ mod tests {
     #[test]
     fn the_token_volume_gets_a_free_name_and_the_sources_upstream_uses() {
         let (plugin, _) = plugin(&[account("default", json!({}))]);
-        let pod = create(&plugin, pod(json!({"volumes": [{"name": "data", "emptyDir": {}}], "containers": [{"name": "a"}]})))
-            .unwrap();
+        let pod =
+            create(&plugin, pod(json!({"volumes": [{"name": "data", "emptyDir": {}}], "containers": [{"name": "a"}]})))
+                .unwrap();
         let volumes = pod["spec"]["volumes"].as_array().unwrap();
         assert_eq!(volumes.len(), 2);
         assert_eq!(volumes[0]["name"], "data");
@@ -581,9 +583,8 @@ mod tests {
 
     #[test]
     fn mirror_pods_are_not_changed_and_use_no_account() {
-        let mirror = |spec: Value| {
-            json!({"metadata": {"name": "p", "annotations": {MIRROR_ANNOTATION: "hash"}}, "spec": spec})
-        };
+        let mirror =
+            |spec: Value| json!({"metadata": {"name": "p", "annotations": {MIRROR_ANNOTATION: "hash"}}, "spec": spec});
         let forbidden = |m: &str| Err(format!(r#"403 pods "p" is forbidden: {m}"#));
         let plain = json!({"containers": [{"name": "a"}]});
         #[rustfmt::skip]
