@@ -39,6 +39,17 @@ pub struct Context {
 }
 
 /// What a namespace's ConfigMap needs.
+///
+/// ```
+/// use k8s_openapi::api::core::v1::Namespace;
+/// use orchestra_ctrl::controllers::root_ca_publisher::{KEY, Plan, plan};
+///
+/// let team: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "team"}})).unwrap();
+/// let Plan::Create(config_map) = plan(&team, None, "PEM") else { panic!("a missing ConfigMap is created") };
+/// assert_eq!(config_map.data.as_ref().unwrap()[KEY], "PEM");
+/// assert_eq!(plan(&team, Some(&config_map), "PEM"), Plan::Nothing);
+/// assert!(matches!(plan(&team, Some(&config_map), "ROTATED"), Plan::Update(_)));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum Plan {
     /// It is as it should be (or the namespace is going away).

@@ -83,6 +83,14 @@ struct Issued {
 }
 
 /// The tokens of one pod, requested when first needed and again when due.
+///
+/// ```
+/// use orchestra_node::agent::tokens::PodTokens;
+///
+/// // A pod worker keeps one; nothing is due before a token is requested.
+/// let tokens = PodTokens::new();
+/// assert_eq!(tokens.next_refresh(), None);
+/// ```
 #[derive(Debug, Default)]
 pub struct PodTokens {
     issued: HashMap<TokenKey, Issued>,
