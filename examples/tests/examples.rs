@@ -20,6 +20,8 @@ mod encryption;
 mod roles;
 #[path = "examples/runtime_backend.rs"]
 mod runtime_backend;
+#[path = "examples/service_accounts.rs"]
+mod service_accounts;
 #[path = "examples/store_backend.rs"]
 mod store_backend;
 #[path = "examples/support.rs"]

@@ -27,7 +27,8 @@ pub struct Args {
     /// `pki/sa.key`); without it the token controller does not run.
     #[arg(long)]
     service_account_private_key_file: Option<PathBuf>,
-    /// The CA certificate put into token Secrets as `ca.crt`.
+    /// The CA certificate put into token Secrets as `ca.crt` and published
+    /// in every namespace's `kube-root-ca.crt` ConfigMap.
     #[arg(long)]
     root_ca_file: Option<PathBuf>,
     /// This instance's identity in leader election.
@@ -71,15 +72,16 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     config(&args).enabled()?;
     let client = orchestra_core::client::from_kubeconfig(&args.kubeconfig).await?;
     let identity = args.identity.clone().unwrap_or_else(super::default_identity);
+    let root_ca = args.root_ca_file.as_ref().map(std::fs::read_to_string).transpose()?;
     let service_account_tokens = match &args.service_account_private_key_file {
         Some(key) => {
             let mut tokens = TokenConfig::new(Arc::new(TokenSigner::load_existing(key, DEFAULT_ISSUER)?));
-            tokens.root_ca = args.root_ca_file.as_ref().map(std::fs::read_to_string).transpose()?;
+            tokens.root_ca = root_ca.clone();
             Some(tokens)
         }
         None => None,
     };
-    let config = config(&args).with_service_account_tokens(service_account_tokens);
+    let config = config(&args).with_service_account_tokens(service_account_tokens).with_root_ca(root_ca);
     let manager = controllers::builtin(SharedInformerFactory::new(client.clone()), config)?;
     let elector = Arc::new(LeaderElector::new(client, "kube-system", "kube-controller-manager", &identity));
     println!("orchestra controller-manager {identity} ready ({})", manager.names().join(", "));

@@ -56,6 +56,7 @@ pub use discovery::KUBERNETES_VERSION;
 pub(crate) use follow::{Follower, follow};
 pub(crate) use list::list_prefix;
 pub use node_proxy::KubeletClient;
+pub(crate) use objects::generated_name;
 
 use self::objects::{Target, Written, respond};
 use self::route::{Query, Route};

@@ -138,7 +138,8 @@ pub(crate) async fn admit(
 /// Characters of generated name suffixes (upstream's: no vowels, no lookalikes).
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
-fn generated_name(prefix: &str) -> String {
+/// `prefix` and five random characters, as upstream's `generateName`.
+pub(crate) fn generated_name(prefix: &str) -> String {
     let random = uuid::Uuid::new_v4();
     let suffix: String =
         random.as_bytes()[..5].iter().map(|b| NAME_ALPHABET[*b as usize % NAME_ALPHABET.len()] as char).collect();

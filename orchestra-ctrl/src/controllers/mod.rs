@@ -10,6 +10,7 @@
 //! | [`namespace`] | empties deleted namespaces, then finalizes them |
 //! | [`serviceaccount`] | a `default` ServiceAccount per namespace |
 //! | [`serviceaccount_token`] | tokens in `kubernetes.io/service-account-token` Secrets |
+//! | [`root_ca_publisher`] | the cluster CA in a `kube-root-ca.crt` ConfigMap per namespace |
 //! | [`node_lifecycle`] | node health, taints, taint-based eviction |
 //! | [`endpoints`] | Endpoints and EndpointSlices of Services |
 //! | [`node_ipam`] | `spec.podCIDR` of Nodes |
@@ -26,6 +27,7 @@ pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod replicaset;
 pub mod resourcequota;
+pub mod root_ca_publisher;
 pub mod serviceaccount;
 pub mod serviceaccount_token;
 pub mod util;
@@ -77,6 +79,10 @@ pub struct ControllerManagerConfig {
     /// (`--service-account-private-key-file`, `--root-ca-file`); `None`
     /// turns the token controller off.
     pub service_account_tokens: Option<serviceaccount_token::TokenConfig>,
+    /// The cluster CA bundle (PEM) published in every namespace's
+    /// `kube-root-ca.crt` ConfigMap (`--root-ca-file`); `None` turns the
+    /// root-ca-cert-publisher off.
+    pub root_ca: Option<String>,
     /// Which controllers run (`--controllers`): `*` turns on every
     /// controller on by default, `name` turns `name` on, `-name` turns it
     /// off; the first entry naming a controller decides for it. Names are
@@ -98,6 +104,7 @@ impl Default for ControllerManagerConfig {
             gc_interval: Duration::from_secs(60),
             node_lifecycle: node_lifecycle::Config::default(),
             service_account_tokens: None,
+            root_ca: None,
             controllers: vec!["*".into()],
             credentials: None,
         }
@@ -138,6 +145,12 @@ impl ControllerManagerConfig {
     /// Sets [`service_account_tokens`](Self::service_account_tokens).
     pub fn with_service_account_tokens(mut self, tokens: impl Into<Option<serviceaccount_token::TokenConfig>>) -> Self {
         self.service_account_tokens = tokens.into();
+        self
+    }
+
+    /// Sets [`root_ca`](Self::root_ca).
+    pub fn with_root_ca(mut self, pem: impl Into<Option<String>>) -> Self {
+        self.root_ca = pem.into();
         self
     }
 
@@ -330,8 +343,9 @@ impl ControllerContext {
 }
 
 /// The built-in controllers, in the order they start. Each is on by
-/// default (with `*`); `serviceaccount-token` and `nodeipam` run only when
-/// configured (a signing key, a cluster CIDR).
+/// default (with `*`); `serviceaccount-token`, `root-ca-cert-publisher`
+/// and `nodeipam` run only when configured (a signing key, a CA bundle, a
+/// cluster CIDR).
 pub static BUILTIN: &[ControllerDescriptor] = &[
     ControllerDescriptor {
         name: "replicaset",
@@ -402,6 +416,20 @@ pub static BUILTIN: &[ControllerDescriptor] = &[
                 // Present: the requirement was checked at selection.
                 if let Some(tokens) = ctx.config.service_account_tokens.clone() {
                     serviceaccount_token::run(ctx.factory.clone(), tokens, ctx.stopped()).await;
+                }
+            })
+        },
+    },
+    ControllerDescriptor {
+        name: "root-ca-cert-publisher",
+        enabled_by_default: true,
+        requires: Some(Requirement { missing: "root CA", met: |c| c.root_ca.is_some() }),
+        service_account: Some(root_ca_publisher::NAME),
+        run: |ctx| {
+            Box::pin(async move {
+                // Present: the requirement was checked at selection.
+                if let Some(root_ca) = ctx.config.root_ca.clone() {
+                    root_ca_publisher::run(ctx.factory.clone(), root_ca, ctx.stopped()).await;
                 }
             })
         },
@@ -624,6 +652,14 @@ mod tests {
         assert_eq!(
             config(&["serviceaccount-token"]).enabled(),
             Err(SelectionError::NotConfigured { controller: "serviceaccount-token", missing: "signing key" })
+        );
+        assert_eq!(
+            config(&["root-ca-cert-publisher"]).enabled(),
+            Err(SelectionError::NotConfigured { controller: "root-ca-cert-publisher", missing: "root CA" })
+        );
+        assert_eq!(
+            config(&["*"]).with_root_ca(Some("PEM".to_owned())).enabled().unwrap(),
+            [&ALL_BUT_TOKENS[..8], &["root-ca-cert-publisher"], &ALL_BUT_TOKENS[8..]].concat()
         );
         assert_eq!(
             config(&["nodeipam"]).with_cluster_cidr(None).enabled(),

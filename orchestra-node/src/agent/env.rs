@@ -96,13 +96,16 @@ pub struct EnvContext {
     pub services: Vec<(String, String)>,
 }
 
-/// ConfigMaps and Secrets fetched for a pod, by name (`None`: not found).
+/// ConfigMaps and Secrets fetched for a pod, by name (`None`: not found),
+/// and the service account tokens its projected volumes need.
 #[derive(Debug, Clone, Default)]
 pub struct Objects {
     /// ConfigMaps.
     pub config_maps: HashMap<String, Option<ConfigMap>>,
     /// Secrets.
     pub secrets: HashMap<String, Option<Secret>>,
+    /// Tokens by audience and lifetime, or why the API refused them.
+    pub tokens: HashMap<super::tokens::TokenKey, Result<String, String>>,
 }
 
 /// One referenced object: (is it a Secret, its name).
@@ -473,6 +476,7 @@ mod tests {
         let objects = Objects {
             config_maps: [("cfg".to_string(), Some(cm))].into(),
             secrets: [("sec".to_string(), Some(secret)), ("gone".to_string(), None)].into(),
+            ..Default::default()
         };
         let container = Container {
             name: "c".into(),

@@ -52,6 +52,7 @@ pub mod resources;
 mod service_links;
 pub mod static_pods;
 pub mod status;
+pub mod tokens;
 pub mod volumes;
 
 use std::collections::HashMap;

@@ -2,7 +2,8 @@
 //! `<root_dir>/pods/<uid>/volumes/kubernetes.io~<kind>/<name>`. emptyDir is
 //! an empty directory; configMap, secret, downwardAPI and projected volumes
 //! are directories of files written from their sources (rewritten on every
-//! resync, stale files removed); hostPath is the host path itself. Containers
+//! resync, stale files removed; projected service account tokens come from
+//! [`tokens`](super::tokens)); hostPath is the host path itself. Containers
 //! get them as [`Mount`]s (with `subPath`).
 
 use std::collections::{BTreeMap, HashMap};
@@ -59,6 +60,14 @@ pub enum VolumeError {
         /// The volume.
         volume: String,
         /// Why.
+        message: String,
+    },
+    /// A projected service account token could not be had.
+    #[error("MountVolume.SetUp failed for volume {volume:?} : failed to fetch token: {message}")]
+    Token {
+        /// The volume.
+        volume: String,
+        /// Why (the API's refusal).
         message: String,
     },
     /// A volume mount names no volume of the pod.
@@ -255,6 +264,20 @@ fn volume_files(pod: &Pod, v: &Volume, objects: &Objects, ctx: &EnvContext) -> R
             }
             if let Some(d) = &source.downward_api {
                 downward_files(volume, pod, d.items.as_deref().unwrap_or_default(), default_mode, ctx, &mut files)?;
+            }
+            if let Some(t) = &source.service_account_token {
+                let key = (t.audience.clone().unwrap_or_default(), t.expiration_seconds);
+                let token = match objects.tokens.get(&key) {
+                    Some(Ok(token)) => token.clone(),
+                    Some(Err(message)) => {
+                        return Err(VolumeError::Token { volume: volume.into(), message: message.clone() });
+                    }
+                    None => {
+                        let message = "no token was requested".to_owned();
+                        return Err(VolumeError::Token { volume: volume.into(), message });
+                    }
+                };
+                files.insert(check_relative(volume, &t.path)?, (token.into_bytes(), default_mode));
             }
         }
     } else {
@@ -517,6 +540,72 @@ mod tests {
         cleanup(root.path(), "uid-1").unwrap();
         assert!(!pod_dir(root.path(), "uid-1").exists());
         cleanup(root.path(), "uid-1").unwrap();
+    }
+
+    #[test]
+    fn projected_tokens_are_written_with_their_path_and_mode_or_fail_the_mount() {
+        use k8s_openapi::api::core::v1::ServiceAccountTokenProjection;
+        let root = tempfile::tempdir().unwrap();
+        let mut access = volume("kube-api-access-x");
+        access.projected = Some(ProjectedVolumeSource {
+            default_mode: Some(0o640),
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".into(),
+                        expiration_seconds: Some(3607),
+                        audience: None,
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "vault/token".into(),
+                        expiration_seconds: None,
+                        audience: Some("vault".into()),
+                    }),
+                    ..Default::default()
+                },
+            ]),
+        });
+        let pod = Pod {
+            metadata: ObjectMeta { name: Some("p".into()), uid: Some("uid-2".into()), ..Default::default() },
+            spec: Some(PodSpec { volumes: Some(vec![access]), ..Default::default() }),
+            ..Default::default()
+        };
+        let api = (String::new(), Some(3607));
+        let vault = ("vault".to_owned(), None);
+        let refused = "serviceaccounts \"default\" is forbidden: nope".to_owned();
+        type Tokens = Vec<(crate::agent::tokens::TokenKey, Result<String, String>)>;
+        /// The two tokens as written, or the mount's error.
+        type Written = Result<(&'static str, &'static str), String>;
+        let setup = |tokens: Tokens| {
+            let objects = Objects { tokens: tokens.into_iter().collect(), ..Default::default() };
+            setup_volumes(root.path(), &pod, &objects, &EnvContext::default())
+        };
+        // (tokens at hand, expected: (token, vault token) or the error)
+        #[rustfmt::skip]
+        let cases: Vec<(Tokens, Written)> = vec![
+            (vec![(api.clone(), Ok("one".into())), (vault.clone(), Ok("v1".into()))], Ok(("one", "v1"))),
+            // A refreshed token replaces the file.
+            (vec![(api.clone(), Ok("two".into())), (vault.clone(), Ok("v1".into()))], Ok(("two", "v1"))),
+            (vec![(api.clone(), Ok("two".into())), (vault.clone(), Err(refused.clone()))],
+             Err(format!("MountVolume.SetUp failed for volume \"kube-api-access-x\" : failed to fetch token: {refused}"))),
+            (vec![(api.clone(), Ok("two".into()))],
+             Err("MountVolume.SetUp failed for volume \"kube-api-access-x\" : failed to fetch token: no token was requested".into())),
+        ];
+        for (tokens, expected) in cases {
+            let outcome = setup(tokens).map_err(|e| e.to_string()).map(|dirs| {
+                let dir = &dirs["kube-api-access-x"];
+                let mode = std::fs::metadata(dir.join("token")).unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, 0o640);
+                (
+                    std::fs::read_to_string(dir.join("token")).unwrap(),
+                    std::fs::read_to_string(dir.join("vault/token")).unwrap(),
+                )
+            });
+            assert_eq!(outcome, expected.map(|(a, b)| (a.to_owned(), b.to_owned())));
+        }
     }
 
     #[test]

@@ -494,6 +494,64 @@ async fn missing_config_is_a_config_error_until_it_appears() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projected_tokens_fail_the_mount_until_the_account_exists() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let cluster = cluster().await;
+    let node = start(&cluster, "tok-1", "10.19.0.0/24", |_| {});
+    let mut p = pod_json("token-user", "tok-1", &[("c", &[])]);
+    p["spec"]["serviceAccountName"] = json!("robot");
+    p["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "access", "mountPath": "/var/run/secrets/tokens"}]);
+    p["spec"]["volumes"] = json!([{"name": "access", "projected": {"defaultMode": 0o600, "sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+        {"serviceAccountToken": {"path": "vault", "audience": "vault", "expirationSeconds": 600}},
+    ]}}]);
+    create_pod(&cluster.client, p).await;
+    // No such account: the token request is refused, the pod waits.
+    let client = cluster.client.clone();
+    eventually(LONG, "a FailedMount event naming the missing account", || {
+        let client = client.clone();
+        async move {
+            events_for(&client, "token-user").await.iter().any(|(reason, note)| {
+                reason == "FailedMount" && note.contains("failed to fetch token: serviceaccounts \"robot\" not found")
+            })
+        }
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
+    assert_ne!(phase(&pods.get("token-user").await.unwrap()), "Running");
+    // Once it exists, the retried mount gets tokens bound to the pod.
+    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), "default");
+    accounts
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "robot"}})).unwrap())
+        .await
+        .unwrap();
+    let pod = wait_pod(&cluster.client, "default", "token-user", "Running", |p| phase(p) == "Running").await;
+    let id = container(&pod, "c").unwrap().container_id.clone().unwrap().trim_start_matches("orchestra://").to_string();
+    let cfg = node.runtime.container_config(&id).unwrap();
+    let dir = cfg.mounts.iter().find(|m| m.container_path.ends_with("tokens")).unwrap().host_path.clone();
+    let claims = |file: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(file);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600, "{file}");
+        let token = std::fs::read_to_string(path).unwrap();
+        let payload = token.split('.').nth(1).unwrap().to_owned();
+        use base64::Engine as _;
+        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap();
+        serde_json::from_slice::<serde_json::Value>(&payload).unwrap()
+    };
+    let (api, vault) = (claims("token"), claims("vault"));
+    let uid = pod.metadata.uid.clone().unwrap();
+    for claims in [&api, &vault] {
+        assert_eq!(claims["sub"], "system:serviceaccount:default:robot", "{claims}");
+        assert_eq!(claims["kubernetes.io"]["pod"]["uid"], uid.as_str(), "{claims}");
+        assert_eq!(claims["kubernetes.io"]["pod"]["name"], "token-user", "{claims}");
+    }
+    assert_eq!(vault["aud"], json!(["vault"]));
+    assert_eq!(vault["exp"].as_i64().unwrap() - vault["iat"].as_i64().unwrap(), 600);
+    assert_eq!(api["exp"].as_i64().unwrap() - api["iat"].as_i64().unwrap(), 3607);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_and_forced_deletion() {
     let cluster = cluster().await;
     let node = start(&cluster, "del-1", "10.8.0.0/24", |_| {});

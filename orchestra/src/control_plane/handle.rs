@@ -134,6 +134,9 @@ impl Running {
             tokens.root_ca = self.pki.as_ref().map(|pki| pki.ca_pem().to_owned());
             config.service_account_tokens = Some(tokens);
         }
+        if config.root_ca.is_none() {
+            config.root_ca = self.pki.as_ref().map(|pki| pki.ca_pem().to_owned());
+        }
         config
     }
 

@@ -20,6 +20,7 @@ mod objects;
 mod pod_security;
 mod priority;
 mod resource_quota;
+mod service_account;
 
 pub use default_storage_class::DefaultStorageClass;
 pub use default_toleration_seconds::DefaultTolerationSeconds;
@@ -31,6 +32,10 @@ pub use objects::{ObjectReader, ResourceRef, StaticObjects};
 pub use pod_security::{PodSecurity, PodSecurityConfig, PodSecurityLevel};
 pub use priority::Priority;
 pub use resource_quota::{MemoryQuotas, QuotaAccessor, QuotaUpdateError, ResourceQuota};
+pub use service_account::{
+    DEFAULT_SERVICE_ACCOUNT, ENFORCE_MOUNTABLE_SECRETS_ANNOTATION, ROOT_CA_CONFIG_MAP, ServiceAccount,
+    TOKEN_EXPIRATION_SECONDS, TOKEN_MOUNT_PATH, TOKEN_VOLUME_PREFIX,
+};
 
 /// The kind of write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

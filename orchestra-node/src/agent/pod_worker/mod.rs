@@ -140,6 +140,8 @@ pub(crate) struct PodWorker {
     forced: Option<(String, String, String)>,
     volumes: Option<HashMap<String, PathBuf>>,
     volumes_refreshed: Option<Instant>,
+    /// The service account tokens of the pod's projected volumes.
+    tokens: crate::agent::tokens::PodTokens,
     wake: Option<Instant>,
     resync: bool,
 }
@@ -189,6 +191,7 @@ impl PodWorker {
             forced: None,
             volumes: None,
             volumes_refreshed: None,
+            tokens: Default::default(),
             wake: None,
             resync: false,
         }

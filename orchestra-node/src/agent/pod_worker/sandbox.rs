@@ -1,5 +1,6 @@
 //! The pod's sandbox and volumes: volumes set up (and refreshed on resync)
-//! from the ConfigMaps and Secrets they name, then a ready sandbox, created
+//! from the ConfigMaps and Secrets they name and the service account
+//! tokens they project (refreshed when due), then a ready sandbox, created
 //! again with back-off when it failed or died.
 
 use std::collections::HashMap;
@@ -71,13 +72,18 @@ impl PodWorker {
     /// Volumes (first time and on resync), then a ready sandbox.
     pub(super) async fn ensure_sandbox(&mut self, pod: &Pod) -> Result<Option<PodSandboxStatus>, String> {
         let (namespace, _) = pod_key(pod);
+        let tokens_due = self.tokens.next_refresh().is_some_and(|at| at <= std::time::SystemTime::now());
         let refresh = self.volumes.is_none()
+            || tokens_due
             || (self.resync && self.volumes_refreshed.is_none_or(|t| t.elapsed() >= self.shared.config.sync_frequency));
         let sandboxes = self.sandboxes().await;
         let ready = sandboxes.iter().rev().find(|s| s.state == SandboxState::Ready).cloned();
         let objects = if refresh {
             match self.fetch_objects(&namespace, &volumes::volume_references(pod)).await {
-                Ok(objects) => Some(objects),
+                Ok(mut objects) => {
+                    objects.tokens = self.tokens.tokens(&self.shared.client, pod).await;
+                    Some(objects)
+                }
                 // The API is unreachable: keep the volumes as they are.
                 Err(_) if self.volumes.is_some() => None,
                 Err(e) => return Err(e.to_string()),
@@ -102,6 +108,11 @@ impl PodWorker {
                     self.volumes = Some(dirs);
                     self.volumes_refreshed = Some(Instant::now());
                     self.retry.reset("volumes");
+                    // Tokens are written again before they expire.
+                    if let Some(at) = self.tokens.next_refresh() {
+                        let left = at.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+                        self.wake_at(Instant::now() + left);
+                    }
                 }
                 Err(e) => {
                     self.event(pod, None, EventType::Warning, "FailedMount", e.to_string());

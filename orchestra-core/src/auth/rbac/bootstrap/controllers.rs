@@ -82,6 +82,7 @@ fn controllers() -> Vec<(&'static str, Vec<PolicyRule>)> {
             ],
         ),
         ("service-account-controller", vec![rule(&["create"], &[""], &["serviceaccounts"]), events()]),
+        ("root-ca-cert-publisher", vec![rule(&["create", "update"], &[""], &["configmaps"]), events()]),
         (
             "node-controller",
             vec![
