@@ -30,6 +30,10 @@ pub enum AuthorizationMode {
     /// Roles and bindings ([`RbacAuthorizer`](super::rbac::RbacAuthorizer));
     /// the default roles are created at start.
     Rbac,
+    /// A remote service asked with SubjectAccessReviews
+    /// ([`WebhookAuthorizer`](super::WebhookAuthorizer)), which must be
+    /// configured (upstream's `--authorization-webhook-config-file`).
+    Webhook,
 }
 
 /// A `--authorization-mode` value that cannot be used.
@@ -39,8 +43,11 @@ pub enum ModeError {
     #[error("unknown authorization mode {0:?} (known: AlwaysAllow, AlwaysDeny, Node, RBAC, ABAC, Webhook)")]
     Unknown(String),
     /// A mode upstream has that this server cannot run yet.
-    #[error("authorization mode {0} is not supported yet (supported: AlwaysAllow, AlwaysDeny, Node, RBAC)")]
+    #[error("authorization mode {0} is not supported yet (supported: AlwaysAllow, AlwaysDeny, Node, RBAC, Webhook)")]
     Unsupported(String),
+    /// A mode named without the configuration it needs.
+    #[error("authorization mode {0} needs its configuration (for Webhook: --authorization-webhook-config-file)")]
+    Unconfigured(AuthorizationMode),
     /// A mode named twice.
     #[error("authorization mode {0} is given more than once")]
     Repeated(AuthorizationMode),
@@ -76,7 +83,8 @@ impl FromStr for AuthorizationMode {
             "AlwaysDeny" => Ok(AuthorizationMode::AlwaysDeny),
             "Node" => Ok(AuthorizationMode::Node),
             "RBAC" => Ok(AuthorizationMode::Rbac),
-            "ABAC" | "Webhook" => Err(ModeError::Unsupported(name.to_owned())),
+            "Webhook" => Ok(AuthorizationMode::Webhook),
+            "ABAC" => Err(ModeError::Unsupported(name.to_owned())),
             other => Err(ModeError::Unknown(other.to_owned())),
         }
     }
@@ -89,6 +97,7 @@ impl fmt::Display for AuthorizationMode {
             AuthorizationMode::AlwaysDeny => "AlwaysDeny",
             AuthorizationMode::Node => "Node",
             AuthorizationMode::Rbac => "RBAC",
+            AuthorizationMode::Webhook => "Webhook",
         })
     }
 }
@@ -108,11 +117,12 @@ mod tests {
             ("rbac", Err(ModeError::Unknown("rbac".into()))),
             ("Node,ABAC", Err(ModeError::Unsupported("ABAC".into()))),
             ("Node,Node", Err(ModeError::Repeated(Node))),
+            ("Node,Webhook,RBAC", Ok(vec![Node, Webhook, Rbac])),
         ];
         for (list, expected) in cases {
             assert_eq!(&AuthorizationMode::parse_list(list), expected, "{list:?}");
         }
-        for mode in [AlwaysAllow, AlwaysDeny, Node, Rbac] {
+        for mode in [AlwaysAllow, AlwaysDeny, Node, Rbac, Webhook] {
             assert_eq!(mode.to_string().parse::<AuthorizationMode>(), Ok(mode));
         }
     }

@@ -200,6 +200,12 @@ pub struct ApiServerBuilder {
     /// The RBAC cache the server keeps, once an authorizer asked for it.
     rbac: std::sync::OnceLock<Arc<crate::auth::rbac::RbacCache>>,
     rbac_bootstrap: bool,
+    /// The authorizer `--authorization-mode=Webhook` stands for.
+    webhook_authorizer: Option<crate::auth::WebhookAuthorizer>,
+    /// Why the authorizer chain of the last
+    /// [`authorization_modes`](Self::authorization_modes) could not be made;
+    /// [`build`](Self::build) fails with it.
+    mode_error: Option<crate::auth::ModeError>,
     /// The namespaces the server keeps from a watch, which its
     /// [`NamespaceLifecycle`] plugins read.
     namespaces: Arc<namespaces::NamespaceCache>,
@@ -255,6 +261,16 @@ impl ApiServerBuilder {
     pub fn authorizer(mut self, chain: AuthorizerChain) -> ApiServerBuilder {
         self.authorizer = chain;
         self.rbac_bootstrap = false;
+        self.mode_error = None;
+        self
+    }
+
+    /// The authorizer `Webhook` stands for in
+    /// [`authorization_modes`](Self::authorization_modes) (upstream's
+    /// `--authorization-webhook-config-file`); set it before naming the
+    /// modes.
+    pub fn webhook_authorizer(mut self, authorizer: crate::auth::WebhookAuthorizer) -> ApiServerBuilder {
+        self.webhook_authorizer = Some(authorizer);
         self
     }
 
@@ -262,8 +278,9 @@ impl ApiServerBuilder {
     /// entries, in order: `Node` is [`node_authorizer`](Self::node_authorizer),
     /// `RBAC` is [`rbac_authorizer`](Self::rbac_authorizer) with the default
     /// roles created at start ([`rbac_bootstrap`](Self::rbac_bootstrap)),
-    /// `AlwaysAllow` and `AlwaysDeny` allow and deny everything. The default
-    /// is `Node,RBAC`.
+    /// `AlwaysAllow` and `AlwaysDeny` allow and deny everything, `Webhook`
+    /// is the [`webhook_authorizer`](Self::webhook_authorizer) (without one,
+    /// [`build`](Self::build) fails). The default is `Node,RBAC`.
     ///
     /// ```
     /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
@@ -278,15 +295,26 @@ impl ApiServerBuilder {
     /// # Ok(()) }
     /// ```
     pub fn authorization_modes(self, modes: &[crate::auth::AuthorizationMode]) -> ApiServerBuilder {
-        let chain = self.mode_authorizers(modes);
         let rbac = modes.contains(&crate::auth::AuthorizationMode::Rbac);
-        self.authorizer(chain).rbac_bootstrap(rbac)
+        match self.mode_authorizers(modes) {
+            Ok(chain) => self.authorizer(chain).rbac_bootstrap(rbac),
+            Err(error) => {
+                let mut builder = self.authorizer(AuthorizerChain::new());
+                builder.mode_error = Some(error);
+                builder
+            }
+        }
     }
 
     /// The authorizers of `modes`, in order, as
     /// [`authorization_modes`](Self::authorization_modes) makes them, for a
-    /// chain of one's own; it does not ask for the default roles.
-    pub fn mode_authorizers(&self, modes: &[crate::auth::AuthorizationMode]) -> AuthorizerChain {
+    /// chain of one's own; it does not ask for the default roles. Fails
+    /// when `Webhook` is named without a
+    /// [`webhook_authorizer`](Self::webhook_authorizer).
+    pub fn mode_authorizers(
+        &self,
+        modes: &[crate::auth::AuthorizationMode],
+    ) -> Result<AuthorizerChain, crate::auth::ModeError> {
         use crate::auth::AuthorizationMode as Mode;
         let mut chain = AuthorizerChain::new();
         for mode in modes {
@@ -295,9 +323,13 @@ impl ApiServerBuilder {
                 Mode::AlwaysDeny => chain.with(crate::auth::DenyAll),
                 Mode::Node => chain.with(self.node_authorizer()),
                 Mode::Rbac => chain.with(self.rbac_authorizer()),
+                Mode::Webhook => match &self.webhook_authorizer {
+                    Some(webhook) => chain.with(webhook.clone()),
+                    None => return Err(crate::auth::ModeError::Unconfigured(Mode::Webhook)),
+                },
             };
         }
-        chain
+        Ok(chain)
     }
 
     /// Sets the admission chain, replacing the default one
@@ -465,6 +497,9 @@ impl ApiServerBuilder {
     /// built-in PriorityClasses (`system-node-critical`,
     /// `system-cluster-critical`) exist.
     pub async fn build(self) -> Result<ApiServer, ApiError> {
+        if let Some(error) = self.mode_error {
+            return Err(ApiError::bad_request(error.to_string()));
+        }
         let mut authenticator = self.authenticator;
         if let Some(signer) = &self.token_signer {
             let audiences = vec![signer.issuer().to_owned()];
@@ -535,6 +570,8 @@ impl ApiServer {
             audit: None,
             rbac: Default::default(),
             rbac_bootstrap: false,
+            webhook_authorizer: None,
+            mode_error: None,
             namespaces: Default::default(),
             objects: Default::default(),
         };

@@ -38,11 +38,11 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use orchestra_core::auth::admission::{AdmissionChain, AdmissionPlugin};
-use orchestra_core::encryption::{EncryptedStore, EncryptionConfig};
 use orchestra_core::auth::{
     Authenticator, AuthenticatorChain, AuthorizationMode, Authorizer, AuthorizerChain, ClientCertAuthenticator,
     ExtensionAuthenticator, UserInfo,
 };
+use orchestra_core::encryption::{EncryptedStore, EncryptionConfig};
 use orchestra_core::server::pki::Pki;
 use orchestra_core::server::{ApiServer, ApiServerBuilder, KubeletClient, ListenOptions, ServerOptions};
 use orchestra_core::tokens::{DEFAULT_ISSUER, TokenSigner};
@@ -203,6 +203,7 @@ pub struct ControlPlaneBuilder {
     authenticators: AuthenticatorChain,
     allow_anonymous: bool,
     authorization: Authorization,
+    webhook_authorizer: Option<orchestra_core::auth::WebhookAuthorizer>,
     admission: Option<AdmissionChain>,
     server_options: Option<ServerOptions>,
     encryption: Option<EncryptionConfig>,
@@ -242,6 +243,7 @@ impl ControlPlaneBuilder {
                 AuthorizerChain::new(),
                 vec![AuthorizationMode::Node, AuthorizationMode::Rbac],
             ),
+            webhook_authorizer: None,
             admission: None,
             server_options: None,
             encryption: None,
@@ -322,6 +324,15 @@ impl ControlPlaneBuilder {
                 Authorization::BeforeModes(chain, modes.to_vec())
             }
         };
+        self
+    }
+
+    /// The authorizer `Webhook` stands for in
+    /// [`authorization_modes`](Self::authorization_modes) (kube-apiserver's
+    /// `--authorization-webhook-config-file`); naming `Webhook` without it
+    /// fails [`start`](Self::start).
+    pub fn webhook_authorizer(mut self, authorizer: orchestra_core::auth::WebhookAuthorizer) -> Self {
+        self.webhook_authorizer = Some(authorizer);
         self
     }
 
@@ -507,7 +518,11 @@ impl ControlPlaneBuilder {
         let mut api = ApiServer::builder(store).authenticator(authenticators).service_account_tokens(signer.clone());
         api = match self.authorization {
             Authorization::BeforeModes(chain, modes) => {
-                let chain = chain.then(api.mode_authorizers(&modes));
+                if let Some(webhook) = self.webhook_authorizer {
+                    api = api.webhook_authorizer(webhook);
+                }
+                let modes_chain = api.mode_authorizers(&modes).map_err(|e| ControlPlaneError::Config(e.to_string()))?;
+                let chain = chain.then(modes_chain);
                 api.authorizer(chain).rbac_bootstrap(modes.contains(&AuthorizationMode::Rbac))
             }
             Authorization::Exactly(chain) => api.authorizer(chain),
