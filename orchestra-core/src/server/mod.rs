@@ -56,6 +56,7 @@ pub use discovery::KUBERNETES_VERSION;
 pub(crate) use follow::{Follower, follow};
 pub(crate) use list::list_prefix;
 pub use node_proxy::KubeletClient;
+pub use timeout::parse_go_duration;
 
 use self::objects::{Target, Written, respond};
 use self::route::{Query, Route};
