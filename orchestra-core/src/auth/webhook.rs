@@ -299,7 +299,9 @@ pub(crate) mod tests {
             "clusters:\n- name: c\n  cluster: {{server: 'https://h/y', certificate-authority-data: {}}}\n",
             b64(pki.ca_pem())
         );
-        let cases: Vec<(&str, String, Result<(&str, bool, bool), &str>)> = vec![
+        /// (server, has a CA, has a client certificate) or an error.
+        type Expected = Result<(&'static str, bool, bool), &'static str>;
+        let cases: Vec<(&str, String, Expected)> = vec![
             ("files relative to the config", files.to_owned(), Ok(("https://h/x", true, true))),
             ("inline CA, no user", data, Ok(("https://h/y", true, false))),
             ("plain http", "clusters:\n- name: c\n  cluster: {server: 'http://h'}\n".into(), Err("https URL")),
@@ -338,7 +340,9 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn posts_retry_server_errors_and_refuse_bad_answers() {
-        let cases: Vec<(&str, u16, Value, Result<(), &str>, usize)> = vec![
+        /// (name, status, body, outcome, requests made)
+        type Case = (&'static str, u16, Value, Result<(), &'static str>, usize);
+        let cases: Vec<Case> = vec![
             ("ok", 200, json!({"status": {}}), Ok(()), 1),
             ("client error", 400, json!({"message": "bad"}), Err("400"), 1),
             ("server error, retried", 500, json!({}), Err("500"), 3),

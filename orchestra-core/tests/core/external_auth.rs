@@ -12,6 +12,7 @@ use orchestra::testing::{Kubectl, KubectlOutput, TestCluster};
 use orchestra_core::auth::{
     AuthorizationMode, OidcAuthenticator, OidcOptions, WebhookAuthorizer, WebhookConfig, WebhookTokenAuthenticator,
 };
+use orchestra_core::server::ApiServer;
 use orchestra_core::server::pki::Pki;
 use orchestra_core::tls::{ClientAuth, ListenOptions, server_config};
 use ring::rand::SystemRandom;
@@ -206,6 +207,12 @@ async fn webhooks_authenticate_and_authorize() {
 
     // Webhook named without its configuration: the cluster does not start.
     let unconfigured = TestCluster::builder().authorization_modes(&modes).start().await;
-    let error = unconfigured.err().expect("Webhook without a configuration is refused").to_string();
+    let Err(error) = unconfigured.map(|_| ()) else { panic!("Webhook without a configuration is refused") };
+    let error = error.to_string();
     assert!(error.contains("authorization mode Webhook needs its configuration"), "{error}");
+    let store = Arc::new(orchestra_store::MemStore::new());
+    let Err(error) = ApiServer::builder(store).authorization_modes(&modes).build().await.map(|_| ()) else {
+        panic!("an API server with Webhook and no configuration is refused")
+    };
+    assert_eq!(error.code, 400, "{error}");
 }
