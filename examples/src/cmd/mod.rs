@@ -35,10 +35,14 @@ pub struct AuthArgs {
     /// `system:unauthenticated`), limited by the authorizers like anyone.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub anonymous_auth: bool,
-    /// The authorizers, in order: `Node`, `RBAC`, `Webhook`, `AlwaysAllow`,
-    /// `AlwaysDeny`.
+    /// The authorizers, in order: `Node`, `RBAC`, `Webhook`, `ABAC`,
+    /// `AlwaysAllow`, `AlwaysDeny`.
     #[arg(long, default_value = "Node,RBAC", value_parser = parse_modes)]
     pub authorization_mode: std::vec::Vec<orchestra::core::auth::AuthorizationMode>,
+    /// The ABAC policies (`--authorization-mode=ABAC`): one
+    /// `abac.authorization.kubernetes.io/v1beta1` Policy per line.
+    #[arg(long)]
+    pub authorization_policy_file: Option<std::path::PathBuf>,
     /// The authorization webhook (`--authorization-mode=Webhook`): a
     /// kubeconfig naming its HTTPS URL, CA and the client certificate.
     #[arg(long)]
@@ -97,7 +101,7 @@ impl AuthArgs {
         mut builder: orchestra::control_plane::ControlPlaneBuilder,
     ) -> Result<orchestra::control_plane::ControlPlaneBuilder, Box<dyn std::error::Error>> {
         use orchestra::core::auth::{
-            OidcAuthenticator, OidcOptions, WebhookAuthorizer, WebhookConfig, WebhookTokenAuthenticator,
+            AbacAuthorizer, OidcAuthenticator, OidcOptions, WebhookAuthorizer, WebhookConfig, WebhookTokenAuthenticator,
         };
         builder = builder.allow_anonymous(self.anonymous_auth).authorization_modes(&self.authorization_mode);
         match (&self.oidc_issuer_url, &self.oidc_client_id) {
@@ -138,6 +142,9 @@ impl AuthArgs {
                 self.authorization_webhook_cache_unauthorized_ttl,
             );
             builder = builder.webhook_authorizer(webhook);
+        }
+        if let Some(path) = &self.authorization_policy_file {
+            builder = builder.abac_authorizer(AbacAuthorizer::read(path)?);
         }
         Ok(builder)
     }

@@ -104,8 +104,9 @@ fn apiserver_refuses_unusable_auth_flags() {
     let webhook = dir.path().join("webhook.kubeconfig");
     std::fs::write(&webhook, "clusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:1/authorize'}\n").unwrap();
     let webhook_flag = format!("--authorization-webhook-config-file={}", webhook.display());
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--authorization-mode=Node,Webhook"], "authorization mode Webhook needs its configuration"),
+        (&["--authorization-mode=ABAC,RBAC"], "--authorization-policy-file"),
         (&["--authorization-mode=Webhook", &webhook_flag], "must be an https URL"),
         (&["--oidc-issuer-url=http://issuer", "--oidc-client-id=k"], "must be an https URL"),
         (&["--oidc-issuer-url=https://issuer"], "--oidc-issuer-url needs --oidc-client-id"),

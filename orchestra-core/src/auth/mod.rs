@@ -9,6 +9,7 @@
 //! components carry their identity as an [`Identity`] request extension,
 //! which [`ExtensionAuthenticator`] recognises like any other credential.
 
+mod abac;
 pub mod admission;
 mod authn;
 mod authz;
@@ -24,6 +25,7 @@ mod webhook;
 mod webhook_authz;
 mod webhook_token;
 
+pub use abac::{ABAC_API_VERSION, AbacAuthorizer, PolicyFileError};
 pub use authn::{
     AuthError, Authenticator, AuthenticatorChain, ExtensionAuthenticator, Identity, IdentityLayer, TokenFile, UserInfo,
 };

@@ -34,6 +34,10 @@ pub enum AuthorizationMode {
     /// ([`WebhookAuthorizer`](super::WebhookAuthorizer)), which must be
     /// configured (upstream's `--authorization-webhook-config-file`).
     Webhook,
+    /// The policies of a policy file
+    /// ([`AbacAuthorizer`](super::AbacAuthorizer)), which must be given
+    /// (upstream's `--authorization-policy-file`).
+    Abac,
 }
 
 /// A `--authorization-mode` value that cannot be used.
@@ -43,10 +47,12 @@ pub enum ModeError {
     #[error("unknown authorization mode {0:?} (known: AlwaysAllow, AlwaysDeny, Node, RBAC, ABAC, Webhook)")]
     Unknown(String),
     /// A mode upstream has that this server cannot run yet.
-    #[error("authorization mode {0} is not supported yet (supported: AlwaysAllow, AlwaysDeny, Node, RBAC, Webhook)")]
+    #[error(
+        "authorization mode {0} is not supported yet (supported: AlwaysAllow, AlwaysDeny, Node, RBAC, Webhook, ABAC)"
+    )]
     Unsupported(String),
     /// A mode named without the configuration it needs.
-    #[error("authorization mode {0} needs its configuration (for Webhook: --authorization-webhook-config-file)")]
+    #[error("authorization mode {0} needs its configuration ({flag})", flag = config_flag(*.0))]
     Unconfigured(AuthorizationMode),
     /// A mode named twice.
     #[error("authorization mode {0} is given more than once")]
@@ -84,7 +90,7 @@ impl FromStr for AuthorizationMode {
             "Node" => Ok(AuthorizationMode::Node),
             "RBAC" => Ok(AuthorizationMode::Rbac),
             "Webhook" => Ok(AuthorizationMode::Webhook),
-            "ABAC" => Err(ModeError::Unsupported(name.to_owned())),
+            "ABAC" => Ok(AuthorizationMode::Abac),
             other => Err(ModeError::Unknown(other.to_owned())),
         }
     }
@@ -98,7 +104,17 @@ impl fmt::Display for AuthorizationMode {
             AuthorizationMode::Node => "Node",
             AuthorizationMode::Rbac => "RBAC",
             AuthorizationMode::Webhook => "Webhook",
+            AuthorizationMode::Abac => "ABAC",
         })
+    }
+}
+
+/// The kube-apiserver flag that configures `mode`.
+fn config_flag(mode: AuthorizationMode) -> &'static str {
+    match mode {
+        AuthorizationMode::Webhook => "--authorization-webhook-config-file",
+        AuthorizationMode::Abac => "--authorization-policy-file",
+        _ => "none needed",
     }
 }
 
@@ -115,14 +131,14 @@ mod tests {
             ("AlwaysDeny", Ok(vec![AlwaysDeny])),
             ("", Err(ModeError::Empty)),
             ("rbac", Err(ModeError::Unknown("rbac".into()))),
-            ("Node,ABAC", Err(ModeError::Unsupported("ABAC".into()))),
+            ("Node,ABAC", Ok(vec![Node, Abac])),
             ("Node,Node", Err(ModeError::Repeated(Node))),
             ("Node,Webhook,RBAC", Ok(vec![Node, Webhook, Rbac])),
         ];
         for (list, expected) in cases {
             assert_eq!(&AuthorizationMode::parse_list(list), expected, "{list:?}");
         }
-        for mode in [AlwaysAllow, AlwaysDeny, Node, Rbac, Webhook] {
+        for mode in [AlwaysAllow, AlwaysDeny, Node, Rbac, Webhook, Abac] {
             assert_eq!(mode.to_string().parse::<AuthorizationMode>(), Ok(mode));
         }
     }

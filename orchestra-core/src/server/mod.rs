@@ -203,6 +203,8 @@ pub struct ApiServerBuilder {
     rbac_bootstrap: bool,
     /// The authorizer `--authorization-mode=Webhook` stands for.
     webhook_authorizer: Option<crate::auth::WebhookAuthorizer>,
+    /// The authorizer `--authorization-mode=ABAC` stands for.
+    abac_authorizer: Option<crate::auth::AbacAuthorizer>,
     /// Why the authorizer chain of the last
     /// [`authorization_modes`](Self::authorization_modes) could not be made;
     /// [`build`](Self::build) fails with it.
@@ -275,12 +277,21 @@ impl ApiServerBuilder {
         self
     }
 
+    /// The authorizer `ABAC` stands for in
+    /// [`authorization_modes`](Self::authorization_modes) (upstream's
+    /// `--authorization-policy-file`); set it before naming the modes.
+    pub fn abac_authorizer(mut self, authorizer: crate::auth::AbacAuthorizer) -> ApiServerBuilder {
+        self.abac_authorizer = Some(authorizer);
+        self
+    }
+
     /// Sets the authorizer chain from upstream's `--authorization-mode`
     /// entries, in order: `Node` is [`node_authorizer`](Self::node_authorizer),
     /// `RBAC` is [`rbac_authorizer`](Self::rbac_authorizer) with the default
     /// roles created at start ([`rbac_bootstrap`](Self::rbac_bootstrap)),
     /// `AlwaysAllow` and `AlwaysDeny` allow and deny everything, `Webhook`
-    /// is the [`webhook_authorizer`](Self::webhook_authorizer) (without one,
+    /// is the [`webhook_authorizer`](Self::webhook_authorizer) and `ABAC` the
+    /// [`abac_authorizer`](Self::abac_authorizer) (without them,
     /// [`build`](Self::build) fails). The default is `Node,RBAC`.
     ///
     /// ```
@@ -310,8 +321,9 @@ impl ApiServerBuilder {
     /// The authorizers of `modes`, in order, as
     /// [`authorization_modes`](Self::authorization_modes) makes them, for a
     /// chain of one's own; it does not ask for the default roles. Fails
-    /// when `Webhook` is named without a
-    /// [`webhook_authorizer`](Self::webhook_authorizer).
+    /// when `Webhook` or `ABAC` is named without a
+    /// [`webhook_authorizer`](Self::webhook_authorizer) or an
+    /// [`abac_authorizer`](Self::abac_authorizer).
     pub fn mode_authorizers(
         &self,
         modes: &[crate::auth::AuthorizationMode],
@@ -327,6 +339,10 @@ impl ApiServerBuilder {
                 Mode::Webhook => match &self.webhook_authorizer {
                     Some(webhook) => chain.with(webhook.clone()),
                     None => return Err(crate::auth::ModeError::Unconfigured(Mode::Webhook)),
+                },
+                Mode::Abac => match &self.abac_authorizer {
+                    Some(abac) => chain.with(abac.clone()),
+                    None => return Err(crate::auth::ModeError::Unconfigured(Mode::Abac)),
                 },
             };
         }
@@ -572,6 +588,7 @@ impl ApiServer {
             rbac: Default::default(),
             rbac_bootstrap: false,
             webhook_authorizer: None,
+            abac_authorizer: None,
             mode_error: None,
             namespaces: Default::default(),
             objects: Default::default(),

@@ -1,6 +1,7 @@
 //! Authentication and authorization by other servers, with kubectl: an
 //! OpenID Connect issuer's ID tokens, a TokenReview webhook and a
-//! SubjectAccessReview webhook, each served on loopback over HTTPS.
+//! SubjectAccessReview webhook, each served on loopback over HTTPS; and
+//! ABAC's policy file.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use orchestra::testing::{Kubectl, KubectlOutput, TestCluster};
 use orchestra_core::auth::{
-    AuthorizationMode, OidcAuthenticator, OidcOptions, WebhookAuthorizer, WebhookConfig, WebhookTokenAuthenticator,
+    ABAC_API_VERSION, AbacAuthorizer, AuthorizationMode, OidcAuthenticator, OidcOptions, TokenFile, WebhookAuthorizer,
+    WebhookConfig, WebhookTokenAuthenticator,
 };
 use orchestra_core::server::ApiServer;
 use orchestra_core::server::pki::Pki;
@@ -215,4 +217,32 @@ async fn webhooks_authenticate_and_authorize() {
         panic!("an API server with Webhook and no configuration is refused")
     };
     assert_eq!(error.code, 400, "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn abac_policies_allow_before_rbac() {
+    let policies = [
+        json!({"user": "dana", "namespace": "default", "resource": "configmaps", "apiGroup": "", "readonly": true}),
+        json!({"group": "system:authenticated", "readonly": true, "nonResourcePath": "*"}),
+    ]
+    .iter()
+    .map(|spec| json!({"apiVersion": ABAC_API_VERSION, "kind": "Policy", "spec": spec}).to_string())
+    .collect::<Vec<_>>()
+    .join("\n");
+    let modes = AuthorizationMode::parse_list("ABAC,RBAC").unwrap();
+    let builder = TestCluster::builder()
+        .authenticator(TokenFile::parse("dana-token,dana,3\n").unwrap())
+        .abac_authorizer(AbacAuthorizer::parse(&policies).unwrap())
+        .authorization_modes(&modes);
+    let cluster = TestCluster::start_with(builder).await;
+    let admin = cluster.kubectl().await;
+    assert!(admin.run(&["create", "configmap", "c", "-n", "default"]).success, "RBAC still serves the admin");
+
+    let dana = cluster.kubectl_with_token("dana-token").await;
+    let listed = dana.run(&["get", "configmaps", "-n", "default"]);
+    assert!(listed.success, "{}", listed.stderr);
+    let created = dana.run(&["create", "configmap", "d", "-n", "default"]);
+    assert!(created.stderr.contains("User \"dana\" cannot create resource \"configmaps\""), "{}", created.stderr);
+    let elsewhere = dana.run(&["get", "configmaps", "-n", "kube-system"]);
+    assert!(!elsewhere.success, "{}", elsewhere.stdout);
 }

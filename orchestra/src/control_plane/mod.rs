@@ -204,6 +204,7 @@ pub struct ControlPlaneBuilder {
     allow_anonymous: bool,
     authorization: Authorization,
     webhook_authorizer: Option<orchestra_core::auth::WebhookAuthorizer>,
+    abac_authorizer: Option<orchestra_core::auth::AbacAuthorizer>,
     admission: Option<AdmissionChain>,
     server_options: Option<ServerOptions>,
     encryption: Option<EncryptionConfig>,
@@ -244,6 +245,7 @@ impl ControlPlaneBuilder {
                 vec![AuthorizationMode::Node, AuthorizationMode::Rbac],
             ),
             webhook_authorizer: None,
+            abac_authorizer: None,
             admission: None,
             server_options: None,
             encryption: None,
@@ -333,6 +335,15 @@ impl ControlPlaneBuilder {
     /// fails [`start`](Self::start).
     pub fn webhook_authorizer(mut self, authorizer: orchestra_core::auth::WebhookAuthorizer) -> Self {
         self.webhook_authorizer = Some(authorizer);
+        self
+    }
+
+    /// The authorizer `ABAC` stands for in
+    /// [`authorization_modes`](Self::authorization_modes) (kube-apiserver's
+    /// `--authorization-policy-file`); naming `ABAC` without it fails
+    /// [`start`](Self::start).
+    pub fn abac_authorizer(mut self, authorizer: orchestra_core::auth::AbacAuthorizer) -> Self {
+        self.abac_authorizer = Some(authorizer);
         self
     }
 
@@ -520,6 +531,9 @@ impl ControlPlaneBuilder {
             Authorization::BeforeModes(chain, modes) => {
                 if let Some(webhook) = self.webhook_authorizer {
                     api = api.webhook_authorizer(webhook);
+                }
+                if let Some(abac) = self.abac_authorizer {
+                    api = api.abac_authorizer(abac);
                 }
                 let modes_chain = api.mode_authorizers(&modes).map_err(|e| ControlPlaneError::Config(e.to_string()))?;
                 let chain = chain.then(modes_chain);
