@@ -195,7 +195,7 @@ impl Key {
     }
 }
 
-/// The issuer's keys as last fetched, and when.
+/// The issuer's keys as last fetched.
 #[derive(Debug, Default)]
 struct KeySet {
     keys: Vec<Key>,
