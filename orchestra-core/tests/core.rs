@@ -47,3 +47,6 @@ mod accept;
 
 #[path = "core/quota.rs"]
 mod quota;
+
+#[path = "core/external_auth.rs"]
+mod external_auth;

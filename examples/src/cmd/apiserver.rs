@@ -47,9 +47,6 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .store(Arc::new(store))
         .data_dir(&args.data_dir)
         .listener(listener)
-        .allow_anonymous(args.auth.anonymous_auth)
-        .authorization_modes(&args.auth.authorization_mode)
-        .disable_admission_plugins(args.auth.disable_admission_plugins.iter().cloned())
         // Nodes started on their own (`orchestra node`) sign their serving
         // certificate themselves.
         .verify_node_certificates(false)
@@ -58,6 +55,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(path) = &args.token_auth_file {
         builder = builder.authenticator(TokenFile::read(path)?);
     }
+    builder = args.auth.apply(builder)?;
     if let Some(path) = &args.encryption_provider_config {
         builder = builder.encryption(EncryptionConfig::from_file(path)?);
     }

@@ -35,13 +35,134 @@ pub struct AuthArgs {
     /// `system:unauthenticated`), limited by the authorizers like anyone.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub anonymous_auth: bool,
-    /// The authorizers, in order: `Node`, `RBAC`, `AlwaysAllow`, `AlwaysDeny`.
+    /// The authorizers, in order: `Node`, `RBAC`, `Webhook`, `ABAC`,
+    /// `AlwaysAllow`, `AlwaysDeny`.
     #[arg(long, default_value = "Node,RBAC", value_parser = parse_modes)]
     pub authorization_mode: std::vec::Vec<orchestra::core::auth::AuthorizationMode>,
     /// Admission plugins to leave out of the default chain, e.g.
     /// `PodSecurity,ResourceQuota`.
     #[arg(long, value_delimiter = ',')]
     pub disable_admission_plugins: Vec<String>,
+    /// The ABAC policies (`--authorization-mode=ABAC`): one
+    /// `abac.authorization.kubernetes.io/v1beta1` Policy per line.
+    #[arg(long)]
+    pub authorization_policy_file: Option<std::path::PathBuf>,
+    /// The authorization webhook (`--authorization-mode=Webhook`): a
+    /// kubeconfig naming its HTTPS URL, CA and the client certificate.
+    #[arg(long)]
+    pub authorization_webhook_config_file: Option<std::path::PathBuf>,
+    /// How long the webhook's allowed answers are cached.
+    #[arg(long, default_value = "5m0s", value_parser = parse_duration)]
+    pub authorization_webhook_cache_authorized_ttl: std::time::Duration,
+    /// How long the webhook's other answers are cached.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub authorization_webhook_cache_unauthorized_ttl: std::time::Duration,
+    /// Bearer tokens checked by a webhook with TokenReviews: a kubeconfig
+    /// naming its HTTPS URL, CA and the client certificate.
+    #[arg(long)]
+    pub authentication_token_webhook_config_file: Option<std::path::PathBuf>,
+    /// How long the token webhook's answers are cached.
+    #[arg(long, default_value = "2m0s", value_parser = parse_duration)]
+    pub authentication_token_webhook_cache_ttl: std::time::Duration,
+    /// OpenID Connect: the issuer's https URL (tokens' `iss`); turns OIDC on.
+    #[arg(long)]
+    pub oidc_issuer_url: Option<String>,
+    /// OpenID Connect: the client id tokens must be issued for (`aud`).
+    #[arg(long)]
+    pub oidc_client_id: Option<String>,
+    /// OpenID Connect: the claim naming the user.
+    #[arg(long, default_value = "sub")]
+    pub oidc_username_claim: String,
+    /// OpenID Connect: prefix of user names (default `<issuer>#` unless the
+    /// username claim is `email`; `-`: none).
+    #[arg(long)]
+    pub oidc_username_prefix: Option<String>,
+    /// OpenID Connect: the claim listing the user's groups.
+    #[arg(long)]
+    pub oidc_groups_claim: Option<String>,
+    /// OpenID Connect: prefix of group names.
+    #[arg(long, default_value = "")]
+    pub oidc_groups_prefix: String,
+    /// OpenID Connect: the CAs of the issuer's certificate (default: the
+    /// system's).
+    #[arg(long)]
+    pub oidc_ca_file: Option<std::path::PathBuf>,
+    /// OpenID Connect: `claim=value` pairs tokens must carry (repeatable,
+    /// or comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub oidc_required_claim: Vec<String>,
+    /// OpenID Connect: the signing algorithms accepted.
+    #[arg(long, default_value = "RS256", value_delimiter = ',')]
+    pub oidc_signing_algs: Vec<String>,
+}
+
+impl AuthArgs {
+    /// `builder` with these flags' anonymous access, admission plugins left
+    /// out, authenticators (after
+    /// those already added: OIDC, then the token webhook, as upstream
+    /// orders them) and authorizers.
+    pub fn apply(
+        &self,
+        mut builder: orchestra::control_plane::ControlPlaneBuilder,
+    ) -> Result<orchestra::control_plane::ControlPlaneBuilder, Box<dyn std::error::Error>> {
+        use orchestra::core::auth::{
+            AbacAuthorizer, OidcAuthenticator, OidcOptions, WebhookAuthorizer, WebhookConfig, WebhookTokenAuthenticator,
+        };
+        builder = builder
+            .allow_anonymous(self.anonymous_auth)
+            .authorization_modes(&self.authorization_mode)
+            .disable_admission_plugins(self.disable_admission_plugins.iter().cloned());
+        match (&self.oidc_issuer_url, &self.oidc_client_id) {
+            (Some(issuer), Some(client_id)) => {
+                let mut options = OidcOptions::new(issuer, client_id);
+                options.username_claim = self.oidc_username_claim.clone();
+                options.username_prefix = self.oidc_username_prefix.clone();
+                options.groups_claim = self.oidc_groups_claim.clone();
+                options.groups_prefix = self.oidc_groups_prefix.clone();
+                if let Some(path) = &self.oidc_ca_file {
+                    let pem =
+                        std::fs::read_to_string(path).map_err(|e| format!("--oidc-ca-file {}: {e}", path.display()))?;
+                    options.ca_pem = Some(pem);
+                }
+                for pair in self.oidc_required_claim.iter().filter(|p| !p.is_empty()) {
+                    let (claim, value) = pair
+                        .split_once('=')
+                        .ok_or_else(|| format!("--oidc-required-claim {pair:?}: expected claim=value"))?;
+                    options.required_claims.insert(claim.to_owned(), value.to_owned());
+                }
+                options.signing_algs = self.oidc_signing_algs.clone();
+                builder = builder.authenticator(OidcAuthenticator::new(options)?);
+            }
+            (None, None) => {}
+            (Some(_), None) => return Err("--oidc-issuer-url needs --oidc-client-id".into()),
+            (None, Some(_)) => return Err("--oidc-client-id needs --oidc-issuer-url".into()),
+        }
+        if let Some(path) = &self.authentication_token_webhook_config_file {
+            let config = WebhookConfig::from_kubeconfig_file(path)?;
+            let webhook =
+                WebhookTokenAuthenticator::new(config)?.cache_ttl(self.authentication_token_webhook_cache_ttl);
+            builder = builder.authenticator(webhook);
+        }
+        if let Some(path) = &self.authorization_webhook_config_file {
+            let config = WebhookConfig::from_kubeconfig_file(path)?;
+            let webhook = WebhookAuthorizer::new(config)?.cache_ttls(
+                self.authorization_webhook_cache_authorized_ttl,
+                self.authorization_webhook_cache_unauthorized_ttl,
+            );
+            builder = builder.webhook_authorizer(webhook);
+        }
+        if let Some(path) = &self.authorization_policy_file {
+            builder = builder.abac_authorizer(AbacAuthorizer::read(path)?);
+        }
+        Ok(builder)
+    }
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    match orchestra::core::server::parse_go_duration(text) {
+        Some(duration) => Ok(duration.unwrap_or_default()),
+        None => Err(format!("{text:?} is not a duration such as 2m0s or 30s")),
+    }
 }
 
 fn parse_modes(list: &str) -> Result<Vec<orchestra::core::auth::AuthorizationMode>, String> {

@@ -95,3 +95,35 @@ fn whoami(admin: &Kubectl, token: &str) -> Result<String, String> {
     ]);
     if output.success { Ok(output.stdout) } else { Err(output.stderr) }
 }
+
+/// Authentication and authorization flags that cannot work stop the server
+/// before it serves, saying why.
+#[test]
+fn apiserver_refuses_unusable_auth_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let webhook = dir.path().join("webhook.kubeconfig");
+    std::fs::write(&webhook, "clusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:1/authorize'}\n").unwrap();
+    let webhook_flag = format!("--authorization-webhook-config-file={}", webhook.display());
+    let cases: [(&[&str], &str); 6] = [
+        (&["--authorization-mode=Node,Webhook"], "authorization mode Webhook needs its configuration"),
+        (&["--authorization-mode=ABAC,RBAC"], "--authorization-policy-file"),
+        (&["--authorization-mode=Webhook", &webhook_flag], "must be an https URL"),
+        (&["--oidc-issuer-url=http://issuer", "--oidc-client-id=k"], "must be an https URL"),
+        (&["--oidc-issuer-url=https://issuer"], "--oidc-issuer-url needs --oidc-client-id"),
+        (
+            &["--oidc-issuer-url=https://issuer", "--oidc-client-id=k", "--oidc-signing-algs=HS256"],
+            "unsupported signing algorithm",
+        ),
+    ];
+    for (flags, message) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_orchestra"))
+            .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args(flags)
+            .output()
+            .expect("the orchestra binary runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{flags:?} was accepted");
+        assert!(stderr.contains(message), "{flags:?}: {stderr}");
+    }
+}

@@ -184,7 +184,8 @@ where
 }
 
 /// Bearer tokens from a static token file (upstream `--token-auth-file`):
-/// CSV lines `token,user,uid[,"group1,group2"]`.
+/// CSV lines `token,user,uid[,"group1,group2"]`. Tokens not in the file are
+/// left to the next authenticator.
 #[derive(Debug, Clone, Default)]
 pub struct TokenFile {
     tokens: BTreeMap<String, UserInfo>,
@@ -251,10 +252,9 @@ impl Authenticator for TokenFile {
         let Some(token) = header.to_str().ok().and_then(|h| h.strip_prefix("Bearer ")).map(str::trim) else {
             return Ok(None);
         };
-        match self.tokens.get(token) {
-            Some(user) => Ok(Some(user.clone())),
-            None => Err(AuthError("unknown bearer token".into())),
-        }
+        // A token not in the file may be another authenticator's (OIDC, a
+        // webhook); if none recognises it the chain refuses it.
+        Ok(self.tokens.get(token).cloned())
     }
 }
 
@@ -292,5 +292,7 @@ mod tests {
         let strict = AuthenticatorChain::new().with(ExtensionAuthenticator);
         assert!(strict.authenticate(&parts(None, None)).await.is_err());
         assert!(TokenFile::parse("only-token").is_err());
+        let file = TokenFile::parse("secret,admin,1\n").unwrap();
+        assert_eq!(file.authenticate(&parts(Some("Bearer other"), None)).await, Ok(None), "left to others");
     }
 }

@@ -9,20 +9,31 @@
 //! components carry their identity as an [`Identity`] request extension,
 //! which [`ExtensionAuthenticator`] recognises like any other credential.
 
+mod abac;
 pub mod admission;
 mod authn;
 mod authz;
 mod client_cert;
+mod https;
 mod mode;
 pub mod node;
+mod oidc;
 mod public;
 pub mod rbac;
 pub mod service_account;
+mod webhook;
+mod webhook_authz;
+mod webhook_token;
 
+pub use abac::{ABAC_API_VERSION, AbacAuthorizer, PolicyFileError};
 pub use authn::{
     AuthError, Authenticator, AuthenticatorChain, ExtensionAuthenticator, Identity, IdentityLayer, TokenFile, UserInfo,
 };
 pub use authz::{AllowAll, Attributes, Authorizer, AuthorizerChain, Decision, DenyAll, Rules};
 pub use client_cert::{ClientCertAuthenticator, PeerCertificates, user_of as certificate_user};
 pub use mode::{AuthorizationMode, ModeError};
+pub use oidc::{OidcAuthenticator, OidcOptions, SUPPORTED_ALGORITHMS as OIDC_SIGNING_ALGORITHMS};
 pub use public::{AllowAuthenticated, PUBLIC_PATHS, PublicInfoViewer};
+pub use webhook::{WebhookConfig, WebhookConfigError};
+pub use webhook_authz::{DEFAULT_AUTHORIZED_TTL, DEFAULT_UNAUTHORIZED_TTL, WebhookAuthorizer};
+pub use webhook_token::{DEFAULT_TOKEN_CACHE_TTL, WebhookTokenAuthenticator};

@@ -30,6 +30,14 @@ pub enum AuthorizationMode {
     /// Roles and bindings ([`RbacAuthorizer`](super::rbac::RbacAuthorizer));
     /// the default roles are created at start.
     Rbac,
+    /// A remote service asked with SubjectAccessReviews
+    /// ([`WebhookAuthorizer`](super::WebhookAuthorizer)), which must be
+    /// configured (upstream's `--authorization-webhook-config-file`).
+    Webhook,
+    /// The policies of a policy file
+    /// ([`AbacAuthorizer`](super::AbacAuthorizer)), which must be given
+    /// (upstream's `--authorization-policy-file`).
+    Abac,
 }
 
 /// A `--authorization-mode` value that cannot be used.
@@ -39,8 +47,13 @@ pub enum ModeError {
     #[error("unknown authorization mode {0:?} (known: AlwaysAllow, AlwaysDeny, Node, RBAC, ABAC, Webhook)")]
     Unknown(String),
     /// A mode upstream has that this server cannot run yet.
-    #[error("authorization mode {0} is not supported yet (supported: AlwaysAllow, AlwaysDeny, Node, RBAC)")]
+    #[error(
+        "authorization mode {0} is not supported yet (supported: AlwaysAllow, AlwaysDeny, Node, RBAC, Webhook, ABAC)"
+    )]
     Unsupported(String),
+    /// A mode named without the configuration it needs.
+    #[error("authorization mode {0} needs its configuration ({flag})", flag = config_flag(*.0))]
+    Unconfigured(AuthorizationMode),
     /// A mode named twice.
     #[error("authorization mode {0} is given more than once")]
     Repeated(AuthorizationMode),
@@ -76,7 +89,8 @@ impl FromStr for AuthorizationMode {
             "AlwaysDeny" => Ok(AuthorizationMode::AlwaysDeny),
             "Node" => Ok(AuthorizationMode::Node),
             "RBAC" => Ok(AuthorizationMode::Rbac),
-            "ABAC" | "Webhook" => Err(ModeError::Unsupported(name.to_owned())),
+            "Webhook" => Ok(AuthorizationMode::Webhook),
+            "ABAC" => Ok(AuthorizationMode::Abac),
             other => Err(ModeError::Unknown(other.to_owned())),
         }
     }
@@ -89,7 +103,18 @@ impl fmt::Display for AuthorizationMode {
             AuthorizationMode::AlwaysDeny => "AlwaysDeny",
             AuthorizationMode::Node => "Node",
             AuthorizationMode::Rbac => "RBAC",
+            AuthorizationMode::Webhook => "Webhook",
+            AuthorizationMode::Abac => "ABAC",
         })
+    }
+}
+
+/// The kube-apiserver flag that configures `mode`.
+fn config_flag(mode: AuthorizationMode) -> &'static str {
+    match mode {
+        AuthorizationMode::Webhook => "--authorization-webhook-config-file",
+        AuthorizationMode::Abac => "--authorization-policy-file",
+        _ => "none needed",
     }
 }
 
@@ -106,13 +131,14 @@ mod tests {
             ("AlwaysDeny", Ok(vec![AlwaysDeny])),
             ("", Err(ModeError::Empty)),
             ("rbac", Err(ModeError::Unknown("rbac".into()))),
-            ("Node,ABAC", Err(ModeError::Unsupported("ABAC".into()))),
+            ("Node,ABAC", Ok(vec![Node, Abac])),
             ("Node,Node", Err(ModeError::Repeated(Node))),
+            ("Node,Webhook,RBAC", Ok(vec![Node, Webhook, Rbac])),
         ];
         for (list, expected) in cases {
             assert_eq!(&AuthorizationMode::parse_list(list), expected, "{list:?}");
         }
-        for mode in [AlwaysAllow, AlwaysDeny, Node, Rbac] {
+        for mode in [AlwaysAllow, AlwaysDeny, Node, Rbac, Webhook, Abac] {
             assert_eq!(mode.to_string().parse::<AuthorizationMode>(), Ok(mode));
         }
     }

@@ -57,6 +57,7 @@ pub(crate) use follow::{Follower, follow};
 pub(crate) use list::list_prefix;
 pub use node_proxy::KubeletClient;
 pub(crate) use objects::generated_name;
+pub use timeout::parse_go_duration;
 
 use self::objects::{Target, Written, respond};
 use self::route::{Query, Route};
@@ -201,6 +202,14 @@ pub struct ApiServerBuilder {
     /// The RBAC cache the server keeps, once an authorizer asked for it.
     rbac: std::sync::OnceLock<Arc<crate::auth::rbac::RbacCache>>,
     rbac_bootstrap: bool,
+    /// The authorizer `--authorization-mode=Webhook` stands for.
+    webhook_authorizer: Option<crate::auth::WebhookAuthorizer>,
+    /// The authorizer `--authorization-mode=ABAC` stands for.
+    abac_authorizer: Option<crate::auth::AbacAuthorizer>,
+    /// Why the authorizer chain of the last
+    /// [`authorization_modes`](Self::authorization_modes) could not be made;
+    /// [`build`](Self::build) fails with it.
+    mode_error: Option<crate::auth::ModeError>,
     /// The namespaces the server keeps from a watch, which its
     /// [`NamespaceLifecycle`] plugins read.
     namespaces: Arc<namespaces::NamespaceCache>,
@@ -256,6 +265,24 @@ impl ApiServerBuilder {
     pub fn authorizer(mut self, chain: AuthorizerChain) -> ApiServerBuilder {
         self.authorizer = chain;
         self.rbac_bootstrap = false;
+        self.mode_error = None;
+        self
+    }
+
+    /// The authorizer `Webhook` stands for in
+    /// [`authorization_modes`](Self::authorization_modes) (upstream's
+    /// `--authorization-webhook-config-file`); set it before naming the
+    /// modes.
+    pub fn webhook_authorizer(mut self, authorizer: crate::auth::WebhookAuthorizer) -> ApiServerBuilder {
+        self.webhook_authorizer = Some(authorizer);
+        self
+    }
+
+    /// The authorizer `ABAC` stands for in
+    /// [`authorization_modes`](Self::authorization_modes) (upstream's
+    /// `--authorization-policy-file`); set it before naming the modes.
+    pub fn abac_authorizer(mut self, authorizer: crate::auth::AbacAuthorizer) -> ApiServerBuilder {
+        self.abac_authorizer = Some(authorizer);
         self
     }
 
@@ -263,8 +290,10 @@ impl ApiServerBuilder {
     /// entries, in order: `Node` is [`node_authorizer`](Self::node_authorizer),
     /// `RBAC` is [`rbac_authorizer`](Self::rbac_authorizer) with the default
     /// roles created at start ([`rbac_bootstrap`](Self::rbac_bootstrap)),
-    /// `AlwaysAllow` and `AlwaysDeny` allow and deny everything. The default
-    /// is `Node,RBAC`.
+    /// `AlwaysAllow` and `AlwaysDeny` allow and deny everything, `Webhook`
+    /// is the [`webhook_authorizer`](Self::webhook_authorizer) and `ABAC` the
+    /// [`abac_authorizer`](Self::abac_authorizer) (without them,
+    /// [`build`](Self::build) fails). The default is `Node,RBAC`.
     ///
     /// ```
     /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
@@ -279,15 +308,27 @@ impl ApiServerBuilder {
     /// # Ok(()) }
     /// ```
     pub fn authorization_modes(self, modes: &[crate::auth::AuthorizationMode]) -> ApiServerBuilder {
-        let chain = self.mode_authorizers(modes);
         let rbac = modes.contains(&crate::auth::AuthorizationMode::Rbac);
-        self.authorizer(chain).rbac_bootstrap(rbac)
+        match self.mode_authorizers(modes) {
+            Ok(chain) => self.authorizer(chain).rbac_bootstrap(rbac),
+            Err(error) => {
+                let mut builder = self.authorizer(AuthorizerChain::new());
+                builder.mode_error = Some(error);
+                builder
+            }
+        }
     }
 
     /// The authorizers of `modes`, in order, as
     /// [`authorization_modes`](Self::authorization_modes) makes them, for a
-    /// chain of one's own; it does not ask for the default roles.
-    pub fn mode_authorizers(&self, modes: &[crate::auth::AuthorizationMode]) -> AuthorizerChain {
+    /// chain of one's own; it does not ask for the default roles. Fails
+    /// when `Webhook` or `ABAC` is named without a
+    /// [`webhook_authorizer`](Self::webhook_authorizer) or an
+    /// [`abac_authorizer`](Self::abac_authorizer).
+    pub fn mode_authorizers(
+        &self,
+        modes: &[crate::auth::AuthorizationMode],
+    ) -> Result<AuthorizerChain, crate::auth::ModeError> {
         use crate::auth::AuthorizationMode as Mode;
         let mut chain = AuthorizerChain::new();
         for mode in modes {
@@ -296,9 +337,17 @@ impl ApiServerBuilder {
                 Mode::AlwaysDeny => chain.with(crate::auth::DenyAll),
                 Mode::Node => chain.with(self.node_authorizer()),
                 Mode::Rbac => chain.with(self.rbac_authorizer()),
+                Mode::Webhook => match &self.webhook_authorizer {
+                    Some(webhook) => chain.with(webhook.clone()),
+                    None => return Err(crate::auth::ModeError::Unconfigured(Mode::Webhook)),
+                },
+                Mode::Abac => match &self.abac_authorizer {
+                    Some(abac) => chain.with(abac.clone()),
+                    None => return Err(crate::auth::ModeError::Unconfigured(Mode::Abac)),
+                },
             };
         }
-        chain
+        Ok(chain)
     }
 
     /// Sets the admission chain, replacing the default one
@@ -466,6 +515,9 @@ impl ApiServerBuilder {
     /// built-in PriorityClasses (`system-node-critical`,
     /// `system-cluster-critical`) exist.
     pub async fn build(self) -> Result<ApiServer, ApiError> {
+        if let Some(error) = self.mode_error {
+            return Err(ApiError::bad_request(error.to_string()));
+        }
         let mut authenticator = self.authenticator;
         if let Some(signer) = &self.token_signer {
             let audiences = vec![signer.issuer().to_owned()];
@@ -536,6 +588,9 @@ impl ApiServer {
             audit: None,
             rbac: Default::default(),
             rbac_bootstrap: false,
+            webhook_authorizer: None,
+            abac_authorizer: None,
+            mode_error: None,
             namespaces: Default::default(),
             objects: Default::default(),
         };

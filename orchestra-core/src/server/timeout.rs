@@ -28,10 +28,19 @@ pub(crate) fn deadline(query: Option<&str>, limit: Option<Duration>) -> Result<O
     })
 }
 
-/// Parses a Go `time.Duration` string (`32s`, `1m30s`, `1.5h`, `250ms`).
-/// `Some(None)` for zero or negative durations (no limit of the client's),
-/// `None` if it does not parse.
-fn parse_go_duration(text: &str) -> Option<Option<Duration>> {
+/// Parses a Go `time.Duration` string (`32s`, `1m30s`, `1.5h`, `250ms`), as
+/// kube-apiserver's duration flags and `?timeout=` take them. `Some(None)`
+/// for zero or negative durations, `None` if it does not parse.
+///
+/// ```
+/// use std::time::Duration;
+/// use orchestra_core::server::parse_go_duration;
+///
+/// assert_eq!(parse_go_duration("2m0s"), Some(Some(Duration::from_secs(120))));
+/// assert_eq!(parse_go_duration("0"), Some(None));
+/// assert_eq!(parse_go_duration("2 minutes"), None);
+/// ```
+pub fn parse_go_duration(text: &str) -> Option<Option<Duration>> {
     let (negative, mut rest) = match text.as_bytes().first()? {
         b'-' => (true, &text[1..]),
         b'+' => (false, &text[1..]),

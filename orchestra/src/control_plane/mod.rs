@@ -38,11 +38,11 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use orchestra_core::auth::admission::{AdmissionChain, AdmissionPlugin};
-use orchestra_core::encryption::{EncryptedStore, EncryptionConfig};
 use orchestra_core::auth::{
     Authenticator, AuthenticatorChain, AuthorizationMode, Authorizer, AuthorizerChain, ClientCertAuthenticator,
     ExtensionAuthenticator, UserInfo,
 };
+use orchestra_core::encryption::{EncryptedStore, EncryptionConfig};
 use orchestra_core::server::pki::Pki;
 use orchestra_core::server::{ApiServer, ApiServerBuilder, KubeletClient, ListenOptions, ServerOptions};
 use orchestra_core::tokens::{DEFAULT_ISSUER, TokenSigner};
@@ -203,6 +203,8 @@ pub struct ControlPlaneBuilder {
     authenticators: AuthenticatorChain,
     allow_anonymous: bool,
     authorization: Authorization,
+    webhook_authorizer: Option<orchestra_core::auth::WebhookAuthorizer>,
+    abac_authorizer: Option<orchestra_core::auth::AbacAuthorizer>,
     admission: Option<AdmissionChain>,
     disabled_admission: Vec<String>,
     server_options: Option<ServerOptions>,
@@ -243,6 +245,8 @@ impl ControlPlaneBuilder {
                 AuthorizerChain::new(),
                 vec![AuthorizationMode::Node, AuthorizationMode::Rbac],
             ),
+            webhook_authorizer: None,
+            abac_authorizer: None,
             admission: None,
             disabled_admission: Vec::new(),
             server_options: None,
@@ -324,6 +328,24 @@ impl ControlPlaneBuilder {
                 Authorization::BeforeModes(chain, modes.to_vec())
             }
         };
+        self
+    }
+
+    /// The authorizer `Webhook` stands for in
+    /// [`authorization_modes`](Self::authorization_modes) (kube-apiserver's
+    /// `--authorization-webhook-config-file`); naming `Webhook` without it
+    /// fails [`start`](Self::start).
+    pub fn webhook_authorizer(mut self, authorizer: orchestra_core::auth::WebhookAuthorizer) -> Self {
+        self.webhook_authorizer = Some(authorizer);
+        self
+    }
+
+    /// The authorizer `ABAC` stands for in
+    /// [`authorization_modes`](Self::authorization_modes) (kube-apiserver's
+    /// `--authorization-policy-file`); naming `ABAC` without it fails
+    /// [`start`](Self::start).
+    pub fn abac_authorizer(mut self, authorizer: orchestra_core::auth::AbacAuthorizer) -> Self {
+        self.abac_authorizer = Some(authorizer);
         self
     }
 
@@ -517,7 +539,14 @@ impl ControlPlaneBuilder {
         let mut api = ApiServer::builder(store).authenticator(authenticators).service_account_tokens(signer.clone());
         api = match self.authorization {
             Authorization::BeforeModes(chain, modes) => {
-                let chain = chain.then(api.mode_authorizers(&modes));
+                if let Some(webhook) = self.webhook_authorizer {
+                    api = api.webhook_authorizer(webhook);
+                }
+                if let Some(abac) = self.abac_authorizer {
+                    api = api.abac_authorizer(abac);
+                }
+                let modes_chain = api.mode_authorizers(&modes).map_err(|e| ControlPlaneError::Config(e.to_string()))?;
+                let chain = chain.then(modes_chain);
                 api.authorizer(chain).rbac_bootstrap(modes.contains(&AuthorizationMode::Rbac))
             }
             Authorization::Exactly(chain) => api.authorizer(chain),
