@@ -551,7 +551,17 @@ impl ControlPlaneBuilder {
             }
             Authorization::Exactly(chain) => api.authorizer(chain),
         };
-        let chain = api.default_admission(self.admission.unwrap_or_default());
+        let mut extra = AdmissionChain::new();
+        // Pods get their service account's token mounted where the
+        // serviceaccount controller keeps accounts and a CA exists to
+        // publish as `kube-root-ca.crt` (else every pod would wait for it).
+        #[cfg(feature = "ctrl")]
+        if pki.is_some()
+            && self.controllers.as_ref().and_then(|c| c.enabled().ok()).is_some_and(|on| on.contains(&"serviceaccount"))
+        {
+            extra = extra.with(orchestra_core::auth::admission::ServiceAccount::new(api.object_reader()));
+        }
+        let chain = api.default_admission(extra.then(self.admission.unwrap_or_default()));
         if let Some(unknown) = self.disabled_admission.iter().find(|name| !chain.names().any(|n| n == name.as_str())) {
             let known = chain.names().collect::<Vec<_>>().join(", ");
             return Err(ControlPlaneError::Config(format!(
