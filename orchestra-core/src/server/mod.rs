@@ -21,6 +21,7 @@ pub mod fence;
 mod field_validation;
 pub mod flowcontrol;
 mod follow;
+mod impersonation;
 mod health;
 mod list;
 pub mod metrics;
@@ -753,6 +754,10 @@ async fn dispatch(
             return body::error(&ApiError::unauthorized());
         }
     };
+    let user = match impersonation::acting_user(state, &parts.headers, parts.uri.path(), user).await {
+        Ok(user) => user,
+        Err(error) => return body::error(&error),
+    };
     let attributes = attributes(&route, &method, &query, user, parts.uri.path());
     *labels = metric_labels(&attributes, &route, is_apply_patch(&parts.headers));
     match state.flow_control.admit(&attributes, long_running).await {
@@ -779,8 +784,16 @@ async fn dispatch(
     let extensions = &parts.extensions;
     let read = |body_stream| async move {
         let bytes = body::read_body(body_stream, headers).await;
-        if let Ok(bytes) = &bytes {
-            crate::audit::Record::request_body(extensions, bytes);
+        if let Ok(bytes) = &bytes
+            && extensions.get::<crate::audit::Record>().is_some()
+        {
+            // The audit log holds request objects as JSON, whatever their
+            // encoding on the wire (kubectl sends protobuf for built-in kinds).
+            let json = match body::object_format(&body::content_type(headers)) {
+                Some(body::Format::Json) => None,
+                _ => body::decode_object(bytes, headers).ok().and_then(|object| serde_json::to_vec(&object).ok()),
+            };
+            crate::audit::Record::request_body(extensions, &json.map_or_else(|| bytes.clone(), bytes::Bytes::from));
         }
         bytes
     };

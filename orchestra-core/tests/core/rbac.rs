@@ -177,3 +177,41 @@ async fn roles_and_bindings_grant_no_more_than_their_writer_holds() {
     );
     assert!(root.success, "{}", root.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn impersonation_and_can_i_as_others() {
+    let cluster = cluster().await;
+    let admin = cluster.kubectl().await;
+    let alice = cluster.kubectl_with_token("alice-token").await;
+    assert!(admin.run(&["create", "namespace", "a"]).success);
+
+    // The admin may impersonate anyone: can-i and requests act as them.
+    let can_i = |args: &[&str]| admin.run(&[&["auth", "can-i"][..], args].concat()).stdout.trim().to_owned();
+    assert_eq!(can_i(&["list", "pods", "-n", "a", "--as", "alice"]), "no");
+    assert_eq!(can_i(&["list", "pods", "-n", "a", "--as", "system:serviceaccount:a:default"]), "no");
+    let as_alice = admin.run(&["get", "pods", "-n", "a", "--as", "alice"]);
+    assert!(
+        as_alice.stderr.contains("User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"a\""),
+        "{}",
+        as_alice.stderr
+    );
+    let whoami = admin.run(&["auth", "whoami", "--as", "system:serviceaccount:a:default", "-o", "json"]);
+    let review: serde_json::Value = serde_json::from_str(&whoami.stdout).expect(&whoami.stderr);
+    assert_eq!(review["status"]["userInfo"]["username"], "system:serviceaccount:a:default");
+    let groups = review["status"]["userInfo"]["groups"].to_string();
+    assert!(groups.contains("system:serviceaccounts:a") && groups.contains("system:authenticated"), "{groups}");
+
+    let bound = admin.run(&["create", "rolebinding", "sa-view", "--clusterrole=view", "--serviceaccount=a:default", "-n", "a"]);
+    assert!(bound.success, "{}", bound.stderr);
+    let allowed =
+        eventually(&admin, &["auth", "can-i", "list", "pods", "-n", "a", "--as", "system:serviceaccount:a:default"], true);
+    assert_eq!(allowed.stdout.trim(), "yes", "{}", allowed.stderr);
+    // RBAC alone grants a node nothing of its own (the Node authorizer does).
+    let node = ["--as", "system:node:n1", "--as-group", "system:nodes"];
+    assert_eq!(can_i(&[&["get", "configmaps/c", "-n", "a"][..], &node].concat()), "no");
+
+    // Alice may not impersonate (kubectl's discovery fails first and
+    // prints only the reason, Forbidden).
+    let refused = alice.run(&["get", "pods", "-n", "a", "--as", "bob"]);
+    assert!(!refused.success && refused.stderr.contains("Forbidden"), "{}", refused.stderr);
+}
