@@ -210,7 +210,7 @@ impl Output {
     fn prune(&self) {
         let mut backups = backups(&self.options.path);
         // Newest first.
-        backups.sort_by(|a, b| b.1.cmp(&a.1));
+        backups.sort_by_key(|backup| std::cmp::Reverse(backup.1));
         let now = SystemTime::now();
         for (i, (path, modified)) in backups.iter().enumerate() {
             let too_many = self.options.max_backups > 0 && i >= self.options.max_backups;

@@ -134,9 +134,8 @@ impl Auditor {
 /// True for requests whose bodies are never logged: they carry secrets
 /// (Secrets, TokenRequests, TokenReviews).
 fn carries_secrets(attributes: &crate::auth::Attributes) -> bool {
-    match (attributes.api_group.as_str(), attributes.resource.as_str(), attributes.subresource.as_str()) {
-        ("", "secrets", _) | ("", "serviceaccounts", "token") => true,
-        ("authentication.k8s.io", "tokenreviews", _) => true,
-        _ => false,
-    }
+    matches!(
+        (attributes.api_group.as_str(), attributes.resource.as_str(), attributes.subresource.as_str()),
+        ("", "secrets", _) | ("", "serviceaccounts", "token") | ("authentication.k8s.io", "tokenreviews", _)
+    )
 }

@@ -155,7 +155,8 @@ async fn roles_and_bindings_grant_no_more_than_their_writer_holds() {
     // Bindings: edit is part of admin; cluster-admin is not.
     let edit = alice.run(&["create", "rolebinding", "bob-edit", "--clusterrole=edit", "--user=bob", "-n", "a"]);
     assert!(edit.success, "{}", edit.stderr);
-    let root = alice.run(&["create", "rolebinding", "bob-root", "--clusterrole=cluster-admin", "--user=bob", "-n", "a"]);
+    let root =
+        alice.run(&["create", "rolebinding", "bob-root", "--clusterrole=cluster-admin", "--user=bob", "-n", "a"]);
     assert!(root.stderr.contains("is attempting to grant RBAC permissions not currently held"), "{}", root.stderr);
 
     // With `bind` on cluster-admin granted, the binding is allowed.
@@ -168,7 +169,15 @@ async fn roles_and_bindings_grant_no_more_than_their_writer_holds() {
         "--resource-name=cluster-admin",
     ]);
     assert!(binder.success, "{}", binder.stderr);
-    let granted = admin.run(&["create", "rolebinding", "alice-binds", "--clusterrole=bind-cluster-admin", "--user=alice", "-n", "a"]);
+    let granted = admin.run(&[
+        "create",
+        "rolebinding",
+        "alice-binds",
+        "--clusterrole=bind-cluster-admin",
+        "--user=alice",
+        "-n",
+        "a",
+    ]);
     assert!(granted.success, "{}", granted.stderr);
     let root = eventually(
         &alice,
@@ -191,7 +200,9 @@ async fn impersonation_and_can_i_as_others() {
     assert_eq!(can_i(&["list", "pods", "-n", "a", "--as", "system:serviceaccount:a:default"]), "no");
     let as_alice = admin.run(&["get", "pods", "-n", "a", "--as", "alice"]);
     assert!(
-        as_alice.stderr.contains("User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"a\""),
+        as_alice
+            .stderr
+            .contains("User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"a\""),
         "{}",
         as_alice.stderr
     );
@@ -201,10 +212,14 @@ async fn impersonation_and_can_i_as_others() {
     let groups = review["status"]["userInfo"]["groups"].to_string();
     assert!(groups.contains("system:serviceaccounts:a") && groups.contains("system:authenticated"), "{groups}");
 
-    let bound = admin.run(&["create", "rolebinding", "sa-view", "--clusterrole=view", "--serviceaccount=a:default", "-n", "a"]);
+    let bound =
+        admin.run(&["create", "rolebinding", "sa-view", "--clusterrole=view", "--serviceaccount=a:default", "-n", "a"]);
     assert!(bound.success, "{}", bound.stderr);
-    let allowed =
-        eventually(&admin, &["auth", "can-i", "list", "pods", "-n", "a", "--as", "system:serviceaccount:a:default"], true);
+    let allowed = eventually(
+        admin,
+        &["auth", "can-i", "list", "pods", "-n", "a", "--as", "system:serviceaccount:a:default"],
+        true,
+    );
     assert_eq!(allowed.stdout.trim(), "yes", "{}", allowed.stderr);
     // RBAC alone grants a node nothing of its own (the Node authorizer does).
     let node = ["--as", "system:node:n1", "--as-group", "system:nodes"];

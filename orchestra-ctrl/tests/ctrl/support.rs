@@ -39,7 +39,8 @@ pub async fn cluster(ready_after: Duration) -> Cluster {
         .with_gc_interval(Duration::from_secs(3600));
     // Pods get no default tolerations from admission: a lost node's pods
     // are evicted as soon as its taint is there.
-    let builder = TestCluster::builder().controllers(controllers).disable_admission_plugins(["DefaultTolerationSeconds"]);
+    let builder =
+        TestCluster::builder().controllers(controllers).disable_admission_plugins(["DefaultTolerationSeconds"]);
     let inner = TestCluster::start_with(builder).await;
     let client = inner.client();
     let fake_node_agent = tokio::spawn(fake_node_agent(client.clone(), ready_after));

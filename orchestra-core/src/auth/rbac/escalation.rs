@@ -151,10 +151,10 @@ impl AdmissionPlugin for RbacEscalation {
         let (kind, role_name, wanted) = match request.resource.plural.as_str() {
             plural @ ("roles" | "clusterroles") => {
                 let role: RoleParts = parse(object)?;
-                if let Some(old) = request.old_object {
-                    if parse::<RoleParts>(old)? == role {
-                        return Ok(());
-                    }
+                if let Some(old) = request.old_object
+                    && parse::<RoleParts>(old)? == role
+                {
+                    return Ok(());
                 }
                 let kind = if plural == "roles" { "Role" } else { "ClusterRole" };
                 if self.authorized(user, "escalate", kind, namespace, request.name).await {
@@ -167,10 +167,10 @@ impl AdmissionPlugin for RbacEscalation {
             }
             "rolebindings" | "clusterrolebindings" => {
                 let binding: BindingParts = parse(object)?;
-                if let Some(old) = request.old_object {
-                    if parse::<BindingParts>(old)? == binding {
-                        return Ok(());
-                    }
+                if let Some(old) = request.old_object
+                    && parse::<BindingParts>(old)? == binding
+                {
+                    return Ok(());
                 }
                 let role_ref = &binding.role_ref;
                 if self.authorized(user, "bind", &role_ref.kind, namespace, &role_ref.name).await {
@@ -219,9 +219,8 @@ fn breakdown(rule: &PolicyRule) -> Vec<PolicyRule> {
                 };
                 match rule.resource_names.as_deref() {
                     None | Some([]) => rules.push(simple),
-                    Some(names) => rules.extend(
-                        names.iter().map(|name| PolicyRule { resource_names: one(name), ..simple.clone() }),
-                    ),
+                    Some(names) => rules
+                        .extend(names.iter().map(|name| PolicyRule { resource_names: one(name), ..simple.clone() })),
                 }
             }
         }
@@ -390,7 +389,9 @@ mod tests {
         let root = UserInfo::new("root", &[MASTERS]);
         let in_a = Some("a");
         #[rustfmt::skip]
-        let cases: Vec<(&UserInfo, &str, Option<&str>, Vec<PolicyRule>, bool)> = vec![
+        // (writer, plural, namespace, rules, allowed)
+        type Case<'a> = (&'a UserInfo, &'a str, Option<&'a str>, Vec<PolicyRule>, bool);
+        let cases: Vec<Case<'_>> = vec![
             (&alice, "roles", in_a, vec![rule(&["get", "create"], &[""], &["pods"], &[])], true),
             (&alice, "roles", in_a, vec![rule(&["get"], &[""], &["pods/log"], &["p"])], true),
             (&alice, "roles", in_a, vec![rule(&["get"], &[""], &["nodes"], &["n1"])], true),
