@@ -12,6 +12,7 @@
 pub mod admission;
 mod authn;
 mod authz;
+pub mod bootstrap_token;
 mod client_cert;
 mod mode;
 pub mod node;

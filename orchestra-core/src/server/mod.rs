@@ -193,6 +193,7 @@ pub struct ApiServerBuilder {
     admission: AdmissionChain,
     kubelet_client: Option<KubeletClient>,
     token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
+    bootstrap_tokens: bool,
     /// The Node authorizer's graph the server keeps, once an authorizer
     /// asked for it.
     node_graph: std::sync::OnceLock<Arc<crate::auth::node::NodeGraph>>,
@@ -214,6 +215,26 @@ impl ApiServerBuilder {
     /// `--service-account-signing-key-file`).
     pub fn service_account_tokens(mut self, signer: impl Into<Arc<crate::tokens::TokenSigner>>) -> ApiServerBuilder {
         self.token_signer = Some(signer.into());
+        self
+    }
+
+    /// Accepts bootstrap tokens (upstream's `--enable-bootstrap-token-auth`):
+    /// Secrets of type `bootstrap.kubernetes.io/token` in `kube-system`, read
+    /// through [`object_reader`](Self::object_reader), ahead of the other
+    /// authenticators; see [`crate::auth::bootstrap_token`].
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
+    /// use std::sync::Arc;
+    /// use orchestra_core::server::ApiServer;
+    /// use orchestra_store::MemStore;
+    ///
+    /// let server = ApiServer::builder(Arc::new(MemStore::new())).bootstrap_tokens().build().await?;
+    /// # let _ = server;
+    /// # Ok(()) }
+    /// ```
+    pub fn bootstrap_tokens(mut self) -> ApiServerBuilder {
+        self.bootstrap_tokens = true;
         self
     }
 
@@ -465,6 +486,7 @@ impl ApiServerBuilder {
     /// built-in PriorityClasses (`system-node-critical`,
     /// `system-cluster-critical`) exist.
     pub async fn build(self) -> Result<ApiServer, ApiError> {
+        let objects = self.object_reader();
         let mut authenticator = self.authenticator;
         if let Some(signer) = &self.token_signer {
             let audiences = vec![signer.issuer().to_owned()];
@@ -473,6 +495,10 @@ impl ApiServerBuilder {
                 self.store.clone(),
                 audiences,
             );
+            authenticator = authenticator.first(tokens);
+        }
+        if self.bootstrap_tokens {
+            let tokens = crate::auth::bootstrap_token::BootstrapTokenAuthenticator::new(objects);
             authenticator = authenticator.first(tokens);
         }
         let mut admission = self.admission;
@@ -531,6 +557,7 @@ impl ApiServer {
             admission: AdmissionChain::new(),
             kubelet_client: None,
             token_signer: None,
+            bootstrap_tokens: false,
             node_graph: Default::default(),
             audit: None,
             rbac: Default::default(),
