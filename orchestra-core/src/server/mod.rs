@@ -864,7 +864,7 @@ async fn dispatch(
                 },
             };
             let write_output = match method {
-                Method::PUT | Method::PATCH if matches!(sub, None | Some("status")) => {
+                Method::PUT | Method::PATCH if matches!(sub, None | Some("status" | "approval")) => {
                     match table::negotiate(headers, parts.uri.query(), false) {
                         Ok(output) => output,
                         Err(e) => return body::error(&e),
@@ -886,20 +886,22 @@ async fn dispatch(
                 Err(e) => return body::error(&e),
             };
             let response = match (sub, &method) {
-                (None | Some("status"), &Method::GET) => match table::negotiate(headers, parts.uri.query(), false) {
-                    Ok(table::Output::Json) => match objects::get_json(state, &target, &name).await {
-                        Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
+                (None | Some("status" | "approval"), &Method::GET) => {
+                    match table::negotiate(headers, parts.uri.query(), false) {
+                        Ok(table::Output::Json) => match objects::get_json(state, &target, &name).await {
+                            Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
+                            Err(e) => body::error(&e),
+                        },
+                        Ok(output) => table::respond(
+                            objects::get(state, &target, &name).await,
+                            output,
+                            &table::printer_of(&target.resource),
+                            false,
+                        ),
                         Err(e) => body::error(&e),
-                    },
-                    Ok(output) => table::respond(
-                        objects::get(state, &target, &name).await,
-                        output,
-                        &table::printer_of(&target.resource),
-                        false,
-                    ),
-                    Err(e) => body::error(&e),
-                },
-                (None | Some("status"), &Method::PUT) => respond_write(
+                    }
+                }
+                (None | Some("status" | "approval"), &Method::PUT) => respond_write(
                     match checked.object(&bytes, headers) {
                         Ok(new) => objects::update(state, &target, &name, sub, &query, headers, new).await,
                         Err(e) => Err(e),
@@ -908,7 +910,7 @@ async fn dispatch(
                     write_output,
                     &target,
                 ),
-                (None | Some("status"), &Method::PATCH) => {
+                (None | Some("status" | "approval"), &Method::PATCH) => {
                     let result = objects::patch(state, &target, &name, sub, &query, headers, &bytes).await;
                     let written = result.as_ref().map_or(Written::Changed, |(_, written)| *written);
                     respond_write(result.map(|(object, _)| object), written, write_output, &target)

@@ -130,6 +130,12 @@ impl Pki {
         &self.admin
     }
 
+    /// The CA as a signer of certificate requests: what the CSR signing
+    /// controller issues certificates with.
+    pub fn certificate_authority(&self) -> Result<super::csr::CertificateAuthority, PkiError> {
+        super::csr::CertificateAuthority::new(self.ca.clone())
+    }
+
     /// Issues a client certificate for `user`, in `group` if given (subject
     /// CN and O, as upstream's x509 authenticator reads them). Not stored.
     /// One group at most: the certificate library keeps one value per
