@@ -22,6 +22,7 @@ mod field_validation;
 pub mod flowcontrol;
 mod follow;
 mod health;
+mod late_authorizer;
 mod list;
 pub mod metrics;
 mod namespaces;
@@ -206,6 +207,8 @@ pub struct ApiServerBuilder {
     namespaces: Arc<namespaces::NamespaceCache>,
     /// The reader admission plugins get; filled when the server is built.
     objects: reader::ServerObjects,
+    /// The authorizer admission plugins get; filled when the server is built.
+    late_authorizer: late_authorizer::ServerAuthorizer,
 }
 
 impl ApiServerBuilder {
@@ -336,7 +339,8 @@ impl ApiServerBuilder {
     ///
     /// NamespaceLifecycle, LimitRanger, NodeRestriction, PodSecurity (levels
     /// from namespace labels, `privileged` by default), Priority,
-    /// DefaultTolerationSeconds, DefaultStorageClass, `extra`,
+    /// DefaultTolerationSeconds, DefaultStorageClass, CertificateApproval,
+    /// CertificateSigning, CertificateSubjectRestriction, `extra`,
     /// ResourceQuota.
     ///
     /// ```
@@ -367,6 +371,9 @@ impl ApiServerBuilder {
             .with(Priority::new(objects.clone()))
             .with(DefaultTolerationSeconds::new())
             .with(DefaultStorageClass::new(objects))
+            .with(self.certificate_approval())
+            .with(self.certificate_signing())
+            .with(crate::auth::admission::CertificateSubjectRestriction::new())
             .then(extra)
             .with(self.resource_quota())
     }
@@ -381,6 +388,29 @@ impl ApiServerBuilder {
             cache: self.namespaces.clone(),
             store: self.store.clone(),
         })
+    }
+
+    /// The authorizer chain of the server being built, for admission
+    /// plugins that ask it (CertificateApproval, CertificateSigning): it
+    /// decides with the chain the server ends up with, whatever
+    /// [`authorizer`](Self::authorizer) sets later. Before
+    /// [`build`](Self::build) it denies everything.
+    pub fn server_authorizer(&self) -> Arc<dyn crate::auth::Authorizer> {
+        Arc::new(self.late_authorizer.clone())
+    }
+
+    /// The [`CertificateApproval`](crate::auth::admission::CertificateApproval)
+    /// plugin of the server being built, deciding with
+    /// [`server_authorizer`](Self::server_authorizer).
+    pub fn certificate_approval(&self) -> crate::auth::admission::CertificateApproval {
+        crate::auth::admission::CertificateApproval::new(self.server_authorizer())
+    }
+
+    /// The [`CertificateSigning`](crate::auth::admission::CertificateSigning)
+    /// plugin of the server being built, deciding with
+    /// [`server_authorizer`](Self::server_authorizer).
+    pub fn certificate_signing(&self) -> crate::auth::admission::CertificateSigning {
+        crate::auth::admission::CertificateSigning::new(self.server_authorizer())
     }
 
     /// The [`NodeRestriction`](crate::auth::admission::NodeRestriction)
@@ -509,6 +539,7 @@ impl ApiServerBuilder {
             let guard = crate::auth::rbac::RbacEscalation::new(rbac, self.authorizer.clone());
             admission = AdmissionChain::new().with(guard).then(admission);
         }
+        let _ = self.late_authorizer.chain.set(self.authorizer.clone());
         let pipeline = (authenticator, self.authorizer, admission);
         let mut state = State::new(self.store, self.registry, self.options, pipeline);
         state.namespaces = self.namespaces;
@@ -564,6 +595,7 @@ impl ApiServer {
             rbac_bootstrap: false,
             namespaces: Default::default(),
             objects: Default::default(),
+            late_authorizer: Default::default(),
         };
         builder.admission = builder.default_admission(AdmissionChain::new());
         let default_modes = [crate::auth::AuthorizationMode::Node, crate::auth::AuthorizationMode::Rbac];
