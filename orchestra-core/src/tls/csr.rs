@@ -130,6 +130,81 @@ pub fn parse_request(pem: &str) -> Result<CertificateRequest, PkiError> {
     Ok(parsed)
 }
 
+/// The organization of node certificates.
+pub const NODES_GROUP: &str = "system:nodes";
+/// The prefix of a node certificate's common name, before the node name.
+pub const NODE_USER_PREFIX: &str = "system:node:";
+
+fn same_usages(usages: &[String], want: &[&str]) -> bool {
+    usages.iter().all(|u| want.contains(&u.as_str())) && want.iter().all(|w| usages.iter().any(|u| u == w))
+}
+
+/// Whether `request` with `usages` is a valid node client certificate
+/// request (upstream's `ValidateKubeletClientCSR`): organization exactly
+/// `system:nodes`, common name `system:node:<name>`, no subject alternative
+/// names, usages digital signature and client auth, with key encipherment
+/// or without.
+pub fn validate_kubelet_client(request: &CertificateRequest, usages: &[String]) -> Result<(), String> {
+    if request.subject.organizations != [NODES_GROUP] {
+        return Err(format!("subject organization is not {NODES_GROUP}"));
+    }
+    if !request.dns_names.is_empty()
+        || !request.email_addresses.is_empty()
+        || !request.ip_addresses.is_empty()
+        || !request.uris.is_empty()
+    {
+        return Err("subject alternative names are not allowed".into());
+    }
+    if !request.subject.common_name.starts_with(NODE_USER_PREFIX) {
+        return Err(format!("subject common name does not begin with {NODE_USER_PREFIX}"));
+    }
+    let with_rsa = ["digital signature", "key encipherment", "client auth"];
+    if !same_usages(usages, &with_rsa) && !same_usages(usages, &["digital signature", "client auth"]) {
+        return Err("usages did not match [client auth digital signature key encipherment]".into());
+    }
+    Ok(())
+}
+
+/// Whether `request` with `usages` is a valid node serving certificate
+/// request (upstream's `ValidateKubeletServingCSR`): organization exactly
+/// `system:nodes`, common name `system:node:<name>`, at least one DNS name
+/// or IP address and no email or URI names, usages digital signature and
+/// server auth, with key encipherment or without.
+pub fn validate_kubelet_serving(request: &CertificateRequest, usages: &[String]) -> Result<(), String> {
+    if request.subject.organizations != [NODES_GROUP] {
+        return Err(format!("subject organization is not {NODES_GROUP}"));
+    }
+    if request.dns_names.is_empty() && request.ip_addresses.is_empty() {
+        return Err("DNS or IP subjectAltName is required".into());
+    }
+    if !request.email_addresses.is_empty() || !request.uris.is_empty() {
+        return Err("email and URI subjectAltNames are not allowed".into());
+    }
+    if !request.subject.common_name.starts_with(NODE_USER_PREFIX) {
+        return Err(format!("subject common name does not begin with {NODE_USER_PREFIX}"));
+    }
+    let with_rsa = ["digital signature", "key encipherment", "server auth"];
+    if !same_usages(usages, &with_rsa) && !same_usages(usages, &["digital signature", "server auth"]) {
+        return Err("usages did not match [digital signature key encipherment server auth]".into());
+    }
+    Ok(())
+}
+
+/// Whether `usages` suit an API server client certificate (upstream's
+/// `validAPIServerClientUsages`): client auth, optionally digital
+/// signature and key encipherment, nothing else.
+pub fn validate_client_usages(usages: &[String]) -> Result<(), String> {
+    for usage in usages {
+        if !["digital signature", "key encipherment", "client auth"].contains(&usage.as_str()) {
+            return Err(format!("invalid usage for client certificate: {usage}"));
+        }
+    }
+    if !usages.iter().any(|u| u == "client auth") {
+        return Err("missing required usage for client certificate: client auth".into());
+    }
+    Ok(())
+}
+
 /// A new key (ECDSA P-256) and a PEM certificate request for it with
 /// subject CN `common_name` and O `organization`, and `hosts` (names or IP
 /// addresses) as subject alternative names. Returns (request, key), both
@@ -283,6 +358,50 @@ mod tests {
         let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &altered);
         let altered = format!("-----BEGIN CERTIFICATE REQUEST-----\n{b64}\n-----END CERTIFICATE REQUEST-----\n");
         assert!(parse_request(&altered).unwrap_err().to_string().contains("signature"));
+    }
+
+    #[test]
+    fn node_request_rules() {
+        let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let parsed = |cn: &str, org: Option<&str>, hosts: &[&str]| {
+            parse_request(&create_request(cn, org, &strings(hosts)).unwrap().0).unwrap()
+        };
+        let client = strings(&["digital signature", "key encipherment", "client auth"]);
+        let client_ec = strings(&["client auth", "digital signature"]);
+        let serving = strings(&["digital signature", "server auth"]);
+        let node = parsed("system:node:n1", Some(NODES_GROUP), &[]);
+        let cases: Vec<(&str, Result<(), String>, bool)> = vec![
+            ("client", validate_kubelet_client(&node, &client), true),
+            ("client without key encipherment", validate_kubelet_client(&node, &client_ec), true),
+            ("client with server auth", validate_kubelet_client(&node, &serving), false),
+            (
+                "client of another group",
+                validate_kubelet_client(&parsed("system:node:n1", Some("x"), &[]), &client),
+                false,
+            ),
+            ("client not a node", validate_kubelet_client(&parsed("alice", Some(NODES_GROUP), &[]), &client), false),
+            (
+                "client with names",
+                validate_kubelet_client(&parsed("system:node:n1", Some(NODES_GROUP), &["n1"]), &client),
+                false,
+            ),
+            (
+                "serving",
+                validate_kubelet_serving(&parsed("system:node:n1", Some(NODES_GROUP), &["10.0.0.1"]), &serving),
+                true,
+            ),
+            ("serving without names", validate_kubelet_serving(&node, &serving), false),
+            ("client usages", validate_client_usages(&client), true),
+            ("client usages without client auth", validate_client_usages(&strings(&["digital signature"])), false),
+            (
+                "client usages with server auth",
+                validate_client_usages(&strings(&["client auth", "server auth"])),
+                false,
+            ),
+        ];
+        for (name, result, ok) in cases {
+            assert_eq!(result.is_ok(), ok, "{name}: {result:?}");
+        }
     }
 
     #[test]

@@ -15,8 +15,12 @@
 //! | [`node_ipam`] | `spec.podCIDR` of Nodes |
 //! | [`clusterrole_aggregation`] | rules of ClusterRoles with an `aggregationRule` |
 //! | [`resourcequota`] | `status.hard` and `status.used` of ResourceQuotas |
+//! | [`csrapproving`] | approves node client CertificateSigningRequests after a SubjectAccessReview |
+//! | [`csrsigning`] | issues approved CertificateSigningRequests with the cluster CA |
 
 pub mod clusterrole_aggregation;
+pub mod csrapproving;
+pub mod csrsigning;
 pub mod deployment;
 pub mod discovery;
 pub mod endpoints;
@@ -77,6 +81,11 @@ pub struct ControllerManagerConfig {
     /// (`--service-account-private-key-file`, `--root-ca-file`); `None`
     /// turns the token controller off.
     pub service_account_tokens: Option<serviceaccount_token::TokenConfig>,
+    /// The CA CertificateSigningRequests are signed with and the longest
+    /// validity granted (`--cluster-signing-cert-file`,
+    /// `--cluster-signing-key-file`, `--cluster-signing-duration`); `None`
+    /// turns the `csrsigning` controller off.
+    pub csr_signing: Option<csrsigning::SigningConfig>,
     /// Which controllers run (`--controllers`): `*` turns on every
     /// controller on by default, `name` turns `name` on, `-name` turns it
     /// off; the first entry naming a controller decides for it. Names are
@@ -98,6 +107,7 @@ impl Default for ControllerManagerConfig {
             gc_interval: Duration::from_secs(60),
             node_lifecycle: node_lifecycle::Config::default(),
             service_account_tokens: None,
+            csr_signing: None,
             controllers: vec!["*".into()],
             credentials: None,
         }
@@ -138,6 +148,12 @@ impl ControllerManagerConfig {
     /// Sets [`service_account_tokens`](Self::service_account_tokens).
     pub fn with_service_account_tokens(mut self, tokens: impl Into<Option<serviceaccount_token::TokenConfig>>) -> Self {
         self.service_account_tokens = tokens.into();
+        self
+    }
+
+    /// Sets [`csr_signing`](Self::csr_signing).
+    pub fn with_csr_signing(mut self, signing: impl Into<Option<csrsigning::SigningConfig>>) -> Self {
+        self.csr_signing = signing.into();
         self
     }
 
@@ -330,8 +346,8 @@ impl ControllerContext {
 }
 
 /// The built-in controllers, in the order they start. Each is on by
-/// default (with `*`); `serviceaccount-token` and `nodeipam` run only when
-/// configured (a signing key, a cluster CIDR).
+/// default (with `*`); `serviceaccount-token`, `nodeipam` and `csrsigning`
+/// run only when configured (a signing key, a cluster CIDR, a signing CA).
 pub static BUILTIN: &[ControllerDescriptor] = &[
     ControllerDescriptor {
         name: "replicaset",
@@ -436,6 +452,27 @@ pub static BUILTIN: &[ControllerDescriptor] = &[
         service_account: Some(resourcequota::NAME),
         run: |ctx| Box::pin(resourcequota::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
     },
+    ControllerDescriptor {
+        name: "csrapproving",
+        enabled_by_default: true,
+        requires: None,
+        service_account: Some(csrapproving::NAME),
+        run: |ctx| Box::pin(csrapproving::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
+    },
+    ControllerDescriptor {
+        name: "csrsigning",
+        enabled_by_default: true,
+        requires: Some(Requirement { missing: "cluster signing CA", met: |c| c.csr_signing.is_some() }),
+        service_account: Some(csrapproving::NAME),
+        run: |ctx| {
+            Box::pin(async move {
+                // Present: the requirement was checked at selection.
+                if let Some(signing) = ctx.config.csr_signing.clone() {
+                    csrsigning::run(ctx.factory.clone(), signing, ctx.workers(), ctx.stopped()).await;
+                }
+            })
+        },
+    },
 ];
 
 /// The built-in controllers `config.controllers` selects (see
@@ -498,7 +535,9 @@ pub fn manager(
 mod tests {
     use super::*;
 
-    const ALL_BUT_TOKENS: [&str; 11] = [
+    /// Every built-in controller but those needing configuration the
+    /// default lacks (a token signing key, a cluster signing CA).
+    const ALL_BUT_TOKENS: [&str; 12] = [
         "replicaset",
         "replicationcontroller",
         "deployment",
@@ -510,6 +549,7 @@ mod tests {
         "nodeipam",
         "clusterrole-aggregation",
         "resourcequota",
+        "csrapproving",
     ];
 
     fn config(entries: &[&str]) -> ControllerManagerConfig {
@@ -606,6 +646,7 @@ mod tests {
                     "endpoints",
                     "clusterrole-aggregation",
                     "resourcequota",
+                    "csrapproving",
                 ],
             ),
             (&["-deployment", "deployment", "namespace"], &["namespace"]),
@@ -620,7 +661,11 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), BUILTIN.len());
         assert!(BUILTIN.iter().all(|d| d.enabled_by_default));
-        // The two that need configuration, asked for by name without it.
+        // Those that need configuration, asked for by name without it.
+        assert_eq!(
+            config(&["csrsigning"]).enabled(),
+            Err(SelectionError::NotConfigured { controller: "csrsigning", missing: "cluster signing CA" })
+        );
         assert_eq!(
             config(&["serviceaccount-token"]).enabled(),
             Err(SelectionError::NotConfigured { controller: "serviceaccount-token", missing: "signing key" })
