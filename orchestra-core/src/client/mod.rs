@@ -3,6 +3,9 @@
 
 use std::path::Path;
 
+#[cfg(feature = "tls")]
+pub mod bootstrap;
+
 /// A client that sends every request straight into `server`'s tower service,
 /// with no socket in between, as the server's own loopback identity
 /// ([`loopback_user`]: `system:apiserver` in `system:masters`, which may do
