@@ -47,8 +47,6 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .store(Arc::new(store))
         .data_dir(&args.data_dir)
         .listener(listener)
-        .allow_anonymous(args.auth.anonymous_auth)
-        .authorization_modes(&args.auth.authorization_mode)
         // Nodes started on their own (`orchestra node`) sign their serving
         // certificate themselves.
         .verify_node_certificates(false)
@@ -61,6 +59,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         builder = builder.encryption(EncryptionConfig::from_file(path)?);
     }
     builder = args.audit.apply(builder)?;
+    builder = args.auth.apply(builder);
     let server = builder.start().await?;
     let url = server.url().expect("a TLS listener has a URL");
     let kubeconfig = args.kubeconfig.clone().unwrap_or_else(|| args.data_dir.join("admin.kubeconfig"));

@@ -8,6 +8,7 @@ pub mod images;
 pub mod node;
 pub mod scheduler;
 pub mod store_demo;
+pub mod token;
 pub mod up;
 
 /// Pods' address space in the reference assembly: inside 127.0.0.0/8, so
@@ -38,6 +39,27 @@ pub struct AuthArgs {
     /// The authorizers, in order: `Node`, `RBAC`, `AlwaysAllow`, `AlwaysDeny`.
     #[arg(long, default_value = "Node,RBAC", value_parser = parse_modes)]
     pub authorization_mode: std::vec::Vec<orchestra::core::auth::AuthorizationMode>,
+    /// Accept bootstrap tokens (Secrets of type
+    /// `bootstrap.kubernetes.io/token` in `kube-system`, made by `orchestra
+    /// token create`), with which nodes join (`orchestra node
+    /// --bootstrap-token`).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub enable_bootstrap_token_auth: bool,
+}
+
+impl AuthArgs {
+    /// The control plane with these flags applied.
+    pub fn apply(
+        &self,
+        cluster: orchestra::control_plane::ControlPlaneBuilder,
+    ) -> orchestra::control_plane::ControlPlaneBuilder {
+        let cluster = cluster.allow_anonymous(self.anonymous_auth).authorization_modes(&self.authorization_mode);
+        if self.enable_bootstrap_token_auth {
+            cluster.configure_api_server(|api| api.bootstrap_tokens())
+        } else {
+            cluster
+        }
+    }
 }
 
 fn parse_modes(list: &str) -> Result<Vec<orchestra::core::auth::AuthorizationMode>, String> {

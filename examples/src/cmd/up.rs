@@ -85,12 +85,11 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         cluster = cluster.encryption(EncryptionConfig::from_file(path)?);
     }
     cluster = args.audit.apply(cluster)?;
+    cluster = args.auth.apply(cluster);
     let cluster = cluster
         .store(Arc::new(store))
         .data_dir(&data_dir)
         .listener(Listener::tls(args.listen, data_dir.join("pki")))
-        .allow_anonymous(args.auth.anonymous_auth)
-        .authorization_modes(&args.auth.authorization_mode)
         .controllers(controllers)
         .control_plane_static_pods(true)
         .nodes(args.nodes, runtime)

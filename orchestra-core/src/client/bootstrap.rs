@@ -191,8 +191,7 @@ impl TlsBootstrap {
     /// `dir/`[`KUBECONFIG_FILE`] (0600); returns its path.
     pub async fn write_kubeconfig(&self, dir: impl AsRef<Path>) -> Result<PathBuf, BootstrapError> {
         let dir = dir.as_ref();
-        crate::tls::pki::create_private_dir(dir)
-            .map_err(|source| PkiError::Io { path: dir.to_owned(), source })?;
+        crate::tls::pki::create_private_dir(dir).map_err(|source| PkiError::Io { path: dir.to_owned(), source })?;
         let credential = self.request_credential(dir).await?;
         let user = format!("{NODE_USER_PREFIX}{}", self.node_name);
         let path = dir.join(KUBECONFIG_FILE);

@@ -112,6 +112,7 @@ impl Running {
     }
 
     /// `config` with the service account token controller's key and CA,
+    /// the cluster CA for the CSR signing controller (with certificates),
     /// and in-process clients acting as each controller's service account,
     /// unless it has its own.
     #[cfg(feature = "ctrl")]
@@ -133,6 +134,16 @@ impl Running {
             let mut tokens = orchestra_ctrl::controllers::serviceaccount_token::TokenConfig::new(self.signer.clone());
             tokens.root_ca = self.pki.as_ref().map(|pki| pki.ca_pem().to_owned());
             config.service_account_tokens = Some(tokens);
+        }
+        // With certificates, CSRs are signed by the cluster CA, whose client
+        // certificates the listener accepts.
+        if config.csr_signing.is_none()
+            && let Some(pki) = &self.pki
+        {
+            match pki.certificate_authority() {
+                Ok(ca) => config.csr_signing = Some(orchestra_ctrl::controllers::csrsigning::SigningConfig::new(ca)),
+                Err(error) => tracing::warn!(%error, "the cluster CA cannot sign: CSRs will not be issued"),
+            }
         }
         config
     }
