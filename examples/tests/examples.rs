@@ -24,5 +24,7 @@ mod runtime_backend;
 mod store_backend;
 #[path = "examples/support.rs"]
 mod support;
+#[path = "examples/tls_bootstrap.rs"]
+mod tls_bootstrap;
 #[path = "examples/up.rs"]
 mod up;
