@@ -5,7 +5,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use orchestra_core::tls::csr::CertificateAuthority;
+use orchestra_core::tls::pki::Credential;
 use orchestra_core::tokens::{DEFAULT_ISSUER, TokenSigner};
+use orchestra_ctrl::controllers::csrsigning::SigningConfig;
 use orchestra_ctrl::controllers::serviceaccount_token::TokenConfig;
 use orchestra_ctrl::controllers::{self, ControllerManagerConfig};
 use orchestra_ctrl::informer::SharedInformerFactory;
@@ -30,6 +33,17 @@ pub struct Args {
     /// The CA certificate put into token Secrets as `ca.crt`.
     #[arg(long)]
     root_ca_file: Option<PathBuf>,
+    /// The cluster CA's certificate CertificateSigningRequests are signed
+    /// with (the API server's `pki/ca.crt`); with
+    /// `--cluster-signing-key-file`, turns the `csrsigning` controller on.
+    #[arg(long, requires = "cluster_signing_key_file")]
+    cluster_signing_cert_file: Option<PathBuf>,
+    /// The cluster CA's key (`pki/ca.key`).
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    cluster_signing_key_file: Option<PathBuf>,
+    /// The longest validity of a signed certificate, in seconds.
+    #[arg(long, default_value_t = controllers::csrsigning::DEFAULT_MAX_DURATION.as_secs())]
+    cluster_signing_duration_seconds: u64,
     /// This instance's identity in leader election.
     #[arg(long)]
     identity: Option<String>,
@@ -79,7 +93,16 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         None => None,
     };
-    let config = config(&args).with_service_account_tokens(service_account_tokens);
+    let csr_signing = match (&args.cluster_signing_cert_file, &args.cluster_signing_key_file) {
+        (Some(cert), Some(key)) => {
+            let read = |path: &PathBuf| std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()));
+            let ca = Credential { cert_pem: read(cert)?, key_pem: read(key)? };
+            let duration = std::time::Duration::from_secs(args.cluster_signing_duration_seconds);
+            Some(SigningConfig::new(CertificateAuthority::new(ca)?).with_max_duration(duration))
+        }
+        _ => None,
+    };
+    let config = config(&args).with_service_account_tokens(service_account_tokens).with_csr_signing(csr_signing);
     let manager = controllers::builtin(SharedInformerFactory::new(client.clone()), config)?;
     let elector = Arc::new(LeaderElector::new(client, "kube-system", "kube-controller-manager", &identity));
     println!("orchestra controller-manager {identity} ready ({})", manager.names().join(", "));

@@ -120,8 +120,7 @@ fn requests_are_audited_by_policy_and_the_log_rotates() {
     assert_eq!(stages, ["RequestReceived", "ResponseComplete"]);
 
     // A Secret: the policy says RequestResponse, the server logs metadata only.
-    let (ok, out, err) =
-        admin.run(&["create", "secret", "generic", "pw", "--from-literal=password=hunter2"]).into_parts();
+    let (ok, out, err) = admin.run(&["create", "secret", "generic", "pw", "--from-literal=password=hunter2"]).into_parts();
     assert!(ok, "{out}{err}");
     let event = complete(&log, "the secret's create", |e| e["objectRef"]["resource"] == "secrets");
     assert_eq!(event["level"], "Metadata");

@@ -17,8 +17,7 @@ const OLD_KEY: &str = "c2VjcmV0IGlzIHNlY3VyZSwgb3IgaXMgaXQ/Cg==";
 const NEW_KEY: &str = "MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTI=";
 
 fn config(keys: &[(&str, &str)]) -> String {
-    let keys: String =
-        keys.iter().map(|(name, secret)| format!("      - name: {name}\n        secret: {secret}\n")).collect();
+    let keys: String = keys.iter().map(|(name, secret)| format!("      - name: {name}\n        secret: {secret}\n")).collect();
     format!(
         "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n\
          - resources: [secrets]\n  providers:\n  - aesgcm:\n      keys:\n{keys}  - identity: {{}}\n"

@@ -273,16 +273,7 @@ mod tests {
     use super::*;
     use crate::auth::UserInfo;
 
-    fn resource(
-        user: &str,
-        groups: &[&str],
-        verb: &str,
-        group: &str,
-        res: &str,
-        sub: &str,
-        ns: &str,
-        name: &str,
-    ) -> Attributes {
+    fn resource(user: &str, groups: &[&str], verb: &str, group: &str, res: &str, sub: &str, ns: &str, name: &str) -> Attributes {
         Attributes {
             user: UserInfo::new(user, groups),
             verb: verb.into(),
@@ -382,14 +373,8 @@ rules:
                 "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: None, namespaces: [a], nonResourceURLs: [/x]}]\n",
                 "both resources and non-resource",
             ),
-            (
-                "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: None, nonResourceURLs: [healthz]}]\n",
-                "must start",
-            ),
-            (
-                "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: None, nonResourceURLs: ['/a*b']}]\n",
-                "must start",
-            ),
+            ("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: None, nonResourceURLs: [healthz]}]\n", "must start"),
+            ("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: None, nonResourceURLs: ['/a*b']}]\n", "must start"),
         ];
         for (text, expected) in cases {
             let error = Policy::parse(text).expect_err(text).to_string();

@@ -281,8 +281,7 @@ fn source_ips(request: &Request) -> Vec<String> {
     let mut ips: Vec<String> = Vec::new();
     let forwarded = headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()).unwrap_or_default();
     let real = headers.get("x-real-ip").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let peer =
-        request.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip().to_string());
+    let peer = request.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip().to_string());
     for ip in forwarded.split(',').chain([real]).map(str::trim).map(str::to_owned).chain(peer) {
         if !ip.is_empty() && ip.parse::<std::net::IpAddr>().is_ok() && !ips.contains(&ip) {
             ips.push(ip);

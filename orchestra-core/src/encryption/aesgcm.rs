@@ -50,11 +50,7 @@ impl AesGcm {
         Some(AesGcm { prefix: format!("k8s:enc:aesgcm:v1:{name}:"), cipher })
     }
 
-    fn seal(
-        &self,
-        nonce: &Nonce<aes_gcm::aead::consts::U12>,
-        payload: Payload<'_, '_>,
-    ) -> Result<Vec<u8>, aes_gcm::Error> {
+    fn seal(&self, nonce: &Nonce<aes_gcm::aead::consts::U12>, payload: Payload<'_, '_>) -> Result<Vec<u8>, aes_gcm::Error> {
         match &self.cipher {
             Cipher::Aes128(c) => c.encrypt(nonce, payload),
             Cipher::Aes192(c) => c.encrypt(nonce, payload),
@@ -62,11 +58,7 @@ impl AesGcm {
         }
     }
 
-    fn open(
-        &self,
-        nonce: &Nonce<aes_gcm::aead::consts::U12>,
-        payload: Payload<'_, '_>,
-    ) -> Result<Vec<u8>, aes_gcm::Error> {
+    fn open(&self, nonce: &Nonce<aes_gcm::aead::consts::U12>, payload: Payload<'_, '_>) -> Result<Vec<u8>, aes_gcm::Error> {
         match &self.cipher {
             Cipher::Aes128(c) => c.decrypt(nonce, payload),
             Cipher::Aes192(c) => c.decrypt(nonce, payload),

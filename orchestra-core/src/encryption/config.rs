@@ -177,7 +177,8 @@ impl EncryptionConfig {
 
     /// Reads upstream's `EncryptionConfiguration` from `path`.
     pub fn from_file(path: &Path) -> Result<EncryptionConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_owned(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.to_owned(), source })?;
         EncryptionConfig::parse(&text)
     }
 
@@ -416,23 +417,17 @@ mod tests {
             ),
             (file("- resources: [secrets]\n  providers:\n  - identity: {}\n"), "/registry/secrets/a/b", Some("")),
             (
-                file(&format!(
-                    "- resources: ['*.']\n  providers:\n  - secretbox:\n      keys: [{{name: a, secret: {KEY32}}}]\n"
-                )),
+                file(&format!("- resources: ['*.']\n  providers:\n  - secretbox:\n      keys: [{{name: a, secret: {KEY32}}}]\n")),
                 "/registry/namespaces/default",
                 Some("k8s:enc:secretbox:v1:a:"),
             ),
             (
-                file(&format!(
-                    "- resources: ['*.']\n  providers:\n  - secretbox:\n      keys: [{{name: a, secret: {KEY32}}}]\n"
-                )),
+                file(&format!("- resources: ['*.']\n  providers:\n  - secretbox:\n      keys: [{{name: a, secret: {KEY32}}}]\n")),
                 "/registry/apps/deployments/default/d",
                 None,
             ),
             (
-                file(&format!(
-                    "- resources: ['*.apps']\n  providers:\n  - secretbox:\n      keys: [{{name: a, secret: {KEY32}}}]\n"
-                )),
+                file(&format!("- resources: ['*.apps']\n  providers:\n  - secretbox:\n      keys: [{{name: a, secret: {KEY32}}}]\n")),
                 "/registry/apps/replicasets/default/r",
                 Some("k8s:enc:secretbox:v1:a:"),
             ),
@@ -472,9 +467,7 @@ mod tests {
                 "3 bytes, not 16, 24 or 32",
             ),
             (
-                file(&format!(
-                    "- resources: [secrets]\n  providers:\n  - secretbox:\n      keys: [{{name: k, secret: {KEY16}}}]\n"
-                )),
+                file(&format!("- resources: [secrets]\n  providers:\n  - secretbox:\n      keys: [{{name: k, secret: {KEY16}}}]\n")),
                 "16 bytes, not 32",
             ),
             (
@@ -491,15 +484,11 @@ mod tests {
             (file("- resources: [secrets]\n  providers:\n  - {identity: {}, aescbc: {}}\n"), "exactly one"),
             (file("- resources: [secrets, secrets]\n  providers:\n  - identity: {}\n"), "already covered"),
             (
-                file(
-                    "- resources: ['*.']\n  providers:\n  - identity: {}\n- resources: [secrets]\n  providers:\n  - identity: {}\n",
-                ),
+                file("- resources: ['*.']\n  providers:\n  - identity: {}\n- resources: [secrets]\n  providers:\n  - identity: {}\n"),
                 "already covered by \"*.\"",
             ),
             (
-                file(
-                    "- resources: ['*.*']\n  providers:\n  - identity: {}\n- resources: [deployments.apps]\n  providers:\n  - identity: {}\n",
-                ),
+                file("- resources: ['*.*']\n  providers:\n  - identity: {}\n- resources: [deployments.apps]\n  providers:\n  - identity: {}\n"),
                 "already covered",
             ),
             (file("- resources: [Secrets]\n  providers:\n  - identity: {}\n"), "not a resource name"),

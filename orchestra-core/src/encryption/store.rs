@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt as _;
 use orchestra_store::{
-    CompareTarget, Error, KeyValue, Op, OpResponse, RangeRequest, RangeResponse, Result, Revision, Store, StoreStatus,
-    Txn, TxnResponse, WatchRequest, WatchStream,
+    CompareTarget, Error, KeyValue, Op, OpResponse, RangeRequest, RangeResponse, Result, Revision, Store,
+    StoreStatus, Txn, TxnResponse, WatchRequest, WatchStream,
 };
 
 use super::{ENCRYPTED_PREFIX, EncryptionConfig, EncryptionError};
@@ -166,9 +166,7 @@ impl Store for EncryptedStore {
                         kv: decrypt_kv(&self.config, kv)?,
                         prev_kv: decrypt_opt(&self.config, prev_kv)?,
                     },
-                    OpResponse::Delete { prev_kv } => {
-                        OpResponse::Delete { prev_kv: decrypt_opt(&self.config, prev_kv)? }
-                    }
+                    OpResponse::Delete { prev_kv } => OpResponse::Delete { prev_kv: decrypt_opt(&self.config, prev_kv)? },
                     OpResponse::Get { kv } => OpResponse::Get { kv: decrypt_opt(&self.config, kv)? },
                 })
             })
@@ -261,7 +259,13 @@ mod tests {
         let v = |s: &'static str| Bytes::from(s);
         assert_eq!(
             seen,
-            [(v("v1"), None), (v("pod"), None), (v("v2"), Some(v("v1"))), (v(""), Some(v("v2"))), (v("v3"), None)]
+            [
+                (v("v1"), None),
+                (v("pod"), None),
+                (v("v2"), Some(v("v1"))),
+                (v(""), Some(v("v2"))),
+                (v("v3"), None)
+            ]
         );
         let compare = Txn::new().when([orchestra_store::Compare::value(KEY, orchestra_store::CompareOp::Equal, "v3")]);
         assert!(matches!(store.txn(compare).await, Err(Error::Storage(_))));
@@ -274,11 +278,7 @@ mod tests {
         let cases: Vec<Case> = vec![
             (vec![aes("old", 1)], vec![aes("new", 2), aes("old", 1)], Ok("k8s:enc:aesgcm:v1:new:")),
             (vec![sbox("old", 1)], vec![aes("new", 2), sbox("old", 1)], Ok("k8s:enc:aesgcm:v1:new:")),
-            (
-                vec![ProviderConfig::Identity],
-                vec![sbox("new", 2), ProviderConfig::Identity],
-                Ok("k8s:enc:secretbox:v1:new:"),
-            ),
+            (vec![ProviderConfig::Identity], vec![sbox("new", 2), ProviderConfig::Identity], Ok("k8s:enc:secretbox:v1:new:")),
             (vec![aes("old", 1)], vec![ProviderConfig::Identity, aes("old", 1)], Ok("")),
             (vec![aes("old", 1)], vec![aes("new", 2)], Err("no configured encryption provider")),
             (vec![aes("old", 1)], vec![aes("old", 2)], Err("does not authenticate")),

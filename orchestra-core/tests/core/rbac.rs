@@ -155,8 +155,7 @@ async fn roles_and_bindings_grant_no_more_than_their_writer_holds() {
     // Bindings: edit is part of admin; cluster-admin is not.
     let edit = alice.run(&["create", "rolebinding", "bob-edit", "--clusterrole=edit", "--user=bob", "-n", "a"]);
     assert!(edit.success, "{}", edit.stderr);
-    let root =
-        alice.run(&["create", "rolebinding", "bob-root", "--clusterrole=cluster-admin", "--user=bob", "-n", "a"]);
+    let root = alice.run(&["create", "rolebinding", "bob-root", "--clusterrole=cluster-admin", "--user=bob", "-n", "a"]);
     assert!(root.stderr.contains("is attempting to grant RBAC permissions not currently held"), "{}", root.stderr);
 
     // With `bind` on cluster-admin granted, the binding is allowed.
@@ -169,15 +168,7 @@ async fn roles_and_bindings_grant_no_more_than_their_writer_holds() {
         "--resource-name=cluster-admin",
     ]);
     assert!(binder.success, "{}", binder.stderr);
-    let granted = admin.run(&[
-        "create",
-        "rolebinding",
-        "alice-binds",
-        "--clusterrole=bind-cluster-admin",
-        "--user=alice",
-        "-n",
-        "a",
-    ]);
+    let granted = admin.run(&["create", "rolebinding", "alice-binds", "--clusterrole=bind-cluster-admin", "--user=alice", "-n", "a"]);
     assert!(granted.success, "{}", granted.stderr);
     let root = eventually(
         &alice,

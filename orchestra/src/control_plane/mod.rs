@@ -38,11 +38,11 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use orchestra_core::auth::admission::{AdmissionChain, AdmissionPlugin};
+use orchestra_core::encryption::{EncryptedStore, EncryptionConfig};
 use orchestra_core::auth::{
     Authenticator, AuthenticatorChain, AuthorizationMode, Authorizer, AuthorizerChain, ClientCertAuthenticator,
     ExtensionAuthenticator, UserInfo,
 };
-use orchestra_core::encryption::{EncryptedStore, EncryptionConfig};
 use orchestra_core::server::pki::Pki;
 use orchestra_core::server::{ApiServer, ApiServerBuilder, KubeletClient, ListenOptions, ServerOptions};
 use orchestra_core::tokens::{DEFAULT_ISSUER, TokenSigner};

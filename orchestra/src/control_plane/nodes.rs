@@ -187,10 +187,8 @@ impl NodeSpec {
         root: &Path,
     ) -> Result<(NodeConfig, Arc<dyn RuntimeBackend>), ControlPlaneError> {
         // The agent's state (volumes with secrets among them): owner only.
-        orchestra_core::tls::pki::create_private_dir(root).map_err(|e| ControlPlaneError::Node {
-            node: name.to_owned(),
-            message: format!("{}: {e}", root.display()),
-        })?;
+        orchestra_core::tls::pki::create_private_dir(root)
+            .map_err(|e| ControlPlaneError::Node { node: name.to_owned(), message: format!("{}: {e}", root.display()) })?;
         let mut config = NodeConfig::new(name).root_dir(root);
         config.node_ip = ip;
         if self.runtime.is_simulated() {

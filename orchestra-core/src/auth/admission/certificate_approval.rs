@@ -161,7 +161,9 @@ pub(super) mod tests {
     #[test]
     fn approval_needs_approve_on_the_signer() {
         let signer = "example.com/my-signer";
-        let cases: [(&str, &'static [&'static str], &str, Option<&str>, bool); 6] = [
+        /// Name, signers granted, verb granted, subresource written, allowed.
+        type Case = (&'static str, &'static [&'static str], &'static str, Option<&'static str>, bool);
+        let cases: [Case; 6] = [
             ("exact name", &["example.com/my-signer"], "approve", Some("approval"), true),
             ("domain wildcard", &["example.com/*"], "approve", Some("approval"), true),
             ("other signer", &["other.io/x"], "approve", Some("approval"), false),

@@ -83,7 +83,9 @@ mod tests {
             csr
         };
         let stored = csr("example.com/a");
-        let cases: [(&str, &'static [&'static str], &str, Value, Option<&str>, bool); 6] = [
+        /// Name, signers granted, verb granted, new object, subresource written, allowed.
+        type Case = (&'static str, &'static [&'static str], &'static str, Value, Option<&'static str>, bool);
+        let cases: [Case; 6] = [
             ("allowed", &["example.com/a"], "sign", issued("example.com/a"), Some("status"), true),
             ("wildcard", &["example.com/*"], "sign", issued("example.com/a"), Some("status"), true),
             ("not allowed", &["example.com/b"], "sign", issued("example.com/a"), Some("status"), false),

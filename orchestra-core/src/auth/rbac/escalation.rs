@@ -219,8 +219,9 @@ fn breakdown(rule: &PolicyRule) -> Vec<PolicyRule> {
                 };
                 match rule.resource_names.as_deref() {
                     None | Some([]) => rules.push(simple),
-                    Some(names) => rules
-                        .extend(names.iter().map(|name| PolicyRule { resource_names: one(name), ..simple.clone() })),
+                    Some(names) => rules.extend(
+                        names.iter().map(|name| PolicyRule { resource_names: one(name), ..simple.clone() }),
+                    ),
                 }
             }
         }

@@ -3,7 +3,7 @@
 //! the CSR approver checks, and the approver roles of the built-in
 //! signers; with the bindings `kubeadm init` creates, so that a node
 //! joining with a bootstrap token of group
-//! [`KUBEADM_GROUP`](crate::auth::bootstrap_token::KUBEADM_GROUP) may ask
+//! [`KUBEADM_GROUP`] may ask
 //! for its client certificate and have it approved, and a node may renew
 //! its own.
 
