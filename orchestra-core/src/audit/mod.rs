@@ -21,7 +21,7 @@
 //! let builder = ApiServer::builder(Arc::new(MemStore::new())).audit(Auditor::new(policy).with_sink(log));
 //! # let _ = builder;
 //! # Ok(()) }
-//! # demo().unwrap();
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async { demo() }).unwrap();
 //! ```
 
 mod event;

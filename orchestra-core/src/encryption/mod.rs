@@ -15,8 +15,9 @@
 //! error for that key (the API answers 500), never a silent fallback.
 //!
 //! Key rotation is upstream's: put the new key first and the old one second,
-//! restart, rewrite every object (`kubectl get secrets -A -o json | kubectl
-//! replace -f -`), then drop the old key.
+//! restart, rewrite every object with a change (an update that leaves an
+//! object as it is stores nothing, so it keeps its old key), then drop the
+//! old key.
 //!
 //! The API server encrypts when its store is wrapped before it is built:
 //!
@@ -37,7 +38,7 @@
 //!       - aesgcm:
 //!           keys:
 //!             - name: key1
-//!               secret: c2VjcmV0IGlzIHNlY3VyZSwgb3IgaXMgaXQ/Cg==
+//!               secret: MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=
 //!       - identity: {}
 //! "#,
 //! )?;
