@@ -36,6 +36,9 @@ enum Command {
     Up(cmd::up::Args),
     /// Runs one node agent against an API server given by a kubeconfig.
     Node(cmd::node::Args),
+    /// Bootstrap tokens for joining nodes (`token create`).
+    #[command(subcommand)]
+    Token(cmd::token::Token),
     /// Lists the images the process runtime knows.
     Images(cmd::images::Args),
     /// Runs the scheduler against an API server given by a kubeconfig.
@@ -59,6 +62,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Command::Apiserver(args) => cmd::apiserver::run(args).await,
         Command::Up(args) => cmd::up::run(args).await,
         Command::Node(args) => cmd::node::run(args).await,
+        Command::Token(command) => cmd::token::run(command).await,
         Command::Images(args) => cmd::images::run(args).await,
         Command::Scheduler(args) => cmd::scheduler::run(args).await,
         Command::ControllerManager(args) => cmd::controller_manager::run(args).await,

@@ -26,5 +26,7 @@ mod service_accounts;
 mod store_backend;
 #[path = "examples/support.rs"]
 mod support;
+#[path = "examples/tls_bootstrap.rs"]
+mod tls_bootstrap;
 #[path = "examples/up.rs"]
 mod up;

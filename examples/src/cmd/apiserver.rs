@@ -14,7 +14,9 @@ use orchestra::store::RocksStore;
 /// Options of `orchestra apiserver`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Directory of the store (`store/`), the certificates (`pki/`) and, by
+    /// Directory of the store (`store/`), the certificates (`pki/`), the
+    /// scheduler's and controller manager's kubeconfigs
+    /// (`scheduler.kubeconfig`, `controller-manager.kubeconfig`) and, by
     /// default, the admin kubeconfig (`admin.kubeconfig`).
     #[arg(long, default_value = "orchestra-data")]
     data_dir: PathBuf,
@@ -64,6 +66,15 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let url = server.url().expect("a TLS listener has a URL");
     let kubeconfig = args.kubeconfig.clone().unwrap_or_else(|| args.data_dir.join("admin.kubeconfig"));
     server.write_admin_kubeconfig(&kubeconfig)?;
+    // The scheduler's and the controller manager's own identities, bound to
+    // their default roles, as kubeadm writes `scheduler.conf` and
+    // `controller-manager.conf`.
+    for (file, user) in [
+        ("scheduler.kubeconfig", "system:kube-scheduler"),
+        ("controller-manager.kubeconfig", "system:kube-controller-manager"),
+    ] {
+        server.write_client_kubeconfig(&args.data_dir.join(file), user, None)?;
+    }
     println!("orchestra apiserver ready on {url} (kubeconfig {})", kubeconfig.display());
     super::shutdown_signal().await;
     server.shutdown().await?;

@@ -5,9 +5,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use orchestra_core::tls::csr::CertificateAuthority;
+use orchestra_core::tls::pki::Credential;
 use orchestra_core::tokens::{DEFAULT_ISSUER, TokenSigner};
+use orchestra_ctrl::controllers::csrsigning::SigningConfig;
 use orchestra_ctrl::controllers::serviceaccount_token::TokenConfig;
 use orchestra_ctrl::controllers::{self, ControllerManagerConfig};
+use orchestra_ctrl::credentials::TokenRequestCredentials;
 use orchestra_ctrl::informer::SharedInformerFactory;
 use orchestra_ctrl::leader::LeaderElector;
 
@@ -31,6 +35,23 @@ pub struct Args {
     /// in every namespace's `kube-root-ca.crt` ConfigMap.
     #[arg(long)]
     root_ca_file: Option<PathBuf>,
+    /// The cluster CA's certificate CertificateSigningRequests are signed
+    /// with (the API server's `pki/ca.crt`); with
+    /// `--cluster-signing-key-file`, turns the `csrsigning` controller on.
+    #[arg(long, requires = "cluster_signing_key_file")]
+    cluster_signing_cert_file: Option<PathBuf>,
+    /// The cluster CA's key (`pki/ca.key`).
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    cluster_signing_key_file: Option<PathBuf>,
+    /// The longest validity of a signed certificate, in seconds.
+    #[arg(long, default_value_t = controllers::csrsigning::DEFAULT_MAX_DURATION.as_secs())]
+    cluster_signing_duration_seconds: u64,
+    /// Run each controller as its own service account in `kube-system`
+    /// (tokens asked for with the TokenRequest API under this process's
+    /// identity), as upstream's `--use-service-account-credentials`; off,
+    /// every controller writes as the kubeconfig's user.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    use_service_account_credentials: bool,
     /// This instance's identity in leader election.
     #[arg(long)]
     identity: Option<String>,
@@ -70,7 +91,8 @@ fn config(args: &Args) -> ControllerManagerConfig {
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // An unknown controller name fails before anything else is done.
     config(&args).enabled()?;
-    let client = orchestra_core::client::from_kubeconfig(&args.kubeconfig).await?;
+    let cluster = orchestra_core::client::config_from_kubeconfig(&args.kubeconfig).await?;
+    let client = kube::Client::try_from(cluster.clone())?;
     let identity = args.identity.clone().unwrap_or_else(super::default_identity);
     let root_ca = args.root_ca_file.as_ref().map(std::fs::read_to_string).transpose()?;
     let service_account_tokens = match &args.service_account_private_key_file {
@@ -81,7 +103,22 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         None => None,
     };
-    let config = config(&args).with_service_account_tokens(service_account_tokens).with_root_ca(root_ca);
+    let csr_signing = match (&args.cluster_signing_cert_file, &args.cluster_signing_key_file) {
+        (Some(cert), Some(key)) => {
+            let read = |path: &PathBuf| std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()));
+            let ca = Credential { cert_pem: read(cert)?, key_pem: read(key)? };
+            let duration = std::time::Duration::from_secs(args.cluster_signing_duration_seconds);
+            Some(SigningConfig::new(CertificateAuthority::new(ca)?).with_max_duration(duration))
+        }
+        _ => None,
+    };
+    let mut config = config(&args)
+        .with_service_account_tokens(service_account_tokens)
+        .with_root_ca(root_ca)
+        .with_csr_signing(csr_signing);
+    if args.use_service_account_credentials {
+        config = config.with_credentials(Arc::new(TokenRequestCredentials::new(client.clone(), cluster)));
+    }
     let manager = controllers::builtin(SharedInformerFactory::new(client.clone()), config)?;
     let elector = Arc::new(LeaderElector::new(client, "kube-system", "kube-controller-manager", &identity));
     println!("orchestra controller-manager {identity} ready ({})", manager.names().join(", "));

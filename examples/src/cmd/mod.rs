@@ -8,6 +8,7 @@ pub mod images;
 pub mod node;
 pub mod scheduler;
 pub mod store_demo;
+pub mod token;
 pub mod up;
 
 /// Pods' address space in the reference assembly: inside 127.0.0.0/8, so
@@ -94,6 +95,12 @@ pub struct AuthArgs {
     /// OpenID Connect: the signing algorithms accepted.
     #[arg(long, default_value = "RS256", value_delimiter = ',')]
     pub oidc_signing_algs: Vec<String>,
+    /// Accept bootstrap tokens (Secrets of type
+    /// `bootstrap.kubernetes.io/token` in `kube-system`, made by `orchestra
+    /// token create`), with which nodes join (`orchestra node
+    /// --bootstrap-token`).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub enable_bootstrap_token_auth: bool,
 }
 
 impl AuthArgs {
@@ -112,6 +119,9 @@ impl AuthArgs {
             .allow_anonymous(self.anonymous_auth)
             .authorization_modes(&self.authorization_mode)
             .disable_admission_plugins(self.disable_admission_plugins.iter().cloned());
+        if self.enable_bootstrap_token_auth {
+            builder = builder.configure_api_server(|api| api.bootstrap_tokens());
+        }
         match (&self.oidc_issuer_url, &self.oidc_client_id) {
             (Some(issuer), Some(client_id)) => {
                 let mut options = OidcOptions::new(issuer, client_id);

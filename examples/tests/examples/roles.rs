@@ -1,9 +1,12 @@
 //! Every component as its own process, as on separate hosts: `orchestra
-//! apiserver`, `scheduler`, `controller-manager` and two `node`s, each
-//! reaching the API server through the admin kubeconfig; kubectl runs a
-//! Deployment on them and reads its logs through the API server.
+//! apiserver`, `scheduler`, `controller-manager` and two `node`s, each with
+//! its own identity: the scheduler and the controller manager with the
+//! kubeconfigs the API server writes for them (each controller then as its
+//! own service account), the nodes joined with a bootstrap token. kubectl
+//! runs a Deployment on them and reads its logs through the API server.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -24,8 +27,9 @@ impl Drop for Process {
     }
 }
 
-/// Starts `orchestra <args>` and waits for its line containing `ready`.
-fn spawn(args: &[&str], data: &Path) -> Process {
+/// Starts `orchestra <args>` and waits for its line containing `ready`,
+/// which it returns.
+fn spawn(args: &[&str], data: &Path) -> (Process, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
         .args(args)
         .arg(data)
@@ -34,14 +38,22 @@ fn spawn(args: &[&str], data: &Path) -> Process {
         .spawn()
         .expect("the orchestra binary starts");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    loop {
+    let ready = loop {
         let line = lines.next().unwrap_or_else(|| panic!("orchestra {args:?} exited before ready")).unwrap();
         if line.contains("ready") {
-            break;
+            break line;
         }
-    }
+    };
     std::thread::spawn(move || for _ in lines {});
-    Process(Some(child))
+    (Process(Some(child)), ready)
+}
+
+/// `kubectl auth whoami` with `kubeconfig`.
+fn whoami(kubeconfig: &Path) -> String {
+    let out =
+        Kubectl::with_kubeconfig(kubeconfig).run(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
+    assert!(out.success, "{}", out.stderr);
+    out.stdout
 }
 
 #[test]
@@ -49,45 +61,79 @@ fn every_component_runs_as_its_own_process() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let admin = Kubectl::with_kubeconfig(d.join("admin.kubeconfig"));
-    let kubeconfig = admin.kubeconfig().to_str().unwrap();
-    let apiserver = spawn(&["apiserver", "--listen", "127.0.0.1:0", "--data-dir"], d);
+    let (apiserver, ready) =
+        spawn(&["apiserver", "--listen", "127.0.0.1:0", "--enable-bootstrap-token-auth", "true", "--data-dir"], d);
+    let url = ready.split("ready on ").nth(1).and_then(|rest| rest.split_whitespace().next()).unwrap().to_owned();
+    let pki = |file: &str| d.join("pki").join(file).to_str().unwrap().to_owned();
+
+    // The scheduler and the controller manager have identities of their
+    // own, with their default roles only.
+    let scheduler_kubeconfig = d.join("scheduler.kubeconfig");
+    let manager_kubeconfig = d.join("controller-manager.kubeconfig");
+    assert_eq!(whoami(&scheduler_kubeconfig), "system:kube-scheduler");
+    assert_eq!(whoami(&manager_kubeconfig), "system:kube-controller-manager");
+    for kubeconfig in [&scheduler_kubeconfig, &manager_kubeconfig] {
+        assert_eq!(std::fs::metadata(kubeconfig).unwrap().permissions().mode() & 0o777, 0o600);
+        let can = Kubectl::with_kubeconfig(kubeconfig).run(&["auth", "can-i", "create", "deployments"]);
+        assert_eq!(can.stdout.trim(), "no", "{}{}", can.stdout, can.stderr);
+    }
     // A pod address range of its own: `orchestra up` tests may run beside
     // this one, and pod addresses are host loopback addresses.
-    let controllers = spawn(
-        &["controller-manager", "--kubeconfig", kubeconfig, "--cluster-cidr", "127.128.0.0/10", "--identity"],
+    let (controllers, _) = spawn(
+        &[
+            "controller-manager",
+            "--kubeconfig",
+            manager_kubeconfig.to_str().unwrap(),
+            "--cluster-cidr",
+            "127.128.0.0/10",
+            "--root-ca-file",
+            &pki("ca.crt"),
+            "--cluster-signing-cert-file",
+            &pki("ca.crt"),
+            "--cluster-signing-key-file",
+            &pki("ca.key"),
+            "--identity",
+        ],
         Path::new("cm-1"),
     );
-    let scheduler = spawn(&["scheduler", "--kubeconfig", kubeconfig, "--identity"], Path::new("sched-1"));
-    let node_a = spawn(
-        &[
+    let (scheduler, _) = spawn(
+        &["scheduler", "--kubeconfig", scheduler_kubeconfig.to_str().unwrap(), "--identity"],
+        Path::new("sched-1"),
+    );
+
+    // Nodes join with a bootstrap token: their CSRs are approved and signed
+    // by the controller manager, and they go on as `system:node:<name>`.
+    let output = Command::new(env!("CARGO_BIN_EXE_orchestra"))
+        .args(["token", "create", "--ttl", "1h", "--kubeconfig"])
+        .arg(admin.kubeconfig())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let token = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+    let node = |name: &str, ip: &str| {
+        let data = d.join(name);
+        let args = [
             "node",
             "--name",
-            "host-a",
+            name,
             "--node-ip",
-            "127.0.30.1",
+            ip,
             "--kubelet-port",
             "0",
-            "--kubeconfig",
-            kubeconfig,
+            "--bootstrap-token",
+            &token,
+            "--server",
+            &url,
+            "--ca-file",
+            &pki("ca.crt"),
             "--data-dir",
-        ],
-        &d.join("host-a"),
-    );
-    let node_b = spawn(
-        &[
-            "node",
-            "--name",
-            "host-b",
-            "--node-ip",
-            "127.0.30.2",
-            "--kubelet-port",
-            "0",
-            "--kubeconfig",
-            kubeconfig,
-            "--data-dir",
-        ],
-        &d.join("host-b"),
-    );
+        ];
+        let (process, _) = spawn(&args, &data);
+        assert_eq!(whoami(&data.join("kubelet.kubeconfig")), format!("system:node:{name}"));
+        process
+    };
+    let node_a = node("host-a", "127.0.30.1");
+    let node_b = node("host-b", "127.0.30.2");
     eventually("2 Ready nodes", Duration::from_secs(60), || {
         let (ok, out, err) = admin.run(&["get", "nodes"]).into_parts();
         if ok && out.lines().filter(|l| l.contains(" Ready ")).count() == 2 {
@@ -113,5 +159,12 @@ fn every_component_runs_as_its_own_process() {
         if ok && out.contains("listening") { Ok(out) } else { Err(format!("{out}{err}")) }
     });
     assert!(logs.contains(&format!("echo: pod {pod} listening on http://127.128.")), "{logs}");
+    // The controllers wrote as their own service accounts, which the
+    // controller manager created to ask for their tokens.
+    let (ok, out, err) = admin.run(&["get", "serviceaccounts", "-n", "kube-system", "-o", "name"]).into_parts();
+    assert!(ok, "{err}");
+    for account in ["deployment-controller", "replicaset-controller", "certificate-controller"] {
+        assert!(out.contains(&format!("serviceaccount/{account}\n")), "{account} missing: {out}");
+    }
     drop((node_a, node_b, scheduler, controllers, apiserver));
 }

@@ -4,6 +4,7 @@
 //! decoding. No I/O.
 
 pub mod apply;
+pub mod certificates;
 pub mod conversion;
 pub mod crd;
 mod error;

@@ -131,6 +131,22 @@ impl Registry {
         r.register(
             ResourceInfo::of::<apiextensions::CustomResourceDefinition>().short_names(&["crd", "crds"]).with_status(),
         );
+        // certificates.k8s.io/v1: `approval` is where `kubectl certificate
+        // approve|deny` writes; requests are checked with the TLS stack.
+        #[cfg(feature = "tls")]
+        r.register(
+            ResourceInfo::of::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>()
+                .validated_by(super::certificates::validate)
+                .short_names(&["csr"])
+                .with_status()
+                .with_subresource(
+                    "approval",
+                    "certificates.k8s.io",
+                    "v1",
+                    "CertificateSigningRequest",
+                    &["get", "patch", "update"],
+                ),
+        );
         // authorization.k8s.io and authentication.k8s.io: create-only reviews.
         for review in super::review::resources() {
             r.register(review);
@@ -249,6 +265,8 @@ mod tests {
         assert_eq!(r.by_kind("rbac.authorization.k8s.io", "v1", "ClusterRole").unwrap().plural, "clusterroles");
         assert!(!r.get("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap().namespaced);
         assert_eq!(r.groups().next(), Some(""));
+        let csr = r.get("certificates.k8s.io", "v1", "certificatesigningrequests").unwrap();
+        assert!(!csr.namespaced && csr.has_subresource("approval") && csr.has_subresource("status"));
         assert!(r.groups().any(|g| g == "events.k8s.io"));
     }
 

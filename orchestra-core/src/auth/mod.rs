@@ -13,6 +13,7 @@ mod abac;
 pub mod admission;
 mod authn;
 mod authz;
+pub mod bootstrap_token;
 mod client_cert;
 mod https;
 mod mode;

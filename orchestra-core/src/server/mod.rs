@@ -23,6 +23,7 @@ pub mod flowcontrol;
 mod follow;
 mod health;
 mod impersonation;
+mod late_authorizer;
 mod list;
 pub mod metrics;
 mod namespaces;
@@ -196,6 +197,7 @@ pub struct ApiServerBuilder {
     admission: AdmissionChain,
     kubelet_client: Option<KubeletClient>,
     token_signer: Option<Arc<crate::auth::service_account::TokenSigner>>,
+    bootstrap_tokens: bool,
     /// The Node authorizer's graph the server keeps, once an authorizer
     /// asked for it.
     node_graph: std::sync::OnceLock<Arc<crate::auth::node::NodeGraph>>,
@@ -216,6 +218,8 @@ pub struct ApiServerBuilder {
     namespaces: Arc<namespaces::NamespaceCache>,
     /// The reader admission plugins get; filled when the server is built.
     objects: reader::ServerObjects,
+    /// The authorizer admission plugins get; filled when the server is built.
+    late_authorizer: late_authorizer::ServerAuthorizer,
 }
 
 impl ApiServerBuilder {
@@ -225,6 +229,26 @@ impl ApiServerBuilder {
     /// `--service-account-signing-key-file`).
     pub fn service_account_tokens(mut self, signer: impl Into<Arc<crate::tokens::TokenSigner>>) -> ApiServerBuilder {
         self.token_signer = Some(signer.into());
+        self
+    }
+
+    /// Accepts bootstrap tokens (upstream's `--enable-bootstrap-token-auth`):
+    /// Secrets of type `bootstrap.kubernetes.io/token` in `kube-system`, read
+    /// through [`object_reader`](Self::object_reader), ahead of the other
+    /// authenticators; see [`crate::auth::bootstrap_token`].
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
+    /// use std::sync::Arc;
+    /// use orchestra_core::server::ApiServer;
+    /// use orchestra_store::MemStore;
+    ///
+    /// let server = ApiServer::builder(Arc::new(MemStore::new())).bootstrap_tokens().build().await?;
+    /// # let _ = server;
+    /// # Ok(()) }
+    /// ```
+    pub fn bootstrap_tokens(mut self) -> ApiServerBuilder {
+        self.bootstrap_tokens = true;
         self
     }
 
@@ -366,7 +390,8 @@ impl ApiServerBuilder {
     ///
     /// NamespaceLifecycle, LimitRanger, NodeRestriction, PodSecurity (levels
     /// from namespace labels, `privileged` by default), Priority,
-    /// DefaultTolerationSeconds, DefaultStorageClass, `extra`,
+    /// DefaultTolerationSeconds, DefaultStorageClass, CertificateApproval,
+    /// CertificateSigning, CertificateSubjectRestriction, `extra`,
     /// ResourceQuota.
     ///
     /// ```
@@ -397,6 +422,9 @@ impl ApiServerBuilder {
             .with(Priority::new(objects.clone()))
             .with(DefaultTolerationSeconds::new())
             .with(DefaultStorageClass::new(objects))
+            .with(self.certificate_approval())
+            .with(self.certificate_signing())
+            .with(crate::auth::admission::CertificateSubjectRestriction::new())
             .then(extra)
             .with(self.resource_quota())
     }
@@ -411,6 +439,29 @@ impl ApiServerBuilder {
             cache: self.namespaces.clone(),
             store: self.store.clone(),
         })
+    }
+
+    /// The authorizer chain of the server being built, for admission
+    /// plugins that ask it (CertificateApproval, CertificateSigning): it
+    /// decides with the chain the server ends up with, whatever
+    /// [`authorizer`](Self::authorizer) sets later. Before
+    /// [`build`](Self::build) it denies everything.
+    pub fn server_authorizer(&self) -> Arc<dyn crate::auth::Authorizer> {
+        Arc::new(self.late_authorizer.clone())
+    }
+
+    /// The [`CertificateApproval`](crate::auth::admission::CertificateApproval)
+    /// plugin of the server being built, deciding with
+    /// [`server_authorizer`](Self::server_authorizer).
+    pub fn certificate_approval(&self) -> crate::auth::admission::CertificateApproval {
+        crate::auth::admission::CertificateApproval::new(self.server_authorizer())
+    }
+
+    /// The [`CertificateSigning`](crate::auth::admission::CertificateSigning)
+    /// plugin of the server being built, deciding with
+    /// [`server_authorizer`](Self::server_authorizer).
+    pub fn certificate_signing(&self) -> crate::auth::admission::CertificateSigning {
+        crate::auth::admission::CertificateSigning::new(self.server_authorizer())
     }
 
     /// The [`NodeRestriction`](crate::auth::admission::NodeRestriction)
@@ -519,6 +570,7 @@ impl ApiServerBuilder {
         if let Some(error) = self.mode_error {
             return Err(ApiError::bad_request(error.to_string()));
         }
+        let objects = self.object_reader();
         let mut authenticator = self.authenticator;
         if let Some(signer) = &self.token_signer {
             let audiences = vec![signer.issuer().to_owned()];
@@ -529,6 +581,10 @@ impl ApiServerBuilder {
             );
             authenticator = authenticator.first(tokens);
         }
+        if self.bootstrap_tokens {
+            let tokens = crate::auth::bootstrap_token::BootstrapTokenAuthenticator::new(objects);
+            authenticator = authenticator.first(tokens);
+        }
         let mut admission = self.admission;
         if let Some(cache) = self.rbac.get().filter(|cache| Arc::strong_count(cache) > 1) {
             // Whenever RBAC authorizes, writes of roles and bindings may not
@@ -537,6 +593,7 @@ impl ApiServerBuilder {
             let guard = crate::auth::rbac::RbacEscalation::new(rbac, self.authorizer.clone());
             admission = AdmissionChain::new().with(guard).then(admission);
         }
+        let _ = self.late_authorizer.chain.set(self.authorizer.clone());
         let pipeline = (authenticator, self.authorizer, admission);
         let mut state = State::new(self.store, self.registry, self.options, pipeline);
         state.namespaces = self.namespaces;
@@ -585,6 +642,7 @@ impl ApiServer {
             admission: AdmissionChain::new(),
             kubelet_client: None,
             token_signer: None,
+            bootstrap_tokens: false,
             node_graph: Default::default(),
             audit: None,
             rbac: Default::default(),
@@ -594,6 +652,7 @@ impl ApiServer {
             mode_error: None,
             namespaces: Default::default(),
             objects: Default::default(),
+            late_authorizer: Default::default(),
         };
         builder.admission = builder.default_admission(AdmissionChain::new());
         let default_modes = [crate::auth::AuthorizationMode::Node, crate::auth::AuthorizationMode::Rbac];
@@ -906,7 +965,7 @@ async fn dispatch(
                 },
             };
             let write_output = match method {
-                Method::PUT | Method::PATCH if matches!(sub, None | Some("status")) => {
+                Method::PUT | Method::PATCH if matches!(sub, None | Some("status" | "approval")) => {
                     match table::negotiate(headers, parts.uri.query(), false) {
                         Ok(output) => output,
                         Err(e) => return body::error(&e),
@@ -928,20 +987,22 @@ async fn dispatch(
                 Err(e) => return body::error(&e),
             };
             let response = match (sub, &method) {
-                (None | Some("status"), &Method::GET) => match table::negotiate(headers, parts.uri.query(), false) {
-                    Ok(table::Output::Json) => match objects::get_json(state, &target, &name).await {
-                        Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
+                (None | Some("status" | "approval"), &Method::GET) => {
+                    match table::negotiate(headers, parts.uri.query(), false) {
+                        Ok(table::Output::Json) => match objects::get_json(state, &target, &name).await {
+                            Ok(bytes) => body::json_bytes(200, bytes, "application/json"),
+                            Err(e) => body::error(&e),
+                        },
+                        Ok(output) => table::respond(
+                            objects::get(state, &target, &name).await,
+                            output,
+                            &table::printer_of(&target.resource),
+                            false,
+                        ),
                         Err(e) => body::error(&e),
-                    },
-                    Ok(output) => table::respond(
-                        objects::get(state, &target, &name).await,
-                        output,
-                        &table::printer_of(&target.resource),
-                        false,
-                    ),
-                    Err(e) => body::error(&e),
-                },
-                (None | Some("status"), &Method::PUT) => respond_write(
+                    }
+                }
+                (None | Some("status" | "approval"), &Method::PUT) => respond_write(
                     match checked.object(&bytes, headers) {
                         Ok(new) => objects::update(state, &target, &name, sub, &query, headers, new).await,
                         Err(e) => Err(e),
@@ -950,7 +1011,7 @@ async fn dispatch(
                     write_output,
                     &target,
                 ),
-                (None | Some("status"), &Method::PATCH) => {
+                (None | Some("status" | "approval"), &Method::PATCH) => {
                     let result = objects::patch(state, &target, &name, sub, &query, headers, &bytes).await;
                     let written = result.as_ref().map_or(Written::Changed, |(_, written)| *written);
                     respond_write(result.map(|(object, _)| object), written, write_output, &target)

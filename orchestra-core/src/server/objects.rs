@@ -225,6 +225,10 @@ fn prepare_create(target: &Target, object: &mut Value, name: &str) {
             object["spec"] = json!({"finalizers": ["kubernetes"]});
         }
     }
+    if crate::api::certificates::is_csr(&resource.group, &resource.plural) {
+        let user = &target.user;
+        crate::api::certificates::stamp_requestor(object, &user.name, &user.uid, &user.groups, &user.extra);
+    }
     if resource.group.is_empty() && resource.plural == "pods" && object.pointer("/status/phase").is_none() {
         object["status"] = json!({"phase": "Pending"});
     }
@@ -377,6 +381,12 @@ fn merge_update(target: &Target, old: &Value, mut new: Value, subresource: Optio
     let resource = &target.resource;
     // Custom resources are compared as upstream decodes them: pruned and defaulted.
     crate::api::crd::normalize(resource, &mut new);
+    if crate::api::certificates::is_csr(&resource.group, &resource.plural) {
+        new = crate::api::certificates::prepare_update(old, &new, subresource);
+        if subresource.is_some() {
+            return new;
+        }
+    }
     if subresource == Some("status") {
         let mut merged = old.clone();
         merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);
@@ -429,6 +439,12 @@ async fn store_update(
         .await?
         .expect("admission keeps the object of an update");
     validate(target, &mut new, name, Some(old))?;
+    if crate::api::certificates::is_csr(&target.resource.group, &target.resource.plural) {
+        let errors = crate::api::certificates::validate_update(old, &new);
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(&error_target, errors));
+        }
+    }
     let finalized = meta::meta_value(&new, "deletionTimestamp").is_some()
         && meta::meta_value(&new, "finalizers")
             .and_then(Value::as_array)

@@ -6,6 +6,7 @@
 //! API server (feature `tls` alone).
 
 mod coalesce;
+pub mod csr;
 mod listener;
 pub mod pki;
 

@@ -130,6 +130,12 @@ impl Pki {
         &self.admin
     }
 
+    /// The CA as a signer of certificate requests: what the CSR signing
+    /// controller issues certificates with.
+    pub fn certificate_authority(&self) -> Result<super::csr::CertificateAuthority, PkiError> {
+        super::csr::CertificateAuthority::new(self.ca.clone())
+    }
+
     /// Issues a client certificate for `user`, in `group` if given (subject
     /// CN and O, as upstream's x509 authenticator reads them). Not stored.
     /// One group at most: the certificate library keeps one value per
@@ -155,22 +161,9 @@ impl Pki {
 
     /// A kubeconfig for `server` (e.g. `https://127.0.0.1:6443`) that trusts
     /// the CA and authenticates with `credential`, as user and context
-    /// `user_name`.
+    /// `user_name` ([`kubeconfig`] with this CA).
     pub fn kubeconfig(&self, server: &str, user_name: &str, credential: &Credential) -> String {
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
-        let config = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "orchestra", "cluster": {"server": server, "certificate-authority-data": b64(&self.ca.cert_pem)}}],
-            "users": [{"name": user_name, "user": {
-                "client-certificate-data": b64(&credential.cert_pem),
-                "client-key-data": b64(&credential.key_pem),
-            }}],
-            "contexts": [{"name": user_name, "context": {"cluster": "orchestra", "user": user_name}}],
-            "current-context": user_name,
-            "preferences": {},
-        });
-        serde_yaml::to_string(&config).expect("a kubeconfig serializes")
+        kubeconfig(server, &self.ca.cert_pem, user_name, credential)
     }
 
     /// [`Pki::kubeconfig`] for the admin credential, written to `path` with
@@ -178,6 +171,50 @@ impl Pki {
     pub fn write_admin_kubeconfig(&self, path: &Path, server: &str) -> Result<(), PkiError> {
         write_private(path, &self.kubeconfig(server, "orchestra-admin", &self.admin))
     }
+
+    /// Writes a kubeconfig for `server` with a new client certificate of
+    /// `user` (in `group`, if any) to `path`, mode 0600: how the components
+    /// run as separate processes get their own identities, as kubeadm's
+    /// `scheduler.conf` (`system:kube-scheduler`) and
+    /// `controller-manager.conf` (`system:kube-controller-manager`).
+    pub fn write_client_kubeconfig(
+        &self,
+        path: &Path,
+        server: &str,
+        user: &str,
+        group: Option<&str>,
+    ) -> Result<(), PkiError> {
+        let credential = self.issue_client(user, group)?;
+        write_private(path, &self.kubeconfig(server, user, &credential))
+    }
+}
+
+/// A kubeconfig for `server` that trusts the CA `ca_pem` and authenticates
+/// with `credential`, as user and context `user_name` (the certificate and
+/// key inline).
+///
+/// ```
+/// use orchestra_core::tls::pki::{Credential, kubeconfig};
+///
+/// let credential = Credential { cert_pem: "CERT".into(), key_pem: "KEY".into() };
+/// let text = kubeconfig("https://127.0.0.1:6443", "CA", "system:node:n1", &credential);
+/// assert!(text.contains("current-context: system:node:n1"));
+/// ```
+pub fn kubeconfig(server: &str, ca_pem: &str, user_name: &str, credential: &Credential) -> String {
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "orchestra", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}],
+        "users": [{"name": user_name, "user": {
+            "client-certificate-data": b64(&credential.cert_pem),
+            "client-key-data": b64(&credential.key_pem),
+        }}],
+        "contexts": [{"name": user_name, "context": {"cluster": "orchestra", "user": user_name}}],
+        "current-context": user_name,
+        "preferences": {},
+    });
+    serde_yaml::to_string(&config).expect("a kubeconfig serializes")
 }
 
 use super::parse_certificates as parse_certs;
@@ -330,8 +367,10 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
 }
 
-/// Writes a file readable by its owner only, atomically (temp file + rename).
-fn write_private(path: &Path, contents: &str) -> Result<(), PkiError> {
+/// Writes a file readable by its owner only (mode 0600), atomically (temp
+/// file + rename), creating its directory: how keys and kubeconfigs are
+/// written.
+pub fn write_private(path: &Path, contents: &str) -> Result<(), PkiError> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let io_error = |source| PkiError::Io { path: path.to_owned(), source };

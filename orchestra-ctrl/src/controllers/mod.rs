@@ -16,8 +16,12 @@
 //! | [`node_ipam`] | `spec.podCIDR` of Nodes |
 //! | [`clusterrole_aggregation`] | rules of ClusterRoles with an `aggregationRule` |
 //! | [`resourcequota`] | `status.hard` and `status.used` of ResourceQuotas |
+//! | [`csrapproving`] | approves node client CertificateSigningRequests after a SubjectAccessReview |
+//! | [`csrsigning`] | issues approved CertificateSigningRequests with the cluster CA |
 
 pub mod clusterrole_aggregation;
+pub mod csrapproving;
+pub mod csrsigning;
 pub mod deployment;
 pub mod discovery;
 pub mod endpoints;
@@ -83,6 +87,11 @@ pub struct ControllerManagerConfig {
     /// `kube-root-ca.crt` ConfigMap (`--root-ca-file`); `None` turns the
     /// root-ca-cert-publisher off.
     pub root_ca: Option<String>,
+    /// The CA CertificateSigningRequests are signed with and the longest
+    /// validity granted (`--cluster-signing-cert-file`,
+    /// `--cluster-signing-key-file`, `--cluster-signing-duration`); `None`
+    /// turns the `csrsigning` controller off.
+    pub csr_signing: Option<csrsigning::SigningConfig>,
     /// Which controllers run (`--controllers`): `*` turns on every
     /// controller on by default, `name` turns `name` on, `-name` turns it
     /// off; the first entry naming a controller decides for it. Names are
@@ -105,6 +114,7 @@ impl Default for ControllerManagerConfig {
             node_lifecycle: node_lifecycle::Config::default(),
             service_account_tokens: None,
             root_ca: None,
+            csr_signing: None,
             controllers: vec!["*".into()],
             credentials: None,
         }
@@ -151,6 +161,12 @@ impl ControllerManagerConfig {
     /// Sets [`root_ca`](Self::root_ca).
     pub fn with_root_ca(mut self, pem: impl Into<Option<String>>) -> Self {
         self.root_ca = pem.into();
+        self
+    }
+
+    /// Sets [`csr_signing`](Self::csr_signing).
+    pub fn with_csr_signing(mut self, signing: impl Into<Option<csrsigning::SigningConfig>>) -> Self {
+        self.csr_signing = signing.into();
         self
     }
 
@@ -343,9 +359,9 @@ impl ControllerContext {
 }
 
 /// The built-in controllers, in the order they start. Each is on by
-/// default (with `*`); `serviceaccount-token`, `root-ca-cert-publisher`
-/// and `nodeipam` run only when configured (a signing key, a CA bundle, a
-/// cluster CIDR).
+/// default (with `*`); `serviceaccount-token`, `root-ca-cert-publisher`,
+/// `nodeipam` and `csrsigning` run only when configured (a signing key, a
+/// CA bundle, a cluster CIDR, a signing CA).
 pub static BUILTIN: &[ControllerDescriptor] = &[
     ControllerDescriptor {
         name: "replicaset",
@@ -464,6 +480,27 @@ pub static BUILTIN: &[ControllerDescriptor] = &[
         service_account: Some(resourcequota::NAME),
         run: |ctx| Box::pin(resourcequota::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
     },
+    ControllerDescriptor {
+        name: "csrapproving",
+        enabled_by_default: true,
+        requires: None,
+        service_account: Some(csrapproving::NAME),
+        run: |ctx| Box::pin(csrapproving::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
+    },
+    ControllerDescriptor {
+        name: "csrsigning",
+        enabled_by_default: true,
+        requires: Some(Requirement { missing: "cluster signing CA", met: |c| c.csr_signing.is_some() }),
+        service_account: Some(csrapproving::NAME),
+        run: |ctx| {
+            Box::pin(async move {
+                // Present: the requirement was checked at selection.
+                if let Some(signing) = ctx.config.csr_signing.clone() {
+                    csrsigning::run(ctx.factory.clone(), signing, ctx.workers(), ctx.stopped()).await;
+                }
+            })
+        },
+    },
 ];
 
 /// The built-in controllers `config.controllers` selects (see
@@ -526,7 +563,9 @@ pub fn manager(
 mod tests {
     use super::*;
 
-    const ALL_BUT_TOKENS: [&str; 11] = [
+    /// Every built-in controller but those needing configuration the
+    /// default lacks (a token signing key, a cluster signing CA).
+    const ALL_BUT_TOKENS: [&str; 12] = [
         "replicaset",
         "replicationcontroller",
         "deployment",
@@ -538,6 +577,7 @@ mod tests {
         "nodeipam",
         "clusterrole-aggregation",
         "resourcequota",
+        "csrapproving",
     ];
 
     fn config(entries: &[&str]) -> ControllerManagerConfig {
@@ -634,6 +674,7 @@ mod tests {
                     "endpoints",
                     "clusterrole-aggregation",
                     "resourcequota",
+                    "csrapproving",
                 ],
             ),
             (&["-deployment", "deployment", "namespace"], &["namespace"]),
@@ -648,7 +689,11 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), BUILTIN.len());
         assert!(BUILTIN.iter().all(|d| d.enabled_by_default));
-        // The two that need configuration, asked for by name without it.
+        // Those that need configuration, asked for by name without it.
+        assert_eq!(
+            config(&["csrsigning"]).enabled(),
+            Err(SelectionError::NotConfigured { controller: "csrsigning", missing: "cluster signing CA" })
+        );
         assert_eq!(
             config(&["serviceaccount-token"]).enabled(),
             Err(SelectionError::NotConfigured { controller: "serviceaccount-token", missing: "signing key" })

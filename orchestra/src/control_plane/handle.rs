@@ -112,6 +112,7 @@ impl Running {
     }
 
     /// `config` with the service account token controller's key and CA,
+    /// the cluster CA for the CSR signing controller (with certificates),
     /// and in-process clients acting as each controller's service account,
     /// unless it has its own.
     #[cfg(feature = "ctrl")]
@@ -136,6 +137,16 @@ impl Running {
         }
         if config.root_ca.is_none() {
             config.root_ca = self.pki.as_ref().map(|pki| pki.ca_pem().to_owned());
+        }
+        // With certificates, CSRs are signed by the cluster CA, whose client
+        // certificates the listener accepts.
+        if config.csr_signing.is_none()
+            && let Some(pki) = &self.pki
+        {
+            match pki.certificate_authority() {
+                Ok(ca) => config.csr_signing = Some(orchestra_ctrl::controllers::csrsigning::SigningConfig::new(ca)),
+                Err(error) => tracing::warn!(%error, "the cluster CA cannot sign: CSRs will not be issued"),
+            }
         }
         config
     }
@@ -322,6 +333,22 @@ impl ControlPlaneHandle {
             return Err(ControlPlaneError::Config("an admin kubeconfig needs a TLS listener".into()));
         };
         Ok(pki.write_admin_kubeconfig(path, &url)?)
+    }
+
+    /// Writes a kubeconfig with a new client certificate of `user` (in
+    /// `group`, if any) to `path`, readable by its owner only: the identity
+    /// of a component run as its own process, e.g. `system:kube-scheduler`.
+    /// Needs [`Listener::Tls`](super::Listener::Tls).
+    pub fn write_client_kubeconfig(
+        &self,
+        path: &Path,
+        user: &str,
+        group: Option<&str>,
+    ) -> Result<(), ControlPlaneError> {
+        let (Some(pki), Some(url)) = (self.pki(), self.url()) else {
+            return Err(ControlPlaneError::Config("a kubeconfig needs a TLS listener".into()));
+        };
+        Ok(pki.write_client_kubeconfig(path, &url, user, group)?)
     }
 
     /// The service account token signer (for tokens the API server accepts).

@@ -62,6 +62,7 @@ pub(super) fn printer(group: &str, kind: &str) -> Option<FnPrinter> {
         ("policy", "PodDisruptionBudget") => (pdb_columns, pdb_cells),
         ("autoscaling", "Scale") => return Some(SCALE),
         ("events.k8s.io", "Event") => (events_columns, event_cells),
+        ("certificates.k8s.io", "CertificateSigningRequest") => (csr_columns, csr_cells),
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration") => {
             (webhook_columns, webhook_cells)
         }
@@ -102,6 +103,60 @@ fn slice_cells(slice: &Value, now: Timestamp) -> Vec<Value> {
         format_endpoints_slice(array_at(slice, "/endpoints")).into(),
         age(slice, now).into(),
     ]
+}
+
+fn csr_columns() -> Vec<Col> {
+    vec![
+        Col::name_column(),
+        Col::age_column(),
+        Col::new("SignerName", "string", "signerName indicates the requested signer, and is a qualified name."),
+        Col::new(
+            "Requestor",
+            "string",
+            "username contains the name of the user that created the CertificateSigningRequest.",
+        ),
+        Col::new(
+            "RequestedDuration",
+            "string",
+            "expirationSeconds is the requested duration of validity of the issued certificate.",
+        ),
+        Col::new("Condition", "string", "conditions applied to the request."),
+    ]
+}
+
+fn csr_cells(csr: &Value, now: Timestamp) -> Vec<Value> {
+    let requested = csr
+        .pointer("/spec/expirationSeconds")
+        .and_then(Value::as_i64)
+        .map_or_else(|| "<none>".to_owned(), super::format::human_duration);
+    vec![
+        name(csr).into(),
+        age(csr, now).into(),
+        str_at(csr, "/spec/signerName").into(),
+        str_at(csr, "/spec/username").into(),
+        requested.into(),
+        csr_condition(csr).into(),
+    ]
+}
+
+/// Upstream's CSR condition column: Denied, Approved or Pending, then
+/// `,Failed` and `,Issued`.
+pub(crate) fn csr_condition(csr: &Value) -> String {
+    let has = |kind: &str| array_at(csr, "/status/conditions").iter().any(|c| c["type"] == kind);
+    let mut condition = if has("Denied") {
+        "Denied".to_owned()
+    } else if has("Approved") {
+        "Approved".to_owned()
+    } else {
+        "Pending".to_owned()
+    };
+    if has("Failed") {
+        condition.push_str(",Failed");
+    }
+    if csr.pointer("/status/certificate").and_then(Value::as_str).is_some_and(|c| !c.is_empty()) {
+        condition.push_str(",Issued");
+    }
+    condition
 }
 
 fn lease_columns() -> Vec<Col> {
@@ -289,6 +344,34 @@ mod tests {
 
     fn now() -> Timestamp {
         "2024-06-01T12:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn csr_cells_and_conditions() {
+        let cases = [
+            (json!({}), "Pending"),
+            (json!({"conditions": [{"type": "Approved"}]}), "Approved"),
+            (json!({"conditions": [{"type": "Approved"}], "certificate": "LS0t"}), "Approved,Issued"),
+            (json!({"conditions": [{"type": "Denied"}, {"type": "Failed"}]}), "Denied,Failed"),
+            (json!({"conditions": [{"type": "Approved"}, {"type": "Failed"}]}), "Approved,Failed"),
+        ];
+        for (status, want) in cases {
+            assert_eq!(csr_condition(&json!({"status": status})), want, "{status}");
+        }
+        let csr = json!({"metadata": {"name": "node-csr-1", "creationTimestamp": "2024-06-01T11:58:00Z"},
+            "spec": {"signerName": "kubernetes.io/kube-apiserver-client", "username": "alice", "expirationSeconds": 86400}});
+        assert_eq!(
+            csr_cells(&csr, now()),
+            [
+                json!("node-csr-1"),
+                json!("2m"),
+                json!("kubernetes.io/kube-apiserver-client"),
+                json!("alice"),
+                json!("24h"),
+                json!("Pending")
+            ]
+        );
+        assert_eq!(csr_cells(&json!({"metadata": {}}), now())[4], "<none>");
     }
 
     #[test]

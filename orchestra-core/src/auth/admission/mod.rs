@@ -11,6 +11,9 @@ use serde_json::Value;
 use super::UserInfo;
 use crate::api::{ApiError, ResourceInfo};
 
+mod certificate_approval;
+mod certificate_signing;
+mod certificate_subject_restriction;
 mod default_storage_class;
 mod default_toleration_seconds;
 mod limit_ranger;
@@ -22,6 +25,9 @@ mod priority;
 mod resource_quota;
 mod service_account;
 
+pub use certificate_approval::CertificateApproval;
+pub use certificate_signing::CertificateSigning;
+pub use certificate_subject_restriction::CertificateSubjectRestriction;
 pub use default_storage_class::DefaultStorageClass;
 pub use default_toleration_seconds::DefaultTolerationSeconds;
 pub use limit_ranger::LimitRanger;

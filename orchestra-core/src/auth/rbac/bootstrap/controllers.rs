@@ -10,7 +10,7 @@
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 
-use super::{EVENTS, READ, metadata, role, rule};
+use super::{EVENTS, READ, metadata, named, role, rule};
 use crate::auth::rbac::GROUP;
 
 /// The prefix of every controller role's name.
@@ -90,6 +90,37 @@ fn controllers() -> Vec<(&'static str, Vec<PolicyRule>)> {
                 rule(&["patch", "update"], &[""], &["nodes/status"]),
                 rule(&["patch", "update"], &[""], &["pods/status"]),
                 rule(&["delete", "get", "list"], &[""], &["pods"]),
+                events(),
+            ],
+        ),
+        (
+            // The CSR approving, signing and cleaning controllers.
+            "certificate-controller",
+            vec![
+                rule(&["delete", "get", "list", "watch"], &["certificates.k8s.io"], &["certificatesigningrequests"]),
+                rule(
+                    &["update"],
+                    &["certificates.k8s.io"],
+                    &["certificatesigningrequests/approval", "certificatesigningrequests/status"],
+                ),
+                named(
+                    &["approve"],
+                    &["certificates.k8s.io"],
+                    &["signers"],
+                    &["kubernetes.io/kube-apiserver-client-kubelet"],
+                ),
+                named(
+                    &["sign"],
+                    &["certificates.k8s.io"],
+                    &["signers"],
+                    &[
+                        "kubernetes.io/kube-apiserver-client",
+                        "kubernetes.io/kube-apiserver-client-kubelet",
+                        "kubernetes.io/kubelet-serving",
+                        "kubernetes.io/legacy-unknown",
+                    ],
+                ),
+                rule(&["create"], &["authorization.k8s.io"], &["subjectaccessreviews"]),
                 events(),
             ],
         ),

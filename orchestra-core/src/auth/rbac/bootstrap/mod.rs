@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use orchestra_store::{Error as StoreError, Store};
 use serde_json::Value;
 
+pub mod certificates;
 pub mod controllers;
 
 use super::GROUP;
@@ -376,6 +377,7 @@ pub fn cluster_roles() -> Vec<ClusterRole> {
         ),
         aggregated("view", &[TO_EDIT]),
     ];
+    roles.extend(certificates::cluster_roles());
     roles.extend(controllers::cluster_roles());
     roles
 }
@@ -408,6 +410,7 @@ pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
         binding("system:node-proxier", vec![subject("User", "system:kube-proxy")]),
         binding("system:public-info-viewer", vec![authenticated(), subject("Group", "system:unauthenticated")]),
     ];
+    bindings.extend(certificates::cluster_role_bindings());
     bindings.extend(controllers::cluster_role_bindings());
     bindings
 }
@@ -677,6 +680,23 @@ mod tests {
             ("admin", "list", "", "nodes", false),
             ("system:node-proxier", "watch", "discovery.k8s.io", "endpointslices", true),
             ("system:kube-scheduler", "create", "", "pods/binding", true),
+            ("system:node-bootstrapper", "create", "certificates.k8s.io", "certificatesigningrequests", true),
+            ("system:node-bootstrapper", "update", "certificates.k8s.io", "certificatesigningrequests", false),
+            (certificates::NODE_CLIENT, "create", "certificates.k8s.io", "certificatesigningrequests/nodeclient", true),
+            (
+                certificates::SELF_NODE_CLIENT,
+                "create",
+                "certificates.k8s.io",
+                "certificatesigningrequests/selfnodeclient",
+                true,
+            ),
+            (
+                certificates::SELF_NODE_CLIENT,
+                "create",
+                "certificates.k8s.io",
+                "certificatesigningrequests/nodeclient",
+                false,
+            ),
         ];
         for (role, verb, group, resource, allowed) in cases {
             assert_eq!(allows(role, verb, group, resource), allowed, "{role}: {verb} {group}/{resource}");

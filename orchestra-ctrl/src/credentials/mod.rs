@@ -64,3 +64,6 @@ impl std::fmt::Debug for Credentials {
         f.write_str("Credentials(..)")
     }
 }
+
+mod token_request;
+pub use token_request::TokenRequestCredentials;

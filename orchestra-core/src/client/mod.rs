@@ -3,6 +3,9 @@
 
 use std::path::Path;
 
+#[cfg(feature = "tls")]
+pub mod bootstrap;
+
 /// A client that sends every request straight into `server`'s tower service,
 /// with no socket in between, as the server's own loopback identity
 /// ([`loopback_user`]: `system:apiserver` in `system:masters`, which may do
@@ -35,9 +38,13 @@ pub fn in_process_as(
 
 /// A client for the cluster a kubeconfig file describes (its current context).
 pub async fn from_kubeconfig(path: impl AsRef<Path>) -> Result<kube::Client, kube::Error> {
+    kube::Client::try_from(config_from_kubeconfig(path).await?)
+}
+
+/// The client configuration of a kubeconfig file's current context.
+pub async fn config_from_kubeconfig(path: impl AsRef<Path>) -> Result<kube::Config, kube::Error> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path.as_ref()).map_err(kube::Error::InferKubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
         .await
-        .map_err(kube::Error::InferKubeconfig)?;
-    kube::Client::try_from(config)
+        .map_err(kube::Error::InferKubeconfig)
 }
