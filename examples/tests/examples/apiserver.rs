@@ -1,32 +1,18 @@
 //! `orchestra apiserver`: ready line, admin kubeconfig, kubectl over HTTPS,
 //! clean stop on SIGTERM, and a restart that keeps every object.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use orchestra::testing::Kubectl;
 
-use super::support::terminate;
+use super::support::{Running, start as run};
 
 /// Starts `orchestra apiserver` on a free loopback port, with `extra`
 /// arguments, and waits for its `ready` line.
-fn start(data_dir: &Path, extra: &[&str]) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
-        .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the orchestra binary starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let line = lines.next().expect("a line").expect("readable");
-    assert!(line.contains("ready"), "first line: {line}");
-    // Keep draining stdout so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    child
+fn start(data_dir: &Path, extra: &[&str]) -> Running {
+    let args = ["apiserver", "--listen", "127.0.0.1:0", "--data-dir"].map(std::ffi::OsStr::new);
+    run(args.into_iter().chain([data_dir.as_os_str()]).chain(extra.iter().map(std::ffi::OsStr::new))).0
 }
 
 #[test]
@@ -52,7 +38,7 @@ fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     assert!(ok && token.trim().split('.').count() == 3, "{token}{err}");
     let token = token.trim().to_owned();
     assert_eq!(whoami(&admin, &token), Ok("system:serviceaccount:team:robot".to_owned()));
-    terminate(server);
+    server.stop();
 
     // Same data directory: same CA (the kubeconfig still works, on a new
     // port once rewritten) and every object; this time with a static token
@@ -74,7 +60,7 @@ fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     assert!(ok, "{out}{err}");
     let refused = whoami(&admin, &token).unwrap_err();
     assert!(refused.contains("Unauthorized"), "{refused}");
-    terminate(server);
+    server.stop();
 }
 
 /// `kubectl auth whoami` with nothing but `token` (no client certificate)

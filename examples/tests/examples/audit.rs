@@ -4,15 +4,13 @@
 //! authorization decision, the `Audit-Id` header naming the events, and the
 //! log rotated by size with one backup kept.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use orchestra::testing::Kubectl;
 use serde_json::Value;
 
-use super::support::{eventually, terminate};
+use super::support::{Running, eventually, start as run};
 
 const POLICY: &str = r#"
 apiVersion: audit.k8s.io/v1
@@ -27,26 +25,16 @@ rules:
   - level: Metadata
 "#;
 
-fn start(data_dir: &Path, log: &Path) -> Child {
+fn start(data_dir: &Path, log: &Path) -> Running {
     let policy = data_dir.join("policy.yaml");
     std::fs::write(&policy, POLICY).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
-        .args(["apiserver", "--listen", "127.0.0.1:0", "--audit-log-maxsize", "1", "--audit-log-maxbackup", "1"])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("--audit-policy-file")
-        .arg(&policy)
-        .arg("--audit-log-path")
-        .arg(log)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the orchestra binary starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = lines.next().expect("a line").expect("readable");
-    assert!(line.contains("ready"), "first line: {line}");
-    std::thread::spawn(move || for _ in lines {});
-    child
+    let args = ["apiserver", "--listen", "127.0.0.1:0", "--audit-log-maxsize", "1", "--audit-log-maxbackup", "1"];
+    let paths = [("--data-dir", data_dir), ("--audit-policy-file", &policy), ("--audit-log-path", log)];
+    let args = args
+        .map(std::ffi::OsStr::new)
+        .into_iter()
+        .chain(paths.iter().flat_map(|(flag, path)| [flag.as_ref(), path.as_os_str()]));
+    run(args.collect::<Vec<_>>()).0
 }
 
 /// The events of the log so far.
@@ -116,6 +104,42 @@ fn requests_are_audited_by_policy_and_the_log_rotates() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!text.contains("hunter2") && !text.contains("aHVudGVyMg"), "a secret's value in the log");
 
+    // 401 and 403: logged with the response status (and, for the 403, the
+    // authorization decision and the user who was refused).
+    let ca = dir.path().join("pki").join("ca.crt");
+    let server_url = admin.run(&["config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"]).stdout;
+    let with_token = |name: &str, token: &str| {
+        let path = dir.path().join(format!("{name}.kubeconfig"));
+        let config = format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"{server_url}\", certificate-authority: {}}}}}]\n\
+             users: [{{name: u, user: {{token: \"{token}\"}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\ncurrent-context: c\n",
+            ca.display()
+        );
+        std::fs::write(&path, config).unwrap();
+        Kubectl::with_kubeconfig(path)
+    };
+    let stranger = with_token("stranger", "not-a-token-anyone-issued");
+    let (ok, out, err) = stranger.run(&["get", "configmaps", "cfg"]).into_parts();
+    assert!(!ok && err.contains("You must be logged in to the server"), "{out}{err}");
+    // kubectl gives up at its first request (discovery).
+    let event = complete(&log, "a 401", |e| e["responseStatus"]["code"] == 401);
+    assert_eq!(event["responseStatus"]["reason"], "Unauthorized");
+    assert_eq!(event["userAgent"].as_str().map(|agent| agent.starts_with("kubectl")), Some(true), "{event}");
+    assert!(event["user"].get("username").is_none_or(|name| name == ""), "{event}");
+    let (ok, out, err) = admin.run(&["create", "serviceaccount", "viewer"]).into_parts();
+    assert!(ok, "{out}{err}");
+    let (ok, token, err) = admin.run(&["create", "token", "viewer"]).into_parts();
+    assert!(ok, "{err}");
+    let viewer = with_token("viewer", token.trim());
+    let (ok, out, err) = viewer.run(&["get", "secret", "pw"]).into_parts();
+    assert!(!ok && err.contains("Forbidden"), "{out}{err}");
+    let event = complete(&log, "the secret get's 403", |e| {
+        e["responseStatus"]["code"] == 403 && e["objectRef"]["resource"] == "secrets"
+    });
+    assert_eq!(event["user"]["username"], "system:serviceaccount:default:viewer");
+    assert_eq!(event["annotations"]["authorization.k8s.io/decision"], "forbid");
+    assert_eq!(event["objectRef"]["name"], "pw");
+
     // Rotation at 1 MiB: each ConfigMap of 400 KB is logged twice over in
     // one event, so every one of them starts a new file.
     let big = dir.path().join("big.txt");
@@ -134,5 +158,5 @@ fn requests_are_audited_by_policy_and_the_log_rotates() {
     assert_eq!(rotated.len(), 1, "one backup kept: {rotated:?}");
     assert!(rotated[0].starts_with("audit-") && rotated[0].ends_with(".log"), "{rotated:?}");
     assert!(std::fs::metadata(&log).unwrap().len() <= 1 << 20);
-    terminate(server);
+    server.stop();
 }

@@ -4,14 +4,12 @@
 //! upstream's rotation procedure (`kubectl get secrets -A -o json | kubectl
 //! replace -f -`).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 
 use orchestra::store::{RocksStore, Store};
 use orchestra::testing::Kubectl;
 
-use super::support::terminate;
+use super::support::{Running, start as run};
 
 const OLD_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const NEW_KEY: &str = "MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTI=";
@@ -25,21 +23,10 @@ fn config(keys: &[(&str, &str)]) -> String {
     )
 }
 
-fn start(data_dir: &Path, encryption: &Path) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
-        .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .arg("--encryption-provider-config")
-        .arg(encryption)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the orchestra binary starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = lines.next().expect("a line").expect("readable");
-    assert!(line.contains("ready"), "first line: {line}");
-    std::thread::spawn(move || for _ in lines {});
-    child
+fn start(data_dir: &Path, encryption: &Path) -> Running {
+    let args = ["apiserver", "--listen", "127.0.0.1:0", "--data-dir"].map(std::ffi::OsStr::new);
+    run(args.into_iter().chain([data_dir.as_os_str(), "--encryption-provider-config".as_ref(), encryption.as_os_str()]))
+        .0
 }
 
 /// The raw stored values of a Secret and a ConfigMap, read from the
@@ -72,7 +59,7 @@ fn secrets_are_stored_encrypted_and_rotate_to_the_first_key() {
     run(&["create", "secret", "generic", "db", "--from-literal=password=hunter2-plaintext"]);
     run(&["create", "configmap", "plain", "--from-literal=mode=visible-plaintext"]);
     assert_eq!(run(&["get", "secret", "db", "-o", "jsonpath={.data.password}"]), "aHVudGVyMi1wbGFpbnRleHQ=");
-    terminate(server);
+    server.stop();
 
     let (secret, map) = stored(dir.path());
     assert!(secret.starts_with(b"k8s:enc:aesgcm:v1:old:"), "{}", String::from_utf8_lossy(&secret));
@@ -86,7 +73,7 @@ fn secrets_are_stored_encrypted_and_rotate_to_the_first_key() {
     // A write re-encrypts with the first key. (An unchanged object is not
     // rewritten here: `kubectl replace` of it as it is does not rotate it.)
     run(&["annotate", "secret", "db", "rotated=yes"]);
-    terminate(server);
+    server.stop();
     let (secret, _) = stored(dir.path());
     assert!(secret.starts_with(b"k8s:enc:aesgcm:v1:new:"), "{}", String::from_utf8_lossy(&secret));
 
@@ -98,5 +85,5 @@ fn secrets_are_stored_encrypted_and_rotate_to_the_first_key() {
     assert!(!ok && err.contains("InternalError"), "{out}{err}");
     assert!(err.contains("k8s:enc:aesgcm:v1:new:"), "{err}");
     assert_eq!(run(&["get", "configmap", "plain", "-o", "jsonpath={.data.mode}"]), "visible-plaintext");
-    terminate(server);
+    server.stop();
 }

@@ -5,64 +5,22 @@
 //! own service account), the nodes joined with a bootstrap token. kubectl
 //! runs a Deployment on them and reads its logs through the API server.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use orchestra::testing::Kubectl;
 
-use super::support::{eventually, terminate};
-
-/// A child process stopped with SIGTERM when dropped (tests that panic
-/// included), so node agents stop their containers.
-struct Process(Option<Child>);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if let Some(child) = self.0.take() {
-            terminate(child);
-        }
-    }
-}
-
-/// Starts `orchestra <args>` and waits for its line containing `ready`,
-/// which it returns.
-fn spawn(args: &[&str], data: &Path) -> (Process, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
-        .args(args)
-        .arg(data)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the orchestra binary starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = loop {
-        let line = lines.next().unwrap_or_else(|| panic!("orchestra {args:?} exited before ready")).unwrap();
-        if line.contains("ready") {
-            break line;
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (Process(Some(child)), ready)
-}
-
-/// `kubectl auth whoami` with `kubeconfig`.
-fn whoami(kubeconfig: &Path) -> String {
-    let out =
-        Kubectl::with_kubeconfig(kubeconfig).run(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
-    assert!(out.success, "{}", out.stderr);
-    out.stdout
-}
+use super::support::{eventually, start, whoami};
 
 #[test]
 fn every_component_runs_as_its_own_process() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let admin = Kubectl::with_kubeconfig(d.join("admin.kubeconfig"));
+    let data = d.to_str().unwrap();
     let (apiserver, ready) =
-        spawn(&["apiserver", "--listen", "127.0.0.1:0", "--enable-bootstrap-token-auth", "true", "--data-dir"], d);
+        start(["apiserver", "--listen", "127.0.0.1:0", "--enable-bootstrap-token-auth", "true", "--data-dir", data]);
     let url = ready.split("ready on ").nth(1).and_then(|rest| rest.split_whitespace().next()).unwrap().to_owned();
     let pki = |file: &str| d.join("pki").join(file).to_str().unwrap().to_owned();
 
@@ -79,27 +37,23 @@ fn every_component_runs_as_its_own_process() {
     }
     // A pod address range of its own: `orchestra up` tests may run beside
     // this one, and pod addresses are host loopback addresses.
-    let (controllers, _) = spawn(
-        &[
-            "controller-manager",
-            "--kubeconfig",
-            manager_kubeconfig.to_str().unwrap(),
-            "--cluster-cidr",
-            "127.128.0.0/10",
-            "--root-ca-file",
-            &pki("ca.crt"),
-            "--cluster-signing-cert-file",
-            &pki("ca.crt"),
-            "--cluster-signing-key-file",
-            &pki("ca.key"),
-            "--identity",
-        ],
-        Path::new("cm-1"),
-    );
-    let (scheduler, _) = spawn(
-        &["scheduler", "--kubeconfig", scheduler_kubeconfig.to_str().unwrap(), "--identity"],
-        Path::new("sched-1"),
-    );
+    let (controllers, _) = start([
+        "controller-manager",
+        "--kubeconfig",
+        manager_kubeconfig.to_str().unwrap(),
+        "--cluster-cidr",
+        "127.128.0.0/10",
+        "--root-ca-file",
+        &pki("ca.crt"),
+        "--cluster-signing-cert-file",
+        &pki("ca.crt"),
+        "--cluster-signing-key-file",
+        &pki("ca.key"),
+        "--identity",
+        "cm-1",
+    ]);
+    let (scheduler, _) =
+        start(["scheduler", "--kubeconfig", scheduler_kubeconfig.to_str().unwrap(), "--identity", "sched-1"]);
 
     // Nodes join with a bootstrap token: their CSRs are approved and signed
     // by the controller manager, and they go on as `system:node:<name>`.
@@ -127,8 +81,9 @@ fn every_component_runs_as_its_own_process() {
             "--ca-file",
             &pki("ca.crt"),
             "--data-dir",
+            data.to_str().unwrap(),
         ];
-        let (process, _) = spawn(&args, &data);
+        let (process, _) = start(args);
         assert_eq!(whoami(&data.join("kubelet.kubeconfig")), format!("system:node:{name}"));
         process
     };

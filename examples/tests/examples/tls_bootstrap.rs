@@ -5,10 +5,9 @@
 //! `kubernetes.io/kube-apiserver-client` signer that stays pending until
 //! `kubectl certificate approve`, whose certificate then authenticates.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -17,55 +16,7 @@ use orchestra::core::tls::pki::{Credential, kubeconfig};
 use orchestra::testing::Kubectl;
 use serde_json::{Value, json};
 
-use super::support::{eventually, terminate_within};
-
-/// A child process stopped with SIGTERM when dropped, also when a test
-/// panics.
-struct Running(Option<Child>);
-
-impl Running {
-    fn stop(mut self) {
-        terminate_within(self.0.take().expect("running"), Duration::from_secs(60));
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-            for _ in 0..300 {
-                if child.try_wait().ok().flatten().is_some() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = child.kill();
-        }
-    }
-}
-
-/// Runs the `orchestra` binary with `args` until a line containing `ready`;
-/// returns it running and the lines it printed.
-fn start(args: &[&str]) -> (Running, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the orchestra binary starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut seen = String::new();
-    loop {
-        let line = lines.next().unwrap_or_else(|| panic!("orchestra {args:?} exited before ready:\n{seen}")).unwrap();
-        seen.push_str(&line);
-        seen.push('\n');
-        if line.contains("ready") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    (Running(Some(child)), seen)
-}
+use super::support::{eventually, start, whoami};
 
 fn json(kubectl: &Kubectl, args: &[&str]) -> Result<Value, String> {
     let mut all = args.to_vec();
@@ -81,14 +32,6 @@ fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).permissions().mode() & 0o777
 }
 
-/// The user a kubeconfig authenticates as (`kubectl auth whoami`).
-fn whoami(kubeconfig: &Path) -> String {
-    let kubectl = Kubectl::with_kubeconfig(kubeconfig);
-    let output = kubectl.run(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
-    assert!(output.success, "{}", output.stderr);
-    output.stdout
-}
-
 fn condition_types(csr: &Value) -> Vec<String> {
     csr.pointer("/status/conditions")
         .and_then(Value::as_array)
@@ -101,7 +44,7 @@ fn nodes_join_with_bootstrap_tokens_and_csrs_need_approval() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("cluster");
     let data_arg = data.to_str().unwrap();
-    let (cluster, printed) = start(&[
+    let (cluster, printed) = start([
         "up",
         "--runtime",
         "sim",
@@ -140,7 +83,7 @@ fn nodes_join_with_bootstrap_tokens_and_csrs_need_approval() {
     // A node joins with it.
     let node_dir = dir.path().join("joiner");
     let ca_file = data.join("pki/ca.crt");
-    let (node, printed) = start(&[
+    let (node, printed) = start([
         "node",
         "--name",
         "joiner",

@@ -4,75 +4,23 @@
 //! an unknown image, an unschedulable pod, namespace deletion stopping the
 //! processes, and a restart on the same directory.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use orchestra::testing::Kubectl;
 use serde_json::Value;
 
-use super::support::{eventually, terminate_within};
+use super::support::{Running, eventually, start_until};
 
-/// A running `orchestra up`; stopped with SIGTERM (so that it stops its
-/// containers) when dropped, also when a test panics.
-struct Cluster(Option<Child>);
-
-impl Cluster {
-    fn stop(mut self) {
-        terminate_within(self.0.take().expect("running"), Duration::from_secs(60));
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-            for _ in 0..300 {
-                if child.try_wait().ok().flatten().is_some() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = child.kill();
-        }
-    }
-}
-
-/// Starts `orchestra up` with 3 nodes on free ports and waits for `ready`.
-fn start(data_dir: &Path) -> Cluster {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
-        .args([
-            "up",
-            "--runtime",
-            "process",
-            "--nodes",
-            "3",
-            "--listen",
-            "127.0.0.1:0",
-            "--kubelet-port",
-            "0",
-            "--data-dir",
-        ])
-        .arg(data_dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the orchestra binary starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut seen = String::new();
-    loop {
-        let line = lines.next().unwrap_or_else(|| panic!("orchestra up exited before ready:\n{seen}")).unwrap();
-        seen.push_str(&line);
-        seen.push('\n');
-        if line.contains("ready") {
-            break;
-        }
-    }
-    let next = lines.next().expect("the export line").unwrap();
-    assert!(next.starts_with("export KUBECONFIG="), "{next}");
-    std::thread::spawn(move || for _ in lines {});
-    Cluster(Some(child))
+/// Starts `orchestra up` with 3 nodes on free ports and waits for `ready`
+/// and the `export KUBECONFIG=` line that follows it.
+fn start(data_dir: &Path) -> Running {
+    let args = ["up", "--runtime", "process", "--nodes", "3", "--listen", "127.0.0.1:0", "--kubelet-port", "0"];
+    let args = args.map(std::ffi::OsStr::new).into_iter().chain(["--data-dir".as_ref(), data_dir.as_os_str()]);
+    let (cluster, printed) = start_until(args, "export KUBECONFIG=");
+    assert!(printed.contains("ready"), "{printed}");
+    cluster
 }
 
 fn json(kubectl: &Kubectl, args: &[&str]) -> Result<Value, String> {

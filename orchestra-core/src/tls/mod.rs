@@ -57,6 +57,14 @@ pub fn certificate_subject(certificate: &CertificateDer<'_>) -> Result<Certifica
     Ok(CertificateSubject { common_name: common_name.to_owned(), organizations })
 }
 
+/// The end of a DER certificate's validity (`notAfter`), in seconds since
+/// the Unix epoch.
+pub fn certificate_not_after(certificate: &CertificateDer<'_>) -> Result<i64, PkiError> {
+    let (_, cert) = x509_parser::parse_x509_certificate(certificate)
+        .map_err(|e| PkiError::Certificate(format!("unparseable certificate: {e}")))?;
+    Ok(cert.validity().not_after.timestamp())
+}
+
 /// Every certificate of a PEM bundle.
 pub fn parse_certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, PkiError> {
     let certs = CertificateDer::pem_slice_iter(pem.as_bytes())

@@ -18,9 +18,11 @@
 //! | [`resourcequota`] | `status.hard` and `status.used` of ResourceQuotas |
 //! | [`csrapproving`] | approves node client CertificateSigningRequests after a SubjectAccessReview |
 //! | [`csrsigning`] | issues approved CertificateSigningRequests with the cluster CA |
+//! | [`csrcleaner`] | deletes CertificateSigningRequests past their use |
 
 pub mod clusterrole_aggregation;
 pub mod csrapproving;
+pub mod csrcleaner;
 pub mod csrsigning;
 pub mod deployment;
 pub mod discovery;
@@ -488,6 +490,13 @@ pub static BUILTIN: &[ControllerDescriptor] = &[
         run: |ctx| Box::pin(csrapproving::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
     },
     ControllerDescriptor {
+        name: "csrcleaner",
+        enabled_by_default: true,
+        requires: None,
+        service_account: Some(csrapproving::NAME),
+        run: |ctx| Box::pin(csrcleaner::run(ctx.factory.clone(), ctx.workers(), ctx.stopped())),
+    },
+    ControllerDescriptor {
         name: "csrsigning",
         enabled_by_default: true,
         requires: Some(Requirement { missing: "cluster signing CA", met: |c| c.csr_signing.is_some() }),
@@ -565,7 +574,7 @@ mod tests {
 
     /// Every built-in controller but those needing configuration the
     /// default lacks (a token signing key, a cluster signing CA).
-    const ALL_BUT_TOKENS: [&str; 12] = [
+    const ALL_BUT_TOKENS: [&str; 13] = [
         "replicaset",
         "replicationcontroller",
         "deployment",
@@ -578,6 +587,7 @@ mod tests {
         "clusterrole-aggregation",
         "resourcequota",
         "csrapproving",
+        "csrcleaner",
     ];
 
     fn config(entries: &[&str]) -> ControllerManagerConfig {
@@ -675,6 +685,7 @@ mod tests {
                     "clusterrole-aggregation",
                     "resourcequota",
                     "csrapproving",
+                    "csrcleaner",
                 ],
             ),
             (&["-deployment", "deployment", "namespace"], &["namespace"]),
