@@ -1,6 +1,6 @@
 //! The HTTPS client of the authenticators and authorizers that ask another
 //! server: the OIDC issuer's discovery document and keys, the TokenReview and
-//! SubjectAccessReview webhooks. JSON in, JSON out, HTTP/1.1, one
+//! SubjectAccessReview webhooks, the admission webhooks. JSON in, JSON out, HTTP/1.1, one
 //! connection per request, bounded in time and size.
 
 use std::sync::Arc;
@@ -70,6 +70,13 @@ impl HttpsClient {
         };
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(HttpsClient { tls: Arc::new(config), timeout: REQUEST_TIMEOUT })
+    }
+
+    /// The same client, giving up on a request after `timeout` instead of
+    /// ten seconds (an admission webhook's `timeoutSeconds`).
+    pub(crate) fn with_timeout(mut self, timeout: Duration) -> HttpsClient {
+        self.timeout = timeout;
+        self
     }
 
     /// `GET url`, expecting 200 and a JSON body.

@@ -42,6 +42,7 @@ mod timeout;
 mod token;
 mod watch;
 mod watch_objects;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -216,6 +217,9 @@ pub struct ApiServerBuilder {
     namespaces: Arc<namespaces::NamespaceCache>,
     /// The reader admission plugins get; filled when the server is built.
     objects: reader::ServerObjects,
+    /// The webhook configurations the server keeps from a watch, once an
+    /// admission webhook plugin reads them.
+    webhooks: Arc<crate::auth::admission::webhook::WebhookCache>,
 }
 
 impl ApiServerBuilder {
@@ -367,7 +371,7 @@ impl ApiServerBuilder {
     /// NamespaceLifecycle, LimitRanger, NodeRestriction, PodSecurity (levels
     /// from namespace labels, `privileged` by default), Priority,
     /// DefaultTolerationSeconds, DefaultStorageClass, `extra`,
-    /// ResourceQuota.
+    /// MutatingAdmissionWebhook, ValidatingAdmissionWebhook, ResourceQuota.
     ///
     /// ```
     /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
@@ -398,7 +402,55 @@ impl ApiServerBuilder {
             .with(DefaultTolerationSeconds::new())
             .with(DefaultStorageClass::new(objects))
             .then(extra)
+            .with(self.mutating_admission_webhook())
+            .with(self.validating_admission_webhook())
             .with(self.resource_quota())
+    }
+
+    /// The [`MutatingAdmissionWebhook`](crate::auth::admission::MutatingAdmissionWebhook)
+    /// plugin of the server being built, for an admission chain of one's
+    /// own. It reads the MutatingWebhookConfigurations from a cache the
+    /// server fills from its store before it serves and keeps current from
+    /// a watch (so a configuration just written applies a moment later, as
+    /// upstream's), and namespaces through
+    /// [`object_reader`](Self::object_reader).
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
+    /// use std::sync::Arc;
+    /// use orchestra_core::auth::admission::AdmissionChain;
+    /// use orchestra_core::server::ApiServer;
+    /// use orchestra_store::MemStore;
+    ///
+    /// let builder = ApiServer::builder(Arc::new(MemStore::new()));
+    /// let admission = AdmissionChain::new()
+    ///     .with(builder.namespace_lifecycle())
+    ///     .with(builder.mutating_admission_webhook())
+    ///     .with(builder.validating_admission_webhook());
+    /// let server = builder.admission(admission).build().await?;
+    /// # let _ = server;
+    /// # Ok(()) }
+    /// ```
+    pub fn mutating_admission_webhook(&self) -> crate::auth::admission::MutatingAdmissionWebhook {
+        use crate::auth::admission::webhook::{Dispatcher, Kind};
+        crate::auth::admission::MutatingAdmissionWebhook::with_dispatcher(Dispatcher::new(
+            Kind::Mutating,
+            Arc::new(webhooks::ServerWebhooks { cache: self.webhooks.clone(), objects: self.objects.clone() }),
+            self.object_reader(),
+        ))
+    }
+
+    /// The [`ValidatingAdmissionWebhook`](crate::auth::admission::ValidatingAdmissionWebhook)
+    /// plugin of the server being built, reading ValidatingWebhookConfigurations
+    /// as [`mutating_admission_webhook`](Self::mutating_admission_webhook)
+    /// reads its configurations.
+    pub fn validating_admission_webhook(&self) -> crate::auth::admission::ValidatingAdmissionWebhook {
+        use crate::auth::admission::webhook::{Dispatcher, Kind};
+        crate::auth::admission::ValidatingAdmissionWebhook::with_dispatcher(Dispatcher::new(
+            Kind::Validating,
+            Arc::new(webhooks::ServerWebhooks { cache: self.webhooks.clone(), objects: self.objects.clone() }),
+            self.object_reader(),
+        ))
     }
 
     /// The [`NamespaceLifecycle`] plugin of the server being built, for an
@@ -563,6 +615,15 @@ impl ApiServerBuilder {
         if let Some(cache) = self.rbac.get().filter(|cache| Arc::strong_count(cache) > 1) {
             crate::auth::rbac::start(cache, store, &registry).await?;
         }
+        if Arc::strong_count(&self.webhooks) > 1 {
+            self.webhooks.start();
+            for kind in [crate::auth::admission::webhook::Kind::Mutating, crate::auth::admission::webhook::Kind::Validating] {
+                let Some(info) = registry.get("admissionregistration.k8s.io", "v1", kind.plural()) else { continue };
+                follow(&self.webhooks, store, info.storage_prefix(), "admission webhooks")
+                    .await
+                    .map_err(ApiError::internal)?;
+            }
+        }
         Ok(server)
     }
 }
@@ -594,6 +655,7 @@ impl ApiServer {
             mode_error: None,
             namespaces: Default::default(),
             objects: Default::default(),
+            webhooks: Default::default(),
         };
         builder.admission = builder.default_admission(AdmissionChain::new());
         let default_modes = [crate::auth::AuthorizationMode::Node, crate::auth::AuthorizationMode::Rbac];
