@@ -617,7 +617,9 @@ impl ApiServerBuilder {
         }
         if Arc::strong_count(&self.webhooks) > 1 {
             self.webhooks.start();
-            for kind in [crate::auth::admission::webhook::Kind::Mutating, crate::auth::admission::webhook::Kind::Validating] {
+            for kind in
+                [crate::auth::admission::webhook::Kind::Mutating, crate::auth::admission::webhook::Kind::Validating]
+            {
                 let Some(info) = registry.get("admissionregistration.k8s.io", "v1", kind.plural()) else { continue };
                 follow(&self.webhooks, store, info.storage_prefix(), "admission webhooks")
                     .await

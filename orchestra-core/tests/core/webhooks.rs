@@ -129,7 +129,9 @@ fn of<T: serde::de::DeserializeOwned>(value: Value) -> T {
 }
 
 fn pod(name: &str, labels: Value) -> Pod {
-    of(json!({"metadata": {"name": name, "labels": labels}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+    of(
+        json!({"metadata": {"name": name, "labels": labels}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+    )
 }
 
 /// Creates a configuration of either kind holding `webhooks` and the
@@ -194,7 +196,10 @@ async fn a_validating_webhook_refuses_with_its_message_and_nothing_is_stored() {
         &service,
         false,
         "deny",
-        vec![service.webhook("warn.hooks.test", "warn", json!({})), service.webhook("deny.hooks.test", "deny", json!({}))],
+        vec![
+            service.webhook("warn.hooks.test", "warn", json!({})),
+            service.webhook("deny.hooks.test", "deny", json!({})),
+        ],
     )
     .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
@@ -213,7 +218,8 @@ async fn a_validating_webhook_refuses_with_its_message_and_nothing_is_stored() {
         .unwrap();
     let response = server.router().oneshot(request).await.unwrap();
     assert_eq!(response.status(), 403);
-    let warnings: Vec<_> = response.headers().get_all("warning").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
+    let warnings: Vec<_> =
+        response.headers().get_all("warning").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
     assert_eq!(warnings, ["299 - \"pods are watched\""]);
 }
 
@@ -251,10 +257,14 @@ async fn failure_policy_decides_when_the_webhook_cannot_answer() {
     in_namespace("kube-system").create(&PostParams::default(), &pod("a", json!({}))).await.unwrap();
     // timeoutSeconds: 1 against a webhook that answers after two seconds.
     let started = Instant::now();
-    let (code, message) = refusal(in_namespace("kube-public").create(&PostParams::default(), &pod("a", json!({}))).await);
+    let (code, message) =
+        refusal(in_namespace("kube-public").create(&PostParams::default(), &pod("a", json!({}))).await);
     assert!(started.elapsed() < Duration::from_millis(1900), "took {:?}", started.elapsed());
     assert_eq!(code, 500);
-    assert!(message.contains("failed calling webhook \"slow.hooks.test\"") && message.contains("timed out"), "{message}");
+    assert!(
+        message.contains("failed calling webhook \"slow.hooks.test\"") && message.contains("timed out"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -263,7 +273,10 @@ async fn selectors_choose_the_writes_sent() {
     let (_server, client) = server().await;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for (name, env) in [("prod", "prod"), ("dev", "dev")] {
-        namespaces.create(&PostParams::default(), &of(json!({"metadata": {"name": name, "labels": {"env": env}}}))).await.unwrap();
+        namespaces
+            .create(&PostParams::default(), &of(json!({"metadata": {"name": name, "labels": {"env": env}}})))
+            .await
+            .unwrap();
     }
     let webhooks = vec![
         service.webhook("prod.hooks.test", "deny", json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}})),
@@ -312,7 +325,14 @@ async fn dry_runs_and_side_effects() {
     assert_eq!(code, 422);
     assert!(message.contains("webhooks[0].sideEffects: Unsupported value: \"Some\""), "{message}");
 
-    configure(&client, &service, true, "dry", vec![service.webhook("dry.hooks.test", "inject", json!({"sideEffects": "NoneOnDryRun"}))]).await;
+    configure(
+        &client,
+        &service,
+        true,
+        "dry",
+        vec![service.webhook("dry.hooks.test", "inject", json!({"sideEffects": "NoneOnDryRun"}))],
+    )
+    .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let dry_run = PostParams { dry_run: true, ..Default::default() };
     let answered = pods.create(&dry_run, &pod("p", json!({}))).await.unwrap();
@@ -331,7 +351,9 @@ async fn configurations_are_validated_and_never_sent_to_webhooks() {
     }]});
     let (code, message) = refusal(configurations.create(&PostParams::default(), &of(bad)).await);
     assert_eq!(code, 422);
-    for field in ["webhooks[0].name", "clientConfig.url", "admissionReviewVersions", "timeoutSeconds", "matchConditions"] {
+    for field in
+        ["webhooks[0].name", "clientConfig.url", "admissionReviewVersions", "timeoutSeconds", "matchConditions"]
+    {
         assert!(message.contains(field), "{field}: {message}");
     }
     // A webhook refusing everything, itself included, cannot refuse its removal.
@@ -356,7 +378,11 @@ async fn kubectl_sees_the_webhooks_refusal_and_warnings() {
     let service = Service::start().await;
     let cluster = TestCluster::start().await;
     let kubectl = cluster.kubectl().await;
-    let webhooks = vec![service.webhook("warn.hooks.test", "warn", json!({})), service.webhook("deny.hooks.test", "deny", json!({})), service.probe()];
+    let webhooks = vec![
+        service.webhook("warn.hooks.test", "warn", json!({})),
+        service.webhook("deny.hooks.test", "deny", json!({})),
+        service.probe(),
+    ];
     let configuration = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",

@@ -163,7 +163,11 @@ fn fully_qualified_name(field: &str, name: &str) -> Vec<FieldError> {
         return errors;
     }
     if name.split('.').count() < 3 {
-        return vec![FieldError::invalid(field, name, "should be a domain with at least three segments separated by dots")];
+        return vec![FieldError::invalid(
+            field,
+            name,
+            "should be a domain with at least three segments separated by dots",
+        )];
     }
     Vec::new()
 }
@@ -228,9 +232,17 @@ fn validate_rule(rule: &Value, path: &str, out: &mut Vec<FieldError>) {
         seen.contains(all) && seen.iter().any(|r| *r != all && is_covered(r))
     };
     if overlaps("*/*", &|_| true) {
-        out.push(FieldError::invalid(format!("{path}.resources"), &resources.join(","), "if '*/*' is present, must not specify other resources"));
+        out.push(FieldError::invalid(
+            format!("{path}.resources"),
+            &resources.join(","),
+            "if '*/*' is present, must not specify other resources",
+        ));
     } else if overlaps("*", &|r| !r.contains('/')) {
-        out.push(FieldError::invalid(format!("{path}.resources"), &resources.join(","), "if '*' is present, must not specify other resources without subresources"));
+        out.push(FieldError::invalid(
+            format!("{path}.resources"),
+            &resources.join(","),
+            "if '*' is present, must not specify other resources without subresources",
+        ));
     }
     one_of(rule, path, "scope", &["Cluster", "Namespaced", "*"], false, out);
 }
@@ -241,7 +253,10 @@ fn validate_client_config(config: Option<&Value>, path: &str, out: &mut Vec<Fiel
     let service = config.and_then(|c| c.get("service")).filter(|s| s.is_object());
     match (url, service) {
         (Some(_), Some(_)) | (None, None) => {
-            out.push(FieldError::required(path.to_owned()).with_message("Required value: exactly one of url or service is required"));
+            out.push(
+                FieldError::required(path.to_owned())
+                    .with_message("Required value: exactly one of url or service is required"),
+            );
         }
         (Some(url), None) => validate_url(url, &format!("{path}.url"), out),
         (None, Some(service)) => validate_service(service, &format!("{path}.service"), out),
@@ -279,7 +294,11 @@ fn validate_service(service: &Value, path: &str, out: &mut Vec<FieldError>) {
     if let Some(port) = service.get("port").filter(|p| !p.is_null())
         && !port.as_i64().is_some_and(|p| (1..=65535).contains(&p))
     {
-        out.push(FieldError::invalid(format!("{path}.port"), &port.to_string(), "port is not valid: must be between 1 and 65535, inclusive"));
+        out.push(FieldError::invalid(
+            format!("{path}.port"),
+            &port.to_string(),
+            "port is not valid: must be between 1 and 65535, inclusive",
+        ));
     }
 }
 
@@ -305,32 +324,98 @@ mod tests {
         type Change = fn(&mut Value);
         let cases: Vec<(&str, Change, Option<&str>)> = vec![
             ("valid", |_| {}, None),
-            ("service reference", |w| w["clientConfig"] = json!({"service": {"name": "s", "namespace": "n", "path": "/p", "port": 443}}), None),
+            (
+                "service reference",
+                |w| w["clientConfig"] = json!({"service": {"name": "s", "namespace": "n", "path": "/p", "port": 443}}),
+                None,
+            ),
             ("name with two segments", |w| w["name"] = "check.example".into(), Some("webhooks[0].name")),
             ("name not a DNS name", |w| w["name"] = "Check.example.com".into(), Some("webhooks[0].name")),
-            ("no side effects", |w| { w.as_object_mut().unwrap().remove("sideEffects"); }, Some("webhooks[0].sideEffects")),
+            (
+                "no side effects",
+                |w| {
+                    w.as_object_mut().unwrap().remove("sideEffects");
+                },
+                Some("webhooks[0].sideEffects"),
+            ),
             ("side effects Some", |w| w["sideEffects"] = "Some".into(), Some("webhooks[0].sideEffects")),
-            ("no review versions", |w| { w.as_object_mut().unwrap().remove("admissionReviewVersions"); }, Some("webhooks[0].admissionReviewVersions")),
-            ("only v1beta1 reviews", |w| w["admissionReviewVersions"] = json!(["v1beta1"]), Some("webhooks[0].admissionReviewVersions")),
+            (
+                "no review versions",
+                |w| {
+                    w.as_object_mut().unwrap().remove("admissionReviewVersions");
+                },
+                Some("webhooks[0].admissionReviewVersions"),
+            ),
+            (
+                "only v1beta1 reviews",
+                |w| w["admissionReviewVersions"] = json!(["v1beta1"]),
+                Some("webhooks[0].admissionReviewVersions"),
+            ),
             ("timeout too long", |w| w["timeoutSeconds"] = 31.into(), Some("webhooks[0].timeoutSeconds")),
             ("timeout zero", |w| w["timeoutSeconds"] = 0.into(), Some("webhooks[0].timeoutSeconds")),
             ("timeout in range", |w| w["timeoutSeconds"] = 30.into(), None),
             ("plain http", |w| w["clientConfig"]["url"] = "http://h/x".into(), Some("webhooks[0].clientConfig.url")),
-            ("query in url", |w| w["clientConfig"]["url"] = "https://h/x?a=b".into(), Some("webhooks[0].clientConfig.url")),
-            ("url and service", |w| w["clientConfig"]["service"] = json!({"name": "s", "namespace": "n"}), Some("webhooks[0].clientConfig")),
-            ("no client config", |w| { w.as_object_mut().unwrap().remove("clientConfig"); }, Some("webhooks[0].clientConfig")),
-            ("service without namespace", |w| w["clientConfig"] = json!({"service": {"name": "s"}}), Some("webhooks[0].clientConfig.service.namespace")),
-            ("service port", |w| w["clientConfig"] = json!({"service": {"name": "s", "namespace": "n", "port": 70000}}), Some("webhooks[0].clientConfig.service.port")),
+            (
+                "query in url",
+                |w| w["clientConfig"]["url"] = "https://h/x?a=b".into(),
+                Some("webhooks[0].clientConfig.url"),
+            ),
+            (
+                "url and service",
+                |w| w["clientConfig"]["service"] = json!({"name": "s", "namespace": "n"}),
+                Some("webhooks[0].clientConfig"),
+            ),
+            (
+                "no client config",
+                |w| {
+                    w.as_object_mut().unwrap().remove("clientConfig");
+                },
+                Some("webhooks[0].clientConfig"),
+            ),
+            (
+                "service without namespace",
+                |w| w["clientConfig"] = json!({"service": {"name": "s"}}),
+                Some("webhooks[0].clientConfig.service.namespace"),
+            ),
+            (
+                "service port",
+                |w| w["clientConfig"] = json!({"service": {"name": "s", "namespace": "n", "port": 70000}}),
+                Some("webhooks[0].clientConfig.service.port"),
+            ),
             ("failure policy", |w| w["failurePolicy"] = "Sometimes".into(), Some("webhooks[0].failurePolicy")),
             ("match policy", |w| w["matchPolicy"] = "Close".into(), Some("webhooks[0].matchPolicy")),
-            ("bad operation", |w| w["rules"][0]["operations"] = json!(["PATCH"]), Some("webhooks[0].rules[0].operations[0]")),
-            ("star and more", |w| w["rules"][0]["apiGroups"] = json!(["*", "apps"]), Some("webhooks[0].rules[0].apiGroups")),
-            ("star resources overlap", |w| w["rules"][0]["resources"] = json!(["*", "pods"]), Some("webhooks[0].rules[0].resources")),
+            (
+                "bad operation",
+                |w| w["rules"][0]["operations"] = json!(["PATCH"]),
+                Some("webhooks[0].rules[0].operations[0]"),
+            ),
+            (
+                "star and more",
+                |w| w["rules"][0]["apiGroups"] = json!(["*", "apps"]),
+                Some("webhooks[0].rules[0].apiGroups"),
+            ),
+            (
+                "star resources overlap",
+                |w| w["rules"][0]["resources"] = json!(["*", "pods"]),
+                Some("webhooks[0].rules[0].resources"),
+            ),
             ("star with subresources", |w| w["rules"][0]["resources"] = json!(["*", "pods/status"]), None),
-            ("bad resource", |w| w["rules"][0]["resources"] = json!(["pods/"]), Some("webhooks[0].rules[0].resources[0]")),
+            (
+                "bad resource",
+                |w| w["rules"][0]["resources"] = json!(["pods/"]),
+                Some("webhooks[0].rules[0].resources[0]"),
+            ),
             ("bad scope", |w| w["rules"][0]["scope"] = "Everywhere".into(), Some("webhooks[0].rules[0].scope")),
-            ("bad selector", |w| w["objectSelector"] = json!({"matchExpressions": [{"key": "a", "operator": "Near"}]}), Some("webhooks[0].objectSelector")),
-            ("match conditions", |w| w["matchConditions"] = json!([{"name": "c", "expression": "true"}]), Some("webhooks[0].matchConditions")),
+            (
+                "bad selector",
+                |w| w["objectSelector"] = json!({"matchExpressions": [{"key": "a", "operator": "Near"}]}),
+                Some("webhooks[0].objectSelector"),
+            ),
+            (
+                "match conditions",
+                |w| w["matchConditions"] = json!([{"name": "c", "expression": "true"}]),
+                Some("webhooks[0].matchConditions"),
+            ),
         ];
         for (name, change, field) in cases {
             let mut hook = webhook();
@@ -353,7 +438,10 @@ mod tests {
         assert_eq!(errors[0].reason, "FieldValueDuplicate");
         let mut hook = webhook();
         hook["reinvocationPolicy"] = "Always".into();
-        assert_eq!(mutating_webhook_configuration(&json!({"webhooks": [hook.clone()]}))[0].field, "webhooks[0].reinvocationPolicy");
+        assert_eq!(
+            mutating_webhook_configuration(&json!({"webhooks": [hook.clone()]}))[0].field,
+            "webhooks[0].reinvocationPolicy"
+        );
         assert!(validating_webhook_configuration(&json!({"webhooks": [hook]})).is_empty());
         assert!(validating_webhook_configuration(&json!({})).is_empty(), "a configuration without webhooks is valid");
     }

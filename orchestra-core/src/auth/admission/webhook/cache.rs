@@ -51,7 +51,9 @@ impl WebhookCache {
     }
 
     fn kind_of(prefix: &str) -> Option<Kind> {
-        [Kind::Mutating, Kind::Validating].into_iter().find(|kind| prefix.trim_end_matches('/').ends_with(kind.plural()))
+        [Kind::Mutating, Kind::Validating]
+            .into_iter()
+            .find(|kind| prefix.trim_end_matches('/').ends_with(kind.plural()))
     }
 
     /// Marks the cache as followed by a running server.
@@ -65,7 +67,9 @@ impl WebhookCache {
         let held = self.held(kind).read().unwrap_or_else(|e| e.into_inner());
         match held.synced {
             true => Ok(held.all.clone()),
-            false if !self.started.load(Ordering::SeqCst) => Err(ApiError::unavailable("the API server is not running")),
+            false if !self.started.load(Ordering::SeqCst) => {
+                Err(ApiError::unavailable("the API server is not running"))
+            }
             false => Err(ApiError::unavailable("the webhook configurations are not loaded yet")),
         }
     }

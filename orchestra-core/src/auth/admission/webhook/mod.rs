@@ -294,7 +294,9 @@ struct ReadConfigurations {
 impl Configurations for ReadConfigurations {
     async fn webhooks(&self, kind: Kind) -> Result<Arc<[Arc<Webhook>]>, ApiError> {
         let mut configurations = self.objects.list(kind.resource(), None).await?;
-        configurations.sort_by(|a, b| a.pointer("/metadata/name").map(Value::to_string).cmp(&b.pointer("/metadata/name").map(Value::to_string)));
+        configurations.sort_by(|a, b| {
+            a.pointer("/metadata/name").map(Value::to_string).cmp(&b.pointer("/metadata/name").map(Value::to_string))
+        });
         Ok(configurations.iter().flat_map(Webhook::of_configuration).collect())
     }
 
@@ -438,7 +440,9 @@ impl Dispatcher {
     /// 400 `does not support dry run`).
     pub(crate) fn check_dry_run(webhook: &Webhook, request: &AdmissionRequest<'_>) -> Result<(), ApiError> {
         match request.dry_run && !webhook.dry_run_safe {
-            true => Err(ApiError::bad_request(format!("admission webhook {:?} does not support dry run", webhook.name))),
+            true => {
+                Err(ApiError::bad_request(format!("admission webhook {:?} does not support dry run", webhook.name)))
+            }
             false => Ok(()),
         }
     }
@@ -451,11 +455,16 @@ impl Dispatcher {
         let review = review(&uid, invocation, request);
         let url = webhook.url()?;
         let client = webhook.client()?;
-        let (status, answer) = client.post_json(&url, &review, None).await.map_err(|e| format!("failed to call webhook: {e}"))?;
+        let (status, answer) =
+            client.post_json(&url, &review, None).await.map_err(|e| format!("failed to call webhook: {e}"))?;
         if !status.is_success() {
-            return Err(format!("failed to call webhook: the server responded with the status code {}", status.as_u16()));
+            return Err(format!(
+                "failed to call webhook: the server responded with the status code {}",
+                status.as_u16()
+            ));
         }
-        parse_reply(&answer, &uid, self.kind == Kind::Mutating).map_err(|e| format!("received invalid webhook response: {e}"))
+        parse_reply(&answer, &uid, self.kind == Kind::Mutating)
+            .map_err(|e| format!("received invalid webhook response: {e}"))
     }
 
     /// The error of a failed call: 500, as upstream's `failed calling
@@ -637,7 +646,7 @@ const REASONS: [&str; 17] = [
 /// denied the request: <message>`.
 pub(crate) fn rejection(webhook: &str, status: &Value) -> ApiError {
     let code = status.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok()).unwrap_or(0);
-    let code = if code < 400 || code > 599 { 400 } else { code };
+    let code = if (400..=599).contains(&code) { code } else { 400 };
     let reason = status.get("reason").and_then(Value::as_str).unwrap_or_default();
     let message = status.get("message").and_then(Value::as_str).unwrap_or_default();
     let denied = format!("admission webhook {webhook:?} denied the request");

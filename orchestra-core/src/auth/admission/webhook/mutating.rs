@@ -119,8 +119,9 @@ impl MutatingAdmissionWebhook {
             return Err(rejection(&webhook.name, &reply.status));
         }
         let Some(patch) = &reply.patch else { return Ok(false) };
-        let patch: json_patch::Patch = serde_json::from_slice(patch)
-            .map_err(|e| ApiError::internal(format!("admission webhook {:?} returned an invalid JSON patch: {e}", webhook.name)))?;
+        let patch: json_patch::Patch = serde_json::from_slice(patch).map_err(|e| {
+            ApiError::internal(format!("admission webhook {:?} returned an invalid JSON patch: {e}", webhook.name))
+        })?;
         if patch.0.is_empty() {
             return Ok(false);
         }

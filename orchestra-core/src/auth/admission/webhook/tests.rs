@@ -155,8 +155,8 @@ fn objects_with(configurations: &[(ResourceRef<'static>, Value)]) -> Arc<StaticO
 #[test]
 fn selectors_and_policies_choose_the_webhooks() {
     let core_events = ResourceInfo::new("", "v1", "Event", "events", true);
-    let new_events = ResourceInfo::new("events.k8s.io", "v1", "Event", "events", true)
-        .stored_as(crate::api::conversion::EVENTS);
+    let new_events =
+        ResourceInfo::new("events.k8s.io", "v1", "Event", "events", true).stored_as(crate::api::conversion::EVENTS);
     let hooks = configuration(
         "a-hooks",
         vec![
@@ -174,9 +174,8 @@ fn selectors_and_policies_choose_the_webhooks() {
     let later = configuration("b-hooks", vec![json!({"name": "later.pods.test"})]);
     let objects = objects_with(&[(MUTATING, later), (MUTATING, hooks)]);
     let dispatcher = Dispatcher::reading(Kind::Mutating, objects);
-    let namespace = |labels: Value| {
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "w", "labels": labels}})
-    };
+    let namespace =
+        |labels: Value| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "w", "labels": labels}});
     let namespaces = || ResourceInfo::new("", "v1", "Namespace", "namespaces", false);
     let in_team = |namespace: &'static str| {
         let mut write = Write::pod(json!({}));
@@ -211,7 +210,11 @@ fn selectors_and_policies_choose_the_webhooks() {
             Write::new(Operation::Create, namespaces(), None, namespace(json!({"env": "prod"}))),
             vec!["ns.test"],
         ),
-        ("another namespace", Write::new(Operation::Create, namespaces(), None, namespace(json!({"env": "dev"}))), vec![]),
+        (
+            "another namespace",
+            Write::new(Operation::Create, namespaces(), None, namespace(json!({"env": "dev"}))),
+            vec![],
+        ),
         (
             "a cluster-scoped kind ignores namespace selectors",
             Write::new(Operation::Create, ResourceInfo::new("", "v1", "Node", "nodes", false), None, json!({})),
@@ -245,7 +248,9 @@ fn an_equivalent_match_sends_the_object_in_the_rules_version() {
     let core_events = ResourceInfo::new("", "v1", "Event", "events", true);
     let hooks = configuration(
         "events",
-        vec![json!({"name": "events.hooks.test", "rules": [{"operations": ["CREATE"], "apiGroups": ["events.k8s.io"], "apiVersions": ["v1"], "resources": ["events"]}]})],
+        vec![
+            json!({"name": "events.hooks.test", "rules": [{"operations": ["CREATE"], "apiGroups": ["events.k8s.io"], "apiVersions": ["v1"], "resources": ["events"]}]}),
+        ],
     );
     let dispatcher = Dispatcher::reading(Kind::Validating, objects_with(&[(VALIDATING, hooks)]));
     let event = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "w"}, "message": "hello"});
@@ -269,23 +274,63 @@ fn an_equivalent_match_sends_the_object_in_the_rules_version() {
 #[test]
 fn answers_are_checked() {
     let patch = base64::engine::general_purpose::STANDARD.encode(br#"[{"op":"add","path":"/a","value":1}]"#);
-    let answer = |response: Value| json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
+    let answer =
+        |response: Value| json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
     // (name, answer, mutating, Ok(allowed, has patch) or the error)
-    let cases: Vec<(&str, Value, bool, Result<(bool, bool), &str>)> = vec![
+    type Case = (&'static str, Value, bool, Result<(bool, bool), &'static str>);
+    let cases: Vec<Case> = vec![
         ("allowed", answer(json!({"uid": "u", "allowed": true})), false, Ok((true, false))),
         ("denied", answer(json!({"uid": "u", "allowed": false})), false, Ok((false, false))),
-        ("patched", answer(json!({"uid": "u", "allowed": true, "patchType": "JSONPatch", "patch": patch})), true, Ok((true, true))),
-        ("v1beta1", json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "response": {"uid": "u"}}), false,
-            Err("expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got admission.k8s.io/v1beta1, Kind=AdmissionReview")),
-        ("no response", json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}), false, Err("webhook response was absent")),
-        ("another uid", answer(json!({"uid": "v", "allowed": true})), false, Err("expected response.uid=\"u\", got \"v\"")),
-        ("patch without type", answer(json!({"uid": "u", "allowed": true, "patch": patch})), true, Err("webhook returned response.patch but not response.patchType")),
-        ("merge patch", answer(json!({"uid": "u", "allowed": true, "patch": patch, "patchType": "Merge"})), true, Err("invalid response.patchType of \"Merge\"")),
-        ("validating patch", answer(json!({"uid": "u", "allowed": true, "patch": patch, "patchType": "JSONPatch"})), false, Err("may not return response.patch")),
+        (
+            "patched",
+            answer(json!({"uid": "u", "allowed": true, "patchType": "JSONPatch", "patch": patch})),
+            true,
+            Ok((true, true)),
+        ),
+        (
+            "v1beta1",
+            json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "response": {"uid": "u"}}),
+            false,
+            Err(
+                "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got admission.k8s.io/v1beta1, Kind=AdmissionReview",
+            ),
+        ),
+        (
+            "no response",
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+            false,
+            Err("webhook response was absent"),
+        ),
+        (
+            "another uid",
+            answer(json!({"uid": "v", "allowed": true})),
+            false,
+            Err("expected response.uid=\"u\", got \"v\""),
+        ),
+        (
+            "patch without type",
+            answer(json!({"uid": "u", "allowed": true, "patch": patch})),
+            true,
+            Err("webhook returned response.patch but not response.patchType"),
+        ),
+        (
+            "merge patch",
+            answer(json!({"uid": "u", "allowed": true, "patch": patch, "patchType": "Merge"})),
+            true,
+            Err("invalid response.patchType of \"Merge\""),
+        ),
+        (
+            "validating patch",
+            answer(json!({"uid": "u", "allowed": true, "patch": patch, "patchType": "JSONPatch"})),
+            false,
+            Err("may not return response.patch"),
+        ),
     ];
     for (name, answer, mutating, expected) in cases {
         match (parse_reply(&answer, "u", mutating), expected) {
-            (Ok(reply), Ok((allowed, patched))) => assert_eq!((reply.allowed, reply.patch.is_some()), (allowed, patched), "{name}"),
+            (Ok(reply), Ok((allowed, patched))) => {
+                assert_eq!((reply.allowed, reply.patch.is_some()), (allowed, patched), "{name}")
+            }
             (Err(error), Err(message)) => assert!(error.contains(message), "{name}: {error}"),
             (got, expected) => panic!("{name}: expected {expected:?}, got {got:?}"),
         }
@@ -296,11 +341,31 @@ fn answers_are_checked() {
 fn refusals_carry_the_webhooks_words() {
     // (status, code, reason, message)
     let cases = [
-        (json!({"message": "no latest tags"}), 400, "", "admission webhook \"w.test\" denied the request: no latest tags"),
-        (json!({"code": 403, "reason": "Forbidden", "message": "nope"}), 403, "Forbidden", "admission webhook \"w.test\" denied the request: nope"),
-        (json!({"code": 200, "reason": "Unusual"}), 400, "", "admission webhook \"w.test\" denied the request: Unusual"),
+        (
+            json!({"message": "no latest tags"}),
+            400,
+            "",
+            "admission webhook \"w.test\" denied the request: no latest tags",
+        ),
+        (
+            json!({"code": 403, "reason": "Forbidden", "message": "nope"}),
+            403,
+            "Forbidden",
+            "admission webhook \"w.test\" denied the request: nope",
+        ),
+        (
+            json!({"code": 200, "reason": "Unusual"}),
+            400,
+            "",
+            "admission webhook \"w.test\" denied the request: Unusual",
+        ),
         (json!(null), 400, "", "admission webhook \"w.test\" denied the request without explanation"),
-        (json!({"code": 422, "reason": "Invalid", "message": "bad"}), 422, "Invalid", "admission webhook \"w.test\" denied the request: bad"),
+        (
+            json!({"code": 422, "reason": "Invalid", "message": "bad"}),
+            422,
+            "Invalid",
+            "admission webhook \"w.test\" denied the request: bad",
+        ),
     ];
     for (status, code, reason, message) in cases {
         let error = rejection("w.test", &status);
@@ -360,7 +425,8 @@ impl TestService {
     /// A webhook named `name` calling `path` of this service, with `extra`
     /// fields.
     fn webhook(&self, name: &str, path: &str, extra: Value) -> Value {
-        let mut webhook = json!({"name": name, "clientConfig": {"url": format!("{}/{path}", self.base), "caBundle": self.ca_base64}});
+        let mut webhook =
+            json!({"name": name, "clientConfig": {"url": format!("{}/{path}", self.base), "caBundle": self.ca_base64}});
         for (key, value) in extra.as_object().unwrap() {
             webhook[key] = value.clone();
         }
@@ -382,7 +448,9 @@ fn label_patch(label: &str, request: &Value) -> Value {
 /// refuses, `warn` warns, `reinvoked` labels `seen-N` by its call count.
 fn answer(path: &str, request: &Value) -> Value {
     match path {
-        "deny" => json!({"allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": "pods are closed"}}),
+        "deny" => {
+            json!({"allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": "pods are closed"}})
+        }
         "warn" => json!({"allowed": true, "warnings": ["mind the gap"]}),
         "garbage" => json!({"allowed": true, "patch": "!!"}),
         "slow" => json!({"allowed": true}),
@@ -421,16 +489,27 @@ async fn mutating_webhooks_patch_in_order_and_refuse() {
     // (name, webhooks of one configuration, Ok(labels) or Err((code, message part)), warnings)
     type Case = (&'static str, Vec<Value>, Result<Value, (u16, &'static str)>, Vec<&'static str>);
     let cases: Vec<Case> = vec![
-        ("one label", vec![service.webhook("a.hooks.test", "label-first", json!({}))], Ok(json!({"first": "yes"})), vec![]),
+        (
+            "one label",
+            vec![service.webhook("a.hooks.test", "label-first", json!({}))],
+            Ok(json!({"first": "yes"})),
+            vec![],
+        ),
         (
             "in order",
-            vec![service.webhook("a.hooks.test", "label-first", json!({})), service.webhook("b.hooks.test", "last", json!({}))],
+            vec![
+                service.webhook("a.hooks.test", "label-first", json!({})),
+                service.webhook("b.hooks.test", "last", json!({})),
+            ],
             Ok(json!({"first": "yes", "last": "yes"})),
             vec![],
         ),
         (
             "denied",
-            vec![service.webhook("a.hooks.test", "label-first", json!({})), service.webhook("deny.hooks.test", "deny", json!({}))],
+            vec![
+                service.webhook("a.hooks.test", "label-first", json!({})),
+                service.webhook("deny.hooks.test", "deny", json!({})),
+            ],
             Err((403, "admission webhook \"deny.hooks.test\" denied the request: pods are closed")),
             vec![],
         ),
@@ -443,8 +522,10 @@ async fn mutating_webhooks_patch_in_order_and_refuse() {
         ),
         (
             "down, failing open",
-            vec![json!({"name": "down.hooks.test", "clientConfig": {"url": down}, "failurePolicy": "Ignore"}),
-                service.webhook("a.hooks.test", "label-first", json!({}))],
+            vec![
+                json!({"name": "down.hooks.test", "clientConfig": {"url": down}, "failurePolicy": "Ignore"}),
+                service.webhook("a.hooks.test", "label-first", json!({})),
+            ],
             Ok(json!({"first": "yes"})),
             vec![],
         ),
