@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Namespace, Pod, Service as CoreService};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use orchestra::testing::TestCluster;
@@ -32,7 +32,9 @@ impl Service {
     async fn start() -> Service {
         let dir = tempfile::tempdir().unwrap();
         let pki = Pki::load_or_create(dir.path(), &[]).unwrap();
-        let serving = pki.issue_serving("webhooks", &["127.0.0.1".to_owned()]).unwrap();
+        // Reached at its URL, and as the Service `webhooks/hooks`.
+        let serving =
+            pki.issue_serving("webhooks", &["127.0.0.1".to_owned(), "hooks.webhooks.svc".to_owned()]).unwrap();
         let tls = server_config(&serving, pki.ca_pem(), ClientAuth::Optional).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("https://{}", listener.local_addr().unwrap());
@@ -184,6 +186,32 @@ async fn a_mutating_webhook_patches_what_is_stored() {
     assert_eq!(labels.get("app").map(String::as_str), Some("web"));
     let stored = pods.get("web").await.unwrap();
     assert_eq!(stored.metadata.labels.unwrap().get("injected").map(String::as_str), Some("yes"));
+    assert_eq!(service.calls("inject"), 1);
+}
+
+#[tokio::test]
+async fn a_service_reference_reaches_the_services_endpoints() {
+    let service = Service::start().await;
+    let (_server, client) = server().await;
+    let port: u16 = service.base.rsplit(':').next().unwrap().parse().unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces.create(&PostParams::default(), &of(json!({"metadata": {"name": "webhooks"}}))).await.unwrap();
+    let services: Api<CoreService> = Api::namespaced(client.clone(), "webhooks");
+    let spec = json!({"ports": [{"name": "https", "port": 443, "targetPort": port}]});
+    services.create(&PostParams::default(), &of(json!({"metadata": {"name": "hooks"}, "spec": spec}))).await.unwrap();
+    let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "webhooks");
+    let subsets = json!([{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "https", "port": port}]}]);
+    endpoints
+        .create(&PostParams::default(), &of(json!({"metadata": {"name": "hooks"}, "subsets": subsets})))
+        .await
+        .unwrap();
+    let mut webhook = service.webhook("svc.hooks.test", "unused", json!({}));
+    webhook["clientConfig"] =
+        json!({"caBundle": service.ca, "service": {"namespace": "webhooks", "name": "hooks", "path": "/inject"}});
+    configure(&client, &service, true, "by-service", vec![webhook]).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let created = pods.create(&PostParams::default(), &pod("web", json!({}))).await.unwrap();
+    assert_eq!(created.metadata.labels.unwrap().get("injected").map(String::as_str), Some("yes"));
     assert_eq!(service.calls("inject"), 1);
 }
 

@@ -29,6 +29,8 @@ pub use validating::ValidatingAdmissionWebhook;
 /// The group of the webhook configurations.
 const GROUP: &str = "admissionregistration.k8s.io";
 const NAMESPACES: ResourceRef<'static> = ResourceRef::new("", "v1", "namespaces");
+const SERVICES: ResourceRef<'static> = ResourceRef::new("", "v1", "services");
+const ENDPOINTS: ResourceRef<'static> = ResourceRef::new("", "v1", "endpoints");
 /// Upstream's default `timeoutSeconds`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Resources of `GROUP` no webhook is ever called for (upstream's
@@ -68,8 +70,15 @@ impl Kind {
 enum Endpoint {
     /// `clientConfig.url`.
     Url(String),
-    /// `clientConfig.service`: namespace and name.
-    Service(String, String),
+    /// `clientConfig.service`.
+    Service {
+        namespace: String,
+        name: String,
+        /// `path`, `/` by default.
+        path: String,
+        /// `port`, 443 by default.
+        port: u16,
+    },
     /// Neither (a configuration stored without validation).
     Missing,
 }
@@ -197,10 +206,19 @@ impl Webhook {
         let config = webhook.get("clientConfig").unwrap_or(&Value::Null);
         let endpoint = match (config.get("url").and_then(Value::as_str), config.get("service")) {
             (Some(url), _) => Endpoint::Url(url.to_owned()),
-            (None, Some(service)) if service.is_object() => Endpoint::Service(
-                service.get("namespace").and_then(Value::as_str).unwrap_or_default().to_owned(),
-                service.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
-            ),
+            (None, Some(service)) if service.is_object() => {
+                let text = |field: &str| service.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
+                Endpoint::Service {
+                    namespace: text("namespace"),
+                    name: text("name"),
+                    path: Some(text("path")).filter(|p| !p.is_empty()).unwrap_or_else(|| "/".to_owned()),
+                    port: service
+                        .get("port")
+                        .and_then(Value::as_u64)
+                        .and_then(|p| u16::try_from(p).ok())
+                        .unwrap_or(443),
+                }
+            }
             _ => Endpoint::Missing,
         };
         let ca_pem = match config.get("caBundle").and_then(Value::as_str).filter(|b| !b.is_empty()) {
@@ -242,22 +260,10 @@ impl Webhook {
         self.rules.iter().any(|rule| rule.matches(request))
     }
 
-    /// The URL the review is posted to, with upstream's `timeout` query
-    /// parameter; or why the webhook cannot be called.
-    fn url(&self) -> Result<String, String> {
-        if self.match_conditions {
-            return Err("matchConditions (CEL expressions) are not supported by this server".into());
-        }
-        match &self.endpoint {
-            Endpoint::Url(url) => {
-                let separator = if url.contains('?') { '&' } else { '?' };
-                Ok(format!("{url}{separator}timeout={}s", self.timeout.as_secs()))
-            }
-            Endpoint::Service(namespace, name) => Err(format!(
-                "service reference {namespace}/{name}: this server does not resolve clientConfig.service, use clientConfig.url"
-            )),
-            Endpoint::Missing => Err("the webhook has neither clientConfig.url nor clientConfig.service".into()),
-        }
+    /// `url` with upstream's `timeout` query parameter.
+    fn with_timeout(&self, url: &str) -> String {
+        let separator = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{separator}timeout={}s", self.timeout.as_secs())
     }
 
     fn client(&self) -> Result<&HttpsClient, String> {
@@ -453,10 +459,20 @@ impl Dispatcher {
         let webhook = &invocation.webhook;
         let uid = uuid::Uuid::new_v4().to_string();
         let review = review(&uid, invocation, request);
-        let url = webhook.url()?;
+        if webhook.match_conditions {
+            return Err("matchConditions (CEL expressions) are not supported by this server".into());
+        }
         let client = webhook.client()?;
-        let (status, answer) =
-            client.post_json(&url, &review, None).await.map_err(|e| format!("failed to call webhook: {e}"))?;
+        let posted = match &webhook.endpoint {
+            Endpoint::Url(url) => client.post_json(&webhook.with_timeout(url), &review, None).await,
+            Endpoint::Service { namespace, name, path, port } => {
+                let (host, target_port) = self.resolve(namespace, name, *port).await?;
+                let url = webhook.with_timeout(&format!("https://{name}.{namespace}.svc:{port}{path}"));
+                client.post_json_via(&url, (&host, target_port), &review).await
+            }
+            Endpoint::Missing => return Err("the webhook has neither clientConfig.url nor clientConfig.service".into()),
+        };
+        let (status, answer) = posted.map_err(|e| format!("failed to call webhook: {e}"))?;
         if !status.is_success() {
             return Err(format!(
                 "failed to call webhook: the server responded with the status code {}",
@@ -465,6 +481,53 @@ impl Dispatcher {
         }
         parse_reply(&answer, &uid, self.kind == Kind::Mutating)
             .map_err(|e| format!("received invalid webhook response: {e}"))
+    }
+
+    /// Where the webhook service `namespace`/`name` is reached on its port
+    /// `port` (upstream's endpoint routing): a ready address of the
+    /// Service's Endpoints and the port the service port targets; the
+    /// external name of an `ExternalName` Service.
+    async fn resolve(&self, namespace: &str, name: &str, port: u16) -> Result<(String, u16), String> {
+        let unavailable = |what: String| format!("failed to resolve service {namespace}/{name}: {what}");
+        let service = self
+            .objects
+            .get(SERVICES, Some(namespace), name)
+            .await
+            .map_err(|e| unavailable(e.message))?
+            .ok_or_else(|| unavailable(format!("service {name:?} not found")))?;
+        let spec = &service["spec"];
+        if spec["type"] == "ExternalName" {
+            let host = spec["externalName"].as_str().unwrap_or_default();
+            return Ok((host.to_owned(), port));
+        }
+        let ports = spec["ports"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let Some(service_port) = ports.iter().find(|p| p["port"].as_u64() == Some(u64::from(port))) else {
+            return Err(unavailable(format!("no service port {port} found for service {name:?}")));
+        };
+        let port_name = service_port["name"].as_str().unwrap_or_default();
+        let endpoints = self
+            .objects
+            .get(ENDPOINTS, Some(namespace), name)
+            .await
+            .map_err(|e| unavailable(e.message))?
+            .unwrap_or(Value::Null);
+        let subsets = endpoints["subsets"].as_array().map(Vec::as_slice).unwrap_or_default();
+        for subset in subsets {
+            let ports = subset["ports"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let Some(target) = ports.iter().find(|p| p["name"].as_str().unwrap_or_default() == port_name) else {
+                continue;
+            };
+            let addresses: Vec<&str> = subset["addresses"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|a| a["ip"].as_str()).collect())
+                .unwrap_or_default();
+            let Some(target_port) = target["port"].as_u64().and_then(|p| u16::try_from(p).ok()) else { continue };
+            if !addresses.is_empty() {
+                let pick = usize::from(uuid::Uuid::new_v4().as_bytes()[0]) % addresses.len();
+                return Ok((addresses[pick].to_owned(), target_port));
+            }
+        }
+        Err(unavailable(format!("no endpoints available for service {name:?}")))
     }
 
     /// The error of a failed call: 500, as upstream's `failed calling

@@ -53,9 +53,14 @@ use crate::auth::admission::{AdmissionPlugin, AdmissionRequest, ObjectReader};
 /// Webhooks are never called for writes of the webhook configurations
 /// themselves, so that a broken webhook cannot prevent its own removal.
 ///
-/// What the server does not do: `clientConfig.service` references are not
-/// resolved (this server has no route to Service addresses); a call to
-/// such a webhook fails, and `failurePolicy` decides. `matchConditions`
+/// A `clientConfig.service` reference is reached as upstream's endpoint
+/// routing reaches it: the review goes to a ready address of the Service's
+/// Endpoints, on the port its service port (`port`, 443 by default)
+/// targets, and the webhook's certificate is checked for the name
+/// `<service>.<namespace>.svc`; an `ExternalName` Service's name is dialed
+/// on `port`. A Service without ready endpoints fails the call.
+///
+/// What the server does not do: `matchConditions`
 /// (CEL) are refused when a configuration is written; a webhook stored with
 /// them fails its calls the same way. The server presents no client
 /// credential to webhooks, and `auditAnnotations` in answers are ignored:

@@ -387,7 +387,7 @@ impl TestService {
     pub(crate) async fn start(answer: impl Fn(&str, &Value) -> Value + Send + Sync + 'static) -> TestService {
         let dir = tempfile::tempdir().unwrap();
         let pki = Pki::load_or_create(dir.path(), &[]).unwrap();
-        let serving = pki.issue_serving("webhook", &["127.0.0.1".to_owned()]).unwrap();
+        let serving = pki.issue_serving("webhook", &["127.0.0.1".to_owned(), "hooks.webhooks.svc".to_owned()]).unwrap();
         let tls = crate::tls::server_config(&serving, pki.ca_pem(), crate::tls::ClientAuth::Optional).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("https://{}", listener.local_addr().unwrap());
@@ -550,7 +550,28 @@ async fn mutating_webhooks_patch_in_order_and_refuse() {
         (
             "a service reference",
             vec![json!({"name": "svc.hooks.test", "clientConfig": {"service": {"namespace": "n", "name": "s"}}})],
-            Err((500, "this server does not resolve clientConfig.service")),
+            Err((500, "failed to resolve service n/s: service \"s\" not found")),
+            vec![],
+        ),
+        (
+            "a service's endpoint",
+            vec![json!({"name": "svc.hooks.test", "clientConfig": {"caBundle": service.ca_base64,
+                "service": {"namespace": "webhooks", "name": "hooks", "path": "/label-first"}}})],
+            Ok(json!({"first": "yes"})),
+            vec![],
+        ),
+        (
+            "a service without ready endpoints",
+            vec![json!({"name": "svc.hooks.test", "clientConfig": {"caBundle": service.ca_base64,
+                "service": {"namespace": "webhooks", "name": "idle", "path": "/label-first"}}})],
+            Err((500, "no endpoints available for service \"idle\"")),
+            vec![],
+        ),
+        (
+            "a port the service does not have",
+            vec![json!({"name": "svc.hooks.test", "clientConfig": {"caBundle": service.ca_base64,
+                "service": {"namespace": "webhooks", "name": "hooks", "port": 8443}}})],
+            Err((500, "no service port 8443 found for service \"hooks\"")),
             vec![],
         ),
         (
@@ -563,6 +584,16 @@ async fn mutating_webhooks_patch_in_order_and_refuse() {
     ];
     for (name, webhooks, expected, warnings) in cases {
         let objects = objects_with(&[(MUTATING, configuration("hooks", webhooks))]);
+        // The Service `webhooks/hooks` and its endpoints, the test service.
+        let port: u16 = service.base.rsplit(':').next().unwrap().parse().unwrap();
+        let ports = json!([{"name": "https", "port": 443, "targetPort": port}]);
+        for (name, addresses) in [("hooks", json!([{"ip": "127.0.0.1"}])), ("idle", json!([]))] {
+            let meta = json!({"name": name, "namespace": "webhooks"});
+            objects.insert(SERVICES, json!({"metadata": meta, "spec": {"ports": ports}}));
+            let subsets = json!([{"addresses": addresses, "notReadyAddresses": [{"ip": "127.0.0.1"}],
+                "ports": [{"name": "https", "port": port}]}]);
+            objects.insert(ENDPOINTS, json!({"metadata": meta, "subsets": subsets}));
+        }
         let plugin = MutatingAdmissionWebhook::new(objects);
         let outcome = run(&plugin, &Write::pod(Value::Null)).await;
         match (&outcome.0, expected) {
