@@ -620,7 +620,11 @@ impl ApiServerBuilder {
             for kind in
                 [crate::auth::admission::webhook::Kind::Mutating, crate::auth::admission::webhook::Kind::Validating]
             {
-                let Some(info) = registry.get("admissionregistration.k8s.io", "v1", kind.plural()) else { continue };
+                let Some(info) = registry.get("admissionregistration.k8s.io", "v1", kind.plural()) else {
+                    // Not served: no configuration of the kind can exist.
+                    follow::Follower::reset(&*self.webhooks, kind.plural(), Vec::new());
+                    continue;
+                };
                 follow(&self.webhooks, store, info.storage_prefix(), "admission webhooks")
                     .await
                     .map_err(ApiError::internal)?;

@@ -22,7 +22,9 @@ use crate::auth::admission::{AdmissionPlugin, AdmissionRequest, ObjectReader};
 /// if it gave none); a webhook's warnings become the response's `Warning`
 /// headers. A webhook that cannot be called, times out (`timeoutSeconds`,
 /// 10 by default) or answers wrongly fails the write with 500 under
-/// `failurePolicy: Fail` (the default) and is skipped under `Ignore`. A
+/// `failurePolicy: Fail` (the default) and is skipped under `Ignore`; a
+/// patch that does not apply, or changes the object's name or namespace,
+/// fails it with 500 whatever the policy. A
 /// dry run is refused with 400 by a matching webhook whose `sideEffects`
 /// is neither `None` nor `NoneOnDryRun`.
 ///
@@ -148,6 +150,15 @@ impl MutatingAdmissionWebhook {
         json_patch::patch(&mut patched, &patch.0).map_err(|e| ApiError::internal(e.to_string()))?;
         if let Some(from) = equivalent {
             patched = convert(&patched, from, resource);
+        }
+        // The server has chosen where the object is stored by now.
+        for field in ["name", "namespace"] {
+            if patched.pointer(&format!("/metadata/{field}")) != object.pointer(&format!("/metadata/{field}")) {
+                return Err(ApiError::internal(format!(
+                    "admission webhook {:?} may not change metadata.{field}",
+                    webhook.name
+                )));
+            }
         }
         let changed = patched != *object;
         *object = patched;

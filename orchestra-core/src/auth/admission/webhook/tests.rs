@@ -452,6 +452,11 @@ fn answer(path: &str, request: &Value) -> Value {
             json!({"allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": "pods are closed"}})
         }
         "warn" => json!({"allowed": true, "warnings": ["mind the gap"]}),
+        "rename" => {
+            let patch = json!([{"op": "replace", "path": "/metadata/name", "value": "other"}]);
+            json!({"allowed": true, "patchType": "JSONPatch",
+                "patch": base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&patch).unwrap())})
+        }
         "garbage" => json!({"allowed": true, "patch": "!!"}),
         "slow" => json!({"allowed": true}),
         label if label.starts_with("label-") => label_patch(&label["label-".len()..], request),
@@ -527,6 +532,12 @@ async fn mutating_webhooks_patch_in_order_and_refuse() {
                 service.webhook("a.hooks.test", "label-first", json!({})),
             ],
             Ok(json!({"first": "yes"})),
+            vec![],
+        ),
+        (
+            "a rename",
+            vec![service.webhook("r.hooks.test", "rename", json!({"failurePolicy": "Ignore"}))],
+            Err((500, "admission webhook \"r.hooks.test\" may not change metadata.name")),
             vec![],
         ),
         (
