@@ -704,3 +704,49 @@ async fn validating_webhooks_run_together_and_the_first_refusal_wins() {
     let error = run(&plugin, &Write::pod(Value::Null)).await.0.unwrap_err();
     assert!(error.message.contains("may not return response.patch"), "{error}");
 }
+
+#[test]
+fn subresource_reviews_name_the_subresource_kind() {
+    let deployments = ResourceInfo::new("apps", "v1", "Deployment", "deployments", true).with_scale();
+    let hooks = configuration(
+        "scale",
+        vec![
+            json!({"name": "scale.hooks.test", "rules": [{"operations": ["UPDATE"], "apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments/scale"]}]}),
+        ],
+    );
+    let dispatcher = Dispatcher::reading(Kind::Validating, objects_with(&[(VALIDATING, hooks)]));
+    let scale =
+        json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "w"}, "spec": {"replicas": 3}});
+    let mut write = Write::new(Operation::Update, deployments, Some("team-b"), scale);
+    write.subresource = Some("scale");
+    write.dry_run = true;
+    let request = write.request();
+    let invocations = futures::executor::block_on(dispatcher.invocations(&request)).unwrap();
+    let sent = review("uid-2", &invocations[0], &request)["request"].clone();
+    assert_eq!(sent["kind"], json!({"group": "autoscaling", "version": "v1", "kind": "Scale"}));
+    assert_eq!(sent["resource"], json!({"group": "apps", "version": "v1", "resource": "deployments"}));
+    assert_eq!((sent["subResource"].as_str(), sent["requestSubResource"].as_str()), (Some("scale"), Some("scale")));
+    assert_eq!(sent["operation"], "UPDATE");
+    assert_eq!(sent["options"], json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions", "dryRun": ["All"]}));
+    assert_eq!(sent["dryRun"], true);
+    assert_eq!(sent["oldObject"]["spec"]["replicas"], 3);
+    // Without the subresource the rule does not match.
+    write.subresource = None;
+    assert!(futures::executor::block_on(dispatcher.invocations(&write.request())).unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_delete_cannot_be_patched() {
+    let service = TestService::start(answer).await;
+    let webhooks = vec![service.webhook("del.hooks.test", "label-first", json!({}))];
+    let plugin = MutatingAdmissionWebhook::new(objects_with(&[(MUTATING, configuration("hooks", webhooks))]));
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w", "namespace": "team-a"}});
+    let write = Write::new(Operation::Delete, ResourceInfo::new("", "v1", "Pod", "pods", true), Some("team-a"), pod);
+    let error = run(&plugin, &write).await.0.unwrap_err();
+    assert_eq!(error.code, 500);
+    assert!(
+        error.message.contains("attempted to modify the object, which is not supported for this operation"),
+        "{error}"
+    );
+    assert_eq!(service.calls.load(Ordering::SeqCst), 1, "the webhook saw the delete");
+}
