@@ -2,6 +2,8 @@
 
 #[path = "examples/admission_and_authz.rs"]
 mod admission_and_authz;
+#[path = "examples/admission_webhooks.rs"]
+mod admission_webhooks;
 #[path = "examples/apiserver.rs"]
 mod apiserver;
 #[path = "examples/audit.rs"]

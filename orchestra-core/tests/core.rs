@@ -50,3 +50,6 @@ mod quota;
 
 #[path = "core/external_auth.rs"]
 mod external_auth;
+
+#[path = "core/webhooks.rs"]
+mod webhooks;

@@ -126,8 +126,14 @@ impl Registry {
                 .stored_as(super::conversion::EVENTS)
                 .expiring_after(EVENT_TTL),
         );
-        r.register(ResourceInfo::of::<admission::MutatingWebhookConfiguration>());
-        r.register(ResourceInfo::of::<admission::ValidatingWebhookConfiguration>());
+        r.register(
+            ResourceInfo::of::<admission::MutatingWebhookConfiguration>()
+                .validated_by(validation::mutating_webhook_configuration),
+        );
+        r.register(
+            ResourceInfo::of::<admission::ValidatingWebhookConfiguration>()
+                .validated_by(validation::validating_webhook_configuration),
+        );
         r.register(
             ResourceInfo::of::<apiextensions::CustomResourceDefinition>().short_names(&["crd", "crds"]).with_status(),
         );

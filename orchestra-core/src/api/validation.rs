@@ -5,6 +5,10 @@ use serde_json::Value;
 use super::LabelSelector;
 use super::error::FieldError;
 
+mod webhooks;
+
+pub use webhooks::{mutating_webhook_configuration, validating_webhook_configuration};
+
 fn containers(value: &Value, path: &str, out: &mut Vec<FieldError>) {
     let Some(list) = value.as_array() else { return };
     for (i, container) in list.iter().enumerate() {

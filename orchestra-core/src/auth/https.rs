@@ -1,6 +1,6 @@
 //! The HTTPS client of the authenticators and authorizers that ask another
 //! server: the OIDC issuer's discovery document and keys, the TokenReview and
-//! SubjectAccessReview webhooks. JSON in, JSON out, HTTP/1.1, one
+//! SubjectAccessReview webhooks, the admission webhooks. JSON in, JSON out, HTTP/1.1, one
 //! connection per request, bounded in time and size.
 
 use std::sync::Arc;
@@ -72,9 +72,16 @@ impl HttpsClient {
         Ok(HttpsClient { tls: Arc::new(config), timeout: REQUEST_TIMEOUT })
     }
 
+    /// The same client, giving up on a request after `timeout` instead of
+    /// ten seconds (an admission webhook's `timeoutSeconds`).
+    pub(crate) fn with_timeout(mut self, timeout: Duration) -> HttpsClient {
+        self.timeout = timeout;
+        self
+    }
+
     /// `GET url`, expecting 200 and a JSON body.
     pub(crate) async fn get_json(&self, url: &str) -> Result<Value, String> {
-        let (status, body) = self.send(http::Method::GET, url, None, None).await?;
+        let (status, body) = self.send(http::Method::GET, url, None, None, None).await?;
         if status != http::StatusCode::OK {
             return Err(format!("GET {url}: {status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])));
         }
@@ -90,7 +97,22 @@ impl HttpsClient {
         bearer: Option<&str>,
     ) -> Result<(http::StatusCode, Value), String> {
         let body = serde_json::to_vec(body).map_err(|e| e.to_string())?;
-        let (status, answer) = self.send(http::Method::POST, url, Some(body), bearer).await?;
+        let (status, answer) = self.send(http::Method::POST, url, Some(body), bearer, None).await?;
+        Ok((status, serde_json::from_slice(&answer).unwrap_or(Value::Null)))
+    }
+
+    /// [`post_json`](Self::post_json) to `url` through a connection to
+    /// `address` (host, port) instead of the URL's: the certificate is
+    /// still checked for the URL's host, as when a Service's name is
+    /// reached at one of its endpoints.
+    pub(crate) async fn post_json_via(
+        &self,
+        url: &str,
+        address: (&str, u16),
+        body: &Value,
+    ) -> Result<(http::StatusCode, Value), String> {
+        let body = serde_json::to_vec(body).map_err(|e| e.to_string())?;
+        let (status, answer) = self.send(http::Method::POST, url, Some(body), None, Some(address)).await?;
         Ok((status, serde_json::from_slice(&answer).unwrap_or(Value::Null)))
     }
 
@@ -100,6 +122,7 @@ impl HttpsClient {
         url: &str,
         body: Option<Vec<u8>>,
         bearer: Option<&str>,
+        address: Option<(&str, u16)>,
     ) -> Result<(http::StatusCode, bytes::Bytes), String> {
         let uri: http::Uri = url.parse().map_err(|e| format!("{url:?} is not a URL: {e}"))?;
         if uri.scheme_str() != Some("https") {
@@ -124,9 +147,10 @@ impl HttpsClient {
         let request =
             request.body(Full::new(bytes::Bytes::from(body.unwrap_or_default()))).map_err(|e| e.to_string())?;
         let exchange = async {
-            let tcp = tokio::net::TcpStream::connect((name_host.as_str(), port))
+            let (dial_host, dial_port) = address.unwrap_or((name_host.as_str(), port));
+            let tcp = tokio::net::TcpStream::connect((dial_host, dial_port))
                 .await
-                .map_err(|e| format!("dial {host}:{port}: {e}"))?;
+                .map_err(|e| format!("dial {dial_host}:{dial_port}: {e}"))?;
             let name = ServerName::try_from(name_host.clone()).map_err(|e| format!("server name {host}: {e}"))?;
             let stream = tokio_rustls::TlsConnector::from(self.tls.clone())
                 .connect(name, tcp)

@@ -43,6 +43,7 @@ mod timeout;
 mod token;
 mod watch;
 mod watch_objects;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -220,6 +221,9 @@ pub struct ApiServerBuilder {
     objects: reader::ServerObjects,
     /// The authorizer admission plugins get; filled when the server is built.
     late_authorizer: late_authorizer::ServerAuthorizer,
+    /// The webhook configurations the server keeps from a watch, once an
+    /// admission webhook plugin reads them.
+    webhooks: Arc<crate::auth::admission::webhook::WebhookCache>,
 }
 
 impl ApiServerBuilder {
@@ -392,7 +396,7 @@ impl ApiServerBuilder {
     /// from namespace labels, `privileged` by default), Priority,
     /// DefaultTolerationSeconds, DefaultStorageClass, CertificateApproval,
     /// CertificateSigning, CertificateSubjectRestriction, `extra`,
-    /// ResourceQuota.
+    /// MutatingAdmissionWebhook, ValidatingAdmissionWebhook, ResourceQuota.
     ///
     /// ```
     /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
@@ -426,7 +430,55 @@ impl ApiServerBuilder {
             .with(self.certificate_signing())
             .with(crate::auth::admission::CertificateSubjectRestriction::new())
             .then(extra)
+            .with(self.mutating_admission_webhook())
+            .with(self.validating_admission_webhook())
             .with(self.resource_quota())
+    }
+
+    /// The [`MutatingAdmissionWebhook`](crate::auth::admission::MutatingAdmissionWebhook)
+    /// plugin of the server being built, for an admission chain of one's
+    /// own. It reads the MutatingWebhookConfigurations from a cache the
+    /// server fills from its store before it serves and keeps current from
+    /// a watch (so a configuration just written applies a moment later, as
+    /// upstream's), and namespaces through
+    /// [`object_reader`](Self::object_reader).
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
+    /// use std::sync::Arc;
+    /// use orchestra_core::auth::admission::AdmissionChain;
+    /// use orchestra_core::server::ApiServer;
+    /// use orchestra_store::MemStore;
+    ///
+    /// let builder = ApiServer::builder(Arc::new(MemStore::new()));
+    /// let admission = AdmissionChain::new()
+    ///     .with(builder.namespace_lifecycle())
+    ///     .with(builder.mutating_admission_webhook())
+    ///     .with(builder.validating_admission_webhook());
+    /// let server = builder.admission(admission).build().await?;
+    /// # let _ = server;
+    /// # Ok(()) }
+    /// ```
+    pub fn mutating_admission_webhook(&self) -> crate::auth::admission::MutatingAdmissionWebhook {
+        use crate::auth::admission::webhook::{Dispatcher, Kind};
+        crate::auth::admission::MutatingAdmissionWebhook::with_dispatcher(Dispatcher::new(
+            Kind::Mutating,
+            Arc::new(webhooks::ServerWebhooks { cache: self.webhooks.clone(), objects: self.objects.clone() }),
+            self.object_reader(),
+        ))
+    }
+
+    /// The [`ValidatingAdmissionWebhook`](crate::auth::admission::ValidatingAdmissionWebhook)
+    /// plugin of the server being built, reading ValidatingWebhookConfigurations
+    /// as [`mutating_admission_webhook`](Self::mutating_admission_webhook)
+    /// reads its configurations.
+    pub fn validating_admission_webhook(&self) -> crate::auth::admission::ValidatingAdmissionWebhook {
+        use crate::auth::admission::webhook::{Dispatcher, Kind};
+        crate::auth::admission::ValidatingAdmissionWebhook::with_dispatcher(Dispatcher::new(
+            Kind::Validating,
+            Arc::new(webhooks::ServerWebhooks { cache: self.webhooks.clone(), objects: self.objects.clone() }),
+            self.object_reader(),
+        ))
     }
 
     /// The [`NamespaceLifecycle`] plugin of the server being built, for an
@@ -620,6 +672,21 @@ impl ApiServerBuilder {
         if let Some(cache) = self.rbac.get().filter(|cache| Arc::strong_count(cache) > 1) {
             crate::auth::rbac::start(cache, store, &registry).await?;
         }
+        if Arc::strong_count(&self.webhooks) > 1 {
+            self.webhooks.start();
+            for kind in
+                [crate::auth::admission::webhook::Kind::Mutating, crate::auth::admission::webhook::Kind::Validating]
+            {
+                let Some(info) = registry.get("admissionregistration.k8s.io", "v1", kind.plural()) else {
+                    // Not served: no configuration of the kind can exist.
+                    follow::Follower::reset(&*self.webhooks, kind.plural(), Vec::new());
+                    continue;
+                };
+                follow(&self.webhooks, store, info.storage_prefix(), "admission webhooks")
+                    .await
+                    .map_err(ApiError::internal)?;
+            }
+        }
         Ok(server)
     }
 }
@@ -653,6 +720,7 @@ impl ApiServer {
             namespaces: Default::default(),
             objects: Default::default(),
             late_authorizer: Default::default(),
+            webhooks: Default::default(),
         };
         builder.admission = builder.default_admission(AdmissionChain::new());
         let default_modes = [crate::auth::AuthorizationMode::Node, crate::auth::AuthorizationMode::Rbac];

@@ -358,7 +358,8 @@ impl ControlPlaneBuilder {
 
     /// Adds an admission plugin, run (in the order added) on every write,
     /// within the API server's default chain: after its own plugins, before
-    /// ResourceQuota ([`ApiServerBuilder::default_admission`]).
+    /// the admission webhooks and ResourceQuota
+    /// ([`ApiServerBuilder::default_admission`]).
     pub fn admission(mut self, plugin: impl AdmissionPlugin + 'static) -> Self {
         self.admission = Some(self.admission.take().unwrap_or_default().with(plugin));
         self

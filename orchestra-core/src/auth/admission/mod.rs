@@ -24,6 +24,7 @@ mod pod_security;
 mod priority;
 mod resource_quota;
 mod service_account;
+pub(crate) mod webhook;
 
 pub use certificate_approval::CertificateApproval;
 pub use certificate_signing::CertificateSigning;
@@ -42,6 +43,7 @@ pub use service_account::{
     DEFAULT_SERVICE_ACCOUNT, ENFORCE_MOUNTABLE_SECRETS_ANNOTATION, ROOT_CA_CONFIG_MAP, ServiceAccount,
     TOKEN_EXPIRATION_SECONDS, TOKEN_MOUNT_PATH, TOKEN_VOLUME_PREFIX,
 };
+pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};
 
 /// The kind of write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
