@@ -50,6 +50,8 @@ pub(crate) struct Tools {
     pub chmod: Option<PathBuf>,
     /// Gives `exec` with a terminal its own session (util-linux).
     pub setsid: Option<PathBuf>,
+    /// Switches user and drops privileges before the program (util-linux).
+    pub setpriv: Option<PathBuf>,
 }
 
 fn which(program: &str) -> Option<PathBuf> {
@@ -73,6 +75,7 @@ impl Tools {
             chroot: which("chroot"),
             chmod: which("chmod"),
             setsid: which("setsid"),
+            setpriv: which("setpriv"),
         })
     }
 
@@ -199,6 +202,105 @@ pub(crate) struct Prelude<'a> {
     pub working_dir: &'a Path,
     /// The container's environment (what `cd` changes is put back).
     pub env: &'a BTreeMap<String, String>,
+    /// Paths to cover, after the volumes are mounted (namespace mode only).
+    pub hidden: &'a [Hidden],
+    /// `setpriv` and its options, `exec`ed with the program (`None`: the
+    /// program is `exec`ed directly).
+    pub setpriv: Option<(&'a Path, &'a [OsString])>,
+}
+
+/// A path covered in the container's mount namespace: a directory by an
+/// empty read-only tmpfs (holding only the mount points of `reexposed`),
+/// a file by an empty read-only file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hidden {
+    /// The path as the container sees it.
+    pub path: PathBuf,
+    /// A directory (else a file).
+    pub dir: bool,
+    /// What stays visible inside: paths relative to `path` that are
+    /// volumes' mount points or the working directory, with whether each
+    /// is a directory and read-only.
+    pub reexposed: Vec<Reexposed>,
+}
+
+/// A path inside a [`Hidden`] directory that stays visible.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reexposed {
+    /// Relative to the hidden directory.
+    pub relative: PathBuf,
+    /// A directory (else a file).
+    pub dir: bool,
+    /// Bound read-only.
+    pub read_only: bool,
+}
+
+/// What the container must not see, given the paths to hide (absolute,
+/// as on the host), its volumes, its working directory and the runtime's
+/// scratch directory for it:
+///
+/// - each hidden path that exists, and its view through every volume
+///   whose host path contains it (a `hostPath` volume of `/` shows the
+///   hidden paths under its mount point);
+/// - not a path covered by another one, nor one a volume is mounted at
+///   exactly (the volume covers it already);
+/// - inside each, the volumes mounted below it and the working directory
+///   stay visible;
+/// - files first, then directories, the one holding `scratch` (where the
+///   prelude stages its mounts) last.
+pub(crate) fn hidden_paths(paths: &[PathBuf], mounts: &[Mount], working_dir: &Path, scratch: &Path) -> Vec<Hidden> {
+    let mut targets: Vec<(PathBuf, bool)> = Vec::new();
+    for path in paths {
+        let path = normalise(path);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        let dir = meta.is_dir();
+        targets.push((path.clone(), dir));
+        for m in mounts {
+            let host = normalise(&m.host_path);
+            if let Ok(rest) = path.strip_prefix(&host) {
+                targets.push((normalise(&m.container_path).join(rest), dir));
+            }
+        }
+    }
+    targets.sort();
+    targets.dedup();
+    let covered = |path: &Path, all: &[(PathBuf, bool)]| all.iter().any(|(p, _)| p != path && path.starts_with(p));
+    let snapshot = targets.clone();
+    targets.retain(|(path, _)| !covered(path, &snapshot));
+    targets.retain(|(path, _)| !mounts.iter().any(|m| normalise(&m.container_path) == *path));
+    let working_dir = normalise(working_dir);
+    let mut hidden: Vec<Hidden> = targets
+        .into_iter()
+        .map(|(path, dir)| {
+            let mut reexposed = Vec::new();
+            if dir {
+                for m in mounts {
+                    let target = normalise(&m.container_path);
+                    if let Ok(relative) = target.strip_prefix(&path) {
+                        let is_dir = std::fs::metadata(&m.host_path).is_ok_and(|meta| meta.is_dir());
+                        reexposed.push(Reexposed { relative: relative.to_owned(), dir: is_dir, read_only: m.read_only });
+                    }
+                }
+                // The working directory, unless a volume holds it or it is
+                // the hidden directory itself (then it stays hidden).
+                let in_volume = mounts.iter().any(|m| working_dir.starts_with(normalise(&m.container_path)));
+                if let (Ok(relative), false) = (working_dir.strip_prefix(&path), in_volume)
+                    && !relative.as_os_str().is_empty()
+                    && working_dir.is_dir()
+                {
+                    reexposed.push(Reexposed { relative: relative.to_owned(), dir: true, read_only: false });
+                }
+                // Outer mount points first: an inner one is bound with them.
+                reexposed.sort_by_key(|r| r.relative.components().count());
+                let outer: Vec<PathBuf> = reexposed.iter().map(|r| r.relative.clone()).collect();
+                reexposed.retain(|r| !outer.iter().any(|o| *o != r.relative && r.relative.starts_with(o)));
+            }
+            Hidden { path, dir, reexposed }
+        })
+        .collect();
+    let scratch = normalise(scratch);
+    hidden.sort_by_key(|h| (h.dir, scratch.starts_with(&h.path)));
+    hidden
 }
 
 /// `cd` sets `PWD` and `OLDPWD`: puts them back as the container's
@@ -245,7 +347,20 @@ impl Prelude<'_> {
             s.extend_from_slice(b"'\n");
         }
         let root_shadow = !self.mounts.is_empty() && needs_root_shadow(self.mounts);
-        if !self.mounts.is_empty() {
+        let exec: Vec<u8> = match self.setpriv {
+            Some((setpriv, args)) => {
+                let mut exec = b"exec ".to_vec();
+                exec.extend(q(setpriv));
+                for arg in args {
+                    exec.push(b' ');
+                    exec.extend(q(arg));
+                }
+                exec.extend_from_slice(b" -- \"$@\"");
+                exec
+            }
+            None => b"exec \"$@\"".to_vec(),
+        };
+        if !self.mounts.is_empty() || !self.hidden.is_empty() {
             let tool = |t: &Option<PathBuf>| q(t.as_ref().expect("can_mount checked"));
             let (mount, mkdir, ln, readlink, chmod) =
                 (tool(&tools.mount), tool(&tools.mkdir), tool(&tools.ln), tool(&tools.readlink), tool(&tools.chmod));
@@ -362,11 +477,104 @@ impl Prelude<'_> {
                     );
                 }
             }
+            // The hidden paths, after the volumes: a volume's host path may
+            // lie under one (the agent's state directory holds them all).
+            line(&mut s, &[b"_orc_j=0"]);
+            for h in self.hidden {
+                let target: &[u8] = &q(&h.path);
+                let what = q_inner(&h.path);
+                line(&mut s, &[b"_orc_j=$((_orc_j + 1)); _orc_h=\"$_orc_ns/hide$_orc_j\""]);
+                if !h.dir {
+                    line(
+                        &mut s,
+                        &[
+                            b": > \"$_orc_h\" && ",
+                            &chmod,
+                            b" 000 \"$_orc_h\" && ",
+                            &mount,
+                            b" --bind \"$_orc_h\" \"$_orc_r\"",
+                            target,
+                            b" && ",
+                            &mount,
+                            b" -o remount,bind,ro \"$_orc_r\"",
+                            target,
+                            b" || _orc_fail \"cannot hide ",
+                            &what,
+                            b"\"",
+                        ],
+                    );
+                    continue;
+                }
+                line(
+                    &mut s,
+                    &[
+                        &mkdir,
+                        b" \"$_orc_h\" && ",
+                        &mount,
+                        b" -t tmpfs -o mode=0755 orchestra-hidden \"$_orc_h\" || _orc_fail \"cannot hide ",
+                        &what,
+                        b"\"",
+                    ],
+                );
+                for r in &h.reexposed {
+                    let inside: &[u8] = &q(Path::new("/").join(&r.relative));
+                    let source: &[u8] = &q(h.path.join(&r.relative));
+                    let kept = q_inner(&h.path.join(&r.relative));
+                    let create: Vec<u8> = if r.dir {
+                        [&mkdir[..], b" -p \"$_orc_h\"", inside].concat()
+                    } else {
+                        let parent = q(Path::new("/").join(r.relative.parent().unwrap_or(Path::new(""))));
+                        [&mkdir[..], b" -p \"$_orc_h\"", &parent, b" && : > \"$_orc_h\"", inside].concat()
+                    };
+                    line(
+                        &mut s,
+                        &[
+                            &create,
+                            b" && ",
+                            &mount,
+                            b" --rbind \"$_orc_r\"",
+                            source,
+                            b" \"$_orc_h\"",
+                            inside,
+                            b" || _orc_fail \"cannot keep ",
+                            &kept,
+                            b" visible\"",
+                        ],
+                    );
+                    if r.read_only {
+                        line(
+                            &mut s,
+                            &[
+                                &mount,
+                                b" -o remount,bind,ro \"$_orc_h\"",
+                                inside,
+                                b" || _orc_fail \"cannot make ",
+                                &kept,
+                                b" read-only\"",
+                            ],
+                        );
+                    }
+                }
+                line(
+                    &mut s,
+                    &[
+                        &mount,
+                        b" -o remount,ro \"$_orc_h\" && ",
+                        &mount,
+                        b" --move \"$_orc_h\" \"$_orc_r\"",
+                        target,
+                        b" || _orc_fail \"cannot hide ",
+                        &what,
+                        b"\"",
+                    ],
+                );
+            }
             if root_shadow {
                 let chroot = tool(&tools.chroot);
                 let mut inner = b"cd \"$1\" || { printf 'orchestra: cannot enter the working directory %s\\n' \"$1\" >&2; exit 125; }; ".to_vec();
                 inner.extend(restore_pwd(self.env));
-                inner.extend_from_slice(b"shift; printf '%s\\n' \"$1\" >&2; shift; exec \"$@\"");
+                inner.extend_from_slice(b"shift; printf '%s\\n' \"$1\" >&2; shift; ");
+                inner.extend_from_slice(&exec);
                 line(&mut s, &[b"cd \"$_orc_r\" || _orc_fail 'cannot enter the root replica'"]);
                 line(
                     &mut s,
@@ -393,14 +601,21 @@ impl Prelude<'_> {
         s.extend(restore_pwd(self.env));
         s.extend_from_slice(b"\nprintf '%s\\n' ");
         s.extend(q(marker));
-        s.extend_from_slice(b" >&2\nexec \"$@\"\n");
+        s.extend_from_slice(b" >&2\n");
+        s.extend_from_slice(&exec);
+        s.push(b'\n');
         OsString::from_vec(s)
     }
 }
 
 /// The `sh -c` script of `exec_sync`: joins the container's cgroup, `cd`s
 /// to its working directory and `exec`s `"$@"` (exit 126 when it cannot).
-pub(crate) fn exec_script(cgroup_procs: &[PathBuf], working_dir: &Path, env: &BTreeMap<String, String>) -> OsString {
+pub(crate) fn exec_script(
+    cgroup_procs: &[PathBuf],
+    working_dir: &Path,
+    env: &BTreeMap<String, String>,
+    setpriv: Option<(&Path, &[OsString])>,
+) -> OsString {
     let mut s: Vec<u8> = Vec::new();
     for procs in cgroup_procs {
         s.extend_from_slice(b"echo $$ > ");
@@ -411,7 +626,16 @@ pub(crate) fn exec_script(cgroup_procs: &[PathBuf], working_dir: &Path, env: &BT
     s.extend(q(working_dir));
     s.extend_from_slice(b" || exit 126\n");
     s.extend(restore_pwd(env));
-    s.extend_from_slice(b"\nexec \"$@\"\n");
+    s.extend_from_slice(b"\nexec ");
+    if let Some((setpriv, args)) = setpriv {
+        s.extend(q(setpriv));
+        for arg in args {
+            s.push(b' ');
+            s.extend(q(arg));
+        }
+        s.extend_from_slice(b" -- ");
+    }
+    s.extend_from_slice(b"\"$@\"\n");
     OsString::from_vec(s)
 }
 
@@ -539,7 +763,7 @@ mod tests {
     #[test]
     fn the_exec_script_restores_the_environment() {
         let env: BTreeMap<String, String> = [("PWD".to_owned(), "/kept".to_owned())].into();
-        let script = exec_script(&[], Path::new("/tmp"), &env);
+        let script = exec_script(&[], Path::new("/tmp"), &env, None);
         let out = std::process::Command::new("sh")
             .env_clear()
             .env("PWD", "/kept")
