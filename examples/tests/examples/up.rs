@@ -16,10 +16,10 @@ use super::support::{eventually, terminate_within};
 
 /// A running `orchestra up`; stopped with SIGTERM (so that it stops its
 /// containers) when dropped, also when a test panics.
-struct Cluster(Option<Child>);
+pub(super) struct Cluster(Option<Child>);
 
 impl Cluster {
-    fn stop(mut self) {
+    pub(super) fn stop(mut self) {
         terminate_within(self.0.take().expect("running"), Duration::from_secs(60));
     }
 }
@@ -39,15 +39,17 @@ impl Drop for Cluster {
     }
 }
 
-/// Starts `orchestra up` with 3 nodes on free ports and waits for `ready`.
-fn start(data_dir: &Path) -> Cluster {
+/// Starts `orchestra up` with `nodes` nodes on free ports and waits for
+/// `ready`.
+pub(super) fn start(data_dir: &Path, nodes: usize) -> Cluster {
+    let nodes = nodes.to_string();
     let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
         .args([
             "up",
             "--runtime",
             "process",
             "--nodes",
-            "3",
+            &nodes,
             "--listen",
             "127.0.0.1:0",
             "--kubelet-port",
@@ -184,7 +186,7 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let kubectl = Kubectl::with_kubeconfig(d.join("admin.kubeconfig"));
-    let cluster = start(d);
+    let cluster = start(d, 3);
 
     // Nodes: three, Ready, with the runtime's version and addresses.
     let nodes = eventually("3 Ready nodes", Duration::from_secs(60), || {
@@ -344,7 +346,7 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
         if pods.len() == 3 { Ok(()) } else { Err(format!("{pods:?}")) }
     });
     cluster.stop();
-    let cluster = start(d);
+    let cluster = start(d, 3);
     let pods = eventually("3 echo pods Ready after the restart", Duration::from_secs(120), || {
         let pods = echo_pods(&kubectl, "demo")?;
         if pods.len() == 3 { Ok(pods) } else { Err(format!("{pods:?}")) }

@@ -216,6 +216,9 @@ pub struct ApiServerBuilder {
     namespaces: Arc<namespaces::NamespaceCache>,
     /// The reader admission plugins get; filled when the server is built.
     objects: reader::ServerObjects,
+    /// The configuration of the PodSecurity plugin of
+    /// [`default_admission`](Self::default_admission).
+    pod_security: crate::auth::admission::PodSecurityConfig,
 }
 
 impl ApiServerBuilder {
@@ -365,7 +368,8 @@ impl ApiServerBuilder {
     /// nothing refuses a write after its quota was charged:
     ///
     /// NamespaceLifecycle, LimitRanger, NodeRestriction, PodSecurity (levels
-    /// from namespace labels, `privileged` by default), Priority,
+    /// from namespace labels, else [`pod_security`](Self::pod_security)'s:
+    /// `privileged` by default), Priority,
     /// DefaultTolerationSeconds, DefaultStorageClass, `extra`,
     /// ResourceQuota.
     ///
@@ -386,19 +390,41 @@ impl ApiServerBuilder {
     /// ```
     pub fn default_admission(&self, extra: AdmissionChain) -> AdmissionChain {
         use crate::auth::admission::{
-            DefaultStorageClass, DefaultTolerationSeconds, LimitRanger, PodSecurity, PodSecurityConfig, Priority,
+            DefaultStorageClass, DefaultTolerationSeconds, LimitRanger, PodSecurity, Priority,
         };
         let objects = self.object_reader();
         AdmissionChain::new()
             .with(self.namespace_lifecycle())
             .with(LimitRanger::new(objects.clone()))
             .with(self.node_restriction())
-            .with(PodSecurity::new(objects.clone(), PodSecurityConfig::default()))
+            .with(PodSecurity::new(objects.clone(), self.pod_security.clone()))
             .with(Priority::new(objects.clone()))
             .with(DefaultTolerationSeconds::new())
             .with(DefaultStorageClass::new(objects))
             .then(extra)
             .with(self.resource_quota())
+    }
+
+    /// How the PodSecurity plugin of the
+    /// [`default_admission`](Self::default_admission) chain decides for
+    /// namespaces without labels (default: every level `privileged`, as
+    /// upstream). Makes the server's chain the default one again with it:
+    /// call it before [`admission`](Self::admission).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use orchestra_core::auth::admission::{AdmissionChain, PodSecurityConfig, PodSecurityLevel};
+    /// use orchestra_core::server::ApiServer;
+    /// use orchestra_store::MemStore;
+    ///
+    /// let builder = ApiServer::builder(Arc::new(MemStore::new()))
+    ///     .pod_security(PodSecurityConfig::default().enforce(PodSecurityLevel::Baseline));
+    /// assert!(builder.default_admission(AdmissionChain::new()).names().any(|n| n == "PodSecurity"));
+    /// ```
+    pub fn pod_security(mut self, config: crate::auth::admission::PodSecurityConfig) -> ApiServerBuilder {
+        self.pod_security = config;
+        self.admission = self.default_admission(AdmissionChain::new());
+        self
     }
 
     /// The [`NamespaceLifecycle`] plugin of the server being built, for an
@@ -594,6 +620,7 @@ impl ApiServer {
             mode_error: None,
             namespaces: Default::default(),
             objects: Default::default(),
+            pod_security: Default::default(),
         };
         builder.admission = builder.default_admission(AdmissionChain::new());
         let default_modes = [crate::auth::AuthorizationMode::Node, crate::auth::AuthorizationMode::Rbac];
