@@ -777,6 +777,50 @@ mod tests {
     }
 
     #[test]
+    fn hidden_paths_keep_volumes_and_the_working_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        for dir in ["data/pki", "data/pods/v", "data/state/work", "host", "mnt", "elsewhere"] {
+            std::fs::create_dir_all(r.join(dir)).unwrap();
+        }
+        std::fs::write(r.join("admin.kubeconfig"), "").unwrap();
+        let m = |container: &str, host: &str, read_only: bool| Mount {
+            container_path: r.join(container),
+            host_path: r.join(host),
+            read_only,
+        };
+        let kept = |relative: &str, read_only: bool| Reexposed { relative: relative.into(), dir: true, read_only };
+        let hide = |path: &str, dir: bool, reexposed: Vec<Reexposed>| Hidden { path: r.join(path), dir, reexposed };
+        let scratch = r.join("data/state/scratch");
+        let paths = [r.join("data"), r.join("data/pki"), r.join("admin.kubeconfig"), r.join("missing")];
+        // (volumes, working directory, expected hidden paths in order)
+        #[rustfmt::skip]
+        let cases: Vec<(Vec<Mount>, &str, Vec<Hidden>)> = vec![
+            // A volume from inside the data directory, mounted outside it:
+            // nothing to keep; the file first, the directory with scratch last.
+            (vec![m("mnt", "data/pods/v", true)], "elsewhere",
+             vec![hide("admin.kubeconfig", false, vec![]), hide("data", true, vec![])]),
+            // The working directory under the data directory stays.
+            (vec![], "data/state/work",
+             vec![hide("admin.kubeconfig", false, vec![]), hide("data", true, vec![kept("state/work", false)])]),
+            // A volume mounted under the data directory stays, read-only
+            // as it was; the working directory inside it comes with it.
+            (vec![m("data/pods/v", "host", true)], "data/pods/v",
+             vec![hide("admin.kubeconfig", false, vec![]), hide("data", true, vec![kept("pods/v", true)])]),
+            // A hostPath of the data's parent shows it at the mount point:
+            // hidden there too.
+            (vec![m("mnt", "", false)], "elsewhere",
+             vec![hide("admin.kubeconfig", false, vec![]), hide("mnt/admin.kubeconfig", false, vec![]),
+                  hide("mnt/data", true, vec![]), hide("data", true, vec![])]),
+            // A volume mounted right at the hidden path replaces it already.
+            (vec![m("data", "host", false)], "elsewhere", vec![hide("admin.kubeconfig", false, vec![])]),
+        ];
+        for (mounts, working_dir, expected) in cases {
+            assert_eq!(hidden_paths(&paths, &mounts, &r.join(working_dir), &scratch), expected, "{mounts:?}");
+        }
+    }
+
+    #[test]
     fn mounts_are_checked() {
         assert!(check_mount(&mount("relative", "/")).is_err());
         assert!(check_mount(&mount("/a/../b", "/")).is_err());

@@ -33,9 +33,29 @@
 //!     stay untouched. Without mount namespaces (not root, no `unshare`), a
 //!     volume is a symlink at `$ORCHESTRA_VOLUMES/<mountPath>` (read-only
 //!     not enforced).
+//!   - **Hidden paths**: in that namespace, the runtime's state directory
+//!     and [`ProcessRuntimeConfig::hidden_paths`] (an assembly's data
+//!     directory, keys, kubeconfigs) are covered by empty read-only tmpfs
+//!     (files by an empty read-only file), also where a volume shows them
+//!     (a `hostPath` of `/`). The volumes and the working directory below
+//!     a hidden path stay visible: they are mounted first, then bound into
+//!     the covering tmpfs. The namespace is used for every container then,
+//!     volumes or not.
+//!   - **Users and privileges** (see `privileges.rs`): the program is
+//!     `exec`ed through `setpriv` as the security context's user (default
+//!     [`ProcessRuntimeConfig::default_user`], 65534), its supplementary
+//!     groups, Docker's default capability bounding set adjusted by
+//!     `capabilities.add`/`drop` (a non-root user keeps no effective
+//!     capability), and `no_new_privs` unless privileged or
+//!     `allowPrivilegeEscalation: true`. `runAsNonRoot` with uid 0 is a
+//!     [`RuntimeError::ConfigRefused`]. The fresh working directory belongs
+//!     to the container's user. Not root, containers run as the agent.
+//!   - `pids.max` in the container's cgroup:
+//!     [`ContainerResources::pids_limit`](super::ContainerResources::pids_limit),
+//!     else [`ProcessRuntimeConfig::pids_limit`] (1024).
 //!   - `exec_sync` runs the command with the container's environment and
-//!     working directory, in its cgroup and (through `nsenter`) its mount
-//!     namespace.
+//!     working directory, user and privileges, in its cgroup and (through
+//!     `nsenter`) its mount namespace.
 //! - **Restarts of the agent**: containers are children of this process.
 //!   [`ProcessRuntime::shutdown`] stops them all; dropping the runtime kills
 //!   them (unless [`ProcessRuntimeConfig::kill_on_drop`] is off). The state
@@ -121,8 +141,13 @@ const LOG_DRAIN: Duration = Duration::from_secs(2);
 /// let config = ProcessRuntimeConfig::new("/var/lib/orchestra/runtime", ImageCatalog::default())
 ///     .with_node_name("worker-1")
 ///     .with_host_ip("10.0.0.7".parse().unwrap())
-///     .with_cgroups(false);
+///     .with_cgroups(false)
+///     // The cluster's keys stay out of every container's sight.
+///     .with_hidden_paths(["/var/lib/orchestra/pki"])
+///     .with_default_user(65534, 65534)
+///     .with_pids_limit(Some(512));
 /// assert_eq!(config.node_name, "worker-1");
+/// assert_eq!(config.hidden_paths.len(), 1);
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
