@@ -111,8 +111,9 @@ mod tests {
         let user = |uid: i64| Some(ContainerSc { run_as_user: Some(uid), ..Default::default() });
         let pod_user = Some(PodSecurityContext { run_as_user: Some(7), fs_group: Some(9), ..Default::default() });
         // (pod's, containers', expected fsUser)
+        type Case = (Option<PodSecurityContext>, Vec<Option<ContainerSc>>, Option<i64>);
         #[rustfmt::skip]
-        let cases: Vec<(Option<PodSecurityContext>, Vec<Option<ContainerSc>>, Option<i64>)> = vec![
+        let cases: Vec<Case> = vec![
             (None, vec![None], None),
             (None, vec![user(5), user(5)], Some(5)),
             (None, vec![user(5), user(6)], None),

@@ -483,7 +483,10 @@ pub fn container_mounts(
                     std::fs::create_dir_all(&path)?;
                     let root = std::fs::metadata(dir)?;
                     std::os::unix::fs::lchown(&path, None, Some(std::os::unix::fs::MetadataExt::gid(&root)))?;
-                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(root.permissions().mode() & 0o7777))?;
+                    std::fs::set_permissions(
+                        &path,
+                        std::fs::Permissions::from_mode(root.permissions().mode() & 0o7777),
+                    )?;
                 }
                 path
             }
@@ -765,7 +768,8 @@ mod tests {
                 let m = std::fs::metadata(path).unwrap();
                 (m.permissions().mode() & 0o7777, m.uid(), m.gid())
             };
-            let got = [owned(dirs["token"].join("token")), owned(dirs["cfg"].join("a")), owned(dirs["scratch"].clone())];
+            let got =
+                [owned(dirs["token"].join("token")), owned(dirs["cfg"].join("a")), owned(dirs["scratch"].clone())];
             assert_eq!(got, expected, "{:?}", pod.spec.unwrap().security_context);
             // A second sync leaves them as they are.
             setup_volumes(root.path(), &pod, &objects, &EnvContext::default()).unwrap();

@@ -752,7 +752,8 @@ async fn containers_run_as_their_user_without_privileges() {
         if security == SecurityContext::default() {
             let (_, id, _) =
                 node.run("exec-identity", ContainerConfig { security: security.clone(), ..sh("exec sleep 300") }).await;
-            let exec = node.runtime.exec_sync(&id, &["sh".into(), "-c".into(), IDENTITY.into()], PATIENCE).await.unwrap();
+            let exec =
+                node.runtime.exec_sync(&id, &["sh".into(), "-c".into(), IDENTITY.into()], PATIENCE).await.unwrap();
             assert_eq!(String::from_utf8_lossy(&exec.stdout).trim(), expected);
             node.runtime.stop_container(&id, Duration::ZERO).await.unwrap();
         }
@@ -764,11 +765,8 @@ async fn run_as_non_root_refuses_root() {
     let node = Node::new().await;
     let pod = node.pod("nonroot");
     let sandbox = node.runtime.run_pod_sandbox(&pod).await.unwrap();
-    let security = orchestra_node::runtime::SecurityContext {
-        run_as_user: Some(0),
-        run_as_non_root: true,
-        ..Default::default()
-    };
+    let security =
+        orchestra_node::runtime::SecurityContext { run_as_user: Some(0), run_as_non_root: true, ..Default::default() };
     let config = ContainerConfig { name: "main".into(), security, ..sh("true") };
     let refused = node.runtime.create_container(&sandbox, &config, &pod).await.unwrap_err();
     let expected = format!(

@@ -278,7 +278,11 @@ pub(crate) fn hidden_paths(paths: &[PathBuf], mounts: &[Mount], working_dir: &Pa
                     let target = normalise(&m.container_path);
                     if let Ok(relative) = target.strip_prefix(&path) {
                         let is_dir = std::fs::metadata(&m.host_path).is_ok_and(|meta| meta.is_dir());
-                        reexposed.push(Reexposed { relative: relative.to_owned(), dir: is_dir, read_only: m.read_only });
+                        reexposed.push(Reexposed {
+                            relative: relative.to_owned(),
+                            dir: is_dir,
+                            read_only: m.read_only,
+                        });
                     }
                 }
                 // The working directory, unless a volume holds it or it is

@@ -99,9 +99,9 @@ use self::state::{Record, StateFile};
 use super::cri_log::Stream;
 use super::images::{ImageCatalog, resolve_command};
 use super::{
-    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerResources, ContainerState, ContainerStatus, ExecRequest,
-    ExecResult, ExecSession, Image, PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError,
-    RuntimeVersion, SandboxFilter, SandboxId, SandboxState,
+    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerResources, ContainerState, ContainerStatus,
+    ExecRequest, ExecResult, ExecSession, Image, PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend,
+    RuntimeError, RuntimeVersion, SandboxFilter, SandboxId, SandboxState,
 };
 use crate::network::Ipam;
 
@@ -616,10 +616,9 @@ impl ProcessRuntime {
             ..c.config.resources
         };
         let cgroup = match &inner.cgroup_root {
-            Some(root) => Some(
-                root.create(&c.id, &resources)
-                    .map_err(|e| format!("cannot set up the container's cgroup: {e}"))?,
-            ),
+            Some(root) => {
+                Some(root.create(&c.id, &resources).map_err(|e| format!("cannot set up the container's cgroup: {e}"))?)
+            }
             None => None,
         };
         let prelude = namespaced || cgroup.is_some();

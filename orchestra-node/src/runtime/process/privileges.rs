@@ -158,7 +158,8 @@ fn primary_group(uid: u32) -> Option<u32> {
 /// containerd does.
 fn bounding_set(sc: &SecurityContext) -> Result<Vec<&'static str>, RuntimeError> {
     let is_all = |c: &String| c.eq_ignore_ascii_case("ALL");
-    let add = sc.add_capabilities.iter().filter(|c| !is_all(c)).map(|c| capability(c)).collect::<Result<Vec<_>, _>>()?;
+    let add =
+        sc.add_capabilities.iter().filter(|c| !is_all(c)).map(|c| capability(c)).collect::<Result<Vec<_>, _>>()?;
     let drop =
         sc.drop_capabilities.iter().filter(|c| !is_all(c)).map(|c| capability(c)).collect::<Result<Vec<_>, _>>()?;
     let mut set: Vec<&'static str> = if sc.add_capabilities.iter().any(is_all) {
@@ -210,14 +211,7 @@ impl Privileges {
                 None if sc.run_as_user.is_none() && !sc.privileged => powers.default_user.1,
                 None => primary_group(uid).unwrap_or(powers.default_user.1),
             };
-            Privileges {
-                uid,
-                gid,
-                groups: groups(&sc.supplemental_groups)?,
-                switch: true,
-                bounding,
-                no_new_privs,
-            }
+            Privileges { uid, gid, groups: groups(&sc.supplemental_groups)?, switch: true, bounding, no_new_privs }
         } else {
             Privileges {
                 uid: powers.agent.0,
