@@ -412,14 +412,20 @@ impl ApiServerBuilder {
     /// call it before [`admission`](Self::admission).
     ///
     /// ```
+    /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
     /// use std::sync::Arc;
-    /// use orchestra_core::auth::admission::{AdmissionChain, PodSecurityConfig, PodSecurityLevel};
+    /// use orchestra_core::auth::admission::{PodSecurityConfig, PodSecurityLevel};
     /// use orchestra_core::server::ApiServer;
     /// use orchestra_store::MemStore;
     ///
-    /// let builder = ApiServer::builder(Arc::new(MemStore::new()))
-    ///     .pod_security(PodSecurityConfig::default().enforce(PodSecurityLevel::Baseline));
-    /// assert!(builder.default_admission(AdmissionChain::new()).names().any(|n| n == "PodSecurity"));
+    /// // hostPath volumes, privileged containers and host namespaces are
+    /// // refused in namespaces without a `pod-security.kubernetes.io/enforce`
+    /// // label, except in kube-system.
+    /// let config = PodSecurityConfig::default().enforce(PodSecurityLevel::Baseline).exempt_namespaces(["kube-system"]);
+    /// let server = ApiServer::builder(Arc::new(MemStore::new())).pod_security(config).build().await?;
+    /// # let _ = server;
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
     /// ```
     pub fn pod_security(mut self, config: crate::auth::admission::PodSecurityConfig) -> ApiServerBuilder {
         self.pod_security = config;
