@@ -51,6 +51,20 @@ spec:
     hostPath: {path: /}
 "#;
 
+/// Root with `runAsNonRoot`: the node refuses to create the container.
+const NON_ROOT: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: non-root, namespace: demo}
+spec:
+  securityContext: {runAsNonRoot: true}
+  containers:
+  - name: c
+    image: busybox
+    command: [sh, -c, "sleep 3600"]
+    securityContext: {runAsUser: 0}
+"#;
+
 #[test]
 fn pods_cannot_read_the_cluster_secrets() {
     let dir = tempfile::tempdir().unwrap();
@@ -72,6 +86,25 @@ fn pods_cannot_read_the_cluster_secrets() {
     // Of the data directory, only the way to the pod's own working
     // directory (under the node's state) is left.
     assert_eq!(lines, ["uid 0", "ca-key refused", "visible nodes", "NoNewPrivs:1", "done"], "{logs}");
+
+    // runAsNonRoot is kept: a root container is refused by the node.
+    let (ok, out, err) = kubectl.run_with_input(&["apply", "-f", "-"], Some(NON_ROOT)).into_parts();
+    assert!(ok, "{out}{err}");
+    let waiting = eventually("CreateContainerConfigError", Duration::from_secs(60), || {
+        let (ok, out, err) = kubectl
+            .run(&[
+                "-n",
+                "demo",
+                "get",
+                "pod",
+                "non-root",
+                "-o",
+                "jsonpath={.status.containerStatuses[0].state.waiting}",
+            ])
+            .into_parts();
+        if ok && out.contains("CreateContainerConfigError") { Ok(out) } else { Err(format!("{out}{err}")) }
+    });
+    assert!(waiting.contains("container's runAsUser breaks non-root policy (pod: \\\"non-root_demo("), "{waiting}");
 
     // hostPath: refused in a namespace without labels...
     let refused = kubectl.run_with_input(&["apply", "-f", "-"], Some(HOST_PATH));
