@@ -834,6 +834,46 @@ async fn hidden_paths_are_empty_in_containers() {
 }
 
 #[tokio::test]
+async fn root_containers_see_a_read_only_host() {
+    let node = Node::new().await;
+    let caps = node.runtime.capabilities().clone();
+    if !caps.run_as_user || !caps.mount_namespaces {
+        eprintln!("skipped: no user switch or mount namespaces here ({:?})", caps.notes);
+        return;
+    }
+    use orchestra_node::runtime::SecurityContext;
+    let rw = volume(node.dir.path(), "rw", "x");
+    let ro = volume(node.dir.path(), "ro", "x");
+    let mounts = vec![
+        Mount { container_path: "/orchestra-rw".into(), host_path: rw.clone(), read_only: false },
+        Mount { container_path: "/orchestra-ro".into(), host_path: ro.clone(), read_only: true },
+    ];
+    let script = r#"for p in /etc/orchestra-probe /usr/orchestra-probe /proc/sys/vm/orchestra-probe /orchestra-ro/w \
+                  /orchestra-rw/w /tmp/orchestra-probe-$$ ./w; do \
+                  if (: > "$p") 2>/dev/null; then echo "$p writable"; rm -f "$p"; else echo "$p refused"; fi; done"#;
+    // (security context, expected output)
+    #[rustfmt::skip]
+    let cases: Vec<(SecurityContext, &str)> = vec![
+        (SecurityContext { run_as_user: Some(0), ..Default::default() },
+         "/etc/orchestra-probe refused\n/usr/orchestra-probe refused\n/proc/sys/vm/orchestra-probe refused\n\
+          /orchestra-ro/w refused\n/orchestra-rw/w writable\n/tmp/orchestra-probe-PID writable\n./w writable"),
+        // Privileged: the host's as it is (the probes are removed again).
+        (SecurityContext { privileged: true, ..Default::default() },
+         "/etc/orchestra-probe writable\n/usr/orchestra-probe writable\n/proc/sys/vm/orchestra-probe refused\n\
+          /orchestra-ro/w refused\n/orchestra-rw/w writable\n/tmp/orchestra-probe-PID writable\n./w writable"),
+    ];
+    for (security, expected) in cases {
+        let config = ContainerConfig { mounts: mounts.clone(), security: security.clone(), ..sh(script) };
+        let (_, id, _) = node.run("read-only", config).await;
+        let status = node.wait_exited(&id).await;
+        let output = node.output(&status);
+        let pid = output.split("/tmp/orchestra-probe-").nth(1).and_then(|r| r.split(' ').next()).unwrap_or("?");
+        assert_eq!(output.trim().replace(&format!("probe-{pid} "), "probe-PID "), expected, "{security:?}: {status:?}");
+    }
+    assert!(!Path::new("/etc/orchestra-probe").exists());
+}
+
+#[tokio::test]
 async fn pids_max_bounds_every_container() {
     let node = Node::new().await;
     if !node.runtime.capabilities().pids_limit {

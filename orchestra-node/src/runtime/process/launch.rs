@@ -207,6 +207,20 @@ pub(crate) struct Prelude<'a> {
     /// `setpriv` and its options, `exec`ed with the program (`None`: the
     /// program is `exec`ed directly).
     pub setpriv: Option<(&'a Path, &'a [OsString])>,
+    /// Every mount of the namespace is made read-only but these paths
+    /// (and what is mounted below them), for a container that runs as
+    /// root: uid 0 owns the host's files (namespace mode only).
+    pub writable: Option<&'a [PathBuf]>,
+}
+
+/// What stays writable for a root container whose host is made
+/// read-only: its writable volumes, its fresh working directory (when it
+/// has no other), and the scratch places every program expects.
+pub(crate) fn writable_paths(mounts: &[Mount], fresh_working_dir: Option<&Path>) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"].iter().map(PathBuf::from).collect();
+    paths.extend(mounts.iter().filter(|m| !m.read_only).map(|m| normalise(&m.container_path)));
+    paths.extend(fresh_working_dir.map(normalise));
+    paths
 }
 
 /// A path covered in the container's mount namespace: a directory by an
@@ -364,7 +378,7 @@ impl Prelude<'_> {
             }
             None => b"exec \"$@\"".to_vec(),
         };
-        if !self.mounts.is_empty() || !self.hidden.is_empty() {
+        if !self.mounts.is_empty() || !self.hidden.is_empty() || self.writable.is_some() {
             let tool = |t: &Option<PathBuf>| q(t.as_ref().expect("can_mount checked"));
             let (mount, mkdir, ln, readlink, chmod) =
                 (tool(&tools.mount), tool(&tools.mkdir), tool(&tools.ln), tool(&tools.readlink), tool(&tools.chmod));
@@ -572,6 +586,47 @@ impl Prelude<'_> {
                         b"\"",
                     ],
                 );
+            }
+            if let Some(writable) = self.writable {
+                // Each writable path made a mount of its own (bound onto
+                // itself with what is mounted below it, hidden paths
+                // included), then every other mount of the namespace
+                // remounted read-only.
+                let mut keep: Vec<u8> = Vec::new();
+                for path in writable {
+                    let path: &[u8] = &q(path);
+                    line(
+                        &mut s,
+                        &[
+                            b"[ ! -d \"$_orc_r\"",
+                            path,
+                            b" ] || ",
+                            &mount,
+                            b" --rbind \"$_orc_r\"",
+                            path,
+                            b" \"$_orc_r\"",
+                            path,
+                            b" || _orc_fail 'cannot keep a writable path'",
+                        ],
+                    );
+                    if !keep.is_empty() {
+                        keep.push(b'|');
+                    }
+                    keep.extend_from_slice(&[&b"\"$_orc_r\""[..], path, b"|\"$_orc_r\"", path, b"/*"].concat());
+                }
+                line(&mut s, &[b"while read -r _ _ _ _ _orc_m _; do"]);
+                line(
+                    &mut s,
+                    &[
+                        b"  case \"$_orc_m\" in ",
+                        &keep,
+                        b") ;; *) ",
+                        &mount,
+                        b" -o remount,bind,ro \"$_orc_m\" 2>/dev/null;; esac",
+                    ],
+                );
+                line(&mut s, &[b"done < /proc/self/mountinfo"]);
+                line(&mut s, &[b"[ ! -w \"$_orc_r/etc\" ] || _orc_fail 'cannot make the host read-only'"]);
             }
             if root_shadow {
                 let chroot = tool(&tools.chroot);

@@ -50,6 +50,11 @@
 //!     `allowPrivilegeEscalation: true`. `runAsNonRoot` with uid 0 is a
 //!     [`RuntimeError::ConfigRefused`]. The fresh working directory belongs
 //!     to the container's user. Not root, containers run as the agent.
+//!   - **Root containers** (uid 0, not privileged) own the host's files:
+//!     every mount of their namespace is remounted read-only but their
+//!     writable volumes, their fresh working directory, `/tmp`, `/var/tmp`
+//!     and `/dev/shm` (`/proc` and `/sys` included, so no sysctl is
+//!     written).
 //!   - `pids.max` in the container's cgroup:
 //!     [`ContainerResources::pids_limit`](super::ContainerResources::pids_limit),
 //!     else [`ProcessRuntimeConfig::pids_limit`] (1024).
@@ -589,6 +594,10 @@ impl ProcessRuntime {
             Vec::new()
         };
         let namespaced = inner.capabilities.mount_namespaces && (!mounts.is_empty() || !hidden.is_empty());
+        // Root on the host's files: they are read-only to it, but for its
+        // writable volumes, its fresh working directory and /tmp.
+        let read_only_host = (namespaced && c.privileges.uid == 0 && !c.config.security.privileged)
+            .then(|| launch::writable_paths(mounts, c.config.working_dir.is_none().then_some(c.working_dir.as_path())));
         let setpriv_args = c.privileges.setpriv_args();
         let setpriv = match (&inner.tools.setpriv, setpriv_args.is_empty()) {
             (Some(setpriv), false) => Some((setpriv.as_path(), setpriv_args.as_slice())),
@@ -631,6 +640,7 @@ impl ProcessRuntime {
                 env: &c.env,
                 hidden: &hidden,
                 setpriv,
+                writable: read_only_host.as_deref(),
             }
             .script(&inner.tools);
             let mut command = if namespaced {
