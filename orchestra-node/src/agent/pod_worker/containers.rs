@@ -256,7 +256,7 @@ impl PodWorker {
                 cpu_limit_millis: limit("cpu").map(|q| milli_value(&q)),
                 cpu_request_millis: request("cpu").or_else(|| limit("cpu")).map(|q| milli_value(&q)),
                 memory_limit_bytes: limit("memory").map(|q| int_value(&q)),
-                pids_limit: None,
+                pids_limit: self.shared.config.pod_pids_limit,
             },
             security: security::container_security(pod, spec),
             labels: [

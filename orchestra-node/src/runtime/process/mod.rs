@@ -61,6 +61,14 @@
 //!   - `exec_sync` runs the command with the container's environment and
 //!     working directory, user and privileges, in its cgroup and (through
 //!     `nsenter`) its mount namespace.
+//! - **What is not isolated**: containers share the host's process and
+//!   network namespaces and see its files (where their user's permissions
+//!   allow; read-only to root). A container may signal and trace the
+//!   processes of its own uid: every container of the default user shares
+//!   65534, and a root container may signal the host's root processes, the
+//!   agent among them. Pods that must not reach one another need distinct
+//!   `runAsUser`s; root containers are for trusted namespaces (PodSecurity
+//!   `restricted` refuses them).
 //! - **Restarts of the agent**: containers are children of this process.
 //!   [`ProcessRuntime::shutdown`] stops them all; dropping the runtime kills
 //!   them (unless [`ProcessRuntimeConfig::kill_on_drop`] is off). The state
