@@ -250,19 +250,26 @@ pub(crate) struct Reexposed {
 }
 
 /// What the container must not see, given the paths to hide (absolute,
-/// as on the host), its volumes, its working directory and the runtime's
-/// scratch directory for it:
+/// as on the host), its volumes, the fresh working directory the runtime
+/// made for it (when the container names none) and the runtime's scratch
+/// directory for it:
 ///
 /// - each hidden path that exists, and its view through every volume
 ///   whose host path contains it (a `hostPath` volume of `/` shows the
 ///   hidden paths under its mount point);
 /// - not a path covered by another one, nor one a volume is mounted at
 ///   exactly (the volume covers it already);
-/// - inside each, the volumes mounted below it and the working directory
-///   stay visible;
+/// - inside each, the volumes mounted below it and the fresh working
+///   directory stay visible (a working directory the container names
+///   under a hidden path stays hidden: the container cannot start);
 /// - files first, then directories, the one holding `scratch` (where the
 ///   prelude stages its mounts) last.
-pub(crate) fn hidden_paths(paths: &[PathBuf], mounts: &[Mount], working_dir: &Path, scratch: &Path) -> Vec<Hidden> {
+pub(crate) fn hidden_paths(
+    paths: &[PathBuf],
+    mounts: &[Mount],
+    fresh_working_dir: Option<&Path>,
+    scratch: &Path,
+) -> Vec<Hidden> {
     let mut targets: Vec<(PathBuf, bool)> = Vec::new();
     for path in paths {
         let path = normalise(path);
@@ -282,7 +289,7 @@ pub(crate) fn hidden_paths(paths: &[PathBuf], mounts: &[Mount], working_dir: &Pa
     let snapshot = targets.clone();
     targets.retain(|(path, _)| !covered(path, &snapshot));
     targets.retain(|(path, _)| !mounts.iter().any(|m| normalise(&m.container_path) == *path));
-    let working_dir = normalise(working_dir);
+    let working_dir = fresh_working_dir.map(normalise);
     let mut hidden: Vec<Hidden> = targets
         .into_iter()
         .map(|(path, dir)| {
@@ -299,12 +306,11 @@ pub(crate) fn hidden_paths(paths: &[PathBuf], mounts: &[Mount], working_dir: &Pa
                         });
                     }
                 }
-                // The working directory, unless a volume holds it or it is
-                // the hidden directory itself (then it stays hidden).
-                let in_volume = mounts.iter().any(|m| working_dir.starts_with(normalise(&m.container_path)));
-                if let (Ok(relative), false) = (working_dir.strip_prefix(&path), in_volume)
+                // The fresh working directory, unless it is the hidden
+                // directory itself.
+                if let Some(relative) = working_dir.as_ref().and_then(|w| w.strip_prefix(&path).ok())
                     && !relative.as_os_str().is_empty()
-                    && working_dir.is_dir()
+                    && working_dir.as_ref().is_some_and(|w| w.is_dir())
                 {
                     reexposed.push(Reexposed { relative: relative.to_owned(), dir: true, read_only: false });
                 }
@@ -852,30 +858,33 @@ mod tests {
         let hide = |path: &str, dir: bool, reexposed: Vec<Reexposed>| Hidden { path: r.join(path), dir, reexposed };
         let scratch = r.join("data/state/scratch");
         let paths = [r.join("data"), r.join("data/pki"), r.join("admin.kubeconfig"), r.join("missing")];
-        // (volumes, working directory, expected hidden paths in order)
+        // (volumes, fresh working directory, expected hidden paths in order)
         #[rustfmt::skip]
-        let cases: Vec<(Vec<Mount>, &str, Vec<Hidden>)> = vec![
+        let cases: Vec<(Vec<Mount>, Option<&str>, Vec<Hidden>)> = vec![
             // A volume from inside the data directory, mounted outside it:
             // nothing to keep; the file first, the directory with scratch last.
-            (vec![m("mnt", "data/pods/v", true)], "elsewhere",
+            (vec![m("mnt", "data/pods/v", true)], Some("elsewhere"),
              vec![hide("admin.kubeconfig", false, vec![]), hide("data", true, vec![])]),
-            // The working directory under the data directory stays.
-            (vec![], "data/state/work",
+            // The fresh working directory under the data directory stays.
+            (vec![], Some("data/state/work"),
              vec![hide("admin.kubeconfig", false, vec![]), hide("data", true, vec![kept("state/work", false)])]),
+            // One the container names there does not.
+            (vec![], None, vec![hide("admin.kubeconfig", false, vec![]), hide("data", true, vec![])]),
             // A volume mounted under the data directory stays, read-only
-            // as it was; the working directory inside it comes with it.
-            (vec![m("data/pods/v", "host", true)], "data/pods/v",
+            // as it was.
+            (vec![m("data/pods/v", "host", true)], None,
              vec![hide("admin.kubeconfig", false, vec![]), hide("data", true, vec![kept("pods/v", true)])]),
             // A hostPath of the data's parent shows it at the mount point:
             // hidden there too.
-            (vec![m("mnt", "", false)], "elsewhere",
+            (vec![m("mnt", "", false)], Some("elsewhere"),
              vec![hide("admin.kubeconfig", false, vec![]), hide("mnt/admin.kubeconfig", false, vec![]),
                   hide("mnt/data", true, vec![]), hide("data", true, vec![])]),
             // A volume mounted right at the hidden path replaces it already.
-            (vec![m("data", "host", false)], "elsewhere", vec![hide("admin.kubeconfig", false, vec![])]),
+            (vec![m("data", "host", false)], None, vec![hide("admin.kubeconfig", false, vec![])]),
         ];
         for (mounts, working_dir, expected) in cases {
-            assert_eq!(hidden_paths(&paths, &mounts, &r.join(working_dir), &scratch), expected, "{mounts:?}");
+            let working_dir = working_dir.map(|w| r.join(w));
+            assert_eq!(hidden_paths(&paths, &mounts, working_dir.as_deref(), &scratch), expected, "{mounts:?}");
         }
     }
 

@@ -597,7 +597,8 @@ impl ProcessRuntime {
         let mounts = &c.config.mounts;
         let scratch = c.dir.join("scratch");
         let hidden = if inner.capabilities.mount_namespaces {
-            launch::hidden_paths(&inner.hidden, mounts, &c.working_dir, &scratch)
+            let fresh = c.config.working_dir.is_none().then_some(c.working_dir.as_path());
+            launch::hidden_paths(&inner.hidden, mounts, fresh, &scratch)
         } else {
             Vec::new()
         };
