@@ -6,6 +6,9 @@
 #   libprotobuf-dev   the well-known .proto files etcd-client's protos import
 #                     (protobuf-compiler only recommends it)
 #   etcd-server       the etcd baseline of the store benchmark
+#   setpriv           (util-linux; its own package on older Debian) the
+#                     process runtime's user switch, capability bounding
+#                     and no_new_privs for containers
 # and, with pip, the Python `kubernetes` client (orchestra-core's
 # tests/core/python.rs drives it against the API server).
 set -euo pipefail
@@ -22,6 +25,10 @@ for pkg in libclang-dev protobuf-compiler libprotobuf-dev etcd-server; do
     missing+=("$pkg")
   fi
 done
+if ! command -v setpriv >/dev/null 2>&1; then
+  # Debian up to bullseye ships setpriv on its own; later in util-linux.
+  if apt-cache show setpriv >/dev/null 2>&1; then missing+=(setpriv); else missing+=(util-linux); fi
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "installing missing packages: ${missing[*]}" >&2

@@ -18,6 +18,8 @@ mod custom_scheduler;
 mod embed_in_axum;
 #[path = "examples/encryption.rs"]
 mod encryption;
+#[path = "examples/pod_isolation.rs"]
+mod pod_isolation;
 #[path = "examples/roles.rs"]
 mod roles;
 #[path = "examples/runtime_backend.rs"]

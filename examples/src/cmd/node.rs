@@ -88,7 +88,9 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             config.capacity = CapacitySource::Host;
         }
     });
-    let options = JoinOptions::new(root).endpoint(args.kubelet_port, kubeconfig_cluster_ca(&kubeconfig)?);
+    let options = JoinOptions::new(root)
+        .endpoint(args.kubelet_port, kubeconfig_cluster_ca(&kubeconfig)?)
+        .hide_from_containers(&kubeconfig);
     let node = spec.join(client, options).await?;
     println!("orchestra node {}: starting at {} (state in {})", args.name, args.node_ip, node.root_dir().display());
     tokio::select! {

@@ -4,9 +4,7 @@
 //! webhook's message; and `--disable-admission-plugins` taking the plugin
 //! out.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -15,25 +13,7 @@ use orchestra_core::server::pki::Pki;
 use orchestra_core::tls::{ClientAuth, ListenOptions, server_config};
 use serde_json::{Value, json};
 
-use super::support::{eventually, terminate};
-
-/// Starts `orchestra apiserver` on a free loopback port with `extra`
-/// arguments and waits for its `ready` line.
-fn start(data_dir: &Path, extra: &[&str]) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_orchestra"))
-        .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the orchestra binary starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = lines.next().expect("a line").expect("readable");
-    assert!(line.contains("ready"), "first line: {line}");
-    std::thread::spawn(move || for _ in lines {});
-    child
-}
+use super::support::{apiserver, eventually};
 
 /// A webhook refusing every review, on loopback over HTTPS; its base URL
 /// and CA bundle (base64).
@@ -69,7 +49,7 @@ async fn kubectl_run_is_refused_by_a_validating_webhook() {
     let (url, ca) = deny_everything(&dir.path().join("webhook-pki")).await;
     let data = dir.path().join("data");
     let admin = Kubectl::with_kubeconfig(data.join("admin.kubeconfig"));
-    let server = start(&data, &[]);
+    let server = apiserver(&data, &[]);
     let configuration = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
@@ -101,11 +81,11 @@ async fn kubectl_run_is_refused_by_a_validating_webhook() {
         refusal.contains("admission webhook \"tickets.example.com\" denied the request: pods need a ticket"),
         "{refusal}"
     );
-    terminate(server);
+    server.stop();
 
     // Without the plugin the configuration is stored but not called.
-    let server = start(&data, &["--disable-admission-plugins", "ValidatingAdmissionWebhook"]);
+    let server = apiserver(&data, &["--disable-admission-plugins", "ValidatingAdmissionWebhook"]);
     let (ok, out, err) = admin.run(&["run", "web", "--image=nginx", "-n", "default"]).into_parts();
     assert!(ok, "{out}{err}");
-    terminate(server);
+    server.stop();
 }

@@ -1,25 +1,17 @@
 //! `orchestra apiserver`: ready line, admin kubeconfig, kubectl over HTTPS,
 //! clean stop on SIGTERM, and a restart that keeps every object.
 
-use std::path::Path;
 use std::process::Command;
 
 use orchestra::testing::Kubectl;
 
-use super::support::{Running, start as run};
-
-/// Starts `orchestra apiserver` on a free loopback port, with `extra`
-/// arguments, and waits for its `ready` line.
-fn start(data_dir: &Path, extra: &[&str]) -> Running {
-    let args = ["apiserver", "--listen", "127.0.0.1:0", "--data-dir"].map(std::ffi::OsStr::new);
-    run(args.into_iter().chain([data_dir.as_os_str()]).chain(extra.iter().map(std::ffi::OsStr::new))).0
-}
+use super::support::apiserver;
 
 #[test]
 fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let admin = Kubectl::with_kubeconfig(dir.path().join("admin.kubeconfig"));
-    let server = start(dir.path(), &[]);
+    let server = apiserver(dir.path(), &[]);
     for file in ["pki/ca.crt", "pki/ca.key", "pki/apiserver.crt", "pki/admin.crt", "admin.kubeconfig", "store"] {
         assert!(dir.path().join(file).exists(), "{file} was created");
     }
@@ -46,7 +38,7 @@ fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     let ca_before = std::fs::read_to_string(dir.path().join("pki/ca.crt")).unwrap();
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, "static-secret,alice,u-1,\"dev,ops\"\n").unwrap();
-    let server = start(dir.path(), &["--token-auth-file", tokens.to_str().unwrap()]);
+    let server = apiserver(dir.path(), &["--token-auth-file", tokens.to_str().unwrap()]);
     assert_eq!(whoami(&admin, "static-secret"), Ok("alice".to_owned()));
     assert!(whoami(&admin, "not-a-token").unwrap_err().contains("Unauthorized"));
     assert_eq!(std::fs::read_to_string(dir.path().join("pki/ca.crt")).unwrap(), ca_before);

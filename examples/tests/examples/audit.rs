@@ -10,7 +10,7 @@ use std::time::Duration;
 use orchestra::testing::Kubectl;
 use serde_json::Value;
 
-use super::support::{Running, eventually, start as run};
+use super::support::{Running, apiserver, eventually};
 
 const POLICY: &str = r#"
 apiVersion: audit.k8s.io/v1
@@ -28,13 +28,9 @@ rules:
 fn start(data_dir: &Path, log: &Path) -> Running {
     let policy = data_dir.join("policy.yaml");
     std::fs::write(&policy, POLICY).unwrap();
-    let args = ["apiserver", "--listen", "127.0.0.1:0", "--audit-log-maxsize", "1", "--audit-log-maxbackup", "1"];
-    let paths = [("--data-dir", data_dir), ("--audit-policy-file", &policy), ("--audit-log-path", log)];
-    let args = args
-        .map(std::ffi::OsStr::new)
-        .into_iter()
-        .chain(paths.iter().flat_map(|(flag, path)| [flag.as_ref(), path.as_os_str()]));
-    run(args.collect::<Vec<_>>()).0
+    let (policy, log) = (policy.to_str().unwrap(), log.to_str().unwrap());
+    let extra = ["--audit-log-maxsize", "1", "--audit-log-maxbackup", "1"];
+    apiserver(data_dir, &[&extra[..], &["--audit-policy-file", policy, "--audit-log-path", log]].concat())
 }
 
 /// The events of the log so far.

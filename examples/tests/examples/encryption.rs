@@ -9,7 +9,7 @@ use std::path::Path;
 use orchestra::store::{RocksStore, Store};
 use orchestra::testing::Kubectl;
 
-use super::support::{Running, start as run};
+use super::support::{Running, apiserver};
 
 const OLD_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const NEW_KEY: &str = "MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTI=";
@@ -24,9 +24,7 @@ fn config(keys: &[(&str, &str)]) -> String {
 }
 
 fn start(data_dir: &Path, encryption: &Path) -> Running {
-    let args = ["apiserver", "--listen", "127.0.0.1:0", "--data-dir"].map(std::ffi::OsStr::new);
-    run(args.into_iter().chain([data_dir.as_os_str(), "--encryption-provider-config".as_ref(), encryption.as_os_str()]))
-        .0
+    apiserver(data_dir, &["--encryption-provider-config", encryption.to_str().unwrap()])
 }
 
 /// The raw stored values of a Secret and a ConfigMap, read from the

@@ -75,6 +75,13 @@ where
     (Running(Some(child)), seen)
 }
 
+/// Starts `orchestra apiserver --data-dir data_dir` on a free loopback
+/// port, with `extra` arguments, and waits for its `ready` line.
+pub fn apiserver(data_dir: &Path, extra: &[&str]) -> Running {
+    let args = ["apiserver", "--listen", "127.0.0.1:0", "--data-dir"].map(OsStr::new);
+    start(args.into_iter().chain([data_dir.as_os_str()]).chain(extra.iter().map(OsStr::new))).0
+}
+
 /// The user a kubeconfig authenticates as (`kubectl auth whoami`).
 pub fn whoami(kubeconfig: &Path) -> String {
     let kubectl = Kubectl::with_kubeconfig(kubeconfig);

@@ -13,10 +13,11 @@ use serde_json::Value;
 
 use super::support::{Running, eventually, start_until};
 
-/// Starts `orchestra up` with 3 nodes on free ports and waits for `ready`
-/// and the `export KUBECONFIG=` line that follows it.
-fn start(data_dir: &Path) -> Running {
-    let args = ["up", "--runtime", "process", "--nodes", "3", "--listen", "127.0.0.1:0", "--kubelet-port", "0"];
+/// Starts `orchestra up` with `nodes` nodes on free ports and waits for
+/// `ready` and the `export KUBECONFIG=` line that follows it.
+pub(super) fn start(data_dir: &Path, nodes: usize) -> Running {
+    let nodes = nodes.to_string();
+    let args = ["up", "--runtime", "process", "--nodes", &nodes, "--listen", "127.0.0.1:0", "--kubelet-port", "0"];
     let args = args.map(std::ffi::OsStr::new).into_iter().chain(["--data-dir".as_ref(), data_dir.as_os_str()]);
     let (cluster, printed) = start_until(args, "export KUBECONFIG=");
     assert!(printed.contains("ready"), "{printed}");
@@ -132,7 +133,7 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let kubectl = Kubectl::with_kubeconfig(d.join("admin.kubeconfig"));
-    let cluster = start(d);
+    let cluster = start(d, 3);
 
     // Nodes: three, Ready, with the runtime's version and addresses.
     let nodes = eventually("3 Ready nodes", Duration::from_secs(60), || {
@@ -292,7 +293,7 @@ fn orchestra_up_runs_a_cluster_that_kubectl_drives() {
         if pods.len() == 3 { Ok(()) } else { Err(format!("{pods:?}")) }
     });
     cluster.stop();
-    let cluster = start(d);
+    let cluster = start(d, 3);
     let pods = eventually("3 echo pods Ready after the restart", Duration::from_secs(120), || {
         let pods = echo_pods(&kubectl, "demo")?;
         if pods.len() == 3 { Ok(pods) } else { Err(format!("{pods:?}")) }

@@ -243,13 +243,17 @@ fn split_csv(line: &str) -> Vec<String> {
     fields.into_iter().map(|f| f.trim().to_owned()).collect()
 }
 
+/// The bearer token of a request's `Authorization` header, trimmed; `None`
+/// without one.
+pub(crate) fn bearer_token(request: &Parts) -> Option<&str> {
+    let header = request.headers.get(http::header::AUTHORIZATION)?;
+    header.to_str().ok()?.strip_prefix("Bearer ").map(str::trim)
+}
+
 #[async_trait]
 impl Authenticator for TokenFile {
     async fn authenticate(&self, request: &Parts) -> Result<Option<UserInfo>, AuthError> {
-        let Some(header) = request.headers.get(http::header::AUTHORIZATION) else {
-            return Ok(None);
-        };
-        let Some(token) = header.to_str().ok().and_then(|h| h.strip_prefix("Bearer ")).map(str::trim) else {
+        let Some(token) = bearer_token(request) else {
             return Ok(None);
         };
         // A token not in the file may be another authenticator's (OIDC, a

@@ -236,13 +236,7 @@ fn user_of(token: &BootstrapToken, secret: &Value) -> Result<UserInfo, String> {
 #[async_trait]
 impl Authenticator for BootstrapTokenAuthenticator {
     async fn authenticate(&self, request: &Parts) -> Result<Option<UserInfo>, AuthError> {
-        let Some(token) = request
-            .headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .and_then(|t| BootstrapToken::parse(t.trim()))
-        else {
+        let Some(token) = crate::auth::authn::bearer_token(request).and_then(BootstrapToken::parse) else {
             return Ok(None);
         };
         let secret = self

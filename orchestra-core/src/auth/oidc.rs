@@ -453,10 +453,7 @@ impl OidcAuthenticator {
 #[async_trait]
 impl Authenticator for OidcAuthenticator {
     async fn authenticate(&self, request: &Parts) -> Result<Option<UserInfo>, AuthError> {
-        let Some(header) = request.headers.get(http::header::AUTHORIZATION) else {
-            return Ok(None);
-        };
-        let Some(token) = header.to_str().ok().and_then(|h| h.strip_prefix("Bearer ")).map(str::trim) else {
+        let Some(token) = crate::auth::authn::bearer_token(request) else {
             return Ok(None);
         };
         self.authenticate_token(token).await

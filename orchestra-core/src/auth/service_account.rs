@@ -113,15 +113,9 @@ fn service_account_user(namespace: &str, account: &ObjectRef) -> UserInfo {
 #[async_trait]
 impl Authenticator for ServiceAccountAuthenticator {
     async fn authenticate(&self, request: &Parts) -> Result<Option<UserInfo>, AuthError> {
-        let Some(token) = request
-            .headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "))
-        else {
+        let Some(token) = crate::auth::authn::bearer_token(request) else {
             return Ok(None);
         };
-        let token = token.trim();
         let claims = match self.signer.verify(token)? {
             None => return Ok(None),
             Some(VerifiedToken::Legacy(claims)) => return self.legacy_user(token, &claims).await.map(Some),

@@ -128,10 +128,7 @@ fn user_of(user: &Value) -> Result<UserInfo, AuthError> {
 #[async_trait]
 impl Authenticator for WebhookTokenAuthenticator {
     async fn authenticate(&self, request: &Parts) -> Result<Option<UserInfo>, AuthError> {
-        let Some(header) = request.headers.get(http::header::AUTHORIZATION) else {
-            return Ok(None);
-        };
-        let Some(token) = header.to_str().ok().and_then(|h| h.strip_prefix("Bearer ")).map(str::trim) else {
+        let Some(token) = crate::auth::authn::bearer_token(request) else {
             return Ok(None);
         };
         if token.is_empty() {

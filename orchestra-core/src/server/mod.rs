@@ -224,6 +224,9 @@ pub struct ApiServerBuilder {
     /// The webhook configurations the server keeps from a watch, once an
     /// admission webhook plugin reads them.
     webhooks: Arc<crate::auth::admission::webhook::WebhookCache>,
+    /// The configuration of the PodSecurity plugin of
+    /// [`default_admission`](Self::default_admission).
+    pod_security: crate::auth::admission::PodSecurityConfig,
 }
 
 impl ApiServerBuilder {
@@ -393,7 +396,8 @@ impl ApiServerBuilder {
     /// nothing refuses a write after its quota was charged:
     ///
     /// NamespaceLifecycle, LimitRanger, NodeRestriction, PodSecurity (levels
-    /// from namespace labels, `privileged` by default), Priority,
+    /// from namespace labels, else [`pod_security`](Self::pod_security)'s:
+    /// `privileged` by default), Priority,
     /// DefaultTolerationSeconds, DefaultStorageClass, CertificateApproval,
     /// CertificateSigning, CertificateSubjectRestriction, `extra`,
     /// MutatingAdmissionWebhook, ValidatingAdmissionWebhook, ResourceQuota.
@@ -415,14 +419,14 @@ impl ApiServerBuilder {
     /// ```
     pub fn default_admission(&self, extra: AdmissionChain) -> AdmissionChain {
         use crate::auth::admission::{
-            DefaultStorageClass, DefaultTolerationSeconds, LimitRanger, PodSecurity, PodSecurityConfig, Priority,
+            DefaultStorageClass, DefaultTolerationSeconds, LimitRanger, PodSecurity, Priority,
         };
         let objects = self.object_reader();
         AdmissionChain::new()
             .with(self.namespace_lifecycle())
             .with(LimitRanger::new(objects.clone()))
             .with(self.node_restriction())
-            .with(PodSecurity::new(objects.clone(), PodSecurityConfig::default()))
+            .with(PodSecurity::new(objects.clone(), self.pod_security.clone()))
             .with(Priority::new(objects.clone()))
             .with(DefaultTolerationSeconds::new())
             .with(DefaultStorageClass::new(objects))
@@ -479,6 +483,34 @@ impl ApiServerBuilder {
             Arc::new(webhooks::ServerWebhooks { cache: self.webhooks.clone(), objects: self.objects.clone() }),
             self.object_reader(),
         ))
+    }
+
+    /// How the PodSecurity plugin of the
+    /// [`default_admission`](Self::default_admission) chain decides for
+    /// namespaces without labels (default: every level `privileged`, as
+    /// upstream). Makes the server's chain the default one again with it:
+    /// call it before [`admission`](Self::admission).
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), orchestra_core::api::ApiError> {
+    /// use std::sync::Arc;
+    /// use orchestra_core::auth::admission::{PodSecurityConfig, PodSecurityLevel};
+    /// use orchestra_core::server::ApiServer;
+    /// use orchestra_store::MemStore;
+    ///
+    /// // hostPath volumes, privileged containers and host namespaces are
+    /// // refused in namespaces without a `pod-security.kubernetes.io/enforce`
+    /// // label, except in kube-system.
+    /// let config = PodSecurityConfig::default().enforce(PodSecurityLevel::Baseline).exempt_namespaces(["kube-system"]);
+    /// let server = ApiServer::builder(Arc::new(MemStore::new())).pod_security(config).build().await?;
+    /// # let _ = server;
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn pod_security(mut self, config: crate::auth::admission::PodSecurityConfig) -> ApiServerBuilder {
+        self.pod_security = config;
+        self.admission = self.default_admission(AdmissionChain::new());
+        self
     }
 
     /// The [`NamespaceLifecycle`] plugin of the server being built, for an
@@ -721,6 +753,7 @@ impl ApiServer {
             objects: Default::default(),
             late_authorizer: Default::default(),
             webhooks: Default::default(),
+            pod_security: Default::default(),
         };
         builder.admission = builder.default_admission(AdmissionChain::new());
         let default_modes = [crate::auth::AuthorizationMode::Node, crate::auth::AuthorizationMode::Rbac];

@@ -29,34 +29,6 @@ use x509_parser::prelude::FromDer;
 use super::CertificateSubject;
 use super::pki::{Credential, PkiError};
 
-/// Every key usage a `CertificateSigningRequest` may ask for (upstream's
-/// `KeyUsage` values).
-pub const KEY_USAGES: &[&str] = &[
-    "signing",
-    "digital signature",
-    "content commitment",
-    "key encipherment",
-    "key agreement",
-    "data encipherment",
-    "cert sign",
-    "crl sign",
-    "encipher only",
-    "decipher only",
-    "any",
-    "server auth",
-    "client auth",
-    "code signing",
-    "email protection",
-    "s/mime",
-    "ipsec end system",
-    "ipsec tunnel",
-    "ipsec user",
-    "timestamping",
-    "ocsp signing",
-    "microsoft sgc",
-    "netscape sgc",
-];
-
 /// How far back an issued certificate's validity starts (upstream's
 /// signer backdates by five minutes, for clocks that lag).
 const BACKDATE: Duration = Duration::from_secs(5 * 60);

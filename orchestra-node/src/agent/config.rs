@@ -145,6 +145,9 @@ pub struct NodeConfig {
     /// Inject service variables (`KUBERNETES_SERVICE_HOST`, and those of the
     /// pod's namespace unless `enableServiceLinks: false`) into containers.
     pub service_links: bool,
+    /// The kubelet's `podPidsLimit`: `pids.max` of each container's cgroup
+    /// (`None`: the runtime's default, 1024 for the process runtime).
+    pub pod_pids_limit: Option<u64>,
 }
 
 impl NodeConfig {
@@ -182,6 +185,7 @@ impl NodeConfig {
             image_backoff: BackoffConfig::default(),
             api_retry: Duration::from_secs(1),
             service_links: true,
+            pod_pids_limit: None,
             node_name,
         }
     }

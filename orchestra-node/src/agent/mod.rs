@@ -49,6 +49,7 @@ mod pod_source;
 mod pod_worker;
 pub mod probes;
 pub mod resources;
+mod security;
 mod service_links;
 pub mod static_pods;
 pub mod status;

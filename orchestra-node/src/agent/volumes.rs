@@ -5,6 +5,15 @@
 //! resync, stale files removed; projected service account tokens come from
 //! [`tokens`](super::tokens)); hostPath is the host path itself. Containers
 //! get them as [`Mount`]s (with `subPath`).
+//!
+//! Ownership, as the kubelet sets it, so that a container running as an
+//! unprivileged user reads its volumes: an emptyDir is mode 0777; with the
+//! pod's `fsGroup`, every file and directory of an emptyDir, configMap,
+//! secret, downwardAPI or projected volume belongs to that group, files
+//! group-readable (and group-writable in an emptyDir), directories
+//! set-gid. A projected service account token is mode 0600 when the pod
+//! has an `fsGroup` or all its containers run as one user, and then
+//! owned by that user (else the volume's `defaultMode`, 0644).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -14,6 +23,7 @@ use std::path::{Component, Path, PathBuf};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume};
 
 use super::env::{EnvContext, ObjectRef, Objects, field_value, format_map, resource_value};
+use super::security;
 use crate::runtime::Mount;
 
 /// Why a pod's volumes cannot be set up (event `FailedMount`; the pod waits
@@ -129,8 +139,59 @@ fn check_relative(volume: &str, path: &str) -> Result<PathBuf, VolumeError> {
     Ok(p.to_path_buf())
 }
 
-/// Files of one volume: relative path → (content, mode).
-type Files = BTreeMap<PathBuf, (Vec<u8>, u32)>;
+/// Files of one volume: relative path → (content, mode, owner uid when
+/// not root).
+type Files = BTreeMap<PathBuf, (Vec<u8>, u32, Option<u32>)>;
+
+/// Who a pod's volume files belong to: the pod's `fsGroup`, and the one
+/// user all its containers run as ([`security::fs_user`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Ownership {
+    user: Option<u32>,
+    group: Option<u32>,
+}
+
+impl Ownership {
+    fn of(pod: &Pod) -> Self {
+        let id = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
+        Ownership { user: id(security::fs_user(pod)), group: id(security::fs_group(pod)) }
+    }
+}
+
+/// A file or directory's mode with `fsGroup`'s bits (upstream's
+/// `SetVolumeOwnership`): group-readable (and writable unless
+/// `read_only`), directories group-searchable and set-gid.
+fn group_mode(mode: u32, dir: bool, read_only: bool) -> u32 {
+    let mut mode = mode | if read_only { 0o440 } else { 0o660 };
+    if dir {
+        mode |= 0o2000 | 0o110;
+    }
+    mode
+}
+
+/// `path` handed to `user` (when given) and `group` (when given).
+fn chown(path: &Path, user: Option<u32>, group: Option<u32>) -> std::io::Result<()> {
+    if user.is_none() && group.is_none() {
+        return Ok(());
+    }
+    std::os::unix::fs::lchown(path, user, group)
+}
+
+/// An emptyDir (or a writable directory below one): mode 0777, or with an
+/// `fsGroup`, owned by it, group-writable and set-gid.
+fn writable_dir(dir: &Path, group: Option<u32>) -> std::io::Result<()> {
+    if dir.is_dir() {
+        // Set up once: what the containers do to it later is theirs.
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    let mode = match group {
+        Some(_) => group_mode(0o777, true, false),
+        None => 0o777,
+    };
+    chown(dir, None, group)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+}
 
 fn key_files(
     volume: &str,
@@ -149,12 +210,12 @@ fn key_files(
                     key: item.key.clone(),
                 })?;
                 let mode = item.mode.map(|m| m as u32).unwrap_or(default_mode);
-                files.insert(check_relative(volume, &item.path)?, (content.clone(), mode));
+                files.insert(check_relative(volume, &item.path)?, (content.clone(), mode, None));
             }
         }
         _ => {
             for (key, content) in data {
-                files.insert(check_relative(volume, &key)?, (content, default_mode));
+                files.insert(check_relative(volume, &key)?, (content, default_mode, None));
             }
         }
     }
@@ -207,13 +268,19 @@ fn downward_files(
             continue;
         };
         let mode = item.mode.map(|m| m as u32).unwrap_or(default_mode);
-        files.insert(check_relative(volume, &item.path)?, (value.into_bytes(), mode));
+        files.insert(check_relative(volume, &item.path)?, (value.into_bytes(), mode, None));
     }
     Ok(())
 }
 
 /// The files a content volume should hold (`None` for emptyDir-like ones).
-fn volume_files(pod: &Pod, v: &Volume, objects: &Objects, ctx: &EnvContext) -> Result<Option<Files>, VolumeError> {
+fn volume_files(
+    pod: &Pod,
+    v: &Volume,
+    objects: &Objects,
+    ctx: &EnvContext,
+    owners: Ownership,
+) -> Result<Option<Files>, VolumeError> {
     let mut files = Files::new();
     let volume = v.name.as_str();
     if let Some(cm) = &v.config_map {
@@ -277,7 +344,9 @@ fn volume_files(pod: &Pod, v: &Volume, objects: &Objects, ctx: &EnvContext) -> R
                         return Err(VolumeError::Token { volume: volume.into(), message });
                     }
                 };
-                files.insert(check_relative(volume, &t.path)?, (token.into_bytes(), default_mode));
+                // Private to the pod's user or group when it has one.
+                let mode = if owners.user.is_some() || owners.group.is_some() { 0o600 } else { default_mode };
+                files.insert(check_relative(volume, &t.path)?, (token.into_bytes(), mode, owners.user));
             }
         }
     } else {
@@ -286,8 +355,12 @@ fn volume_files(pod: &Pod, v: &Volume, objects: &Objects, ctx: &EnvContext) -> R
     Ok(Some(files))
 }
 
-fn sync_files(dir: &Path, files: &Files) -> std::io::Result<()> {
+fn sync_files(dir: &Path, files: &Files, group: Option<u32>) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    if group.is_some() {
+        chown(dir, None, group)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(group_mode(0o755, true, true)))?;
+    }
     // Remove what is no longer wanted.
     let mut stack = vec![dir.to_path_buf()];
     while let Some(current) = stack.pop() {
@@ -306,13 +379,27 @@ fn sync_files(dir: &Path, files: &Files) -> std::io::Result<()> {
             }
         }
     }
-    for (relative, (content, mode)) in files {
+    for (relative, (content, mode, user)) in files {
         let path = dir.join(relative);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
+            if group.is_some() {
+                for sub in relative.ancestors().skip(1).filter(|a| !a.as_os_str().is_empty()) {
+                    let sub = dir.join(sub);
+                    chown(&sub, None, group)?;
+                    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(group_mode(0o755, true, true)))?;
+                }
+            }
         }
+        let mode = if group.is_some() { group_mode(*mode, false, true) } else { *mode };
+        let (want_uid, want_gid) = (user.unwrap_or(0), group.unwrap_or(0));
         let same = std::fs::read(&path).is_ok_and(|old| &old == content)
-            && std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o7777 == *mode);
+            && std::fs::metadata(&path).is_ok_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.permissions().mode() & 0o7777 == mode
+                    && (user.is_none() || m.uid() == want_uid)
+                    && (group.is_none() || m.gid() == want_gid)
+            });
         if same {
             continue;
         }
@@ -324,7 +411,8 @@ fn sync_files(dir: &Path, files: &Files) -> std::io::Result<()> {
             let mut file = std::fs::File::create(&tmp)?;
             file.write_all(content)?;
         }
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(*mode))?;
+        chown(&tmp, *user, group)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
         std::fs::rename(&tmp, &path)?;
     }
     Ok(())
@@ -340,6 +428,7 @@ pub fn setup_volumes(
 ) -> Result<HashMap<String, PathBuf>, VolumeError> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let base = pod_dir(root_dir, &uid).join("volumes");
+    let owners = Ownership::of(pod);
     let mut out = HashMap::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         if let Some(host) = &v.host_path {
@@ -356,9 +445,9 @@ pub fn setup_volumes(
             continue;
         }
         let dir = base.join(format!("kubernetes.io~{}", kind_of(v))).join(&v.name);
-        match volume_files(pod, v, objects, ctx)? {
-            Some(files) => sync_files(&dir, &files)?,
-            None => std::fs::create_dir_all(&dir)?,
+        match volume_files(pod, v, objects, ctx, owners)? {
+            Some(files) => sync_files(&dir, &files, owners.group)?,
+            None => writable_dir(&dir, owners.group)?,
         }
         out.insert(v.name.clone(), dir);
     }
@@ -389,7 +478,15 @@ pub fn container_mounts(
                 let sub = check_relative(&m.name, sub)?;
                 let path = dir.join(sub);
                 if !path.exists() && !read_only {
+                    // With the volume's own mode and group, as the kubelet
+                    // makes a missing subPath.
                     std::fs::create_dir_all(&path)?;
+                    let root = std::fs::metadata(dir)?;
+                    std::os::unix::fs::lchown(&path, None, Some(std::os::unix::fs::MetadataExt::gid(&root)))?;
+                    std::fs::set_permissions(
+                        &path,
+                        std::fs::Permissions::from_mode(root.permissions().mode() & 0o7777),
+                    )?;
                 }
                 path
             }
@@ -605,6 +702,78 @@ mod tests {
                 )
             });
             assert_eq!(outcome, expected.map(|(a, b)| (a.to_owned(), b.to_owned())));
+        }
+    }
+
+    #[test]
+    fn volumes_belong_to_the_pods_user_and_fs_group() {
+        use k8s_openapi::api::core::v1::{PodSecurityContext, SecurityContext, ServiceAccountTokenProjection};
+        use std::os::unix::fs::MetadataExt;
+        let mut access = volume("token");
+        access.projected = Some(ProjectedVolumeSource {
+            sources: Some(vec![VolumeProjection {
+                service_account_token: Some(ServiceAccountTokenProjection {
+                    path: "token".into(),
+                    expiration_seconds: None,
+                    audience: None,
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let mut cfg = volume("cfg");
+        cfg.config_map = Some(ConfigMapVolumeSource { name: "app".into(), ..Default::default() });
+        let mut scratch = volume("scratch");
+        scratch.empty_dir = Some(EmptyDirVolumeSource::default());
+        let pod = |pod_sc: Option<PodSecurityContext>, user: Option<i64>| Pod {
+            metadata: ObjectMeta { name: Some("p".into()), uid: Some("uid-own".into()), ..Default::default() },
+            spec: Some(PodSpec {
+                security_context: pod_sc,
+                containers: vec![Container {
+                    name: "c".into(),
+                    security_context: Some(SecurityContext { run_as_user: user, ..Default::default() }),
+                    ..Default::default()
+                }],
+                volumes: Some(vec![access.clone(), cfg.clone(), scratch.clone()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let objects = Objects {
+            tokens: [((String::new(), None), Ok("t".to_owned()))].into(),
+            config_maps: [(
+                "app".to_owned(),
+                Some(ConfigMap { data: Some([("a".to_string(), "one".to_string())].into()), ..Default::default() }),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let group = |g: i64| Some(PodSecurityContext { fs_group: Some(g), ..Default::default() });
+        // (pod, expected (mode, uid, gid) of: token, configMap file, emptyDir)
+        type Owned = (u32, u32, u32);
+        #[rustfmt::skip]
+        let cases: Vec<(Pod, [Owned; 3])> = vec![
+            // Nothing set: readable by anyone, an emptyDir writable by anyone.
+            (pod(None, None), [(0o644, 0, 0), (0o644, 0, 0), (0o777, 0, 0)]),
+            // One user: the token is theirs alone.
+            (pod(None, Some(1000)), [(0o600, 1000, 0), (0o644, 0, 0), (0o777, 0, 0)]),
+            // fsGroup: group-readable, set-gid emptyDir.
+            (pod(group(2000), None), [(0o640, 0, 2000), (0o644, 0, 2000), (0o2777, 0, 2000)]),
+            (pod(group(2000), Some(1000)), [(0o640, 1000, 2000), (0o644, 0, 2000), (0o2777, 0, 2000)]),
+        ];
+        for (pod, expected) in cases {
+            let root = tempfile::tempdir().unwrap();
+            let dirs = setup_volumes(root.path(), &pod, &objects, &EnvContext::default()).unwrap();
+            let owned = |path: PathBuf| {
+                let m = std::fs::metadata(path).unwrap();
+                (m.permissions().mode() & 0o7777, m.uid(), m.gid())
+            };
+            let got =
+                [owned(dirs["token"].join("token")), owned(dirs["cfg"].join("a")), owned(dirs["scratch"].clone())];
+            assert_eq!(got, expected, "{:?}", pod.spec.unwrap().security_context);
+            // A second sync leaves them as they are.
+            setup_volumes(root.path(), &pod, &objects, &EnvContext::default()).unwrap();
+            assert_eq!(owned(dirs["token"].join("token")), expected[0]);
         }
     }
 

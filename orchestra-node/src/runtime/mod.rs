@@ -53,6 +53,7 @@ pub type ContainerId = String;
 /// Faults of a runtime call. Kubernetes' waiting reasons derive from them:
 /// [`RuntimeError::ImageNotFound`] → `ErrImagePull`,
 /// [`RuntimeError::CreateFailed`] → `CreateContainerError`,
+/// [`RuntimeError::ConfigRefused`] → `CreateContainerConfigError`,
 /// [`RuntimeError::StartFailed`] → `RunContainerError`.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -75,6 +76,11 @@ pub enum RuntimeError {
     /// The container could not be created (bad mount, bad config...).
     #[error("failed to create container: {0}")]
     CreateFailed(String),
+    /// The container's configuration breaks a policy of the pod (a
+    /// `runAsNonRoot` container that would run as root): the kubelet's
+    /// `CreateContainerConfigError`. The message is the kubelet's.
+    #[error("{0}")]
+    ConfigRefused(String),
     /// The container's process could not be started (executable missing,
     /// permission denied...).
     #[error("failed to start container: {0}")]
@@ -203,6 +209,49 @@ pub struct ContainerResources {
     pub cpu_request_millis: Option<u64>,
     /// Memory limit in bytes (`memory.max`); `None` = unlimited.
     pub memory_limit_bytes: Option<u64>,
+    /// Largest number of processes (`pids.max`); `None` = the runtime's
+    /// default (the process backend's
+    /// [`ProcessRuntimeConfig::pids_limit`](process::ProcessRuntimeConfig::pids_limit)).
+    pub pids_limit: Option<u64>,
+}
+
+/// Who a container runs as and what it may do: the pod's and the
+/// container's `securityContext` merged (the container's fields win), as
+/// the kubelet hands CRI's `LinuxContainerSecurityContext` to a runtime.
+///
+/// The default asks for nothing: the runtime's default user, its default
+/// capabilities, `no_new_privs` (see [`process`] for what the process
+/// backend makes of each field).
+///
+/// ```
+/// use orchestra_node::runtime::SecurityContext;
+///
+/// let restricted = SecurityContext {
+///     run_as_user: Some(1000),
+///     run_as_non_root: true,
+///     drop_capabilities: vec!["ALL".into()],
+///     ..Default::default()
+/// };
+/// assert!(!restricted.privileged);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SecurityContext {
+    /// `runAsUser`: the uid; `None` = the image's (the runtime's default) user.
+    pub run_as_user: Option<i64>,
+    /// `runAsGroup`: the primary gid; `None` = the user's primary group.
+    pub run_as_group: Option<i64>,
+    /// Extra groups: the pod's `fsGroup` and `supplementalGroups`.
+    pub supplemental_groups: Vec<i64>,
+    /// `runAsNonRoot`: refuse to run the container as uid 0.
+    pub run_as_non_root: bool,
+    /// `privileged`: every capability, no `no_new_privs`.
+    pub privileged: bool,
+    /// `allowPrivilegeEscalation`; `None` = not set.
+    pub allow_privilege_escalation: Option<bool>,
+    /// `capabilities.add` (`NET_ADMIN`, `CAP_NET_ADMIN` or `ALL`).
+    pub add_capabilities: Vec<String>,
+    /// `capabilities.drop` (`NET_RAW`, `CAP_NET_RAW` or `ALL`).
+    pub drop_capabilities: Vec<String>,
 }
 
 /// What [`RuntimeBackend::create_container`] needs.
@@ -231,6 +280,8 @@ pub struct ContainerConfig {
     pub log_path: PathBuf,
     /// Limits to enforce.
     pub resources: ContainerResources,
+    /// User, groups and privileges.
+    pub security: SecurityContext,
     /// Labels kept on the container for filtering.
     pub labels: BTreeMap<String, String>,
 }

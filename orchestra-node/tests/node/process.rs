@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::{IpAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -504,6 +505,8 @@ async fn volumes_appear_at_their_mount_path_and_the_host_stays_clean() {
         volume(host, "over", "volume content"),
         volume(host, "nested", "deep"),
     );
+    // Writable by the container's (unprivileged) user, as an emptyDir is.
+    std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o777)).unwrap();
     let mounts = vec![
         Mount { container_path: top.join("config"), host_path: ro.clone(), read_only: true },
         Mount { container_path: top.join("data"), host_path: rw.clone(), read_only: false },
@@ -598,6 +601,7 @@ async fn memory_limits_oom_kill() {
         memory_limit_bytes: Some(24 << 20),
         cpu_limit_millis: Some(500),
         cpu_request_millis: Some(250),
+        pids_limit: None,
     };
     // `tail` keeps a line without newline whole: 256 MiB of it.
     let (_, id, _) = node
@@ -694,4 +698,205 @@ async fn dropping_the_runtime_kills_its_containers() {
     let pid = node.status(&id).await.pid.unwrap() as i32;
     drop(node.runtime);
     wait_dead(pid).await;
+}
+
+/// The process's own `/proc/self/status` line `field` (its value).
+fn own_status(field: &str) -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).unwrap_or_default().trim().to_owned()
+}
+
+/// What the container says about itself: uid, gid, groups, effective and
+/// bounding capabilities, no_new_privs.
+const IDENTITY: &str = "echo $(id -u) $(id -g) \"$(id -G)\" \
+    $(sed -n 's/^CapEff:[[:space:]]*//p; s/^CapBnd:[[:space:]]*//p; s/^NoNewPrivs:[[:space:]]*//p' /proc/self/status)";
+
+#[tokio::test]
+async fn containers_run_as_their_user_without_privileges() {
+    let node = Node::new().await;
+    let caps = node.runtime.capabilities().clone();
+    if !caps.run_as_user {
+        eprintln!("skipped: the runtime cannot switch users here ({:?})", caps.notes);
+        return;
+    }
+    use orchestra_node::runtime::SecurityContext;
+    // Docker's default set: chown dac_override fowner fsetid kill setgid
+    // setuid setpcap net_bind_service net_raw sys_chroot mknod audit_write
+    // setfcap.
+    let default_set = "00000000a80425fb";
+    let own = (own_status("CapEff"), own_status("CapBnd"));
+    // (securityContext, expected "uid gid groups CapEff CapBnd NoNewPrivs")
+    #[rustfmt::skip]
+    let cases: Vec<(SecurityContext, String)> = vec![
+        (SecurityContext::default(), format!("65534 65534 65534 0000000000000000 {default_set} 1")),
+        (SecurityContext { run_as_user: Some(1000), run_as_group: Some(3000), supplemental_groups: vec![4000, 5000], ..Default::default() },
+         format!("1000 3000 3000 4000 5000 0000000000000000 {default_set} 1")),
+        // Root in the container: Docker's set, less what is dropped.
+        (SecurityContext { run_as_user: Some(0), drop_capabilities: vec!["ALL".into()], add_capabilities: vec!["NET_BIND_SERVICE".into()], ..Default::default() },
+         "0 0 0 0000000000000400 0000000000000400 1".into()),
+        (SecurityContext { run_as_user: Some(0), ..Default::default() },
+         format!("0 0 0 {default_set} {default_set} 1")),
+        // A non-root user gets no capability, whatever it adds.
+        (SecurityContext { run_as_user: Some(1000), run_as_group: Some(1000), add_capabilities: vec!["NET_ADMIN".into()], ..Default::default() },
+         "1000 1000 1000 0000000000000000 00000000a80435fb 1".into()),
+        (SecurityContext { allow_privilege_escalation: Some(true), ..Default::default() },
+         format!("65534 65534 65534 0000000000000000 {default_set} 0")),
+        // Privileged: root with the agent's own capabilities.
+        (SecurityContext { privileged: true, ..Default::default() }, format!("0 0 0 {} {} 0", own.0, own.1)),
+    ];
+    for (security, expected) in cases {
+        let (_, id, _) = node.run("identity", ContainerConfig { security: security.clone(), ..sh(IDENTITY) }).await;
+        let status = node.wait_exited(&id).await;
+        assert_eq!(node.output(&status).trim(), expected, "{security:?}: {status:?}");
+        // exec runs as the container's user too.
+        if security == SecurityContext::default() {
+            let (_, id, _) =
+                node.run("exec-identity", ContainerConfig { security: security.clone(), ..sh("exec sleep 300") }).await;
+            let exec =
+                node.runtime.exec_sync(&id, &["sh".into(), "-c".into(), IDENTITY.into()], PATIENCE).await.unwrap();
+            assert_eq!(String::from_utf8_lossy(&exec.stdout).trim(), expected);
+            node.runtime.stop_container(&id, Duration::ZERO).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn run_as_non_root_refuses_root() {
+    let node = Node::new().await;
+    let pod = node.pod("nonroot");
+    let sandbox = node.runtime.run_pod_sandbox(&pod).await.unwrap();
+    let security =
+        orchestra_node::runtime::SecurityContext { run_as_user: Some(0), run_as_non_root: true, ..Default::default() };
+    let config = ContainerConfig { name: "main".into(), security, ..sh("true") };
+    let refused = node.runtime.create_container(&sandbox, &config, &pod).await.unwrap_err();
+    let expected = format!(
+        "container's runAsUser breaks non-root policy (pod: \"nonroot_test({})\", container: main)",
+        pod.metadata.uid
+    );
+    assert!(matches!(&refused, RuntimeError::ConfigRefused(m) if *m == expected), "{refused:?}");
+}
+
+#[tokio::test]
+async fn hidden_paths_are_empty_in_containers() {
+    let outside = tempfile::tempdir().unwrap();
+    // A cluster's data directory: its CA key, a pod's volume inside it,
+    // and a kubeconfig beside it.
+    let data = outside.path().join("data");
+    std::fs::create_dir_all(data.join("pki")).unwrap();
+    std::fs::write(data.join("pki/ca.key"), "the CA key").unwrap();
+    std::fs::set_permissions(data.join("pki/ca.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let volume_dir = volume(&data.join("pods/uid/volumes"), "config", "volume content");
+    let kubeconfig = outside.path().join("admin.kubeconfig");
+    std::fs::write(&kubeconfig, "admin credentials").unwrap();
+    let mount_point = outside.path().join("mnt");
+    std::fs::create_dir_all(&mount_point).unwrap();
+    let (data2, kubeconfig2) = (data.clone(), kubeconfig.clone());
+    let node = Node::with(move |config| {
+        *config = config.clone().with_hidden_paths([data2, kubeconfig2]);
+    })
+    .await;
+    if !node.runtime.capabilities().hidden_paths {
+        eprintln!("skipped: no mount namespaces here ({:?})", node.runtime.capabilities().notes);
+        return;
+    }
+    let mounts = vec![Mount { container_path: mount_point.clone(), host_path: volume_dir.clone(), read_only: true }];
+    // Root in the container, so that only the hiding keeps it out.
+    let security = orchestra_node::runtime::SecurityContext { run_as_user: Some(0), ..Default::default() };
+    let script = format!(
+        "cat {data}/pki/ca.key 2>&1 || echo no-ca-key; ls -A {data} | wc -l; echo \"[$(cat {kubeconfig})]\"; \
+         touch {data}/x 2>/dev/null && echo data-writable || echo data-read-only; \
+         cat {mnt}/hello.txt; echo; echo work > here && cat here; ls -A {state} | wc -l; echo ready; exec sleep 300",
+        data = data.display(),
+        kubeconfig = kubeconfig.display(),
+        mnt = mount_point.display(),
+        state = node.runtime.state_dir().display(),
+    );
+    let (_, id, _) = node.run("hidden", ContainerConfig { mounts, security, ..sh(&script) }).await;
+    let output = node.wait_output(&id, "ready").await;
+    let lines: Vec<&str> = output.lines().collect();
+    assert_eq!(lines.len(), 9, "{output}");
+    assert!(lines[0].contains("No such file"), "{output}");
+    // The data directory is empty, the kubeconfig too; the volume and the
+    // working directory (both under hidden paths) still work; of the
+    // state directory only the way to the working directory is left.
+    assert_eq!(
+        lines[1..].to_vec(),
+        ["no-ca-key", "0", "[]", "data-read-only", "volume content", "work", "1", "ready"],
+        "{output}"
+    );
+    // exec sees what the container sees.
+    let command = vec!["cat".to_owned(), data.join("pki/ca.key").display().to_string()];
+    let exec = node.runtime.exec_sync(&id, &command, PATIENCE).await.unwrap();
+    assert_ne!(exec.exit_code, 0, "{:?}", String::from_utf8_lossy(&exec.stdout));
+    // The host still has it all.
+    assert_eq!(std::fs::read_to_string(data.join("pki/ca.key")).unwrap(), "the CA key");
+    node.runtime.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn root_containers_see_a_read_only_host() {
+    let node = Node::new().await;
+    let caps = node.runtime.capabilities().clone();
+    if !caps.run_as_user || !caps.mount_namespaces {
+        eprintln!("skipped: no user switch or mount namespaces here ({:?})", caps.notes);
+        return;
+    }
+    use orchestra_node::runtime::SecurityContext;
+    let rw = volume(node.dir.path(), "rw", "x");
+    let ro = volume(node.dir.path(), "ro", "x");
+    let mounts = vec![
+        Mount { container_path: "/orchestra-rw".into(), host_path: rw.clone(), read_only: false },
+        Mount { container_path: "/orchestra-ro".into(), host_path: ro.clone(), read_only: true },
+    ];
+    let script = r#"for p in /etc/orchestra-probe /usr/orchestra-probe /proc/sys/vm/orchestra-probe /orchestra-ro/w \
+                  /orchestra-rw/w /tmp/orchestra-probe-$$ ./w; do \
+                  if (: > "$p") 2>/dev/null; then echo "$p writable"; rm -f "$p"; else echo "$p refused"; fi; done"#;
+    // (security context, expected output)
+    #[rustfmt::skip]
+    let cases: Vec<(SecurityContext, &str)> = vec![
+        (SecurityContext { run_as_user: Some(0), ..Default::default() },
+         "/etc/orchestra-probe refused\n/usr/orchestra-probe refused\n/proc/sys/vm/orchestra-probe refused\n\
+          /orchestra-ro/w refused\n/orchestra-rw/w writable\n/tmp/orchestra-probe-PID writable\n./w writable"),
+        // Privileged: the host's as it is (the probes are removed again).
+        (SecurityContext { privileged: true, ..Default::default() },
+         "/etc/orchestra-probe writable\n/usr/orchestra-probe writable\n/proc/sys/vm/orchestra-probe refused\n\
+          /orchestra-ro/w refused\n/orchestra-rw/w writable\n/tmp/orchestra-probe-PID writable\n./w writable"),
+    ];
+    for (security, expected) in cases {
+        let config = ContainerConfig { mounts: mounts.clone(), security: security.clone(), ..sh(script) };
+        let (_, id, _) = node.run("read-only", config).await;
+        let status = node.wait_exited(&id).await;
+        let output = node.output(&status);
+        let pid = output.split("/tmp/orchestra-probe-").nth(1).and_then(|r| r.split(' ').next()).unwrap_or("?");
+        assert_eq!(output.trim().replace(&format!("probe-{pid} "), "probe-PID "), expected, "{security:?}: {status:?}");
+    }
+    assert!(!Path::new("/etc/orchestra-probe").exists());
+}
+
+#[tokio::test]
+async fn pids_max_bounds_every_container() {
+    let node = Node::new().await;
+    if !node.runtime.capabilities().pids_limit {
+        eprintln!("skipped: no pids controller here ({:?})", node.runtime.capabilities().notes);
+        return;
+    }
+    // The pids cgroup's pids.max: the v1 pids hierarchy's, else the v2 one's.
+    let read = "p=$(sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup); \
+                if [ -n \"$p\" ]; then cat /sys/fs/cgroup/pids$p/pids.max; \
+                else cat /sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)/pids.max; fi";
+    // (limit asked for, what pids.max says)
+    let cases = [(None, "1024"), (Some(64), "64")];
+    for (limit, expected) in cases {
+        let resources = ContainerResources { pids_limit: limit, ..Default::default() };
+        let (_, id, _) = node.run("pids", ContainerConfig { resources, ..sh(read) }).await;
+        let status = node.wait_exited(&id).await;
+        assert_eq!(node.output(&status).trim(), expected, "{status:?}");
+    }
+    // And it holds: a shell in a cgroup of 3 cannot start 5 sleeps.
+    let resources = ContainerResources { pids_limit: Some(3), ..Default::default() };
+    let script = "for i in 1 2 3 4 5; do sleep 5 & done; echo all started";
+    let (_, id, _) = node.run("fork", ContainerConfig { resources, ..sh(script) }).await;
+    let status = node.wait_exited(&id).await;
+    let output = node.output(&status);
+    assert!(output.contains("Cannot fork") && !output.contains("all started"), "{output}");
 }

@@ -55,6 +55,8 @@ pub(crate) struct Running {
     pub(crate) pki: Option<Pki>,
     pub(crate) signer: Arc<TokenSigner>,
     pub(crate) data_dir: PathBuf,
+    /// Paths the nodes' containers must not see.
+    pub(crate) hidden_paths: Vec<PathBuf>,
     /// The data directory when the builder named none: removed when the
     /// handle is dropped.
     pub(crate) _temp_dir: Option<tempfile::TempDir>,
@@ -84,6 +86,7 @@ impl Running {
             pki: None,
             signer,
             data_dir,
+            hidden_paths: Vec::new(),
             _temp_dir: temp_dir,
             components_stop: StopSignal::new(),
             components: Vec::new(),

@@ -209,6 +209,8 @@ pub struct ControlPlaneBuilder {
     disabled_admission: Vec<String>,
     server_options: Option<ServerOptions>,
     encryption: Option<EncryptionConfig>,
+    pod_security: Option<orchestra_core::auth::admission::PodSecurityConfig>,
+    hidden_paths: Vec<PathBuf>,
     verify_node_certificates: bool,
     customize: Vec<ApiCustomizer>,
     identity: String,
@@ -251,6 +253,8 @@ impl ControlPlaneBuilder {
             disabled_admission: Vec::new(),
             server_options: None,
             encryption: None,
+            pod_security: None,
+            hidden_paths: Vec::new(),
             verify_node_certificates: true,
             customize: Vec::new(),
             identity: default_identity(),
@@ -282,6 +286,24 @@ impl ControlPlaneBuilder {
     /// (default: a temporary directory removed at shutdown).
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// How PodSecurity admission decides for namespaces without
+    /// `pod-security.kubernetes.io/*` labels (default: every level
+    /// `privileged`, as upstream).
+    pub fn pod_security(mut self, config: orchestra_core::auth::admission::PodSecurityConfig) -> Self {
+        self.pod_security = Some(config);
+        self
+    }
+
+    /// Hides `path` (a file or a directory) from every container of the
+    /// nodes' process runtimes, besides the data directory and the PKI
+    /// directory, which are always hidden: kubeconfigs, key files kept
+    /// elsewhere. See
+    /// [`ProcessRuntimeConfig::hidden_paths`](orchestra_node::runtime::process::ProcessRuntimeConfig::hidden_paths).
+    pub fn hide_from_containers(mut self, path: impl Into<PathBuf>) -> Self {
+        self.hidden_paths.push(path.into());
         self
     }
 
@@ -538,6 +560,9 @@ impl ControlPlaneBuilder {
         // request from the network cannot carry.
         let authenticators = authenticators.first(ExtensionAuthenticator).allow_anonymous(self.allow_anonymous);
         let mut api = ApiServer::builder(store).authenticator(authenticators).service_account_tokens(signer.clone());
+        if let Some(config) = self.pod_security.clone() {
+            api = api.pod_security(config);
+        }
         api = match self.authorization {
             Authorization::BeforeModes(chain, modes) => {
                 if let Some(webhook) = self.webhook_authorizer {
@@ -587,6 +612,13 @@ impl ControlPlaneBuilder {
         }
         let server = api.build().await?;
         let mut running = Running::new(server.clone(), data_dir, temp_dir, signer);
+        // What no container may see: the cluster's keys, store, kubeconfigs
+        // and node state.
+        running.hidden_paths.push(running.data_dir.clone());
+        if let Listener::Tls { pki_dir, .. } = &self.listener {
+            running.hidden_paths.push(std::path::absolute(pki_dir).unwrap_or_else(|_| pki_dir.clone()));
+        }
+        running.hidden_paths.extend(self.hidden_paths.iter().map(|p| std::path::absolute(p).unwrap_or(p.clone())));
 
         // The listener.
         if let (Listener::Tls { address, .. }, Some(pki)) = (&self.listener, &pki) {

@@ -55,6 +55,9 @@ pub struct NodeSlot {
     pub ip: IpAddr,
     /// The node's state directory.
     pub root_dir: PathBuf,
+    /// Paths no container of the node may see (the cluster's data and PKI
+    /// directories, kubeconfigs; the node's state directory).
+    pub hidden_paths: Vec<PathBuf>,
 }
 
 type RuntimeFactory = Arc<
@@ -117,7 +120,8 @@ impl NodeRuntime {
         Ok(match self {
             NodeRuntime::Simulated(config) => Arc::new(SimRuntime::new(config.clone())),
             NodeRuntime::Process(catalog) => {
-                let mut config = ProcessRuntimeConfig::new(slot.root_dir.join("runtime"), catalog.clone());
+                let mut config = ProcessRuntimeConfig::new(slot.root_dir.join("runtime"), catalog.clone())
+                    .with_hidden_paths(slot.hidden_paths.iter().cloned());
                 config.node_name = slot.name.clone();
                 config.host_ip = slot.ip;
                 Arc::new(ProcessRuntime::new(config).await.map_err(|e| failed(e.to_string()))?)
@@ -185,6 +189,7 @@ impl NodeSpec {
         name: &str,
         ip: IpAddr,
         root: &Path,
+        hidden_paths: &[PathBuf],
     ) -> Result<(NodeConfig, Arc<dyn RuntimeBackend>), ControlPlaneError> {
         // The agent's state (volumes with secrets among them): owner only.
         orchestra_core::tls::pki::create_private_dir(root).map_err(|e| ControlPlaneError::Node {
@@ -196,7 +201,9 @@ impl NodeSpec {
         if self.runtime.is_simulated() {
             config = config.fixed_capacity(8_000, 32 << 30);
         }
-        let slot = NodeSlot { name: name.to_owned(), ip, root_dir: root.to_owned() };
+        let mut hidden_paths = hidden_paths.to_vec();
+        hidden_paths.push(root.to_owned());
+        let slot = NodeSlot { name: name.to_owned(), ip, root_dir: root.to_owned(), hidden_paths };
         Ok((config, self.runtime.create(slot).await?))
     }
 
@@ -224,7 +231,7 @@ impl NodeSpec {
         let failed = |message: String| ControlPlaneError::Node { node: name.clone(), message };
         std::fs::create_dir_all(&options.root_dir).map_err(|e| failed(e.to_string()))?;
         let root = std::path::absolute(&options.root_dir).map_err(|e| failed(e.to_string()))?;
-        let (mut config, runtime) = self.prepare(&name, ip, &root).await?;
+        let (mut config, runtime) = self.prepare(&name, ip, &root, &options.hidden_paths).await?;
         let stop = StopSignal::new();
         let mut endpoint = None;
         config.kubelet_port = 0;
@@ -255,12 +262,21 @@ impl NodeSpec {
 pub struct JoinOptions {
     root_dir: PathBuf,
     endpoint: Option<(u16, String)>,
+    hidden_paths: Vec<PathBuf>,
 }
 
 impl JoinOptions {
     /// State (volumes, logs, the runtime's state) in `root_dir`; no endpoint.
     pub fn new(root_dir: impl Into<PathBuf>) -> JoinOptions {
-        JoinOptions { root_dir: root_dir.into(), endpoint: None }
+        JoinOptions { root_dir: root_dir.into(), endpoint: None, hidden_paths: Vec::new() }
+    }
+
+    /// Hides `path` (the node's kubeconfig, its keys) from the node's
+    /// containers, besides its state directory, which is always hidden.
+    pub fn hide_from_containers(mut self, path: impl Into<PathBuf>) -> JoinOptions {
+        let path = path.into();
+        self.hidden_paths.push(std::path::absolute(&path).unwrap_or(path));
+        self
     }
 
     /// Serves the node's HTTPS endpoint at the node's address on `port` (0:
@@ -417,7 +433,7 @@ impl Running {
             let ip = spec.ip.unwrap_or_else(|| node_ip(n));
             let root = self.data_dir.join("nodes").join(&name);
             let client = self.client_as(UserInfo::new(format!("system:node:{name}"), &["system:nodes"]));
-            let (mut config, mut runtime) = spec.prepare(&name, ip, &root).await?;
+            let (mut config, mut runtime) = spec.prepare(&name, ip, &root, &self.hidden_paths).await?;
             let hosts_control_plane = n == 1 && control_plane.is_some();
             if let (true, Some(pods)) = (hosts_control_plane, &control_plane) {
                 config.static_pod_path = Some(pods.manifests.clone());

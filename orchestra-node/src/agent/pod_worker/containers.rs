@@ -14,10 +14,10 @@ use tokio::time::Instant;
 use super::{Instances, PodWorker, ms, pod_key, system_to_instant};
 use crate::agent::resources::{int_value, milli_value};
 use crate::agent::status::Waiting;
-use crate::agent::{LABEL_NODE_NAME, env, volumes};
+use crate::agent::{LABEL_NODE_NAME, env, security, volumes};
 use crate::runtime::{
     ContainerConfig, ContainerResources, ContainerState, ContainerStatus, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
-    LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxStatus,
+    LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxStatus, RuntimeError,
 };
 
 impl PodWorker {
@@ -256,7 +256,9 @@ impl PodWorker {
                 cpu_limit_millis: limit("cpu").map(|q| milli_value(&q)),
                 cpu_request_millis: request("cpu").or_else(|| limit("cpu")).map(|q| milli_value(&q)),
                 memory_limit_bytes: limit("memory").map(|q| int_value(&q)),
+                pids_limit: self.shared.config.pod_pids_limit,
             },
+            security: security::container_security(pod, spec),
             labels: [
                 (LABEL_POD_NAME.to_string(), pod_name),
                 (LABEL_POD_NAMESPACE.to_string(), pod_ns),
@@ -269,6 +271,9 @@ impl PodWorker {
         let sandbox_config = self.sandbox_config(pod, sandbox.metadata.attempt);
         let id = match self.shared.runtime.create_container(&sandbox.id, &config, &sandbox_config).await {
             Ok(id) => id,
+            Err(e @ RuntimeError::ConfigRefused(_)) => {
+                return self.config_error(pod, spec, "CreateContainerConfigError", e.to_string());
+            }
             Err(e) => return self.config_error(pod, spec, "CreateContainerError", e.to_string()),
         };
         self.retry.reset(&format!("config:{}", spec.name));

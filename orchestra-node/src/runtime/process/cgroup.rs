@@ -9,13 +9,15 @@
 //!
 //! - cgroup v2 (`/sys/fs/cgroup` is `cgroup2fs` with the `memory` and `cpu`
 //!   controllers): `/sys/fs/cgroup/<parent>/<scope>/<container id>` with
-//!   `memory.max` (and `memory.swap.max = 0`), `cpu.max`, `cpu.weight`;
+//!   `memory.max` (and `memory.swap.max = 0`), `cpu.max`, `cpu.weight`,
+//!   `pids.max` (when the `pids` controller is there);
 //!   OOM kills counted in `memory.events`.
 //! - cgroup v1 (legacy or hybrid hierarchies, as inside many containers):
 //!   `<memory mount>/<own cgroup>/<parent>/<scope>/<container id>` and the same
 //!   under the `cpu` hierarchy, nested under the agent's own cgroups so the
 //!   limits the agent lives under still hold; `memory.limit_in_bytes` (and
-//!   `memory.memsw.limit_in_bytes`), `cpu.cfs_quota_us`, `cpu.shares`; OOM
+//!   `memory.memsw.limit_in_bytes`), `cpu.cfs_quota_us`, `cpu.shares`,
+//!   `pids.max` in the `pids` hierarchy when it is writable; OOM
 //!   kills counted in `memory.oom_control`.
 //!
 //! CPU numbers follow the kubelet: shares = request millicores × 1024 / 1000
@@ -50,6 +52,11 @@ pub(crate) struct CgroupRoot {
     memory: PathBuf,
     /// v1: the cpu parent (`None` when the cpu hierarchy is not writable).
     cpu: Option<PathBuf>,
+    /// v1: the pids parent (`None` when the pids hierarchy is not
+    /// writable).
+    pids: Option<PathBuf>,
+    /// v2: the `pids` controller is enabled for the containers' cgroups.
+    pids_v2: bool,
 }
 
 /// One container's cgroup(s).
@@ -123,6 +130,12 @@ fn own_cgroup(controller: &str) -> io::Result<Option<String>> {
     }))
 }
 
+/// Enables the `pids` controller for `dir`'s children; whether it is.
+fn enable_pids(dir: &Path) -> bool {
+    let current = fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+    current.split_whitespace().any(|c| c == "pids") || fs::write(dir.join("cgroup.subtree_control"), "+pids").is_ok()
+}
+
 fn write(path: &Path, value: &str) -> io::Result<()> {
     fs::write(path, value)
         .map_err(|e| io::Error::new(e.kind(), format!("writing {value:?} to {}: {e}", path.display())))
@@ -159,7 +172,8 @@ impl CgroupRoot {
         let _ = fs::remove_dir(&probe);
         probed?;
         let cpu = dir_of("cpu").and_then(|cpu| fs::create_dir_all(&cpu).ok().map(|()| cpu));
-        Ok(Self { version: CgroupVersion::V1, memory, cpu })
+        let pids = dir_of("pids").and_then(|pids| fs::create_dir_all(&pids).ok().map(|()| pids));
+        Ok(Self { version: CgroupVersion::V1, memory, cpu, pids, pids_v2: false })
     }
 
     fn detect_v2(mount: &Path, parent: &str) -> Result<Self, String> {
@@ -179,7 +193,14 @@ impl CgroupRoot {
         enable(mount)?;
         fs::create_dir_all(&base).map_err(|e| format!("cannot create cgroup {}: {e}", base.display()))?;
         enable(&base)?;
-        Ok(Self { version: CgroupVersion::V2, memory: base, cpu: None })
+        // pids is optional: without it, pids.max is not enforced.
+        let pids_v2 = has("pids") && enable_pids(mount) && enable_pids(&base);
+        Ok(Self { version: CgroupVersion::V2, memory: base, cpu: None, pids: None, pids_v2 })
+    }
+
+    /// Whether containers' cgroups get `pids.max`.
+    pub(crate) fn has_pids(&self) -> bool {
+        self.pids_v2 || self.pids.is_some()
     }
 
     /// The sub-parent `scope` (one per runtime state directory), created:
@@ -187,28 +208,34 @@ impl CgroupRoot {
     pub(crate) fn scoped(&self, scope: &str) -> io::Result<Self> {
         let memory = self.memory.join(scope);
         fs::create_dir_all(&memory)?;
+        let mut pids_v2 = false;
         if self.version == CgroupVersion::V2 {
             let current = fs::read_to_string(memory.join("cgroup.subtree_control")).unwrap_or_default();
             if !(current.contains("memory") && current.contains("cpu")) {
                 write(&memory.join("cgroup.subtree_control"), "+memory +cpu")?;
             }
+            pids_v2 = self.pids_v2 && enable_pids(&memory);
         }
-        let cpu = match &self.cpu {
-            Some(cpu) => {
-                let cpu = cpu.join(scope);
-                fs::create_dir_all(&cpu)?;
-                Some(cpu)
+        let scoped = |parent: &Option<PathBuf>| -> io::Result<Option<PathBuf>> {
+            match parent {
+                Some(parent) => {
+                    let dir = parent.join(scope);
+                    fs::create_dir_all(&dir)?;
+                    Ok(Some(dir))
+                }
+                None => Ok(None),
             }
-            None => None,
         };
-        Ok(Self { version: self.version, memory, cpu })
+        let cpu = scoped(&self.cpu)?;
+        let pids = scoped(&self.pids).ok().flatten();
+        Ok(Self { version: self.version, memory, cpu, pids, pids_v2 })
     }
 
     /// Every container cgroup below this one (a predecessor's leftovers
     /// when called at start-up), keyed by container id.
     pub(crate) fn children(&self) -> Vec<ContainerCgroup> {
         let mut by_id: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
-        for parent in std::iter::once(&self.memory).chain(self.cpu.as_ref()) {
+        for parent in std::iter::once(&self.memory).chain(self.cpu.as_ref()).chain(self.pids.as_ref()) {
             for entry in fs::read_dir(parent).into_iter().flatten().flatten() {
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {
                     by_id.entry(entry.file_name().to_string_lossy().into_owned()).or_default().push(entry.path());
@@ -220,7 +247,7 @@ impl CgroupRoot {
 
     /// Removes this (scope) cgroup if it is empty; best effort.
     pub(crate) fn remove_if_empty(&self) {
-        for dir in std::iter::once(&self.memory).chain(self.cpu.as_ref()) {
+        for dir in std::iter::once(&self.memory).chain(self.cpu.as_ref()).chain(self.pids.as_ref()) {
             let _ = fs::remove_dir(dir);
         }
     }
@@ -258,6 +285,9 @@ impl CgroupRoot {
                 if let Some(shares) = shares {
                     write(&memory.join("cpu.weight"), &(1 + (shares - 2) * 9999 / 262_142).to_string())?;
                 }
+                if let (true, Some(limit)) = (self.pids_v2, resources.pids_limit) {
+                    write(&memory.join("pids.max"), &limit.to_string())?;
+                }
             }
             CgroupVersion::V1 => {
                 if let Some(bytes) = resources.memory_limit_bytes {
@@ -275,6 +305,14 @@ impl CgroupRoot {
                     }
                     if let Some(shares) = shares {
                         write(&cpu.join("cpu.shares"), &shares.to_string())?;
+                    }
+                }
+                if let Some(pids) = &self.pids {
+                    let pids = pids.join(id);
+                    fs::create_dir(&pids)?;
+                    cgroup.dirs.push(pids.clone());
+                    if let Some(limit) = resources.pids_limit {
+                        write(&pids.join("pids.max"), &limit.to_string())?;
                     }
                 }
             }

@@ -91,10 +91,16 @@ impl ProcessRuntime {
         };
         let tools = &self.inner.tools;
         let env = c.env.clone();
+        // The command runs as the container's user, with its privileges.
+        let setpriv_args = c.privileges.setpriv_args();
+        let setpriv = match (&tools.setpriv, setpriv_args.is_empty()) {
+            (Some(setpriv), false) => Some((setpriv.as_path(), setpriv_args.as_slice())),
+            _ => None,
+        };
         if namespaced || !cgroup_procs.is_empty() {
             // `sh -c SCRIPT sh COMMAND...`: the script joins the cgroup,
             // enters the working directory and `exec`s the command.
-            let script = launch::exec_script(&cgroup_procs, &c.working_dir, &c.env);
+            let script = launch::exec_script(&cgroup_procs, &c.working_dir, &c.env, setpriv);
             let mut args: Vec<OsString> = Vec::new();
             let program = if namespaced {
                 args.extend(
@@ -112,12 +118,26 @@ impl ProcessRuntime {
         let path_env = c.env.get("PATH").map(String::as_str).unwrap_or(launch::DEFAULT_PATH);
         let mounts = &c.config.mounts;
         match launch::resolve_executable(&command[0], path_env, &c.working_dir, mounts) {
-            Ok(exe) => Ok(Prepared::Command(ExecCommand {
-                program: exe.host_path,
-                arg0: Some(command[0].clone()),
-                args: command[1..].iter().map(Into::into).collect(),
-                cwd: launch::host_view(&c.working_dir, mounts),
-                env,
+            Ok(exe) => Ok(Prepared::Command(match setpriv {
+                Some((setpriv, args)) => ExecCommand {
+                    program: setpriv.to_owned(),
+                    arg0: None,
+                    args: args
+                        .iter()
+                        .cloned()
+                        .chain([OsString::from("--"), exe.host_path.into_os_string()])
+                        .chain(command[1..].iter().map(Into::into))
+                        .collect(),
+                    cwd: launch::host_view(&c.working_dir, mounts),
+                    env,
+                },
+                None => ExecCommand {
+                    program: exe.host_path,
+                    arg0: Some(command[0].clone()),
+                    args: command[1..].iter().map(Into::into).collect(),
+                    cwd: launch::host_view(&c.working_dir, mounts),
+                    env,
+                },
             })),
             Err(message) => {
                 let exit_code = if message.contains("permission denied") { 126 } else { 127 };

@@ -50,6 +50,8 @@ pub(crate) struct Tools {
     pub chmod: Option<PathBuf>,
     /// Gives `exec` with a terminal its own session (util-linux).
     pub setsid: Option<PathBuf>,
+    /// Switches user and drops privileges before the program (util-linux).
+    pub setpriv: Option<PathBuf>,
 }
 
 fn which(program: &str) -> Option<PathBuf> {
@@ -73,6 +75,7 @@ impl Tools {
             chroot: which("chroot"),
             chmod: which("chmod"),
             setsid: which("setsid"),
+            setpriv: which("setpriv"),
         })
     }
 
@@ -199,6 +202,129 @@ pub(crate) struct Prelude<'a> {
     pub working_dir: &'a Path,
     /// The container's environment (what `cd` changes is put back).
     pub env: &'a BTreeMap<String, String>,
+    /// Paths to cover, after the volumes are mounted (namespace mode only).
+    pub hidden: &'a [Hidden],
+    /// `setpriv` and its options, `exec`ed with the program (`None`: the
+    /// program is `exec`ed directly).
+    pub setpriv: Option<(&'a Path, &'a [OsString])>,
+    /// Every mount of the namespace is made read-only but these paths
+    /// (and what is mounted below them), for a container that runs as
+    /// root: uid 0 owns the host's files (namespace mode only).
+    pub writable: Option<&'a [PathBuf]>,
+}
+
+/// What stays writable for a root container whose host is made
+/// read-only: its writable volumes, its fresh working directory (when it
+/// has no other), and the scratch places every program expects.
+pub(crate) fn writable_paths(mounts: &[Mount], fresh_working_dir: Option<&Path>) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"].iter().map(PathBuf::from).collect();
+    paths.extend(mounts.iter().filter(|m| !m.read_only).map(|m| normalise(&m.container_path)));
+    paths.extend(fresh_working_dir.map(normalise));
+    paths
+}
+
+/// A path covered in the container's mount namespace: a directory by an
+/// empty read-only tmpfs (holding only the mount points of `reexposed`),
+/// a file by an empty read-only file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hidden {
+    /// The path as the container sees it.
+    pub path: PathBuf,
+    /// A directory (else a file).
+    pub dir: bool,
+    /// What stays visible inside: paths relative to `path` that are
+    /// volumes' mount points or the working directory, with whether each
+    /// is a directory and read-only.
+    pub reexposed: Vec<Reexposed>,
+}
+
+/// A path inside a [`Hidden`] directory that stays visible.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reexposed {
+    /// Relative to the hidden directory.
+    pub relative: PathBuf,
+    /// A directory (else a file).
+    pub dir: bool,
+    /// Bound read-only.
+    pub read_only: bool,
+}
+
+/// What the container must not see, given the paths to hide (absolute,
+/// as on the host), its volumes, the fresh working directory the runtime
+/// made for it (when the container names none) and the runtime's scratch
+/// directory for it:
+///
+/// - each hidden path that exists, and its view through every volume
+///   whose host path contains it (a `hostPath` volume of `/` shows the
+///   hidden paths under its mount point);
+/// - not a path covered by another one, nor one a volume is mounted at
+///   exactly (the volume covers it already);
+/// - inside each, the volumes mounted below it and the fresh working
+///   directory stay visible (a working directory the container names
+///   under a hidden path stays hidden: the container cannot start);
+/// - files first, then directories, the one holding `scratch` (where the
+///   prelude stages its mounts) last.
+pub(crate) fn hidden_paths(
+    paths: &[PathBuf],
+    mounts: &[Mount],
+    fresh_working_dir: Option<&Path>,
+    scratch: &Path,
+) -> Vec<Hidden> {
+    let mut targets: Vec<(PathBuf, bool)> = Vec::new();
+    for path in paths {
+        let path = normalise(path);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        let dir = meta.is_dir();
+        targets.push((path.clone(), dir));
+        for m in mounts {
+            let host = normalise(&m.host_path);
+            if let Ok(rest) = path.strip_prefix(&host) {
+                targets.push((normalise(&m.container_path).join(rest), dir));
+            }
+        }
+    }
+    targets.sort();
+    targets.dedup();
+    let covered = |path: &Path, all: &[(PathBuf, bool)]| all.iter().any(|(p, _)| p != path && path.starts_with(p));
+    let snapshot = targets.clone();
+    targets.retain(|(path, _)| !covered(path, &snapshot));
+    targets.retain(|(path, _)| !mounts.iter().any(|m| normalise(&m.container_path) == *path));
+    let working_dir = fresh_working_dir.map(normalise);
+    let mut hidden: Vec<Hidden> = targets
+        .into_iter()
+        .map(|(path, dir)| {
+            let mut reexposed = Vec::new();
+            if dir {
+                for m in mounts {
+                    let target = normalise(&m.container_path);
+                    if let Ok(relative) = target.strip_prefix(&path) {
+                        let is_dir = std::fs::metadata(&m.host_path).is_ok_and(|meta| meta.is_dir());
+                        reexposed.push(Reexposed {
+                            relative: relative.to_owned(),
+                            dir: is_dir,
+                            read_only: m.read_only,
+                        });
+                    }
+                }
+                // The fresh working directory, unless it is the hidden
+                // directory itself.
+                if let Some(relative) = working_dir.as_ref().and_then(|w| w.strip_prefix(&path).ok())
+                    && !relative.as_os_str().is_empty()
+                    && working_dir.as_ref().is_some_and(|w| w.is_dir())
+                {
+                    reexposed.push(Reexposed { relative: relative.to_owned(), dir: true, read_only: false });
+                }
+                // Outer mount points first: an inner one is bound with them.
+                reexposed.sort_by_key(|r| r.relative.components().count());
+                let outer: Vec<PathBuf> = reexposed.iter().map(|r| r.relative.clone()).collect();
+                reexposed.retain(|r| !outer.iter().any(|o| *o != r.relative && r.relative.starts_with(o)));
+            }
+            Hidden { path, dir, reexposed }
+        })
+        .collect();
+    let scratch = normalise(scratch);
+    hidden.sort_by_key(|h| (h.dir, scratch.starts_with(&h.path)));
+    hidden
 }
 
 /// `cd` sets `PWD` and `OLDPWD`: puts them back as the container's
@@ -245,7 +371,20 @@ impl Prelude<'_> {
             s.extend_from_slice(b"'\n");
         }
         let root_shadow = !self.mounts.is_empty() && needs_root_shadow(self.mounts);
-        if !self.mounts.is_empty() {
+        let exec: Vec<u8> = match self.setpriv {
+            Some((setpriv, args)) => {
+                let mut exec = b"exec ".to_vec();
+                exec.extend(q(setpriv));
+                for arg in args {
+                    exec.push(b' ');
+                    exec.extend(q(arg));
+                }
+                exec.extend_from_slice(b" -- \"$@\"");
+                exec
+            }
+            None => b"exec \"$@\"".to_vec(),
+        };
+        if !self.mounts.is_empty() || !self.hidden.is_empty() || self.writable.is_some() {
             let tool = |t: &Option<PathBuf>| q(t.as_ref().expect("can_mount checked"));
             let (mount, mkdir, ln, readlink, chmod) =
                 (tool(&tools.mount), tool(&tools.mkdir), tool(&tools.ln), tool(&tools.readlink), tool(&tools.chmod));
@@ -362,11 +501,145 @@ impl Prelude<'_> {
                     );
                 }
             }
+            // The hidden paths, after the volumes: a volume's host path may
+            // lie under one (the agent's state directory holds them all).
+            line(&mut s, &[b"_orc_j=0"]);
+            for h in self.hidden {
+                let target: &[u8] = &q(&h.path);
+                let what = q_inner(&h.path);
+                line(&mut s, &[b"_orc_j=$((_orc_j + 1)); _orc_h=\"$_orc_ns/hide$_orc_j\""]);
+                if !h.dir {
+                    line(
+                        &mut s,
+                        &[
+                            b": > \"$_orc_h\" && ",
+                            &chmod,
+                            b" 000 \"$_orc_h\" && ",
+                            &mount,
+                            b" --bind \"$_orc_h\" \"$_orc_r\"",
+                            target,
+                            b" && ",
+                            &mount,
+                            b" -o remount,bind,ro \"$_orc_r\"",
+                            target,
+                            b" || _orc_fail \"cannot hide ",
+                            &what,
+                            b"\"",
+                        ],
+                    );
+                    continue;
+                }
+                line(
+                    &mut s,
+                    &[
+                        &mkdir,
+                        b" \"$_orc_h\" && ",
+                        &mount,
+                        b" -t tmpfs -o mode=0755 orchestra-hidden \"$_orc_h\" || _orc_fail \"cannot hide ",
+                        &what,
+                        b"\"",
+                    ],
+                );
+                for r in &h.reexposed {
+                    let inside: &[u8] = &q(Path::new("/").join(&r.relative));
+                    let source: &[u8] = &q(h.path.join(&r.relative));
+                    let kept = q_inner(&h.path.join(&r.relative));
+                    let create: Vec<u8> = if r.dir {
+                        [&mkdir[..], b" -p \"$_orc_h\"", inside].concat()
+                    } else {
+                        let parent = q(Path::new("/").join(r.relative.parent().unwrap_or(Path::new(""))));
+                        [&mkdir[..], b" -p \"$_orc_h\"", &parent, b" && : > \"$_orc_h\"", inside].concat()
+                    };
+                    line(
+                        &mut s,
+                        &[
+                            &create,
+                            b" && ",
+                            &mount,
+                            b" --rbind \"$_orc_r\"",
+                            source,
+                            b" \"$_orc_h\"",
+                            inside,
+                            b" || _orc_fail \"cannot keep ",
+                            &kept,
+                            b" visible\"",
+                        ],
+                    );
+                    if r.read_only {
+                        line(
+                            &mut s,
+                            &[
+                                &mount,
+                                b" -o remount,bind,ro \"$_orc_h\"",
+                                inside,
+                                b" || _orc_fail \"cannot make ",
+                                &kept,
+                                b" read-only\"",
+                            ],
+                        );
+                    }
+                }
+                line(
+                    &mut s,
+                    &[
+                        &mount,
+                        b" -o remount,ro \"$_orc_h\" && ",
+                        &mount,
+                        b" --move \"$_orc_h\" \"$_orc_r\"",
+                        target,
+                        b" || _orc_fail \"cannot hide ",
+                        &what,
+                        b"\"",
+                    ],
+                );
+            }
+            if let Some(writable) = self.writable {
+                // Each writable path made a mount of its own (bound onto
+                // itself with what is mounted below it, hidden paths
+                // included), then every other mount of the namespace
+                // remounted read-only.
+                let mut keep: Vec<u8> = Vec::new();
+                for path in writable {
+                    let path: &[u8] = &q(path);
+                    line(
+                        &mut s,
+                        &[
+                            b"[ ! -d \"$_orc_r\"",
+                            path,
+                            b" ] || ",
+                            &mount,
+                            b" --rbind \"$_orc_r\"",
+                            path,
+                            b" \"$_orc_r\"",
+                            path,
+                            b" || _orc_fail 'cannot keep a writable path'",
+                        ],
+                    );
+                    if !keep.is_empty() {
+                        keep.push(b'|');
+                    }
+                    keep.extend_from_slice(&[&b"\"$_orc_r\""[..], path, b"|\"$_orc_r\"", path, b"/*"].concat());
+                }
+                line(&mut s, &[b"while read -r _ _ _ _ _orc_m _; do"]);
+                line(
+                    &mut s,
+                    &[
+                        b"  case \"$_orc_m\" in ",
+                        &keep,
+                        b") ;; *) ",
+                        &mount,
+                        b" -o remount,bind,ro \"$_orc_m\" 2>/dev/null;; esac",
+                    ],
+                );
+                line(&mut s, &[b"done < /proc/self/mountinfo"]);
+                line(&mut s, &[b"[ ! -w \"$_orc_r/etc\" ] || _orc_fail 'cannot make the host read-only'"]);
+            }
             if root_shadow {
                 let chroot = tool(&tools.chroot);
                 let mut inner = b"cd \"$1\" || { printf 'orchestra: cannot enter the working directory %s\\n' \"$1\" >&2; exit 125; }; ".to_vec();
                 inner.extend(restore_pwd(self.env));
-                inner.extend_from_slice(b"shift; printf '%s\\n' \"$1\" >&2; shift; exec \"$@\"");
+                inner.extend_from_slice(b"shift; printf '%s\\n' \"$1\" >&2; shift; ");
+                inner.extend_from_slice(&exec);
                 line(&mut s, &[b"cd \"$_orc_r\" || _orc_fail 'cannot enter the root replica'"]);
                 line(
                     &mut s,
@@ -393,14 +666,21 @@ impl Prelude<'_> {
         s.extend(restore_pwd(self.env));
         s.extend_from_slice(b"\nprintf '%s\\n' ");
         s.extend(q(marker));
-        s.extend_from_slice(b" >&2\nexec \"$@\"\n");
+        s.extend_from_slice(b" >&2\n");
+        s.extend_from_slice(&exec);
+        s.push(b'\n');
         OsString::from_vec(s)
     }
 }
 
 /// The `sh -c` script of `exec_sync`: joins the container's cgroup, `cd`s
 /// to its working directory and `exec`s `"$@"` (exit 126 when it cannot).
-pub(crate) fn exec_script(cgroup_procs: &[PathBuf], working_dir: &Path, env: &BTreeMap<String, String>) -> OsString {
+pub(crate) fn exec_script(
+    cgroup_procs: &[PathBuf],
+    working_dir: &Path,
+    env: &BTreeMap<String, String>,
+    setpriv: Option<(&Path, &[OsString])>,
+) -> OsString {
     let mut s: Vec<u8> = Vec::new();
     for procs in cgroup_procs {
         s.extend_from_slice(b"echo $$ > ");
@@ -411,7 +691,16 @@ pub(crate) fn exec_script(cgroup_procs: &[PathBuf], working_dir: &Path, env: &BT
     s.extend(q(working_dir));
     s.extend_from_slice(b" || exit 126\n");
     s.extend(restore_pwd(env));
-    s.extend_from_slice(b"\nexec \"$@\"\n");
+    s.extend_from_slice(b"\nexec ");
+    if let Some((setpriv, args)) = setpriv {
+        s.extend(q(setpriv));
+        for arg in args {
+            s.push(b' ');
+            s.extend(q(arg));
+        }
+        s.extend_from_slice(b" -- ");
+    }
+    s.extend_from_slice(b"\"$@\"\n");
     OsString::from_vec(s)
 }
 
@@ -539,7 +828,7 @@ mod tests {
     #[test]
     fn the_exec_script_restores_the_environment() {
         let env: BTreeMap<String, String> = [("PWD".to_owned(), "/kept".to_owned())].into();
-        let script = exec_script(&[], Path::new("/tmp"), &env);
+        let script = exec_script(&[], Path::new("/tmp"), &env, None);
         let out = std::process::Command::new("sh")
             .env_clear()
             .env("PWD", "/kept")
@@ -550,6 +839,53 @@ mod tests {
             .unwrap();
         // `cd` changed neither PWD (given: kept) nor OLDPWD (not given: unset).
         assert_eq!(String::from_utf8_lossy(&out.stdout), "PWD=/kept\n");
+    }
+
+    #[test]
+    fn hidden_paths_keep_volumes_and_the_working_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        for dir in ["data/pki", "data/pods/v", "data/state/work", "host", "mnt", "elsewhere"] {
+            std::fs::create_dir_all(r.join(dir)).unwrap();
+        }
+        std::fs::write(r.join("admin.kubeconfig"), "").unwrap();
+        let m = |container: &str, host: &str, read_only: bool| Mount {
+            container_path: r.join(container),
+            host_path: r.join(host),
+            read_only,
+        };
+        let kept = |relative: &str, read_only: bool| Reexposed { relative: relative.into(), dir: true, read_only };
+        let hide = |path: &str, dir: bool, reexposed: Vec<Reexposed>| Hidden { path: r.join(path), dir, reexposed };
+        let scratch = r.join("data/state/scratch");
+        let paths = [r.join("data"), r.join("data/pki"), r.join("admin.kubeconfig"), r.join("missing")];
+        // (volumes, fresh working directory, expected hidden paths in order)
+        #[rustfmt::skip]
+        let cases: Vec<(Vec<Mount>, Option<&str>, Vec<Hidden>)> = vec![
+            // A volume from inside the data directory, mounted outside it:
+            // nothing to keep; the file first, the directory with scratch last.
+            (vec![m("mnt", "data/pods/v", true)], Some("elsewhere"),
+             vec![hide("admin.kubeconfig", false, vec![]), hide("data", true, vec![])]),
+            // The fresh working directory under the data directory stays.
+            (vec![], Some("data/state/work"),
+             vec![hide("admin.kubeconfig", false, vec![]), hide("data", true, vec![kept("state/work", false)])]),
+            // One the container names there does not.
+            (vec![], None, vec![hide("admin.kubeconfig", false, vec![]), hide("data", true, vec![])]),
+            // A volume mounted under the data directory stays, read-only
+            // as it was.
+            (vec![m("data/pods/v", "host", true)], None,
+             vec![hide("admin.kubeconfig", false, vec![]), hide("data", true, vec![kept("pods/v", true)])]),
+            // A hostPath of the data's parent shows it at the mount point:
+            // hidden there too.
+            (vec![m("mnt", "", false)], Some("elsewhere"),
+             vec![hide("admin.kubeconfig", false, vec![]), hide("mnt/admin.kubeconfig", false, vec![]),
+                  hide("mnt/data", true, vec![]), hide("data", true, vec![])]),
+            // A volume mounted right at the hidden path replaces it already.
+            (vec![m("data", "host", false)], None, vec![hide("admin.kubeconfig", false, vec![])]),
+        ];
+        for (mounts, working_dir, expected) in cases {
+            let working_dir = working_dir.map(|w| r.join(w));
+            assert_eq!(hidden_paths(&paths, &mounts, working_dir.as_deref(), &scratch), expected, "{mounts:?}");
+        }
     }
 
     #[test]

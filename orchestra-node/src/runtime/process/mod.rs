@@ -33,9 +33,42 @@
 //!     stay untouched. Without mount namespaces (not root, no `unshare`), a
 //!     volume is a symlink at `$ORCHESTRA_VOLUMES/<mountPath>` (read-only
 //!     not enforced).
+//!   - **Hidden paths**: in that namespace, the runtime's state directory
+//!     and [`ProcessRuntimeConfig::hidden_paths`] (an assembly's data
+//!     directory, keys, kubeconfigs) are covered by empty read-only tmpfs
+//!     (files by an empty read-only file), also where a volume shows them
+//!     (a `hostPath` of `/`). The volumes and the working directory below
+//!     a hidden path stay visible: they are mounted first, then bound into
+//!     the covering tmpfs. The namespace is used for every container then,
+//!     volumes or not.
+//!   - **Users and privileges** (see `privileges.rs`): the program is
+//!     `exec`ed through `setpriv` as the security context's user (default
+//!     [`ProcessRuntimeConfig::default_user`], 65534), its supplementary
+//!     groups, Docker's default capability bounding set adjusted by
+//!     `capabilities.add`/`drop` (a non-root user keeps no effective
+//!     capability), and `no_new_privs` unless privileged or
+//!     `allowPrivilegeEscalation: true`. `runAsNonRoot` with uid 0 is a
+//!     [`RuntimeError::ConfigRefused`]. The fresh working directory belongs
+//!     to the container's user. Not root, containers run as the agent.
+//!   - **Root containers** (uid 0, not privileged) own the host's files:
+//!     every mount of their namespace is remounted read-only but their
+//!     writable volumes, their fresh working directory, `/tmp`, `/var/tmp`
+//!     and `/dev/shm` (`/proc` and `/sys` included, so no sysctl is
+//!     written).
+//!   - `pids.max` in the container's cgroup:
+//!     [`ContainerResources::pids_limit`](super::ContainerResources::pids_limit),
+//!     else [`ProcessRuntimeConfig::pids_limit`] (1024).
 //!   - `exec_sync` runs the command with the container's environment and
-//!     working directory, in its cgroup and (through `nsenter`) its mount
-//!     namespace.
+//!     working directory, user and privileges, in its cgroup and (through
+//!     `nsenter`) its mount namespace.
+//! - **What is not isolated**: containers share the host's process and
+//!   network namespaces and see its files (where their user's permissions
+//!   allow; read-only to root). A container may signal and trace the
+//!   processes of its own uid: every container of the default user shares
+//!   65534, and a root container may signal the host's root processes, the
+//!   agent among them. Pods that must not reach one another need distinct
+//!   `runAsUser`s; root containers are for trusted namespaces (PodSecurity
+//!   `restricted` refuses them).
 //! - **Restarts of the agent**: containers are children of this process.
 //!   [`ProcessRuntime::shutdown`] stops them all; dropping the runtime kills
 //!   them (unless [`ProcessRuntimeConfig::kill_on_drop`] is off). The state
@@ -49,6 +82,7 @@ mod cgroup;
 mod exec;
 mod launch;
 mod logs;
+mod privileges;
 mod state;
 
 use std::collections::BTreeMap;
@@ -72,14 +106,15 @@ use tokio::sync::{broadcast, oneshot, watch};
 pub use self::cgroup::CgroupVersion;
 use self::cgroup::{CgroupRoot, ContainerCgroup};
 use self::launch::{Prelude, Tools};
+use self::privileges::{Powers, Privileges};
 pub use self::state::LeftoverReport;
 use self::state::{Record, StateFile};
 use super::cri_log::Stream;
 use super::images::{ImageCatalog, resolve_command};
 use super::{
-    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecRequest,
-    ExecResult, ExecSession, Image, PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend, RuntimeError,
-    RuntimeVersion, SandboxFilter, SandboxId, SandboxState,
+    ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerResources, ContainerState, ContainerStatus,
+    ExecRequest, ExecResult, ExecSession, Image, PodSandboxConfig, PodSandboxStatus, Result, RuntimeBackend,
+    RuntimeError, RuntimeVersion, SandboxFilter, SandboxId, SandboxState,
 };
 use crate::network::Ipam;
 
@@ -93,6 +128,13 @@ pub const ENV_VOLUMES: &str = "ORCHESTRA_VOLUMES";
 /// Largest stdout (and stderr) [`RuntimeBackend::exec_sync`] returns; the
 /// rest is read and dropped.
 pub const EXEC_OUTPUT_LIMIT: usize = 1024 * 1024;
+
+/// uid of containers that name no user (`nobody`).
+pub const DEFAULT_UID: u32 = 65534;
+/// gid of containers that name no user (`nogroup`).
+pub const DEFAULT_GID: u32 = 65534;
+/// Default `pids.max` of a container.
+pub const DEFAULT_PIDS_LIMIT: u64 = 1024;
 
 /// How long stop waits for a SIGKILLed container before giving up.
 const KILL_PATIENCE: Duration = Duration::from_secs(60);
@@ -112,8 +154,13 @@ const LOG_DRAIN: Duration = Duration::from_secs(2);
 /// let config = ProcessRuntimeConfig::new("/var/lib/orchestra/runtime", ImageCatalog::default())
 ///     .with_node_name("worker-1")
 ///     .with_host_ip("10.0.0.7".parse().unwrap())
-///     .with_cgroups(false);
+///     .with_cgroups(false)
+///     // The cluster's keys stay out of every container's sight.
+///     .with_hidden_paths(["/var/lib/orchestra/pki"])
+///     .with_default_user(65534, 65534)
+///     .with_pids_limit(Some(512));
 /// assert_eq!(config.node_name, "worker-1");
+/// assert_eq!(config.hidden_paths.len(), 1);
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -137,6 +184,22 @@ pub struct ProcessRuntimeConfig {
     /// Kill every container when the runtime is dropped (default on). Off,
     /// a dropped runtime leaves its containers running, as a crash does.
     pub kill_on_drop: bool,
+    /// uid and gid of containers whose security context names no user,
+    /// when the agent runs as root (default 65534:65534, `nobody`). Every
+    /// such container of every pod shares it: pods that must not signal or
+    /// trace one another's processes need distinct `runAsUser`s.
+    pub default_user: (u32, u32),
+    /// Paths (directories or files) no container sees: each is covered in
+    /// the container's mount namespace by an empty read-only tmpfs (a file
+    /// by an empty read-only file), keeping visible only the container's
+    /// own volumes and working directory below it. The runtime's
+    /// `state_dir` is always hidden; an assembly adds the cluster's data
+    /// directory, its keys and kubeconfigs. Needs mount namespaces.
+    pub hidden_paths: Vec<PathBuf>,
+    /// `pids.max` of every container's cgroup unless its
+    /// [`ContainerResources::pids_limit`](super::ContainerResources::pids_limit)
+    /// says otherwise (default 1024; `None`: unlimited).
+    pub pids_limit: Option<u64>,
 }
 
 impl ProcessRuntimeConfig {
@@ -152,7 +215,28 @@ impl ProcessRuntimeConfig {
             cgroups: true,
             cgroup_parent: "orchestra".to_owned(),
             kill_on_drop: true,
+            default_user: (DEFAULT_UID, DEFAULT_GID),
+            hidden_paths: Vec::new(),
+            pids_limit: Some(DEFAULT_PIDS_LIMIT),
         }
+    }
+
+    /// Sets [`default_user`](Self::default_user).
+    pub fn with_default_user(mut self, uid: u32, gid: u32) -> Self {
+        self.default_user = (uid, gid);
+        self
+    }
+
+    /// Adds to [`hidden_paths`](Self::hidden_paths).
+    pub fn with_hidden_paths(mut self, paths: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
+        self.hidden_paths.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets [`pids_limit`](Self::pids_limit).
+    pub fn with_pids_limit(mut self, limit: Option<u64>) -> Self {
+        self.pids_limit = limit;
+        self
     }
 
     /// Sets [`node_name`](Self::node_name).
@@ -201,6 +285,19 @@ pub struct Capabilities {
     /// Limits are enforced and OOM kills detected through this cgroup
     /// interface. `None`: neither.
     pub cgroups: Option<CgroupVersion>,
+    /// `pids.max` is enforced (the cgroups have the `pids` controller).
+    pub pids_limit: bool,
+    /// Containers run as the user their security context names (or
+    /// [`ProcessRuntimeConfig::default_user`]) with a bounded capability
+    /// set: the agent is root and `setpriv` is installed. Otherwise they run
+    /// as the agent's own user with its capabilities.
+    pub run_as_user: bool,
+    /// Containers run with `no_new_privs` (unless privileged): `setpriv`
+    /// is installed.
+    pub no_new_privs: bool,
+    /// [`ProcessRuntimeConfig::hidden_paths`] (and the state directory)
+    /// are covered in every container: mount namespaces are in use.
+    pub hidden_paths: bool,
     /// Why something is off, in words.
     pub notes: Vec<String>,
 }
@@ -219,6 +316,9 @@ struct Inner {
     capabilities: Capabilities,
     cgroup_root: Option<CgroupRoot>,
     tools: Tools,
+    powers: Powers,
+    /// `config.hidden_paths` and the state directory, made absolute.
+    hidden: Vec<PathBuf>,
     ipam: Ipam,
     sandboxes: Mutex<BTreeMap<SandboxId, Sandbox>>,
     containers: Mutex<BTreeMap<ContainerId, Arc<Container>>>,
@@ -247,6 +347,8 @@ struct Container {
     working_dir: PathBuf,
     /// `<state_dir>/containers/<id>`.
     dir: PathBuf,
+    /// Who it runs as, with which privileges.
+    privileges: Privileges,
     log_path: PathBuf,
     created_at: SystemTime,
     /// Serialises start, stop and remove.
@@ -364,8 +466,45 @@ impl ProcessRuntime {
             notes.push("cgroups disabled by the configuration".to_owned());
             None
         };
-        let capabilities =
-            Capabilities { mount_namespaces, cgroups: cgroup_root.as_ref().map(CgroupRoot::version), notes };
+        let setpriv = tools.setpriv.is_some();
+        let powers = Powers {
+            switch_users: root && setpriv,
+            setpriv,
+            agent: (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw()),
+            default_user: config.default_user,
+        };
+        if !root {
+            notes.push(format!(
+                "not root: containers run as the agent's user (uid {}) whatever their securityContext asks",
+                powers.agent.0
+            ));
+        } else if !setpriv {
+            notes.push(
+                "no setpriv (util-linux): containers run as root with the agent's capabilities, without no_new_privs"
+                    .to_owned(),
+            );
+        }
+        let pids_limit = cgroup_root.as_ref().is_some_and(CgroupRoot::has_pids);
+        if cgroup_root.is_some() && !pids_limit {
+            notes.push("no pids controller: pids.max is not enforced".to_owned());
+        }
+        if !mount_namespaces && !config.hidden_paths.is_empty() {
+            notes.push("without mount namespaces the hidden paths are visible to containers".to_owned());
+        }
+        let mut hidden = vec![fs::canonicalize(&config.state_dir).unwrap_or_else(|_| config.state_dir.clone())];
+        for path in &config.hidden_paths {
+            let absolute = std::path::absolute(path).map_err(|e| io_error(path.display(), e))?;
+            hidden.push(fs::canonicalize(&absolute).unwrap_or(absolute));
+        }
+        let capabilities = Capabilities {
+            mount_namespaces,
+            cgroups: cgroup_root.as_ref().map(CgroupRoot::version),
+            pids_limit,
+            run_as_user: powers.switch_users,
+            no_new_privs: powers.setpriv,
+            hidden_paths: mount_namespaces,
+            notes,
+        };
         for note in &capabilities.notes {
             tracing::info!(node = %config.node_name, "process runtime: {note}");
         }
@@ -396,6 +535,8 @@ impl ProcessRuntime {
                 capabilities,
                 cgroup_root,
                 tools,
+                powers,
+                hidden,
                 ipam: Ipam::new(),
                 sandboxes: Mutex::new(BTreeMap::new()),
                 containers: Mutex::new(BTreeMap::new()),
@@ -454,7 +595,23 @@ impl ProcessRuntime {
     async fn launch(&self, c: &Arc<Container>) -> std::result::Result<(), String> {
         let inner = &self.inner;
         let mounts = &c.config.mounts;
-        let namespaced = inner.capabilities.mount_namespaces && !mounts.is_empty();
+        let scratch = c.dir.join("scratch");
+        let hidden = if inner.capabilities.mount_namespaces {
+            let fresh = c.config.working_dir.is_none().then_some(c.working_dir.as_path());
+            launch::hidden_paths(&inner.hidden, mounts, fresh, &scratch)
+        } else {
+            Vec::new()
+        };
+        let namespaced = inner.capabilities.mount_namespaces && (!mounts.is_empty() || !hidden.is_empty());
+        // Root on the host's files: they are read-only to it, but for its
+        // writable volumes, its fresh working directory and /tmp.
+        let read_only_host = (namespaced && c.privileges.uid == 0 && !c.config.security.privileged)
+            .then(|| launch::writable_paths(mounts, c.config.working_dir.is_none().then_some(c.working_dir.as_path())));
+        let setpriv_args = c.privileges.setpriv_args();
+        let setpriv = match (&inner.tools.setpriv, setpriv_args.is_empty()) {
+            (Some(setpriv), false) => Some((setpriv.as_path(), setpriv_args.as_slice())),
+            _ => None,
+        };
         let path_env = c.env.get("PATH").map(String::as_str).unwrap_or(launch::DEFAULT_PATH);
         let exe = launch::resolve_executable(&c.argv[0], path_env, &c.working_dir, mounts)?;
 
@@ -469,15 +626,17 @@ impl ProcessRuntime {
             .map_err(|e| format!("cannot open the log file {}: {e}", c.log_path.display()))?;
         let log = Arc::new(Mutex::new(log));
 
-        let scratch = c.dir.join("scratch");
         if namespaced {
             fs::create_dir_all(&scratch).map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
         }
+        let resources = ContainerResources {
+            pids_limit: c.config.resources.pids_limit.or(inner.config.pids_limit),
+            ..c.config.resources
+        };
         let cgroup = match &inner.cgroup_root {
-            Some(root) => Some(
-                root.create(&c.id, &c.config.resources)
-                    .map_err(|e| format!("cannot set up the container's cgroup: {e}"))?,
-            ),
+            Some(root) => {
+                Some(root.create(&c.id, &resources).map_err(|e| format!("cannot set up the container's cgroup: {e}"))?)
+            }
             None => None,
         };
         let prelude = namespaced || cgroup.is_some();
@@ -488,6 +647,9 @@ impl ProcessRuntime {
                 scratch: &scratch,
                 working_dir: &c.working_dir,
                 env: &c.env,
+                hidden: &hidden,
+                setpriv,
+                writable: read_only_host.as_deref(),
             }
             .script(&inner.tools);
             let mut command = if namespaced {
@@ -505,8 +667,19 @@ impl ProcessRuntime {
             if !working_dir.is_dir() {
                 return Err(format!("chdir to cwd ({:?}) failed: no such directory", c.working_dir.display()));
             }
-            let mut command = Command::new(&exe.host_path);
-            command.arg0(&c.argv[0]).args(&c.argv[1..]).current_dir(working_dir);
+            let mut command = match setpriv {
+                Some((setpriv, args)) => {
+                    let mut command = Command::new(setpriv);
+                    command.args(args).arg("--").arg(&exe.host_path);
+                    command
+                }
+                None => {
+                    let mut command = Command::new(&exe.host_path);
+                    command.arg0(&c.argv[0]);
+                    command
+                }
+            };
+            command.args(&c.argv[1..]).current_dir(working_dir);
             command
         };
         command
@@ -837,11 +1010,23 @@ impl RuntimeBackend for ProcessRuntime {
         for mount in &config.mounts {
             launch::check_mount(mount).map_err(RuntimeError::CreateFailed)?;
         }
+        let meta = &sandbox_config.metadata;
+        let pod = format!("{}_{}({})", meta.name, meta.namespace, meta.uid);
+        let privileges = Privileges::resolve(&config.security, &self.inner.powers, &pod, &config.name)?;
 
         let id = self.new_id();
         let dir = self.inner.config.state_dir.join("containers").join(&id);
         let work = dir.join("work");
         fs::create_dir_all(&work).map_err(|e| io_error(work.display(), e))?;
+        if privileges.switch {
+            // The fresh working directory is the container's own.
+            nix::unistd::chown(
+                &work,
+                Some(nix::unistd::Uid::from_raw(privileges.uid)),
+                Some(nix::unistd::Gid::from_raw(privileges.gid)),
+            )
+            .map_err(|e| io_error(work.display(), e.into()))?;
+        }
         let hostname =
             if sandbox_config.hostname.is_empty() { &sandbox_config.metadata.name } else { &sandbox_config.hostname };
         let mut extra = vec![(ENV_POD_IP, ip.map(|ip| ip.to_string()).unwrap_or_default())];
@@ -873,6 +1058,7 @@ impl RuntimeBackend for ProcessRuntime {
             env,
             working_dir: config.working_dir.clone().unwrap_or(work),
             dir,
+            privileges,
             log_path: sandbox_config.log_directory.join(log_relative),
             created_at: SystemTime::now(),
             lifecycle: tokio::sync::Mutex::new(()),
