@@ -252,36 +252,62 @@ fn split_terms(input: &str) -> Vec<&str> {
     terms
 }
 
-fn valid_key(key: &str) -> bool {
-    !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+fn is_key_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "-_./".contains(c)
 }
 
+fn valid_key(key: &str) -> bool {
+    !key.is_empty() && key.chars().all(is_key_char)
+}
+
+/// A label value as upstream validates it: empty, or at most 63
+/// alphanumerics, `-`, `_` and `.`, beginning and ending alphanumeric.
+fn valid_value(value: &str) -> bool {
+    let alphanumeric = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    value.is_empty()
+        || (value.len() <= 63
+            && alphanumeric(value.chars().next())
+            && alphanumeric(value.chars().last())
+            && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))
+}
+
+/// One requirement: `!key`, `key`, `key=value` (or `==`), `key!=value`,
+/// `key in (a,b)`, `key notin (a,b)`. The key runs up to the first character
+/// a key cannot hold, so an operator word is read where upstream's lexer
+/// reads it and never inside the value list.
 fn parse_requirement(term: &str) -> Option<Requirement> {
     if let Some(key) = term.strip_prefix('!') {
         let key = key.trim();
         return valid_key(key).then(|| requirement(key, Operator::DoesNotExist, Vec::new()));
     }
-    for (op, neg) in [(" notin ", true), (" in ", false)] {
-        if let Some(at) = term.find(op) {
-            let key = term[..at].trim();
-            let set = term[at + op.len()..].trim().strip_prefix('(')?.strip_suffix(')')?;
-            let values: Vec<String> = set.split(',').map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()).collect();
-            if !valid_key(key) {
-                return None;
-            }
-            return Some(requirement(key, if neg { Operator::NotIn } else { Operator::In }, values));
-        }
+    let end = term.find(|c: char| !is_key_char(c)).unwrap_or(term.len());
+    let (key, rest) = (&term[..end], term[end..].trim_start());
+    if !valid_key(key) {
+        return None;
     }
-    if let Some(at) = term.find("!=") {
-        let (key, value) = (term[..at].trim(), term[at + 2..].trim());
-        return valid_key(key).then(|| requirement(key, Operator::NotIn, vec![value.into()]));
+    if rest.is_empty() {
+        return Some(requirement(key, Operator::Exists, Vec::new()));
     }
-    if let Some(at) = term.find('=') {
-        let key = term[..at].trim();
-        let value = term[at + 1..].trim_start_matches('=').trim();
-        return valid_key(key).then(|| requirement(key, Operator::In, vec![value.into()]));
+    let single = |operator, value: &str| {
+        let value = value.trim();
+        valid_value(value).then(|| requirement(key, operator, vec![value.to_owned()]))
+    };
+    if let Some(value) = rest.strip_prefix("!=") {
+        return single(Operator::NotIn, value);
     }
-    valid_key(term).then(|| requirement(term, Operator::Exists, Vec::new()))
+    if let Some(value) = rest.strip_prefix("==").or_else(|| rest.strip_prefix('=')) {
+        return single(Operator::In, value);
+    }
+    let (operator, set) = if let Some(set) = rest.strip_prefix("notin") {
+        (Operator::NotIn, set)
+    } else {
+        (Operator::In, rest.strip_prefix("in")?)
+    };
+    let set = set.trim().strip_prefix('(')?.strip_suffix(')')?;
+    // Empty values are values: `in ()` is the set of `""`, `in (a,,b)`
+    // holds `""` as upstream's parser reads them.
+    let values: Vec<String> = set.split(',').map(|v| v.trim().to_owned()).collect();
+    values.iter().all(|v| valid_value(v)).then(|| requirement(key, operator, values))
 }
 
 fn requirement(key: &str, operator: Operator, values: Vec<String>) -> Requirement {
@@ -368,6 +394,30 @@ mod tests {
         ];
         for (selector, expected) in cases {
             assert_eq!(LabelSelector::parse(selector).unwrap().matches(&l), expected, "{selector}");
+        }
+        // The empty string is a value: `in ()` holds it, and so does an
+        // empty item of a list.
+        let blank = labels(&[("app", "")]);
+        let cases = [
+            ("app in ()", &blank, true),
+            ("app in ()", &l, false),
+            ("app notin ()", &l, true),
+            ("app in (,web)", &blank, true),
+            ("app in (,web)", &l, true),
+            ("app notin (web,)", &blank, false),
+            ("app=", &blank, true),
+        ];
+        for (selector, labels, expected) in cases {
+            assert_eq!(LabelSelector::parse(selector).unwrap().matches(labels), expected, "{selector} on {labels:?}");
+        }
+        assert_eq!(LabelSelector::parse("app in (a,,b)").unwrap().requirements[0].values, ["a", "", "b"]);
+        // Operator words are read after the key, never inside the values.
+        assert!(LabelSelector::parse("app in ( notin , web )").unwrap().matches(&l));
+        assert!(!LabelSelector::parse("app notin (in,web)").unwrap().matches(&l));
+        assert!(LabelSelector::parse("app in(web)").unwrap().matches(&l));
+        // Values must be label values.
+        for invalid in ["app=a b", "app in (=web)", "app===web", "app!=(x", "app in (web,-x)"] {
+            assert!(LabelSelector::parse(invalid).is_err(), "{invalid}");
         }
         assert!(LabelSelector::parse("app in web").is_err());
         assert!(LabelSelector::parse("=x").is_err());
