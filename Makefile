@@ -10,7 +10,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/orchestra-target
 export CARGO_INCREMENTAL ?= 0
 CARGO ?= cargo
 
-.PHONY: all deps build run store-demo test bench bench-quick bench-apiserver bench-apiserver-quick bench-handler-instructions lint doc
+.PHONY: all deps build run store-demo test proptest-long bench bench-quick bench-apiserver bench-apiserver-quick bench-handler-instructions lint doc
 
 ## Where `make run` keeps the cluster's data (store, certificates, kubeconfig).
 DATA_DIR ?= $(CURDIR)/.orchestra
@@ -48,6 +48,13 @@ test: deps
 	$(CARGO) test --workspace --all-features
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features
+
+## The property tests of the parsers and evaluators (selectors, tokens,
+## RBAC, ABAC, merge patches) with 64 times their usual cases; `make test`
+## runs each with 256.
+PROPTEST_LONG_CASES ?= 16384
+proptest-long: deps
+	PROPTEST_CASES=$(PROPTEST_LONG_CASES) $(CARGO) test --workspace --all-features --lib -- properties::
 
 ## The benchmarks against their baselines (etcd for the store, the bare
 ## store for the API server, the Kubernetes limits and SLOs for the nodes).

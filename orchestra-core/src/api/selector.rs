@@ -492,6 +492,9 @@ impl std::fmt::Display for LabelSelector {
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;

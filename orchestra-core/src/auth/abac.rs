@@ -197,6 +197,9 @@ impl Authorizer for AbacAuthorizer {
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
