@@ -10,7 +10,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/orchestra-target
 export CARGO_INCREMENTAL ?= 0
 CARGO ?= cargo
 
-.PHONY: all deps build run store-demo test proptest-long bench bench-quick bench-apiserver bench-apiserver-quick bench-handler-instructions lint doc
+.PHONY: all deps build run store-demo test proptest-long bench bench-quick bench-apiserver bench-apiserver-quick bench-auth bench-auth-quick bench-handler-instructions lint doc
 
 ## Where `make run` keeps the cluster's data (store, certificates, kubeconfig).
 DATA_DIR ?= $(CURDIR)/.orchestra
@@ -65,6 +65,7 @@ bench: deps
 	$(CARGO) bench -p orchestra-benches --bench scheduler
 	$(CARGO) bench -p orchestra-benches --bench controllers
 	$(CARGO) bench -p orchestra-benches --bench node
+	$(CARGO) bench -p orchestra-benches --bench auth
 
 ## The same, each in under a minute and a half.
 bench-quick: deps
@@ -74,6 +75,7 @@ bench-quick: deps
 	$(CARGO) bench -p orchestra-benches --bench scheduler -- --quick
 	$(CARGO) bench -p orchestra-benches --bench controllers -- --quick
 	$(CARGO) bench -p orchestra-benches --bench node -- --quick
+	$(CARGO) bench -p orchestra-benches --bench auth -- --quick
 
 ## The API server against the bare store only.
 bench-apiserver: deps
@@ -81,6 +83,14 @@ bench-apiserver: deps
 
 bench-apiserver-quick: deps
 	$(CARGO) bench -p orchestra-benches --bench apiserver -- --quick
+
+## Authentication, RBAC decisions, and a create through Node,RBAC and the
+## default admission chain against one with neither.
+bench-auth: deps
+	$(CARGO) bench -p orchestra-benches --bench auth
+
+bench-auth-quick: deps
+	$(CARGO) bench -p orchestra-benches --bench auth -- --quick
 
 ## Instructions per create in the API handler (valgrind; exact, unlike time).
 bench-handler-instructions: deps
