@@ -10,7 +10,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/orchestra-target
 export CARGO_INCREMENTAL ?= 0
 CARGO ?= cargo
 
-.PHONY: all deps build run store-demo test bench bench-quick bench-apiserver bench-apiserver-quick bench-handler-instructions lint doc
+.PHONY: all deps build run store-demo test proptest-long bench bench-quick bench-apiserver bench-apiserver-quick bench-auth bench-auth-quick bench-handler-instructions lint doc
 
 ## Where `make run` keeps the cluster's data (store, certificates, kubeconfig).
 DATA_DIR ?= $(CURDIR)/.orchestra
@@ -49,6 +49,13 @@ test: deps
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features
 
+## The property tests of the parsers and evaluators (selectors, tokens,
+## RBAC, ABAC, merge patches) with 64 times their usual cases; `make test`
+## runs each with 256.
+PROPTEST_LONG_CASES ?= 16384
+proptest-long: deps
+	PROPTEST_CASES=$(PROPTEST_LONG_CASES) $(CARGO) test --workspace --all-features --lib -- properties::
+
 ## The benchmarks against their baselines (etcd for the store, the bare
 ## store for the API server, the Kubernetes limits and SLOs for the nodes).
 bench: deps
@@ -58,6 +65,7 @@ bench: deps
 	$(CARGO) bench -p orchestra-benches --bench scheduler
 	$(CARGO) bench -p orchestra-benches --bench controllers
 	$(CARGO) bench -p orchestra-benches --bench node
+	$(CARGO) bench -p orchestra-benches --bench auth
 
 ## The same, each in under a minute and a half.
 bench-quick: deps
@@ -67,6 +75,7 @@ bench-quick: deps
 	$(CARGO) bench -p orchestra-benches --bench scheduler -- --quick
 	$(CARGO) bench -p orchestra-benches --bench controllers -- --quick
 	$(CARGO) bench -p orchestra-benches --bench node -- --quick
+	$(CARGO) bench -p orchestra-benches --bench auth -- --quick
 
 ## The API server against the bare store only.
 bench-apiserver: deps
@@ -74,6 +83,14 @@ bench-apiserver: deps
 
 bench-apiserver-quick: deps
 	$(CARGO) bench -p orchestra-benches --bench apiserver -- --quick
+
+## Authentication, RBAC decisions, and a create through Node,RBAC and the
+## default admission chain against one with neither.
+bench-auth: deps
+	$(CARGO) bench -p orchestra-benches --bench auth
+
+bench-auth-quick: deps
+	$(CARGO) bench -p orchestra-benches --bench auth -- --quick
 
 ## Instructions per create in the API handler (valgrind; exact, unlike time).
 bench-handler-instructions: deps

@@ -47,6 +47,8 @@ pub mod auth;
 pub mod client;
 #[cfg(feature = "server")]
 pub mod encryption;
+#[cfg(test)]
+pub(crate) mod properties;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "tls")]

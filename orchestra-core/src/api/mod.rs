@@ -30,4 +30,6 @@ pub mod validation;
 pub use error::{ApiError, ErrorTarget, FieldError};
 pub use registry::{EVENT_TTL, Registry};
 pub use resource::{DecodeCheck, KindSchema, RESOURCE_VERBS, ResourceInfo, Scope, SubresourceInfo};
-pub use selector::{FieldSelector, LabelSelector, SelectorError, selector_is_empty, selector_matches};
+pub use selector::{
+    FieldSelector, LabelSelector, SelectorError, escape_field_value, selector_is_empty, selector_matches,
+};

@@ -252,36 +252,62 @@ fn split_terms(input: &str) -> Vec<&str> {
     terms
 }
 
-fn valid_key(key: &str) -> bool {
-    !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+fn is_key_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "-_./".contains(c)
 }
 
+fn valid_key(key: &str) -> bool {
+    !key.is_empty() && key.chars().all(is_key_char)
+}
+
+/// A label value as upstream validates it: empty, or at most 63
+/// alphanumerics, `-`, `_` and `.`, beginning and ending alphanumeric.
+fn valid_value(value: &str) -> bool {
+    let alphanumeric = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    value.is_empty()
+        || (value.len() <= 63
+            && alphanumeric(value.chars().next())
+            && alphanumeric(value.chars().last())
+            && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))
+}
+
+/// One requirement: `!key`, `key`, `key=value` (or `==`), `key!=value`,
+/// `key in (a,b)`, `key notin (a,b)`. The key runs up to the first character
+/// a key cannot hold, so an operator word is read where upstream's lexer
+/// reads it and never inside the value list.
 fn parse_requirement(term: &str) -> Option<Requirement> {
     if let Some(key) = term.strip_prefix('!') {
         let key = key.trim();
         return valid_key(key).then(|| requirement(key, Operator::DoesNotExist, Vec::new()));
     }
-    for (op, neg) in [(" notin ", true), (" in ", false)] {
-        if let Some(at) = term.find(op) {
-            let key = term[..at].trim();
-            let set = term[at + op.len()..].trim().strip_prefix('(')?.strip_suffix(')')?;
-            let values: Vec<String> = set.split(',').map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()).collect();
-            if !valid_key(key) {
-                return None;
-            }
-            return Some(requirement(key, if neg { Operator::NotIn } else { Operator::In }, values));
-        }
+    let end = term.find(|c: char| !is_key_char(c)).unwrap_or(term.len());
+    let (key, rest) = (&term[..end], term[end..].trim_start());
+    if !valid_key(key) {
+        return None;
     }
-    if let Some(at) = term.find("!=") {
-        let (key, value) = (term[..at].trim(), term[at + 2..].trim());
-        return valid_key(key).then(|| requirement(key, Operator::NotIn, vec![value.into()]));
+    if rest.is_empty() {
+        return Some(requirement(key, Operator::Exists, Vec::new()));
     }
-    if let Some(at) = term.find('=') {
-        let key = term[..at].trim();
-        let value = term[at + 1..].trim_start_matches('=').trim();
-        return valid_key(key).then(|| requirement(key, Operator::In, vec![value.into()]));
+    let single = |operator, value: &str| {
+        let value = value.trim();
+        valid_value(value).then(|| requirement(key, operator, vec![value.to_owned()]))
+    };
+    if let Some(value) = rest.strip_prefix("!=") {
+        return single(Operator::NotIn, value);
     }
-    valid_key(term).then(|| requirement(term, Operator::Exists, Vec::new()))
+    if let Some(value) = rest.strip_prefix("==").or_else(|| rest.strip_prefix('=')) {
+        return single(Operator::In, value);
+    }
+    let (operator, set) = if let Some(set) = rest.strip_prefix("notin") {
+        (Operator::NotIn, set)
+    } else {
+        (Operator::In, rest.strip_prefix("in")?)
+    };
+    let set = set.trim().strip_prefix('(')?.strip_suffix(')')?;
+    // Empty values are values: `in ()` is the set of `""`, `in (a,,b)`
+    // holds `""` as upstream's parser reads them.
+    let values: Vec<String> = set.split(',').map(|v| v.trim().to_owned()).collect();
+    values.iter().all(|v| valid_value(v)).then(|| requirement(key, operator, values))
 }
 
 fn requirement(key: &str, operator: Operator, values: Vec<String>) -> Requirement {
@@ -289,28 +315,38 @@ fn requirement(key: &str, operator: Operator, values: Vec<String>) -> Requiremen
 }
 
 /// A parsed field selector (`metadata.name=x,spec.nodeName!=`): equality and
-/// inequality on dotted field paths of the object.
+/// inequality on dotted field paths of the object. In values, `\,`, `\=`
+/// and `\\` stand for `,`, `=` and `\` (upstream's `fields.EscapeValue`,
+/// [`escape_field_value`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector {
     terms: Vec<(String, bool, String)>,
 }
 
 impl FieldSelector {
-    /// Parses the query-string syntax.
+    /// Parses the query-string syntax: terms split on unescaped commas,
+    /// each split at its first operator (`!=`, `==` or `=`), the value
+    /// unescaped. An unescaped `=` or `,` in a value, or an escape other than
+    /// `\\`, `\,` and `\=`, is refused as upstream refuses it.
+    ///
+    /// ```
+    /// use orchestra_core::api::FieldSelector;
+    ///
+    /// let selector = FieldSelector::parse(r"metadata.name=a\,b,spec.nodeName!=").unwrap();
+    /// assert_eq!(selector.pinned_name(), Some("a,b"));
+    /// assert_eq!(selector.to_string(), r"metadata.name=a\,b,spec.nodeName!=");
+    /// assert!(FieldSelector::parse("metadata.name=a=b").is_err());
+    /// ```
     pub fn parse(input: &str) -> Result<FieldSelector, ApiError> {
         let mut terms = Vec::new();
-        for term in input.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-            let (field, equal, value) = if let Some(at) = term.find("!=") {
-                (&term[..at], false, &term[at + 2..])
-            } else if let Some(at) = term.find('=') {
-                (&term[..at], true, term[at + 1..].trim_start_matches('='))
-            } else {
+        for term in split_unescaped_commas(input).into_iter().map(str::trim).filter(|t| !t.is_empty()) {
+            let Some((field, equal, value)) = split_field_term(term) else {
                 return Err(ApiError::bad_request(format!("invalid field selector: {term:?}: no operator")));
             };
             if !valid_key(field.trim()) {
                 return Err(ApiError::bad_request(format!("invalid field selector: {term:?}")));
             }
-            terms.push((field.trim().to_owned(), equal, value.trim().to_owned()));
+            terms.push((field.trim().to_owned(), equal, unescape_field_value(value.trim())?));
         }
         Ok(FieldSelector { terms })
     }
@@ -341,6 +377,123 @@ impl FieldSelector {
     }
 }
 
+/// `value` with `\\`, `,` and `=` escaped, to be written in a field
+/// selector (upstream's `fields.EscapeValue`).
+///
+/// ```
+/// use orchestra_core::api::{FieldSelector, escape_field_value};
+///
+/// let selector = format!("metadata.name={}", escape_field_value("a,b=c"));
+/// assert_eq!(selector, r"metadata.name=a\,b\=c");
+/// assert_eq!(FieldSelector::parse(&selector).unwrap().pinned_name(), Some("a,b=c"));
+/// ```
+pub fn escape_field_value(value: &str) -> String {
+    let mut escaped = String::with_capacity(value.len());
+    for c in value.chars() {
+        if matches!(c, '\\' | ',' | '=') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// Splits a field selector on the commas no backslash escapes.
+fn split_unescaped_commas(input: &str) -> Vec<&str> {
+    let mut terms = Vec::new();
+    let (mut start, mut escaped) = (0, false);
+    for (i, c) in input.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            ',' => {
+                terms.push(&input[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&input[start..]);
+    terms
+}
+
+/// A field term split at its first operator: field, whether it asks for
+/// equality, and the (still escaped) value.
+fn split_field_term(term: &str) -> Option<(&str, bool, &str)> {
+    term.char_indices().find_map(|(at, _)| {
+        let rest = &term[at..];
+        [("!=", false), ("==", true), ("=", true)]
+            .into_iter()
+            .find(|(operator, _)| rest.starts_with(operator))
+            .map(|(operator, equal)| (&term[..at], equal, &rest[operator.len()..]))
+    })
+}
+
+/// Undoes [`escape_field_value`]; refuses unescaped `,` and `=` and unknown
+/// escapes with upstream's messages.
+fn unescape_field_value(value: &str) -> Result<String, ApiError> {
+    let mut out = String::with_capacity(value.len());
+    let mut chars = value.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(escaped @ ('\\' | ',' | '=')) => out.push(escaped),
+                Some(other) => {
+                    return Err(ApiError::bad_request(format!(
+                        "invalid field selector: invalid escape sequence: \\{other}"
+                    )));
+                }
+                None => return Err(ApiError::bad_request("invalid field selector: invalid escape sequence: \\")),
+            },
+            ',' | '=' => {
+                return Err(ApiError::bad_request(format!(
+                    "invalid field selector: unescaped character in value: {c:?}"
+                )));
+            }
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
+impl std::fmt::Display for FieldSelector {
+    /// The query-string syntax [`FieldSelector::parse`] reads back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (field, equal, value)) in self.terms.iter().enumerate() {
+            let separator = if i == 0 { "" } else { "," };
+            let operator = if *equal { "=" } else { "!=" };
+            write!(f, "{separator}{field}{operator}{}", escape_field_value(value))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for LabelSelector {
+    /// The query-string syntax [`LabelSelector::parse`] reads back: `k=v`
+    /// and `k!=v` for one value, `k in (a,b)` and `k notin (a,b)` for more,
+    /// `k` and `!k` for existence. The selector that matches nothing has no
+    /// such form and prints as `""`, as upstream's does.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, Requirement { key, operator, values }) in self.requirements.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            match (operator, values.as_slice()) {
+                (Operator::In, [value]) => write!(f, "{key}={value}")?,
+                (Operator::NotIn, [value]) => write!(f, "{key}!={value}")?,
+                (Operator::In, values) => write!(f, "{key} in ({})", values.join(","))?,
+                (Operator::NotIn, values) => write!(f, "{key} notin ({})", values.join(","))?,
+                (Operator::Exists, _) => write!(f, "{key}")?,
+                (Operator::DoesNotExist, _) => write!(f, "!{key}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod properties;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +521,30 @@ mod tests {
         ];
         for (selector, expected) in cases {
             assert_eq!(LabelSelector::parse(selector).unwrap().matches(&l), expected, "{selector}");
+        }
+        // The empty string is a value: `in ()` holds it, and so does an
+        // empty item of a list.
+        let blank = labels(&[("app", "")]);
+        let cases = [
+            ("app in ()", &blank, true),
+            ("app in ()", &l, false),
+            ("app notin ()", &l, true),
+            ("app in (,web)", &blank, true),
+            ("app in (,web)", &l, true),
+            ("app notin (web,)", &blank, false),
+            ("app=", &blank, true),
+        ];
+        for (selector, labels, expected) in cases {
+            assert_eq!(LabelSelector::parse(selector).unwrap().matches(labels), expected, "{selector} on {labels:?}");
+        }
+        assert_eq!(LabelSelector::parse("app in (a,,b)").unwrap().requirements[0].values, ["a", "", "b"]);
+        // Operator words are read after the key, never inside the values.
+        assert!(LabelSelector::parse("app in ( notin , web )").unwrap().matches(&l));
+        assert!(!LabelSelector::parse("app notin (in,web)").unwrap().matches(&l));
+        assert!(LabelSelector::parse("app in(web)").unwrap().matches(&l));
+        // Values must be label values.
+        for invalid in ["app=a b", "app in (=web)", "app===web", "app!=(x", "app in (web,-x)"] {
+            assert!(LabelSelector::parse(invalid).is_err(), "{invalid}");
         }
         assert!(LabelSelector::parse("app in web").is_err());
         assert!(LabelSelector::parse("=x").is_err());
@@ -454,5 +631,15 @@ mod tests {
         assert!(FieldSelector::parse("status.phase=").unwrap().matches_object(&pod));
         assert_eq!(FieldSelector::parse("metadata.name=p").unwrap().pinned_name(), Some("p"));
         assert!(FieldSelector::parse("nonsense").is_err());
+        // Escapes, and the first operator splits the term.
+        let odd = json!({"metadata": {"name": "a,b=c\\d"}, "spec": {"nodeName": "x!=y"}});
+        let escaped = r"metadata.name=a\,b\=c\\d,spec.nodeName=x!\=y";
+        assert!(FieldSelector::parse(escaped).unwrap().matches_object(&odd));
+        assert_eq!(FieldSelector::parse(escaped).unwrap().to_string(), escaped);
+        assert!(!FieldSelector::parse(r"spec.nodeName!=x!\=y").unwrap().matches_object(&odd));
+        assert!(FieldSelector::parse("spec.nodeName=x!=y").is_err(), "an unescaped = in the value");
+        for invalid in ["metadata.name=a=b", "metadata.name===b", r"metadata.name=a\b", r"metadata.name=a\"] {
+            assert!(FieldSelector::parse(invalid).is_err(), "{invalid}");
+        }
     }
 }

@@ -89,8 +89,10 @@ impl PolicySpec {
                 && any_or(&self.api_group, &attributes.api_group)
         } else {
             let path = &self.non_resource_path;
+            // A trailing `*` (or several: upstream trims them all) matches
+            // the paths the rest prefixes.
             any_or(path, &attributes.path)
-                || path.strip_suffix('*').is_some_and(|prefix| attributes.path.starts_with(prefix))
+                || (path.ends_with('*') && attributes.path.starts_with(path.trim_end_matches('*')))
         }
     }
 }
@@ -195,6 +197,9 @@ impl Authorizer for AbacAuthorizer {
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -227,6 +232,7 @@ mod tests {
             &line(json!({"user": "alice", "namespace": "projectCaribou", "resource": "pods", "apiGroup": "", "readonly": true})),
             &line(json!({"group": "dev", "namespace": "dev", "resource": "*", "apiGroup": "apps"})),
             &line(json!({"user": "*", "readonly": true, "nonResourcePath": "/healthz*"})),
+            &line(json!({"user": "ops", "nonResourcePath": "/metrics**"})),
             "",
         ]
         .join("\n");
@@ -242,6 +248,8 @@ mod tests {
             ("dev group, core group", resource("carol", &["dev"], "create", "", "pods", "dev"), false),
             ("anyone reads health", path("eve", "get", "/healthz/ready"), true),
             ("anyone writes health", path("eve", "post", "/healthz"), false),
+            // Every trailing `*` goes, as upstream trims them all.
+            ("several stars", path("ops", "post", "/metrics/cadvisor"), true),
             ("paths are not resources", resource("eve", &[], "get", "", "healthz", ""), false),
         ];
         for (name, attributes, allowed) in cases {

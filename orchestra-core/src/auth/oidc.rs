@@ -493,6 +493,9 @@ impl Jwt {
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 pub(crate) mod tests {
     use std::net::SocketAddr;
 
@@ -513,26 +516,26 @@ pub(crate) mod tests {
     }
 
     impl Signer {
-        fn rsa() -> Signer {
+        pub(crate) fn rsa() -> Signer {
             use rustls::pki_types::pem::PemObject as _;
             let der = rustls::pki_types::PrivatePkcs8KeyDer::from_pem_slice(RSA_KEY.as_bytes()).unwrap();
             Signer::Rsa(RsaKeyPair::from_pkcs8(der.secret_pkcs8_der()).expect("the test RSA key"))
         }
 
-        fn ec() -> Signer {
+        pub(crate) fn ec() -> Signer {
             let rng = SystemRandom::new();
             let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
             Signer::Ec(EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng).unwrap())
         }
 
-        fn alg(&self) -> &'static str {
+        pub(crate) fn alg(&self) -> &'static str {
             match self {
                 Signer::Rsa(_) => "RS256",
                 Signer::Ec(_) => "ES256",
             }
         }
 
-        fn jwk(&self, kid: &str) -> Value {
+        pub(crate) fn jwk(&self, kid: &str) -> Value {
             match self {
                 Signer::Rsa(key) => {
                     let public = signature::RsaPublicKeyComponents::<Vec<u8>>::from(key.public());
@@ -545,7 +548,7 @@ pub(crate) mod tests {
             }
         }
 
-        fn sign(&self, kid: &str, claims: &Value) -> String {
+        pub(crate) fn sign(&self, kid: &str, claims: &Value) -> String {
             let header = json!({"alg": self.alg(), "kid": kid, "typ": "JWT"});
             let input = format!("{}.{}", B64.encode(header.to_string()), B64.encode(claims.to_string()));
             let rng = SystemRandom::new();

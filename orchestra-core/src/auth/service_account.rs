@@ -236,3 +236,6 @@ mod tests {
         assert!(authn.authenticate(&parts(&token)).await.unwrap_err().0.contains("created again"));
     }
 }
+
+#[cfg(test)]
+mod properties;

@@ -8,6 +8,9 @@ mod strategic;
 pub use shape::{FieldMeta, ListType, Schemas, Shape};
 pub use strategic::{PatchError, PatchErrorKind, strategic_merge};
 
+#[cfg(all(test, feature = "server"))]
+mod properties;
+
 #[cfg(test)]
 mod tests {
     use super::meta::{ATOMIC_TYPES, FIELD_STRATEGIES, RETAIN_KEYS_FIELDS, Strategy};

@@ -251,7 +251,15 @@ impl RbacCache {
     /// subjects (its name and a group) is visited once per subject.
     pub(crate) fn visit(&self, user: &UserInfo, namespace: &str, mut visit: impl FnMut(Grant<'_>) -> bool) -> bool {
         let index = self.read();
-        let namespaced = index.namespace_subjects.get(namespace).into_iter().flat_map(|s| s.for_user(user));
+        // RoleBindings grant in their namespace only: never to a request
+        // without one (cluster-scoped, or a path), even one stored without
+        // a namespace.
+        let namespaced = index
+            .namespace_subjects
+            .get(namespace)
+            .filter(|_| !namespace.is_empty())
+            .into_iter()
+            .flat_map(|s| s.for_user(user));
         for key in index.cluster_subjects.for_user(user).chain(namespaced) {
             let Some(binding) = index.bindings.get(key) else { continue };
             let Some(rules) = role_rules(&index, &binding.role_ref, &binding.namespace) else { continue };
@@ -411,6 +419,15 @@ mod tests {
         cache.replace(Kind::RoleBinding, &[]);
         assert_eq!(grants(&cache, &alice, "a"), Vec::<String>::new());
         assert_eq!(grants(&cache, &bob, "a"), ["/all"]);
+        // A RoleBinding stored without a namespace grants nowhere: not to
+        // requests without a namespace either.
+        let nowhere = json!({
+            "metadata": {"name": "nowhere"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"kind": "User", "name": "carol"}],
+        });
+        put(&cache, Kind::RoleBinding, "/rb/nowhere", nowhere);
+        assert_eq!(grants(&cache, &UserInfo::new("carol", &[]), ""), Vec::<String>::new());
         // What does not decode is ignored.
         cache.put(Kind::ClusterRoleBinding, "/crb/bad", b"not json");
         assert_eq!(grants(&cache, &bob, "a"), ["/all"]);

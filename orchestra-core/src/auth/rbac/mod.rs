@@ -147,6 +147,9 @@ pub(crate) async fn start(cache: &Arc<RbacCache>, store: &Arc<dyn Store>, regist
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use serde_json::json;
 

@@ -59,13 +59,14 @@ fn resource_name_matches(rule: &PolicyRule, name: &str) -> bool {
     }
 }
 
-/// `*` matches every path; a URL ending in `*` matches the paths it
-/// prefixes; any other URL the path itself.
+/// `*` matches every path; a URL ending in `*` matches the paths its part
+/// before the trailing `*`s prefixes (`/api**` as `/api*`, as upstream
+/// trims them all); any other URL the path itself.
 fn non_resource_url_matches(rule: &PolicyRule, path: &str) -> bool {
     rule.non_resource_urls
         .iter()
         .flatten()
-        .any(|url| url == "*" || url == path || url.strip_suffix('*').is_some_and(|prefix| path.starts_with(prefix)))
+        .any(|url| url == "*" || url == path || (url.ends_with('*') && path.starts_with(url.trim_end_matches('*'))))
 }
 
 /// The user name of service account `name` in `namespace`.
@@ -220,6 +221,10 @@ pub(crate) mod tests {
             (urls(&["get"], &["/healthz/*"]), path("get", "/healthz/etcd"), true),
             (urls(&["get"], &["/healthz/*"]), path("get", "/healthz"), false),
             (urls(&["get"], &["/api*"]), path("get", "/apis/apps"), true),
+            // Every trailing `*` goes, as upstream trims them all.
+            (urls(&["get"], &["/api**"]), path("get", "/apis/apps"), true),
+            (urls(&["get"], &["/api**"]), path("get", "/api"), true),
+            (urls(&["get"], &["/api**"]), path("get", "/ap"), false),
             (urls(&["get"], &["*"]), path("get", "/anything"), true),
             (urls(&["*"], &["/metrics"]), path("get", "/metrics"), true),
             (urls(&["get"], &["/version"]), path("get", "/version/"), false),
