@@ -42,3 +42,6 @@ mod gc_sync;
 
 #[path = "ctrl/quota.rs"]
 mod quota;
+
+#[path = "ctrl/credentials.rs"]
+mod credentials;
