@@ -33,6 +33,7 @@ mod openapi;
 mod patching;
 mod protobuf;
 mod quotas;
+mod read_cache;
 mod reader;
 mod reviews;
 mod route;
@@ -679,7 +680,12 @@ impl ApiServerBuilder {
         }
         let _ = self.late_authorizer.chain.set(self.authorizer.clone());
         let pipeline = (authenticator, self.authorizer, admission);
-        let mut state = State::new(self.store, self.registry, self.options, pipeline);
+        let cached =
+            read_cache::CACHED.iter().filter_map(|(group, version, plural)| self.registry.get(group, version, plural));
+        let read_cache = Arc::new(read_cache::ReadCache::new(cached.collect()));
+        let store: Arc<dyn Store> = Arc::new(read_cache::FeedingStore { inner: self.store, cache: read_cache.clone() });
+        let mut state = State::new(store, self.registry, self.options, pipeline);
+        state.read_cache = read_cache.clone();
         state.namespaces = self.namespaces;
         state.kubelet_client = self.kubelet_client;
         state.token_signer = self.token_signer;
@@ -703,6 +709,9 @@ impl ApiServerBuilder {
         }
         if let Some(cache) = self.rbac.get().filter(|cache| Arc::strong_count(cache) > 1) {
             crate::auth::rbac::start(cache, store, &registry).await?;
+        }
+        for prefix in read_cache.prefixes() {
+            follow(&read_cache, store, prefix.to_owned(), "admission reads").await.map_err(ApiError::internal)?;
         }
         if Arc::strong_count(&self.webhooks) > 1 {
             self.webhooks.start();

@@ -1,5 +1,6 @@
-//! The [`ObjectReader`] a server gives its admission plugins: objects read
-//! from its store as the API serves them.
+//! The [`ObjectReader`] a server gives its admission plugins: objects as
+//! the API serves them, from the server's [read cache](super::read_cache)
+//! for the kinds it holds, else from its store.
 
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -44,21 +45,27 @@ impl ObjectReader for ServerObjects {
     ) -> Result<Option<Value>, ApiError> {
         let state = self.state()?;
         let info = Self::resource(&state, resource)?;
+        let key = info.storage_key(namespace, name);
+        if let Some(cached) = state.read_cache.get(&key) {
+            return Ok(cached);
+        }
         let target = error_target(&info, name);
-        let stored = state.store.get(&info.storage_key(namespace, name)).await.map_err(|e| store_error(e, &target))?;
+        let stored = state.store.get(&key).await.map_err(|e| store_error(e, &target))?;
         stored.map(|kv| decode_served(&info, &kv)).transpose()
     }
 
     async fn list(&self, resource: ResourceRef<'_>, namespace: Option<&str>) -> Result<Vec<Value>, ApiError> {
         let state = self.state()?;
         let info = Self::resource(&state, resource)?;
+        let prefix = info.storage_collection(namespace);
+        if let Some(cached) = state.read_cache.list(&prefix) {
+            return Ok(cached);
+        }
         let mut objects = Vec::new();
         let mut failed = None;
-        super::list::list_prefix(&*state.store, &info.storage_collection(namespace), |kv| {
-            match decode_served(&info, kv) {
-                Ok(object) => objects.push(object),
-                Err(error) => failed = Some(error),
-            }
+        super::list::list_prefix(&*state.store, &prefix, |kv| match decode_served(&info, kv) {
+            Ok(object) => objects.push(object),
+            Err(error) => failed = Some(error),
         })
         .await
         .map_err(|e| store_error(e, &error_target(&info, "")))?;

@@ -33,6 +33,8 @@ pub(crate) struct State {
     pub watch_objects: super::watch_objects::WatchObjects,
     /// Records every request, when auditing is on.
     pub audit: Option<crate::audit::Auditor>,
+    /// The objects admission plugins read on every write.
+    pub read_cache: Arc<super::read_cache::ReadCache>,
 }
 
 impl State {
@@ -58,6 +60,7 @@ impl State {
             token_signer: None,
             namespaces: Default::default(),
             watch_objects: Default::default(),
+            read_cache: Default::default(),
             audit: None,
         }
     }
