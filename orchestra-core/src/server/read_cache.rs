@@ -128,16 +128,14 @@ impl ReadCache {
 
 impl Follower for ReadCache {
     fn reset(&self, prefix: &str, listed: Vec<KeyValue>) {
-        let newest = listed.iter().map(|kv| kv.mod_revision).max().unwrap_or(0);
         {
-            // What the list does not hold is gone, unless written after
-            // everything it holds (a write of this server's own, applied
-            // while the list was read).
+            // What the list does not hold is gone. A write of this server's
+            // own made after the list was read is dropped with it for a
+            // moment: the watch, which starts after the list's revision,
+            // brings it back.
             let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
             let keep: HashSet<&str> = listed.iter().map(|kv| kv.key.as_str()).collect();
-            entries.retain(|key, (revision, object)| {
-                !key.starts_with(prefix) || keep.contains(key.as_str()) || (*revision > newest && object.is_some())
-            });
+            entries.retain(|key, _| !key.starts_with(prefix) || keep.contains(key.as_str()));
         }
         let mut decoded = true;
         for kv in &listed {
@@ -265,6 +263,20 @@ mod tests {
         // Kinds it does not hold, and kinds not followed yet, are the store's.
         assert_eq!(cache.get("/registry/pods/a/p"), None);
         assert_eq!(cache.list("/registry/priorityclasses/"), None);
+    }
+
+    #[tokio::test]
+    async fn a_new_list_replaces_what_the_cache_held() {
+        let raw = MemStore::new();
+        let a = raw.put("/registry/limitranges/a/a", range("a", "a"), None).await.unwrap();
+        let b = raw.put("/registry/limitranges/a/b", range("b", "a"), None).await.unwrap();
+        let cache = cache();
+        cache.reset("/registry/limitranges/", vec![a.clone(), b]);
+        assert_eq!(names(&cache.list("/registry/limitranges/").unwrap()), ["a", "b"]);
+        // Listed again after a watch broke: `b` was deleted meanwhile.
+        cache.reset("/registry/limitranges/", vec![a]);
+        assert_eq!(names(&cache.list("/registry/limitranges/").unwrap()), ["a"]);
+        assert_eq!(cache.get("/registry/limitranges/a/b"), Some(None));
     }
 
     #[tokio::test]
