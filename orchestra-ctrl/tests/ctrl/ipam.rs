@@ -71,7 +71,7 @@ async fn a_restarted_allocator_never_hands_out_a_block_twice() {
     let (stop, task) = start(&client, "10.244.0.0/16", 24);
     create_node(&client, "a", None).await;
     create_node(&client, "b", None).await;
-    eventually(Duration::from_secs(5), "a and b allocated", || async { all_distinct(&cidrs(&client).await) }).await;
+    eventually(Duration::from_secs(30), "a and b allocated", || async { all_distinct(&cidrs(&client).await) }).await;
     let before = cidrs(&client).await;
     assert!(!before.iter().any(|(n, c)| n != "preset" && c.as_deref() == Some("10.244.1.0/24")), "{before:?}");
 
@@ -80,7 +80,7 @@ async fn a_restarted_allocator_never_hands_out_a_block_twice() {
     create_node(&client, "c", None).await;
     create_node(&client, "d", None).await;
     let (stop, task) = start(&client, "10.244.0.0/16", 24);
-    eventually(Duration::from_secs(5), "c and d allocated, all distinct", || async {
+    eventually(Duration::from_secs(30), "c and d allocated, all distinct", || async {
         all_distinct(&cidrs(&client).await)
     })
     .await;
@@ -101,10 +101,10 @@ async fn a_full_range_is_reported_and_a_deleted_nodes_block_is_reused() {
     let (stop, task) = start(&client, "10.0.0.0/24", 25);
     create_node(&client, "n1", None).await;
     create_node(&client, "n2", None).await;
-    eventually(Duration::from_secs(5), "n1 and n2 allocated", || async { all_distinct(&cidrs(&client).await) }).await;
+    eventually(Duration::from_secs(30), "n1 and n2 allocated", || async { all_distinct(&cidrs(&client).await) }).await;
     create_node(&client, "n3", None).await;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    eventually(Duration::from_secs(5), "a CIDRNotAvailable event for n3", || async {
+    eventually(Duration::from_secs(30), "a CIDRNotAvailable event for n3", || async {
         events.list(&ListParams::default()).await.unwrap().items.iter().any(|e| {
             e.reason.as_deref() == Some(CIDR_NOT_AVAILABLE)
                 && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("n3")
@@ -119,7 +119,7 @@ async fn a_full_range_is_reported_and_a_deleted_nodes_block_is_reused() {
 
     let nodes: Api<Node> = Api::all(client.clone());
     nodes.delete("n1", &DeleteParams::default()).await.unwrap();
-    eventually(Duration::from_secs(5), "n3 gets n1's block", || async {
+    eventually(Duration::from_secs(30), "n3 gets n1's block", || async {
         cidrs(&client).await.iter().any(|(n, c)| n == "n3" && c.as_deref() == Some(freed.as_str()))
     })
     .await;
