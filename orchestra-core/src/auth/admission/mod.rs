@@ -230,6 +230,17 @@ pub trait AdmissionPlugin: Send + Sync {
     }
 }
 
+/// Copies into `pod` the `spec` fields of `old` that `pod` leaves unset: an
+/// update keeps what admission set at the create (the ServiceAccount and
+/// Priority plugins' fields).
+pub(crate) fn keep_unset_spec_fields(pod: &mut Value, old: &Value, fields: &[&str]) {
+    for field in fields {
+        if pod["spec"][*field].is_null() && !old["spec"][*field].is_null() {
+            pod["spec"][*field] = old["spec"][*field].clone();
+        }
+    }
+}
+
 /// Runs every plugin's mutating phase in order, then every validating phase.
 ///
 /// The chain an [`ApiServer`](crate::server::ApiServer) runs is set with

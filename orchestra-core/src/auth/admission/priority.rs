@@ -235,11 +235,7 @@ impl AdmissionPlugin for Priority {
         }
         // An update keeps what the create set (validation refuses changes).
         let (Some(pod), Some(old)) = (request.object.as_mut(), request.old_object) else { return Ok(()) };
-        for field in ["priority", "preemptionPolicy"] {
-            if pod["spec"][field].is_null() && !old["spec"][field].is_null() {
-                pod["spec"][field] = old["spec"][field].clone();
-            }
-        }
+        super::keep_unset_spec_fields(pod, old, &["priority", "preemptionPolicy"]);
         Ok(())
     }
 

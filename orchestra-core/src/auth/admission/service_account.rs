@@ -380,11 +380,7 @@ impl AdmissionPlugin for ServiceAccount {
         }
         // An update that leaves the account out keeps the one the create set.
         let (Some(pod), Some(old)) = (request.object.as_mut(), request.old_object) else { return Ok(()) };
-        for field in ["serviceAccountName", "serviceAccount"] {
-            if pod["spec"][field].is_null() && !old["spec"][field].is_null() {
-                pod["spec"][field] = old["spec"][field].clone();
-            }
-        }
+        super::keep_unset_spec_fields(pod, old, &["serviceAccountName", "serviceAccount"]);
         Ok(())
     }
 
