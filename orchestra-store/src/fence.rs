@@ -99,6 +99,10 @@ impl Store for FencedStore {
     async fn status(&self) -> Result<StoreStatus> {
         self.inner.status().await
     }
+
+    async fn stale(&self, key: &str, revision: Revision) -> Result<bool> {
+        self.inner.stale(key, revision).await
+    }
 }
 
 #[cfg(test)]

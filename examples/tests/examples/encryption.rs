@@ -2,7 +2,7 @@
 //! store encrypted (read back from the RocksDB store directly), read back
 //! through the API in plain, and are re-encrypted with a new key by
 //! upstream's rotation procedure (`kubectl get secrets -A -o json | kubectl
-//! replace -f -`).
+//! replace -f -`), which rewrites each Secret unchanged.
 
 use std::path::Path;
 
@@ -68,9 +68,19 @@ fn secrets_are_stored_encrypted_and_rotate_to_the_first_key() {
     std::fs::write(&encryption, config(&[("new", NEW_KEY), ("old", OLD_KEY)])).unwrap();
     let server = start(dir.path(), &encryption);
     assert_eq!(run(&["get", "secret", "db", "-o", "jsonpath={.data.password}"]), "aHVudGVyMi1wbGFpbnRleHQ=");
-    // A write re-encrypts with the first key. (An unchanged object is not
-    // rewritten here: `kubectl replace` of it as it is does not rotate it.)
-    run(&["annotate", "secret", "db", "rotated=yes"]);
+    // Upstream's procedure rewrites every Secret as it is: each one read
+    // with a key that no longer writes is written again, with the first.
+    let secrets = run(&["get", "secrets", "-A", "-o", "json"]);
+    let (ok, out, err) = admin.run_with_input(&["replace", "--validate=false", "-f", "-"], Some(&secrets)).into_parts();
+    assert!(ok && out.contains("secret/db replaced"), "kubectl replace: {out}{err}");
+    let version = run(&["get", "secret", "db", "-o", "jsonpath={.metadata.resourceVersion}"]);
+    // Rewritten once, the Secret is current: replacing it again changes nothing.
+    let (ok, out, err) = admin.run_with_input(&["replace", "--validate=false", "-f", "-"], Some(&secrets)).into_parts();
+    assert!(!ok && err.contains("Conflict"), "a replace at the old version: {out}{err}");
+    let current = run(&["get", "secret", "db", "-o", "json"]);
+    let (ok, out, err) = admin.run_with_input(&["replace", "--validate=false", "-f", "-"], Some(&current)).into_parts();
+    assert!(ok, "kubectl replace: {out}{err}");
+    assert_eq!(run(&["get", "secret", "db", "-o", "jsonpath={.metadata.resourceVersion}"]), version);
     server.stop();
     let (secret, _) = stored(dir.path());
     assert!(secret.starts_with(b"k8s:enc:aesgcm:v1:new:"), "{}", String::from_utf8_lossy(&secret));

@@ -115,6 +115,18 @@ fn decrypt(config: &EncryptionConfig, key: &str, value: Bytes) -> Result<Bytes> 
     })
 }
 
+/// True if `value`, stored under `key`, is not what writing its plaintext
+/// now would store: another provider than the first wrote it.
+fn is_stale(config: &EncryptionConfig, key: &str, value: &[u8]) -> bool {
+    let Some(providers) = config.providers(key) else {
+        return false;
+    };
+    match providers[0].prefix() {
+        "" => value.starts_with(ENCRYPTED_PREFIX.as_bytes()),
+        prefix => !value.starts_with(prefix.as_bytes()),
+    }
+}
+
 fn decrypt_kv(config: &EncryptionConfig, mut kv: KeyValue) -> Result<KeyValue> {
     kv.value = decrypt(config, &kv.key, std::mem::take(&mut kv.value))?;
     Ok(kv)
@@ -212,6 +224,11 @@ impl Store for EncryptedStore {
     async fn status(&self) -> Result<StoreStatus> {
         self.inner.status().await
     }
+
+    async fn stale(&self, key: &str, revision: Revision) -> Result<bool> {
+        let stored = self.inner.get(key).await?;
+        Ok(stored.is_some_and(|kv| kv.mod_revision == revision && is_stale(&self.config, key, &kv.value)))
+    }
 }
 
 #[cfg(test)]
@@ -274,17 +291,19 @@ mod tests {
 
     #[tokio::test]
     async fn rotation_reads_every_key_and_writes_with_the_first() {
-        // (writes with, then reads with, readable?)
-        type Case = (Vec<ProviderConfig>, Vec<ProviderConfig>, Result<&'static str, &'static str>);
+        // (writes with, then reads with, readable and stale?)
+        type Case = (Vec<ProviderConfig>, Vec<ProviderConfig>, Result<(&'static str, bool), &'static str>);
         let cases: Vec<Case> = vec![
-            (vec![aes("old", 1)], vec![aes("new", 2), aes("old", 1)], Ok("k8s:enc:aesgcm:v1:new:")),
-            (vec![sbox("old", 1)], vec![aes("new", 2), sbox("old", 1)], Ok("k8s:enc:aesgcm:v1:new:")),
+            (vec![aes("old", 1)], vec![aes("new", 2), aes("old", 1)], Ok(("k8s:enc:aesgcm:v1:new:", true))),
+            (vec![sbox("old", 1)], vec![aes("new", 2), sbox("old", 1)], Ok(("k8s:enc:aesgcm:v1:new:", true))),
             (
                 vec![ProviderConfig::Identity],
                 vec![sbox("new", 2), ProviderConfig::Identity],
-                Ok("k8s:enc:secretbox:v1:new:"),
+                Ok(("k8s:enc:secretbox:v1:new:", true)),
             ),
-            (vec![aes("old", 1)], vec![ProviderConfig::Identity, aes("old", 1)], Ok("")),
+            (vec![aes("old", 1)], vec![ProviderConfig::Identity, aes("old", 1)], Ok(("", true))),
+            (vec![aes("old", 1)], vec![aes("old", 1), aes("new", 2)], Ok(("k8s:enc:aesgcm:v1:old:", false))),
+            (vec![ProviderConfig::Identity], vec![ProviderConfig::Identity, aes("new", 2)], Ok(("", false))),
             (vec![aes("old", 1)], vec![aes("new", 2)], Err("no configured encryption provider")),
             (vec![aes("old", 1)], vec![aes("old", 2)], Err("does not authenticate")),
             (vec![ProviderConfig::Identity], vec![aes("new", 2)], Err("no configured encryption provider")),
@@ -295,9 +314,14 @@ mod tests {
             EncryptedStore::new(raw.clone(), &config(before)).put(KEY, "secret".into(), None).await.unwrap();
             let rotated = EncryptedStore::new(raw.clone(), &config(after));
             match (rotated.get(KEY).await, expected) {
-                (Ok(kv), Ok(prefix)) => {
-                    assert_eq!(kv.unwrap().value, "secret", "case {i}");
-                    rotated.put(KEY, "secret".into(), None).await.unwrap();
+                (Ok(kv), Ok((prefix, stale))) => {
+                    let kv = kv.unwrap();
+                    assert_eq!(kv.value, "secret", "case {i}");
+                    assert_eq!(rotated.stale(KEY, kv.mod_revision).await.unwrap(), stale, "case {i}");
+                    let written = rotated.put(KEY, "secret".into(), None).await.unwrap();
+                    // Neither the value written now nor the one it replaced is stale.
+                    assert!(!rotated.stale(KEY, written.mod_revision).await.unwrap(), "case {i}");
+                    assert!(!rotated.stale(KEY, kv.mod_revision).await.unwrap(), "case {i}");
                     let stored = raw.get(KEY).await.unwrap().unwrap().value;
                     assert!(stored.starts_with(prefix.as_bytes()), "case {i}: {stored:?}");
                     if !prefix.is_empty() {

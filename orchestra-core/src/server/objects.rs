@@ -456,13 +456,19 @@ async fn store_update(
                 .pointer("/spec/finalizers")
                 .and_then(Value::as_array)
                 .is_some_and(|f| !f.is_empty()));
-    if !finalized && crate::api::apply::is_noop(old, &new) {
+    let key = target.key(name);
+    // An update that changes nothing is not written, unless the store
+    // would now store the object differently (a rotated encryption key):
+    // then writing it is how it moves to the new key.
+    if !finalized
+        && crate::api::apply::is_noop(old, &new)
+        && !target.store(state).stale(&key, old_revision).await.map_err(|e| store_error(e, &error_target))?
+    {
         return Ok(old.clone());
     }
     if dry_run {
         return Ok(new);
     }
-    let key = target.key(name);
     if finalized {
         target.store(state).delete(&key, Some(old_revision)).await.map_err(|e| store_error(e, &error_target))?;
         return Ok(new);

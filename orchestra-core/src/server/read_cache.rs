@@ -1,7 +1,7 @@
 //! The objects admission plugins read on nearly every write — Namespaces,
-//! LimitRanges, ResourceQuotas, PriorityClasses — kept decoded in memory,
-//! so that a pod create does not list them from the store (upstream's
-//! plugins read the same kinds from informers).
+//! LimitRanges, ResourceQuotas, PriorityClasses, ServiceAccounts — kept
+//! decoded in memory, so that a pod create does not read them from the
+//! store (upstream's plugins read the same kinds from informers).
 //!
 //! The cache is filled from a list and kept current from a watch of each
 //! kind's prefix ([`follow`](super::follow)), and the server's own writes
@@ -28,10 +28,11 @@ use super::follow::Follower;
 use crate::api::ResourceInfo;
 
 /// The kinds the cache holds, as (group, version, plural).
-pub(crate) const CACHED: [(&str, &str, &str); 4] = [
+pub(crate) const CACHED: [(&str, &str, &str); 5] = [
     ("", "v1", "namespaces"),
     ("", "v1", "limitranges"),
     ("", "v1", "resourcequotas"),
+    ("", "v1", "serviceaccounts"),
     ("scheduling.k8s.io", "v1", "priorityclasses"),
 ];
 
@@ -193,6 +194,10 @@ impl Store for FeedingStore {
 
     async fn status(&self) -> Result<StoreStatus> {
         self.inner.status().await
+    }
+
+    async fn stale(&self, key: &str, revision: Revision) -> Result<bool> {
+        self.inner.stale(key, revision).await
     }
 }
 
