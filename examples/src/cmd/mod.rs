@@ -11,6 +11,8 @@ pub mod store_demo;
 pub mod token;
 pub mod up;
 
+use orchestra::core::auth::admission::{PodSecurityConfig, PodSecurityLevel};
+
 /// Pods' address space in the reference assembly: inside 127.0.0.0/8, so
 /// every pod address is a loopback address a process can bind on Linux
 /// without any set-up (see `orchestra_node::network`).
@@ -28,7 +30,7 @@ pub async fn shutdown_signal() {
 
 pub use orchestra::control_plane::default_identity;
 
-/// The API server's authentication and authorization flags, as
+/// The API server's authentication, authorization and admission flags, as
 /// kube-apiserver's.
 #[derive(clap::Args)]
 pub struct AuthArgs {
@@ -101,11 +103,46 @@ pub struct AuthArgs {
     /// --bootstrap-token`).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub enable_bootstrap_token_auth: bool,
+    /// The Pod Security Standard enforced in namespaces without a
+    /// `pod-security.kubernetes.io/enforce` label (`kube-system`,
+    /// `kube-public` and `kube-node-lease` are exempt). `baseline` refuses
+    /// hostPath volumes, privileged containers and host namespaces; label a
+    /// namespace `pod-security.kubernetes.io/enforce=privileged` to allow
+    /// them there.
+    #[arg(long, value_enum, default_value_t = PodSecurityEnforce::Baseline)]
+    pub pod_security_enforce: PodSecurityEnforce,
 }
+
+/// A level of the Pod Security Standards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PodSecurityEnforce {
+    /// No restriction (upstream's default).
+    Privileged,
+    /// No known privilege escalation.
+    Baseline,
+    /// Hardened: non-root, no privilege escalation, all capabilities dropped.
+    Restricted,
+}
+
+impl PodSecurityEnforce {
+    /// PodSecurity admission's configuration enforcing this level outside
+    /// the system namespaces.
+    pub fn config(self) -> PodSecurityConfig {
+        let level = match self {
+            PodSecurityEnforce::Privileged => PodSecurityLevel::Privileged,
+            PodSecurityEnforce::Baseline => PodSecurityLevel::Baseline,
+            PodSecurityEnforce::Restricted => PodSecurityLevel::Restricted,
+        };
+        PodSecurityConfig::default().enforce(level).exempt_namespaces(SYSTEM_NAMESPACES)
+    }
+}
+
+/// Namespaces PodSecurity leaves alone: the control plane's.
+const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
 
 impl AuthArgs {
     /// `builder` with these flags' anonymous access, admission plugins left
-    /// out, authenticators (after
+    /// out, PodSecurity's level, authenticators (after
     /// those already added: OIDC, then the token webhook, as upstream
     /// orders them) and authorizers.
     pub fn apply(
@@ -118,7 +155,8 @@ impl AuthArgs {
         builder = builder
             .allow_anonymous(self.anonymous_auth)
             .authorization_modes(&self.authorization_mode)
-            .disable_admission_plugins(self.disable_admission_plugins.iter().cloned());
+            .disable_admission_plugins(self.disable_admission_plugins.iter().cloned())
+            .pod_security(self.pod_security_enforce.config());
         if self.enable_bootstrap_token_auth {
             builder = builder.configure_api_server(|api| api.bootstrap_tokens());
         }

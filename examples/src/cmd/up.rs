@@ -23,7 +23,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use orchestra::control_plane::{ControlPlane, Listener, NodeRuntime, node_ip, node_name};
-use orchestra::core::auth::admission::{PodSecurityConfig, PodSecurityLevel};
 use orchestra::core::encryption::EncryptionConfig;
 use orchestra::ctrl::controllers::ControllerManagerConfig;
 use orchestra::store::RocksStore;
@@ -68,42 +67,7 @@ pub struct Args {
     pub encryption_provider_config: Option<PathBuf>,
     #[command(flatten)]
     pub audit: super::audit::AuditArgs,
-    /// The Pod Security Standard enforced in namespaces without a
-    /// `pod-security.kubernetes.io/enforce` label (`kube-system`,
-    /// `kube-public` and `kube-node-lease` are exempt). `baseline` refuses
-    /// hostPath volumes, privileged containers and host namespaces; label a
-    /// namespace `pod-security.kubernetes.io/enforce=privileged` to allow
-    /// them there.
-    #[arg(long, value_enum, default_value_t = PodSecurityEnforce::Baseline)]
-    pub pod_security_enforce: PodSecurityEnforce,
 }
-
-/// A level of the Pod Security Standards.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum PodSecurityEnforce {
-    /// No restriction (upstream's default).
-    Privileged,
-    /// No known privilege escalation.
-    Baseline,
-    /// Hardened: non-root, no privilege escalation, all capabilities dropped.
-    Restricted,
-}
-
-impl PodSecurityEnforce {
-    /// PodSecurity admission's configuration enforcing this level outside
-    /// the system namespaces.
-    pub fn config(self) -> PodSecurityConfig {
-        let level = match self {
-            PodSecurityEnforce::Privileged => PodSecurityLevel::Privileged,
-            PodSecurityEnforce::Baseline => PodSecurityLevel::Baseline,
-            PodSecurityEnforce::Restricted => PodSecurityLevel::Restricted,
-        };
-        PodSecurityConfig::default().enforce(level).exempt_namespaces(SYSTEM_NAMESPACES)
-    }
-}
-
-/// Namespaces PodSecurity leaves alone: the control plane's.
-const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
 
 /// Runs the cluster until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -140,7 +104,6 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     for path in secrets.into_iter().flatten() {
         cluster = cluster.hide_from_containers(path);
     }
-    cluster = cluster.pod_security(args.pod_security_enforce.config());
     let cluster = cluster
         .store(Arc::new(store))
         .data_dir(&data_dir)

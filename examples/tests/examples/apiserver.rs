@@ -1,11 +1,16 @@
 //! `orchestra apiserver`: ready line, admin kubeconfig, kubectl over HTTPS,
-//! clean stop on SIGTERM, and a restart that keeps every object.
+//! PodSecurity's level, clean stop on SIGTERM, and a restart that keeps
+//! every object.
 
 use std::process::Command;
 
 use orchestra::testing::Kubectl;
 
 use super::support::apiserver;
+
+/// A pod the `baseline` Pod Security Standard refuses.
+const PRIVILEGED_POD: &str = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root", "namespace": "team"},
+  "spec": {"containers": [{"name": "c", "image": "orchestra/echo", "securityContext": {"privileged": true}}]}}"#;
 
 #[test]
 fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
@@ -22,6 +27,9 @@ fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     assert!(ok, "{out}{err}");
     let (ok, out, err) = admin.run(&["get", "namespaces"]).into_parts();
     assert!(ok && out.contains("team") && out.contains("Active"), "{out}{err}");
+    // PodSecurity enforces `baseline` by default: a privileged pod is refused.
+    let (ok, out, err) = admin.run_with_input(&["create", "-f", "-"], Some(PRIVILEGED_POD)).into_parts();
+    assert!(!ok && err.contains("violates PodSecurity \"baseline:"), "{out}{err}");
     // A service account token (`kubectl create token`) authenticates as
     // its service account.
     let (ok, out, err) = admin.run(&["-n", "team", "create", "serviceaccount", "robot"]).into_parts();
@@ -38,7 +46,10 @@ fn apiserver_serves_kubectl_over_https_and_keeps_objects_across_restarts() {
     let ca_before = std::fs::read_to_string(dir.path().join("pki/ca.crt")).unwrap();
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, "static-secret,alice,u-1,\"dev,ops\"\n").unwrap();
-    let server = apiserver(dir.path(), &["--token-auth-file", tokens.to_str().unwrap()]);
+    let server =
+        apiserver(dir.path(), &["--token-auth-file", tokens.to_str().unwrap(), "--pod-security-enforce", "privileged"]);
+    let (ok, out, err) = admin.run_with_input(&["create", "-f", "-"], Some(PRIVILEGED_POD)).into_parts();
+    assert!(ok, "--pod-security-enforce privileged admits it: {out}{err}");
     assert_eq!(whoami(&admin, "static-secret"), Ok("alice".to_owned()));
     assert!(whoami(&admin, "not-a-token").unwrap_err().contains("Unauthorized"));
     assert_eq!(std::fs::read_to_string(dir.path().join("pki/ca.crt")).unwrap(), ca_before);
