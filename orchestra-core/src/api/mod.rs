@@ -13,6 +13,7 @@ pub mod fence;
 pub mod fields;
 pub mod meta;
 pub mod openapi;
+pub mod openapi_v2;
 pub mod patch;
 pub mod pdb;
 pub mod quantity;

@@ -624,7 +624,7 @@ fn tag_gvk(schema: &mut Value, entry: Value) {
     }
 }
 
-fn content_hash(bytes: &[u8]) -> String {
+pub(crate) fn content_hash(bytes: &[u8]) -> String {
     // Two differently seeded SipHash passes: 128 bits, stable across runs.
     let mut first = std::collections::hash_map::DefaultHasher::new();
     bytes.hash(&mut first);
@@ -812,6 +812,11 @@ impl OpenApi {
     /// Every document, by path.
     pub fn documents(&self) -> impl Iterator<Item = &GroupVersionDocument> {
         self.built().documents.values()
+    }
+
+    /// The server version the documents carry in `info.version`.
+    pub fn server_version(&self) -> &str {
+        &self.server_version
     }
 
     /// Every schema, by name (`components.schemas` of all documents together).
