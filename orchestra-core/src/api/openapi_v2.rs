@@ -49,11 +49,12 @@ use super::schema::REF_PREFIX;
 /// Where `$ref`s point in a Swagger 2.0 document: `#/definitions/<name>`.
 pub const V2_REF_PREFIX: &str = "#/definitions/";
 
-/// The media type of gnostic's protobuf encoding, which kubectl asks for.
-pub const PROTOBUF_CONTENT_TYPE: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+/// The media type of gnostic's protobuf encoding, as responses carry it.
+pub const PROTOBUF_CONTENT_TYPE: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 
-/// The same media type as older clients spell it.
-pub const PROTOBUF_CONTENT_TYPE_LEGACY: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+/// The same media type as kubectl asks for it: with an `@`, which is no
+/// valid media type (Go's parser refuses it in a response's Content-Type).
+pub const PROTOBUF_CONTENT_TYPE_AT: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
 
 /// The types a Swagger 2.0 schema may have.
 const TYPES: [&str; 6] = ["string", "number", "integer", "boolean", "object", "array"];
@@ -248,7 +249,7 @@ pub fn wants_protobuf(accept: &str) -> bool {
         if refused {
             continue;
         }
-        if media == PROTOBUF_CONTENT_TYPE || media == PROTOBUF_CONTENT_TYPE_LEGACY {
+        if media == PROTOBUF_CONTENT_TYPE || media == PROTOBUF_CONTENT_TYPE_AT {
             return true;
         }
         if matches!(media.as_str(), "application/json" | "application/*" | "*/*") {
@@ -337,7 +338,7 @@ mod tests {
             ("*/*", false),
             ("text/plain", false),
             (PROTOBUF_CONTENT_TYPE, true),
-            (PROTOBUF_CONTENT_TYPE_LEGACY, true),
+            (PROTOBUF_CONTENT_TYPE_AT, true),
             ("application/com.github.proto-openapi.spec.v2@v1.0+protobuf, application/json", true),
             ("application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf", false),
             ("application/com.github.proto-openapi.spec.v2@v1.0+protobuf;q=0, application/json", false),

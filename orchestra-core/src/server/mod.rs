@@ -985,6 +985,7 @@ async fn dispatch(
         Route::CoreVersions if method == Method::GET => discovery::core_versions(&registry, headers),
         Route::Groups if method == Method::GET => discovery::groups(&registry, headers),
         Route::OpenApiV3 { path } if method == Method::GET => openapi::serve(&state.openapi, &registry, &path, headers),
+        Route::OpenApiV2 if method == Method::GET => openapi::serve_v2(&state.openapi, &registry, headers),
         Route::GroupVersion { group, version } if method == Method::GET => {
             discovery::group_version(&registry, &group, &version)
         }

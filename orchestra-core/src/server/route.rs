@@ -19,6 +19,8 @@ pub(crate) enum Route {
     Groups,
     /// `/openapi/v3` (empty path) or `/openapi/v3/<api/v1 | apis/<g>/<v>>`.
     OpenApiV3 { path: String },
+    /// `/openapi/v2`: the Swagger 2.0 document.
+    OpenApiV2,
     /// `/api/v1` or `/apis/<group>/<version>`: its resources.
     GroupVersion { group: String, version: String },
     /// A resource collection, in one namespace or across all (`namespace: None`).
@@ -39,6 +41,7 @@ impl Route {
             ["metrics"] => return Ok(Route::Metrics),
             ["api"] => return Ok(Route::CoreVersions),
             ["apis"] => return Ok(Route::Groups),
+            ["openapi", "v2"] => return Ok(Route::OpenApiV2),
             ["openapi", "v3", rest @ ..] => {
                 return Ok(Route::OpenApiV3 { path: rest.join("/") });
             }
@@ -184,7 +187,9 @@ mod tests {
         assert!(
             matches!(Route::parse("/openapi/v3/apis/apps/v1", &r), Ok(Route::OpenApiV3 { path }) if path == "apis/apps/v1")
         );
-        assert!(Route::parse("/openapi/v2", &r).is_err());
+        assert!(matches!(Route::parse("/openapi/v2", &r), Ok(Route::OpenApiV2)));
+        assert!(Route::parse("/openapi/v2/api/v1", &r).is_err());
+        assert!(Route::parse("/openapi/v1", &r).is_err());
         assert!(Route::parse("/api/v1/pods/p", &r).is_err(), "namespaced objects need a namespace");
         assert!(Route::parse("/api/v1/widgets", &r).is_err());
         assert!(Route::parse("/apis/nope/v1", &r).is_err());
