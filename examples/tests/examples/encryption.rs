@@ -71,14 +71,14 @@ fn secrets_are_stored_encrypted_and_rotate_to_the_first_key() {
     // Upstream's procedure rewrites every Secret as it is: each one read
     // with a key that no longer writes is written again, with the first.
     let secrets = run(&["get", "secrets", "-A", "-o", "json"]);
-    let (ok, out, err) = admin.run_with_input(&["replace", "--validate=false", "-f", "-"], Some(&secrets)).into_parts();
+    let (ok, out, err) = admin.run_with_input(&["replace", "-f", "-"], Some(&secrets)).into_parts();
     assert!(ok && out.contains("secret/db replaced"), "kubectl replace: {out}{err}");
     let version = run(&["get", "secret", "db", "-o", "jsonpath={.metadata.resourceVersion}"]);
     // Rewritten once, the Secret is current: replacing it again changes nothing.
-    let (ok, out, err) = admin.run_with_input(&["replace", "--validate=false", "-f", "-"], Some(&secrets)).into_parts();
+    let (ok, out, err) = admin.run_with_input(&["replace", "-f", "-"], Some(&secrets)).into_parts();
     assert!(!ok && err.contains("Conflict"), "a replace at the old version: {out}{err}");
     let current = run(&["get", "secret", "db", "-o", "json"]);
-    let (ok, out, err) = admin.run_with_input(&["replace", "--validate=false", "-f", "-"], Some(&current)).into_parts();
+    let (ok, out, err) = admin.run_with_input(&["replace", "-f", "-"], Some(&current)).into_parts();
     assert!(ok, "kubectl replace: {out}{err}");
     assert_eq!(run(&["get", "secret", "db", "-o", "jsonpath={.metadata.resourceVersion}"]), version);
     server.stop();

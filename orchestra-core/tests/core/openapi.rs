@@ -1,6 +1,6 @@
 //! OpenAPI v3 and `fieldValidation`: kubectl `create`/`apply` with
 //! validation on, `kubectl explain`, and the raw HTTP shapes of Strict and
-//! Warn.
+//! Warn; OpenAPI v2 and kubectl's client-side validation of `kind: List`.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -138,6 +138,76 @@ fn request(method: &str, uri: &str, content_type: &str, body: String) -> Request
     Request::builder().method(method).uri(uri).header("content-type", content_type).body(Body::from(body)).unwrap()
 }
 
+const LIST: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata:
+    name: listed
+  data:
+    a: b
+- apiVersion: v1
+  kind: Secret
+  metadata:
+    name: listed
+  data:
+    password: aHVudGVyMg==
+"#;
+
+/// A `kind: List` is validated by kubectl itself (the server's field
+/// validation does not cover it), against `/openapi/v2`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_validates_lists_with_openapi_v2() {
+    let cluster = TestCluster::start().await;
+    let kubectl = cluster.kubectl().await.clone();
+    tokio::task::spawn_blocking(move || {
+        let (ok, out, err) = kubectl.run_with_input(&["apply", "-f", "-"], Some(LIST)).into_parts();
+        assert!(ok, "{err}");
+        assert!(out.contains("configmap/listed created") && out.contains("secret/listed created"), "{out}");
+        let (ok, out, err) = kubectl.run(&["get", "secret", "listed", "-o", "jsonpath={.data.password}"]).into_parts();
+        assert!(ok, "{err}");
+        assert_eq!(out, "aHVudGVyMg==");
+
+        // A wrong type and an unknown field: refused before anything is sent.
+        let wrong_type = LIST.replace("name: listed\n  data:\n    a: b", "name: wrong\n  data: 5");
+        let (ok, out, err) = kubectl.run_with_input(&["apply", "-f", "-"], Some(&wrong_type)).into_parts();
+        assert!(!ok, "{out}");
+        assert!(
+            err.contains(r#"error validating data: ValidationError(ConfigMap.data): invalid type for io.k8s.api.core.v1.ConfigMap.data: got "integer", expected "map""#)
+                && err.contains("if you choose to ignore these errors, turn validation off with --validate=false"),
+            "{err}"
+        );
+        let unknown = LIST.replace("    name: listed\n  data:\n    password", "    name: listed\n  colour: red\n  data:\n    password");
+        let (ok, out, err) = kubectl.run_with_input(&["create", "-f", "-"], Some(&unknown)).into_parts();
+        assert!(!ok, "{out}");
+        assert!(
+            err.contains(r#"ValidationError(Secret): unknown field "colour" in io.k8s.api.core.v1.Secret"#),
+            "{err}"
+        );
+        let labels = LIST.replace("name: listed\n  data:", "name: labelled\n    labels: x\n  data:");
+        let (ok, out, err) = kubectl.run_with_input(&["replace", "-f", "-"], Some(&labels)).into_parts();
+        assert!(!ok, "{out}");
+        assert!(
+            err.contains(r#"ValidationError(ConfigMap.metadata.labels): invalid type for io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta.labels: got "string", expected "map""#),
+            "{err}"
+        );
+        let (ok, _, _) = kubectl.run(&["get", "configmap", "wrong"]).into_parts();
+        assert!(!ok, "a refused list is not applied");
+
+        // The v3 readers still work.
+        let (ok, out, err) = kubectl.run(&["explain", "pod.spec"]).into_parts();
+        assert!(ok, "{err}");
+        assert!(out.contains("FIELD: spec <PodSpec>"), "{out}");
+        let (ok, out, err) = kubectl.run(&["api-resources"]).into_parts();
+        assert!(ok, "{err}");
+        assert!(out.contains("configmaps") && out.contains("deployments"), "{out}");
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn openapi_documents_are_served() {
     let cluster = TestCluster::start().await;
@@ -154,8 +224,26 @@ async fn openapi_documents_are_served() {
     let doc: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(doc["info"]["version"], "v1.33.0");
     assert!(doc["components"]["schemas"]["io.k8s.api.core.v1.Pod"].is_object());
-    let (status, _, _) = call(&cluster, request("GET", "/openapi/v2", "", String::new())).await;
-    assert_eq!(status, 404);
+    let (status, _, swagger) = call(&cluster, request("GET", "/openapi/v2", "", String::new())).await;
+    assert_eq!(status, 200);
+    assert_eq!(swagger["swagger"], "2.0");
+    assert_eq!(
+        swagger["definitions"]["io.k8s.api.core.v1.Pod"]["x-kubernetes-group-version-kind"],
+        json!([{"group": "", "version": "v1", "kind": "Pod"}])
+    );
+    let response = cluster
+        .admin_router()
+        .oneshot(
+            Request::builder()
+                .uri("/openapi/v2")
+                .header("accept", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/com.github.proto-openapi.spec.v2.v1.0+protobuf");
     let (status, _, _) = call(&cluster, request("GET", "/openapi/v3/apis/nope/v1", "", String::new())).await;
     assert_eq!(status, 404);
 }
