@@ -424,6 +424,22 @@ async fn kubectl_and_restart() {
         let (ok, _, err) = kubectl.run_with_input(&["apply", "-f", "-"], Some(&bogus)).into_parts();
         assert!(!ok);
         assert!(err.contains(r#"unknown field "spec.bogus""#), "{err}");
+        // In a List, kubectl validates each item itself against
+        // /openapi/v2, which holds the custom kind's schema.
+        let list = |gizmo: &str| {
+            let item: String = gizmo.trim().lines().map(|line| format!("  {line}\n")).collect();
+            format!("apiVersion: v1\nkind: List\nitems:\n-{}", &item[1..])
+        };
+        let listed = GIZMO.replace("name: g1", "name: g3").replace("any: [1, 2]", "any: [1, 2], free: {x: 1}");
+        let (ok, out, err) = kubectl.run_with_input(&["apply", "-f", "-"], Some(&list(&listed))).into_parts();
+        assert!(ok, "{err}");
+        assert!(out.contains("gizmo.tools.example.org/g3 created"), "{out}");
+        let (ok, _, err) = kubectl.run_with_input(&["apply", "-f", "-"], Some(&list(&bogus))).into_parts();
+        assert!(!ok);
+        assert!(
+            err.contains(r#"ValidationError(Gizmo.spec): unknown field "bogus" in org.example.tools.v1.Gizmo.spec"#),
+            "{err}"
+        );
 
         // Another served version of the same objects.
         let (ok, out, err) = run(&["get", "gizmos.v1beta1.tools.example.org", "g1", "-o", "jsonpath={.apiVersion}"]);
