@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ResourceQuota as Quota;
 use orchestra_store::Error as StoreError;
+use serde::Deserialize as _;
 
 use super::codec::encode;
 use super::objects::{parse_revision, store_error};
@@ -27,7 +28,7 @@ impl QuotaAccessor for ServerQuotas {
         listed
             .into_iter()
             .map(|quota| {
-                serde_json::from_value(quota).map_err(|e| ApiError::internal(format!("stored quota is corrupt: {e}")))
+                Quota::deserialize(&*quota).map_err(|e| ApiError::internal(format!("stored quota is corrupt: {e}")))
             })
             .collect()
     }

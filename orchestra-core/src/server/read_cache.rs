@@ -14,6 +14,7 @@
 //! an object of it does not decode, reads of that kind go to the store.
 
 use std::collections::{BTreeMap, HashSet};
+use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
@@ -75,19 +76,21 @@ impl ReadCache {
 
     /// The object at `key`: `None` when the cache cannot tell (not one of
     /// its kinds, or not ready), `Some(None)` when there is none.
-    pub(crate) fn get(&self, key: &str) -> Option<Option<Value>> {
+    pub(crate) fn get(&self, key: &str) -> Option<Option<Arc<Value>>> {
         self.ready_kind(key)?;
         let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-        Some(entries.get(key).and_then(|(_, object)| object.as_deref().cloned()))
+        Some(entries.get(key).and_then(|(_, object)| object.clone()))
     }
 
     /// The objects under `prefix` (a kind's, or one namespace's of it), in
     /// key order; `None` when the cache cannot tell.
-    pub(crate) fn list(&self, prefix: &str) -> Option<Vec<Value>> {
+    pub(crate) fn list(&self, prefix: &str) -> Option<Vec<Arc<Value>>> {
         self.ready_kind(prefix)?;
         let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-        let under = entries.range(prefix.to_owned()..).take_while(|(key, _)| key.starts_with(prefix));
-        Some(under.filter_map(|(_, (_, object))| object.as_deref().cloned()).collect())
+        let under = entries
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(prefix));
+        Some(under.filter_map(|(_, (_, object))| object.clone()).collect())
     }
 
     /// Records `key` as `object` at `revision`, unless the cache has seen
@@ -222,7 +225,7 @@ mod tests {
             .into()
     }
 
-    fn names(objects: &[Value]) -> Vec<&str> {
+    fn names(objects: &[Arc<Value>]) -> Vec<&str> {
         objects.iter().filter_map(|o| o["metadata"]["name"].as_str()).collect()
     }
 

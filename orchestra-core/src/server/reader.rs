@@ -42,7 +42,7 @@ impl ObjectReader for ServerObjects {
         resource: ResourceRef<'_>,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Option<Value>, ApiError> {
+    ) -> Result<Option<Arc<Value>>, ApiError> {
         let state = self.state()?;
         let info = Self::resource(&state, resource)?;
         let key = info.storage_key(namespace, name);
@@ -51,10 +51,10 @@ impl ObjectReader for ServerObjects {
         }
         let target = error_target(&info, name);
         let stored = state.store.get(&key).await.map_err(|e| store_error(e, &target))?;
-        stored.map(|kv| decode_served(&info, &kv)).transpose()
+        stored.map(|kv| decode_served(&info, &kv).map(Arc::new)).transpose()
     }
 
-    async fn list(&self, resource: ResourceRef<'_>, namespace: Option<&str>) -> Result<Vec<Value>, ApiError> {
+    async fn list(&self, resource: ResourceRef<'_>, namespace: Option<&str>) -> Result<Vec<Arc<Value>>, ApiError> {
         let state = self.state()?;
         let info = Self::resource(&state, resource)?;
         let prefix = info.storage_collection(namespace);
@@ -64,7 +64,7 @@ impl ObjectReader for ServerObjects {
         let mut objects = Vec::new();
         let mut failed = None;
         super::list::list_prefix(&*state.store, &prefix, |kv| match decode_served(&info, kv) {
-            Ok(object) => objects.push(object),
+            Ok(object) => objects.push(Arc::new(object)),
             Err(error) => failed = Some(error),
         })
         .await

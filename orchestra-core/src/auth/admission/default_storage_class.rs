@@ -55,7 +55,7 @@ impl DefaultStorageClass {
         };
         let name = |class: &Value| class["metadata"]["name"].as_str().unwrap_or_default().to_owned();
         // RFC 3339 timestamps in UTC order as strings.
-        let newest = classes.iter().filter(is_default).max_by(|a, b| {
+        let newest = classes.iter().map(|class| &**class).filter(is_default).max_by(|a, b| {
             let created =
                 |class: &Value| class["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_owned();
             created(a).cmp(&created(b)).then_with(|| name(b).cmp(&name(a)))

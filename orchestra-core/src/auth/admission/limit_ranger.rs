@@ -70,7 +70,8 @@ impl LimitRanger {
         };
         let (Some(namespace), Some(_)) = (request.namespace, request.object.as_ref()) else { return Ok(None) };
         let ranges = self.objects.list(LIMIT_RANGES, Some(namespace)).await?;
-        let ranges: Vec<Vec<Item>> = ranges.iter().map(items).filter(|items| !items.is_empty()).collect();
+        let ranges: Vec<Vec<Item>> =
+            ranges.iter().map(|range| items(range)).filter(|items| !items.is_empty()).collect();
         Ok((!ranges.is_empty()).then_some((kind, ranges)))
     }
 }

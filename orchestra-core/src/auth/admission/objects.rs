@@ -3,7 +3,7 @@
 //! read an [`ObjectReader`].
 
 use std::collections::BTreeMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -31,6 +31,10 @@ impl<'a> ResourceRef<'a> {
 
 /// Reads objects as the API serves them, for admission plugins.
 ///
+/// Objects come shared ([`Arc`]): a reader that keeps them in memory (the
+/// server's read cache) hands out references, not copies, on every write
+/// a plugin admits.
+///
 /// [`ApiServerBuilder::object_reader`](crate::server::ApiServerBuilder::object_reader)
 /// gives one over the server's store; [`StaticObjects`] serves fixed
 /// objects to a plugin's tests.
@@ -57,15 +61,15 @@ pub trait ObjectReader: Send + Sync {
         resource: ResourceRef<'_>,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Option<Value>, ApiError>;
+    ) -> Result<Option<Arc<Value>>, ApiError>;
 
     /// The objects of `resource` in `namespace`, or in every namespace
     /// (and for cluster-scoped kinds) with `None`.
-    async fn list(&self, resource: ResourceRef<'_>, namespace: Option<&str>) -> Result<Vec<Value>, ApiError>;
+    async fn list(&self, resource: ResourceRef<'_>, namespace: Option<&str>) -> Result<Vec<Arc<Value>>, ApiError>;
 }
 
 /// (group, version, resource) → (namespace, name) → object.
-type ObjectsByResource = BTreeMap<(String, String, String), BTreeMap<(String, String), Value>>;
+type ObjectsByResource = BTreeMap<(String, String, String), BTreeMap<(String, String), Arc<Value>>>;
 
 /// Objects held in memory: an [`ObjectReader`] for tests and for
 /// embedders that keep the objects a plugin reads themselves.
@@ -86,7 +90,7 @@ impl StaticObjects {
         let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default().to_owned();
         let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
         let mut objects = self.objects.write().unwrap_or_else(|e| e.into_inner());
-        objects.entry(key(resource)).or_default().insert((namespace, name), object);
+        objects.entry(key(resource)).or_default().insert((namespace, name), Arc::new(object));
     }
 
     /// Removes an object.
@@ -109,13 +113,13 @@ impl ObjectReader for StaticObjects {
         resource: ResourceRef<'_>,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Option<Value>, ApiError> {
+    ) -> Result<Option<Arc<Value>>, ApiError> {
         let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());
         let wanted = (namespace.unwrap_or_default().to_owned(), name.to_owned());
         Ok(objects.get(&key(resource)).and_then(|of_resource| of_resource.get(&wanted)).cloned())
     }
 
-    async fn list(&self, resource: ResourceRef<'_>, namespace: Option<&str>) -> Result<Vec<Value>, ApiError> {
+    async fn list(&self, resource: ResourceRef<'_>, namespace: Option<&str>) -> Result<Vec<Arc<Value>>, ApiError> {
         let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());
         let Some(of_resource) = objects.get(&key(resource)) else { return Ok(Vec::new()) };
         Ok(of_resource

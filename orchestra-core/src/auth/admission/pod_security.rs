@@ -223,12 +223,14 @@ impl PodSecurity {
     }
 
     /// The policy of `mode` a namespace's labels choose.
-    fn policy(labels: &Value, mode: &str, default: PodSecurityLevel) -> Policy {
-        let level = match labels[format!("{LABEL_PREFIX}{mode}")].as_str() {
+    /// The policy of one mode, from its level and version labels (e.g.
+    /// `pod-security.kubernetes.io/enforce` and `...-version`).
+    fn policy(labels: &Value, (level_label, version_label): (&str, &str), default: PodSecurityLevel) -> Policy {
+        let level = match labels[level_label].as_str() {
             None => default,
             Some(value) => PodSecurityLevel::parse(value).unwrap_or(PodSecurityLevel::Restricted),
         };
-        let version = match labels[format!("{LABEL_PREFIX}{mode}-version")].as_str() {
+        let version = match labels[version_label].as_str() {
             Some(version) if is_version(version) => version.to_owned(),
             _ => "latest".to_owned(),
         };
@@ -236,16 +238,18 @@ impl PodSecurity {
     }
 
     fn policies(&self, labels: &Value) -> Policies {
+        const ENFORCE: (&str, &str) =
+            ("pod-security.kubernetes.io/enforce", "pod-security.kubernetes.io/enforce-version");
+        const WARN: (&str, &str) = ("pod-security.kubernetes.io/warn", "pod-security.kubernetes.io/warn-version");
         Policies {
-            enforce: Self::policy(labels, "enforce", self.config.enforce),
-            warn: Self::policy(labels, "warn", self.config.warn),
+            enforce: Self::policy(labels, ENFORCE, self.config.enforce),
+            warn: Self::policy(labels, WARN, self.config.warn),
         }
     }
 
     async fn namespace_policies(&self, namespace: &str) -> Result<Policies, ApiError> {
         let object = self.objects.get(NAMESPACES, None, namespace).await?;
-        let labels = object.map(|ns| ns["metadata"]["labels"].clone()).unwrap_or_default();
-        Ok(self.policies(&labels))
+        Ok(self.policies(object.as_ref().map_or(&Value::Null, |ns| &ns["metadata"]["labels"])))
     }
 
     fn exempt_runtime_class(&self, spec: &Value) -> bool {

@@ -83,18 +83,18 @@ impl Priority {
     }
 
     /// The class `name`: stored, or built in.
-    async fn class(&self, name: &str) -> Result<Option<Value>, ApiError> {
+    async fn class(&self, name: &str) -> Result<Option<Arc<Value>>, ApiError> {
         if let Some(class) = self.objects.get(PRIORITY_CLASSES, None, name).await? {
             return Ok(Some(class));
         }
         Ok(SYSTEM_CLASSES
             .iter()
             .find(|(system, ..)| *system == name)
-            .map(|(name, value, description)| system_class(name, *value, description)))
+            .map(|(name, value, description)| Arc::new(system_class(name, *value, description))))
     }
 
     /// The class marked as the global default; of several, the lowest.
-    async fn default_class(&self) -> Result<Option<Value>, ApiError> {
+    async fn default_class(&self) -> Result<Option<Arc<Value>>, ApiError> {
         let classes = self.objects.list(PRIORITY_CLASSES, None).await?;
         Ok(classes.into_iter().filter(|c| c["globalDefault"] == true).min_by_key(|c| c["value"].as_i64()))
     }

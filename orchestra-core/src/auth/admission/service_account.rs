@@ -121,7 +121,7 @@ impl ServiceAccount {
 
     /// The account `namespace`/`name`; `default` is looked up again a few
     /// times before it counts as missing.
-    async fn account(&self, namespace: &str, name: &str) -> Result<Value, String> {
+    async fn account(&self, namespace: &str, name: &str) -> Result<Arc<Value>, String> {
         let lookups = if name == DEFAULT_SERVICE_ACCOUNT { self.default_lookups.max(1) } else { 1 };
         for attempt in 0..lookups {
             if attempt > 0 && !self.lookup_interval.is_zero() {
@@ -136,7 +136,7 @@ impl ServiceAccount {
         Err(format!("serviceaccount {name:?} not found"))
     }
 
-    async fn account_or_refuse(&self, request: &AdmissionRequest<'_>, name: &str) -> Result<Value, ApiError> {
+    async fn account_or_refuse(&self, request: &AdmissionRequest<'_>, name: &str) -> Result<Arc<Value>, ApiError> {
         let namespace = request.namespace.unwrap_or_default();
         self.account(namespace, name)
             .await

@@ -234,6 +234,15 @@ impl NodeGraph {
     }
 
     fn put(&self, followed: Followed, kv: &KeyValue) {
+        // A pod not bound to a node has no edges: unless the graph holds it
+        // (it cannot lose its node, but may stop decoding), its JSON need
+        // not be parsed. Every pod is written unbound first.
+        if followed == Followed::Pods && memchr::memmem::find(&kv.value, b"\"nodeName\"").is_none() {
+            if self.read().pods.contains_key(&kv.key) {
+                self.delete(followed, &kv.key);
+            }
+            return;
+        }
         let Ok(object) = serde_json::from_slice::<Value>(&kv.value) else {
             self.delete(followed, &kv.key);
             return;

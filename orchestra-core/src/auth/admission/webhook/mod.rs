@@ -303,7 +303,7 @@ impl Configurations for ReadConfigurations {
         configurations.sort_by(|a, b| {
             a.pointer("/metadata/name").map(Value::to_string).cmp(&b.pointer("/metadata/name").map(Value::to_string))
         });
-        Ok(configurations.iter().flat_map(Webhook::of_configuration).collect())
+        Ok(configurations.iter().flat_map(|configuration| Webhook::of_configuration(configuration)).collect())
     }
 
     fn registry(&self) -> Result<Arc<Registry>, ApiError> {
@@ -510,7 +510,7 @@ impl Dispatcher {
             .get(ENDPOINTS, Some(namespace), name)
             .await
             .map_err(|e| unavailable(e.message))?
-            .unwrap_or(Value::Null);
+            .unwrap_or_else(|| Arc::new(Value::Null));
         let subsets = endpoints["subsets"].as_array().map(Vec::as_slice).unwrap_or_default();
         for subset in subsets {
             let ports = subset["ports"].as_array().map(Vec::as_slice).unwrap_or_default();
