@@ -189,6 +189,9 @@ fn validate(target: &Target, object: &mut Value, name: &str, old: Option<&Value>
         }
         checked.map_err(|e| ApiError::bad_request(format!("{} in body is invalid: {e}", resource.kind)))?;
     }
+    if resource.group.is_empty() && resource.plural == "secrets" {
+        merge_string_data(object);
+    }
     let mut errors = meta::validate_name(&resource.group, &resource.plural, "metadata.name", name);
     errors.extend(meta::validate_labels(object));
     errors.extend(custom_errors);
@@ -199,6 +202,22 @@ fn validate(target: &Target, object: &mut Value, name: &str, old: Option<&Value>
         return Err(ApiError::invalid(&target.error_target(name), errors));
     }
     Ok(())
+}
+
+/// A Secret's `stringData` is write-only: each entry is stored in `data`,
+/// base64-encoded, over an entry of the same key there, as upstream's
+/// conversion does.
+fn merge_string_data(secret: &mut Value) {
+    use base64::Engine as _;
+    let Some(Value::Object(strings)) = secret.as_object_mut().and_then(|s| s.remove("stringData")) else { return };
+    if !secret["data"].is_object() {
+        secret["data"] = Value::Object(Default::default());
+    }
+    let data = secret["data"].as_object_mut().expect("made an object");
+    for (key, value) in strings {
+        let text = value.as_str().unwrap_or_default();
+        data.insert(key, base64::engine::general_purpose::STANDARD.encode(text).into());
+    }
 }
 
 /// Fills server-set fields of a new object.
@@ -794,6 +813,24 @@ pub(crate) fn respond(result: Result<Value, ApiError>, written: Written) -> Resp
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secrets_string_data_is_stored_in_data() {
+        // (written, stored)
+        let cases = [
+            (json!({"stringData": {"password": "hunter2"}}), json!({"data": {"password": "aHVudGVyMg=="}})),
+            (
+                json!({"data": {"a": "YQ==", "b": "Yg=="}, "stringData": {"b": "B", "c": ""}}),
+                json!({"data": {"a": "YQ==", "b": "Qg==", "c": ""}}),
+            ),
+            (json!({"data": {"a": "YQ=="}}), json!({"data": {"a": "YQ=="}})),
+            (json!({"stringData": {}}), json!({"data": {}})),
+        ];
+        for (i, (mut written, stored)) in cases.into_iter().enumerate() {
+            merge_string_data(&mut written);
+            assert_eq!(written, stored, "case {i}");
+        }
+    }
 
     /// A create that dropped its object before the write ([`Answer::Json`])
     /// answers the same JSON, and the same object, as one that kept it.

@@ -154,6 +154,8 @@ items:
     name: listed
   data:
     password: aHVudGVyMg==
+  stringData:
+    user: admin
 "#;
 
 /// A `kind: List` is validated by kubectl itself (the server's field
@@ -169,6 +171,12 @@ async fn kubectl_validates_lists_with_openapi_v2() {
         let (ok, out, err) = kubectl.run(&["get", "secret", "listed", "-o", "jsonpath={.data.password}"]).into_parts();
         assert!(ok, "{err}");
         assert_eq!(out, "aHVudGVyMg==");
+        // `stringData` is write-only: stored base64-encoded in `data`.
+        let (ok, out, err) = kubectl.run(&["get", "secret", "listed", "-o", "json"]).into_parts();
+        assert!(ok, "{err}");
+        let secret: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(secret["data"]["user"], "YWRtaW4=", "{out}");
+        assert!(secret.get("stringData").is_none(), "{out}");
 
         // A wrong type and an unknown field: refused before anything is sent.
         let wrong_type = LIST.replace("name: listed\n  data:\n    a: b", "name: wrong\n  data: 5");
