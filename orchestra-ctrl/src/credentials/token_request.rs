@@ -4,6 +4,7 @@
 //! identity and renewed before they expire, as upstream's
 //! `SAControllerClientBuilder`.
 
+use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -77,7 +78,13 @@ impl ControllerCredentials for TokenRequestCredentials {
         Box::pin(async move {
             let (token, lifetime) = this.token(&account).await?;
             let header = Arc::new(RwLock::new(token));
-            tokio::spawn(renew(Arc::downgrade(&header), this.clone(), account, lifetime));
+            let issuer = this.clone();
+            let renewed = account.clone();
+            let issue = move || {
+                let (issuer, account) = (issuer.clone(), renewed.clone());
+                async move { issuer.token(&account).await }
+            };
+            tokio::spawn(renew(Arc::downgrade(&header), issue, account, lifetime, RETRY));
             let inner = kube::Client::try_from(this.cluster.clone())?;
             let namespace = this.cluster.default_namespace.clone();
             Ok(kube::Client::new(BearerService { inner, token: header }, namespace))
@@ -116,27 +123,35 @@ impl TokenRequestCredentials {
     }
 }
 
-/// Replaces the token in `cell` at 80% of its lifetime, for as long as a
-/// client holds the cell; a failed attempt is retried until the token in
-/// use has expired, and after.
-async fn renew(
+/// Replaces the token in `cell` with one from `issue` at 80% of its
+/// lifetime, for as long as a client holds the cell; a failed attempt is
+/// retried every `retry` ([`RETRY`]) until one succeeds (the token in use stays until
+/// then, even past its expiry: the API server's 401s say why).
+async fn renew<Issue, Issued>(
     cell: Weak<RwLock<HeaderValue>>,
-    credentials: TokenRequestCredentials,
+    mut issue: Issue,
     account: String,
     lifetime: Duration,
-) {
+    retry: Duration,
+) where
+    Issue: FnMut() -> Issued,
+    Issued: Future<Output = Result<(HeaderValue, Duration), kube::Error>>,
+{
     let mut wait = lifetime.mul_f64(0.8);
     loop {
         tokio::time::sleep(wait).await;
-        let Some(cell) = cell.upgrade() else { return };
-        match credentials.token(&account).await {
+        if cell.strong_count() == 0 {
+            return;
+        }
+        match issue().await {
             Ok((token, lifetime)) => {
+                let Some(cell) = cell.upgrade() else { return };
                 *cell.write() = token;
                 wait = lifetime.mul_f64(0.8);
             }
             Err(error) => {
                 tracing::warn!(%error, account, "renewing a controller's service account token failed");
-                wait = RETRY;
+                wait = retry;
             }
         }
     }
@@ -165,5 +180,67 @@ impl tower::Service<http::Request<kube::client::Body>> for BearerService {
         request.headers_mut().insert(http::header::AUTHORIZATION, token);
         let inner = self.inner.clone();
         Box::pin(async move { inner.send(request).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// What the issuer answers at each call: a token and its lifetime in
+    /// milliseconds, or a failure.
+    type Answer = Result<(&'static str, u64), &'static str>;
+
+    #[tokio::test]
+    async fn tokens_are_renewed_at_80_percent_and_failures_retried() {
+        // (the first token's lifetime, the issuer's answers in order, when
+        // each call is due (ms), the token held at the end); failures are
+        // retried every 100 ms.
+        type Case = (u64, Vec<Answer>, Vec<u64>, &'static str);
+        let cases: Vec<Case> = vec![
+            // Each renewal at 80 % of the lifetime of the token it replaces.
+            (1000, vec![Ok(("b", 500)), Ok(("c", 1000))], vec![800, 1200], "c"),
+            // A failed renewal keeps the token in use and is retried.
+            (1000, vec![Err("down"), Err("down"), Ok(("b", 1000))], vec![800, 900, 1000], "b"),
+        ];
+        for (i, (lifetime, answers, due, held)) in cases.into_iter().enumerate() {
+            let cell = Arc::new(RwLock::new(HeaderValue::from_static("a")));
+            let answers = Arc::new(Mutex::new(answers.into_iter().collect::<VecDeque<_>>()));
+            let calls = Arc::new(Mutex::new(Vec::new()));
+            let start = tokio::time::Instant::now();
+            let issue = {
+                let (answers, calls) = (answers.clone(), calls.clone());
+                move || {
+                    calls.lock().unwrap().push(start.elapsed());
+                    let answer = answers.lock().unwrap().pop_front().expect("an answer for every call");
+                    futures::future::ready(match answer {
+                        Ok((token, ms)) => Ok((HeaderValue::from_static(token), Duration::from_millis(ms))),
+                        Err(reason) => Err(kube::Error::Service(reason.into())),
+                    })
+                }
+            };
+            let lifetime = Duration::from_millis(lifetime);
+            let task =
+                tokio::spawn(renew(Arc::downgrade(&cell), issue, "sa".into(), lifetime, Duration::from_millis(100)));
+            let deadline = start + Duration::from_secs(10);
+            while calls.lock().unwrap().len() < due.len() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let seen = calls.lock().unwrap().clone();
+            assert_eq!(seen.len(), due.len(), "case {i}: calls at {seen:?}");
+            // Sleeps never end early: each call came at or after its due time.
+            for (at, due) in seen.iter().zip(&due) {
+                assert!(*at >= Duration::from_millis(*due), "case {i}: calls at {seen:?}, due {due} ms");
+            }
+            assert_eq!(*cell.read(), held, "case {i}");
+            // Once no client holds the token, the task ends at its next wake-up.
+            drop(cell);
+            answers.lock().unwrap().push_back(Ok(("unused", 100)));
+            tokio::time::timeout(Duration::from_secs(5), task).await.expect("the renewal task ends").unwrap();
+            assert_eq!(calls.lock().unwrap().len(), due.len(), "case {i}: no call for a dropped token");
+        }
     }
 }
