@@ -93,8 +93,9 @@ bench-auth-quick: deps
 	$(CARGO) bench -p orchestra-benches --bench auth -- --quick
 
 ## Instructions per create in the API handler (valgrind; exact, unlike time).
+## HANDLER_ARGS="--pods --secured": pods through Node,RBAC and admission.
 bench-handler-instructions: deps
-	./scripts/handler-instructions.sh
+	./scripts/handler-instructions.sh $(HANDLER_ARGS)
 
 lint: deps
 	$(CARGO) fmt --all --check

@@ -2,6 +2,7 @@
 # Instructions one create costs in the API handler, counted by valgrind:
 # unlike time on a shared machine, the count does not move from run to run.
 # Two runs (1000 and 3000 creates) are subtracted so the setup cancels.
+# Arguments go to the benchmark: `--pods`, `--pods --secured`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v valgrind >/dev/null; then
@@ -14,10 +15,11 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "handler":
         print(m["executable"])')
+extra=("$@")
 count() {
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$exe" --creates "$1" --rounds 1 2>&1 |
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$exe" --creates "$1" --rounds 1 "${extra[@]}" 2>&1 |
         awk '/Collected/ { print $4 }'
 }
 small=$(count 1000)
 large=$(count 3000)
-echo "handler op=create instructions_per_op=$(( (large - small) / 2000 ))"
+echo "handler op=create args=\"${extra[*]}\" instructions_per_op=$(( (large - small) / 2000 ))"
