@@ -226,6 +226,9 @@ impl Store for EncryptedStore {
     }
 
     async fn stale(&self, key: &str, revision: Revision) -> Result<bool> {
+        if self.config.providers(key).is_none() {
+            return Ok(false);
+        }
         let stored = self.inner.get(key).await?;
         Ok(stored.is_some_and(|kv| kv.mod_revision == revision && is_stale(&self.config, key, &kv.value)))
     }
@@ -334,6 +337,11 @@ mod tests {
                 (other, _) => panic!("case {i}: {other:?}"),
             }
         }
+        // A key no rule names is stored as written: never stale.
+        let raw: Arc<dyn Store> = Arc::new(MemStore::new());
+        let other = raw.put("/registry/configmaps/default/c", "plain".into(), None).await.unwrap();
+        let store = EncryptedStore::new(raw, &config(vec![aes("new", 2)]));
+        assert!(!store.stale(&other.key, other.mod_revision).await.unwrap());
     }
 
     #[tokio::test]
