@@ -86,6 +86,7 @@ usage: cargo bench -p orchestra-benches --bench auth [-- OPTIONS]
   --creates M         pod creates per run and server (default 8000, quick 200)
   --clients C         concurrent clients of the creates, one HTTPS connection each (default 16)
   --runs N            runs of every figure; medians printed with the spread (default 7, quick 3, at least 3)
+  --threads           also print each create phase's CPU time per create by thread name
 
 Data goes to a scratch directory under $ORCHESTRA_BENCH_DIR (default /var/tmp), never tmpfs.";
 
@@ -105,6 +106,7 @@ struct Config {
     creates: usize,
     clients: usize,
     runs: usize,
+    threads: bool,
 }
 
 impl Config {
@@ -119,6 +121,7 @@ impl Config {
             creates: args.get("creates", pick(8000, 200))?,
             clients: args.get("clients", 16)?,
             runs: args.get("runs", pick(7, 3))?,
+            threads: args.flag("threads"),
         };
         args.finish()?;
         if config.runs < 3 {
@@ -629,7 +632,11 @@ async fn run(config: &Config, scratch: &Path) -> Result<(), String> {
             server.settle().await?;
             let cpu = sys::ThreadCpuMeter::start();
             walls[which] = creates(connections, config.creates, &format!("run{run}")).await?;
-            cpus[which] = cpu.read().total_ns() as f64 / 1e9;
+            let window = cpu.read();
+            cpus[which] = window.total_ns() as f64 / 1e9;
+            if config.threads {
+                print_threads(if which == 0 { "secured" } else { "open" }, &window, config.creates);
+            }
         }
         let per_create = |wall: Duration| wall.as_secs_f64() * 1e3 / config.creates as f64;
         secured_ms.runs.push(per_create(walls[0]));
@@ -763,4 +770,17 @@ fn print_header(config: &Config, scratch: &Path, granted: &orchestra_core::auth:
          (the process's threads; the wall-time ratio beside it), servers alternating, each run on a settled store",
         config.clients
     );
+}
+
+/// A create phase's CPU time per create, by thread name (the store's
+/// committer, the runtime's workers, ...), to tell where a difference goes.
+fn print_threads(server: &str, window: &sys::ThreadCpuWindow, creates: usize) {
+    let mut by_name = std::collections::BTreeMap::<&str, u64>::new();
+    for thread in &window.threads {
+        *by_name.entry(thread.name.as_str()).or_default() += thread.cpu_ns;
+    }
+    let per_create = |ns: u64| ns as f64 / 1e3 / creates as f64;
+    let parts: Vec<String> =
+        by_name.iter().filter(|(_, ns)| **ns > 0).map(|(name, ns)| format!("{name} {:.1}", per_create(*ns))).collect();
+    eprintln!("    {server}: {:.1} us CPU per create: {}", per_create(window.total_ns()), parts.join(", "));
 }

@@ -151,9 +151,31 @@ struct Committed {
     events: Vec<Event>,
 }
 
-/// The last published revision and the sender, under one lock so that a
+/// The last published revision and the channels, under one lock so that a
 /// watch's subscription and its view of "published so far" always agree.
-type HubState = Mutex<(Revision, broadcast::Sender<Arc<Committed>>)>;
+type HubState = Mutex<Channels>;
+
+/// One broadcast channel per distinct watched range. A commit group is sent
+/// only to the channels whose range one of its events falls in (etcd groups
+/// its watchers by key the same way), so a write wakes the watches it
+/// concerns and no others: a server with watches on many prefixes does not
+/// pay for waking all of them on every write.
+struct Channels {
+    published: Revision,
+    channels: Vec<(KeyRange, broadcast::Sender<Arc<Committed>>)>,
+}
+
+impl Channels {
+    /// A receiver of every group published from now on that touches `range`.
+    fn subscribe(&mut self, range: &KeyRange) -> broadcast::Receiver<Arc<Committed>> {
+        if let Some((_, sender)) = self.channels.iter().find(|(watched, _)| watched == range) {
+            return sender.subscribe();
+        }
+        let (sender, receiver) = broadcast::channel(HUB_CAPACITY);
+        self.channels.push((range.clone(), sender));
+        receiver
+    }
+}
 
 /// Fans committed changes out to watches: all of
 /// [`Store::watch`](crate::Store::watch) but the compaction check and the
@@ -215,7 +237,11 @@ pub struct WatchHub {
 
 impl std::fmt::Debug for WatchHub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WatchHub").field("published", &self.inner.lock().0).finish_non_exhaustive()
+        let inner = self.inner.lock();
+        f.debug_struct("WatchHub")
+            .field("published", &inner.published)
+            .field("channels", &inner.channels.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -223,8 +249,7 @@ impl WatchHub {
     /// A hub whose history ends at `revision`: the backend's current
     /// revision (0 for an empty store).
     pub fn new(revision: Revision) -> WatchHub {
-        let (sender, _) = broadcast::channel(HUB_CAPACITY);
-        WatchHub { inner: Arc::new(Mutex::new((revision, sender))) }
+        WatchHub { inner: Arc::new(Mutex::new(Channels { published: revision, channels: Vec::new() })) }
     }
 
     /// Publishes the events of revisions `first..=last` (possibly none: a
@@ -234,10 +259,20 @@ impl WatchHub {
     /// [`EventLog`]; a backend that commits under a lock publishes under it.
     pub fn publish(&self, first: Revision, last: Revision, events: Vec<Event>) {
         let mut inner = self.inner.lock();
-        debug_assert!(first == inner.0 + 1, "published {first} after {}", inner.0);
-        inner.0 = last;
-        // No receivers is fine: nobody is watching.
-        let _ = inner.1.send(Arc::new(Committed { last, events }));
+        debug_assert!(first == inner.published + 1, "published {first} after {}", inner.published);
+        inner.published = last;
+        let committed = Arc::new(Committed { last, events });
+        inner.channels.retain(|(range, sender)| {
+            // A channel whose watches all ended goes.
+            if sender.receiver_count() == 0 {
+                return false;
+            }
+            if committed.events.iter().any(|event| range.contains(&event.kv.key)) {
+                // Receivers that drop meanwhile are fine: nobody is watching.
+                let _ = sender.send(committed.clone());
+            }
+            true
+        });
     }
 
     /// Starts a watch that reads the revisions it missed from `log`. The
@@ -247,8 +282,8 @@ impl WatchHub {
     /// The stream must be polled inside a Tokio runtime.
     pub fn watch(&self, log: Arc<dyn EventLog>, request: WatchRequest) -> WatchStream {
         let (published, receiver) = {
-            let inner = self.inner.lock();
-            (inner.0, inner.1.subscribe())
+            let mut inner = self.inner.lock();
+            (inner.published, inner.subscribe(&request.range))
         };
         let next = if request.start_revision > 0 { request.start_revision } else { published + 1 };
         let state = Watcher {
@@ -307,6 +342,7 @@ impl Watcher {
                 Some(deadline) => match tokio::time::timeout_at(deadline, self.receiver.recv()).await {
                     Ok(received) => received,
                     Err(_) => {
+                        self.skip_quiet_revisions();
                         let revision = (self.next - 1).min(self.published);
                         return Ok(WatchResponse { revision, events: Vec::new() });
                     }
@@ -335,14 +371,149 @@ impl Watcher {
                     let Some(hub) = self.hub.upgrade() else {
                         return Err(Error::Unavailable("the store is shut down".into()));
                     };
-                    let hub = hub.lock();
-                    self.receiver = hub.1.subscribe();
-                    self.published = hub.0;
+                    let mut hub = hub.lock();
+                    self.receiver = hub.subscribe(&self.range);
+                    self.published = hub.published;
                 }
                 Err(broadcast::error::RecvError::Closed) => {
                     return Err(Error::Unavailable("the store is shut down".into()));
                 }
             }
         }
+    }
+
+    /// Moves a watch that is caught up past the revisions published since
+    /// its last group: the hub sent it every group touching its range, so
+    /// when none is waiting in its channel, none of those revisions concern
+    /// it. A progress notification then carries the store's revision, not
+    /// that of the last change in the watch's range.
+    fn skip_quiet_revisions(&mut self) {
+        let Some(hub) = self.hub.upgrade() else { return };
+        // Under the lock no group is being sent, so an empty channel means
+        // nothing up to the hub's revision is on its way.
+        let hub = hub.lock();
+        if self.next > self.published && self.receiver.is_empty() {
+            self.published = hub.published;
+            self.next = hub.published + 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt as _;
+
+    use super::*;
+    use crate::backend::RevisionLog;
+    use crate::kv::{EventKind, KeyValue};
+
+    #[derive(Default)]
+    struct History(Mutex<RevisionLog>);
+
+    #[async_trait]
+    impl EventLog for History {
+        async fn events(&self, range: &KeyRange, from: Revision, to: Revision) -> Result<Vec<Event>> {
+            Ok(self.0.lock().events(range, from, to))
+        }
+    }
+
+    fn put(key: &str, revision: Revision) -> Event {
+        let kv = KeyValue {
+            key: key.into(),
+            value: "v".into(),
+            create_revision: revision,
+            mod_revision: revision,
+            version: 1,
+            expires_at_ms: None,
+        };
+        Event { kind: EventKind::Put, kv, prev_kv: None }
+    }
+
+    /// Each case: the ranges watched, then the keys written one revision
+    /// each; after the writes, how many groups wait in each range's channel
+    /// and how many channels the hub keeps.
+    #[tokio::test]
+    async fn commits_reach_only_the_channels_of_their_ranges() {
+        struct Case {
+            name: &'static str,
+            watched: &'static [&'static str],
+            writes: &'static [&'static str],
+            queued: &'static [usize],
+            channels: usize,
+        }
+        let cases = [
+            Case { name: "one range", watched: &["/a/"], writes: &["/a/1", "/b/1"], queued: &[1], channels: 1 },
+            Case {
+                name: "disjoint ranges",
+                watched: &["/a/", "/b/"],
+                writes: &["/a/1", "/a/2", "/b/1"],
+                queued: &[2, 1],
+                channels: 2,
+            },
+            Case {
+                name: "one range watched twice shares a channel",
+                watched: &["/a/", "/a/"],
+                writes: &["/a/1"],
+                queued: &[1, 1],
+                channels: 1,
+            },
+            Case {
+                name: "nested ranges",
+                watched: &["/", "/a/"],
+                writes: &["/a/1", "/b/1"],
+                queued: &[2, 1],
+                channels: 2,
+            },
+            Case { name: "nothing in range", watched: &["/c/"], writes: &["/a/1", "/b/1"], queued: &[0], channels: 1 },
+        ];
+        for case in cases {
+            let hub = WatchHub::new(0);
+            let receivers: Vec<_> =
+                case.watched.iter().map(|prefix| hub.inner.lock().subscribe(&KeyRange::prefix(*prefix))).collect();
+            for (i, key) in case.writes.iter().enumerate() {
+                let revision = i as Revision + 1;
+                hub.publish(revision, revision, vec![put(key, revision)]);
+            }
+            let queued: Vec<usize> = receivers.iter().map(broadcast::Receiver::len).collect();
+            assert_eq!(queued, case.queued, "{}: groups queued per watch", case.name);
+            assert_eq!(hub.inner.lock().channels.len(), case.channels, "{}: channels", case.name);
+        }
+    }
+
+    #[tokio::test]
+    async fn channels_of_ended_watches_go_at_the_next_publish() {
+        let hub = WatchHub::new(0);
+        let history = Arc::new(History::default());
+        let a = hub.watch(history.clone(), WatchRequest::new(KeyRange::prefix("/a/")));
+        let b = hub.watch(history.clone(), WatchRequest::new(KeyRange::prefix("/b/")));
+        assert_eq!(hub.inner.lock().channels.len(), 2);
+        drop(b);
+        history.0.lock().append(1, vec![put("/a/1", 1)]);
+        hub.publish(1, 1, vec![put("/a/1", 1)]);
+        let channels: Vec<KeyRange> = hub.inner.lock().channels.iter().map(|(range, _)| range.clone()).collect();
+        assert_eq!(channels, vec![KeyRange::prefix("/a/")]);
+        drop(a);
+    }
+
+    /// A watch that no write concerns reports the hub's revision in its
+    /// progress notifications, and still gets the next write in its range.
+    #[tokio::test]
+    async fn progress_of_a_quiet_watch_carries_the_hub_revision() {
+        let hub = WatchHub::new(0);
+        let history = Arc::new(History::default());
+        let request = WatchRequest::new(KeyRange::prefix("/a/")).with_progress_notify(Duration::from_millis(20));
+        let mut watch = hub.watch(history.clone(), request);
+        for revision in 1..=3 {
+            let events = vec![put(&format!("/b/{revision}"), revision)];
+            history.0.lock().append(revision, events.clone());
+            hub.publish(revision, revision, events);
+        }
+        let progress = watch.next().await.unwrap().unwrap();
+        assert_eq!((progress.revision, progress.events.len()), (3, 0));
+        let events = vec![put("/a/4", 4)];
+        history.0.lock().append(4, events.clone());
+        hub.publish(4, 4, events);
+        let response = watch.next().await.unwrap().unwrap();
+        assert_eq!((response.revision, response.events[0].kv.key.as_str()), (4, "/a/4"));
     }
 }
