@@ -32,7 +32,9 @@
 //!   the default admission chain, divided by the same creates' CPU time
 //!   through an API server that allows everything (`AlwaysAllow`) with no
 //!   admission plugin. Each server has its own durable `RocksStore`; the
-//!   two run in the same process, alternately, each run on a settled store.
+//!   two run in the same process and take turns every `--chunk` creates
+//!   (so that the machine's drift over a run falls on both alike), each run
+//!   starting on settled stores.
 //!   The target is a ratio under 1.10. `api_create_wall_ratio_with_rbac` is
 //!   the same for wall time, printed beside it: with a synced WAL and 16
 //!   clients it mostly measures the disk's flush latency and, on a shared
@@ -86,6 +88,7 @@ usage: cargo bench -p orchestra-benches --bench auth [-- OPTIONS]
   --creates M         pod creates per run and server (default 8000, quick 200)
   --clients C         concurrent clients of the creates, one HTTPS connection each (default 16)
   --runs N            runs of every figure; medians printed with the spread (default 7, quick 3, at least 3)
+  --chunk K           creates a server makes before the other takes its turn (default 500)
   --threads           also print each create phase's CPU time per create by thread name
 
 Data goes to a scratch directory under $ORCHESTRA_BENCH_DIR (default /var/tmp), never tmpfs.";
@@ -106,6 +109,7 @@ struct Config {
     creates: usize,
     clients: usize,
     runs: usize,
+    chunk: usize,
     threads: bool,
 }
 
@@ -121,6 +125,7 @@ impl Config {
             creates: args.get("creates", pick(8000, 200))?,
             clients: args.get("clients", 16)?,
             runs: args.get("runs", pick(7, 3))?,
+            chunk: args.get("chunk", 500)?,
             threads: args.flag("threads"),
         };
         args.finish()?;
@@ -129,6 +134,9 @@ impl Config {
         }
         if config.bindings < 20 || config.decisions == 0 || config.tokens == 0 || config.clients == 0 {
             return Err("--bindings must be at least 20; decisions, tokens and clients positive".into());
+        }
+        if config.chunk < config.clients {
+            return Err("--chunk must be at least --clients".into());
         }
         if config.creates < config.clients {
             return Err("--creates must be at least --clients".into());
@@ -143,7 +151,7 @@ impl Config {
 }
 
 fn main() -> ExitCode {
-    match harness::parse_config(&["quick", "help"], USAGE, Config::from_args) {
+    match harness::parse_config(&["quick", "threads", "help"], USAGE, Config::from_args) {
         Ok(config) => harness::run_in_scratch("auth", async |scratch| run(&config, scratch).await),
         Err(code) => code,
     }
@@ -622,21 +630,34 @@ async fn run(config: &Config, scratch: &Path) -> Result<(), String> {
         authn.runs.push(authentications(&ClientCertAuthenticator, &cert_parts, certificates, USER).await?);
         authn_token.runs.push(authentications(&token_authenticator, &token_parts, config.tokens, &account_user).await?);
 
-        // The servers alternate which goes first.
+        // The servers take turns a chunk at a time, in the order
+        // secured, open, open, secured, ... so that a drift of the
+        // machine's speed over the run (other guests, the stores'
+        // background work) falls on both alike.
+        for server in [&secured, &open] {
+            server.settle().await?;
+        }
         let mut walls = [Duration::ZERO; 2];
         let mut cpus = [0.0f64; 2];
-        let order: [usize; 2] = if run.is_multiple_of(2) { [0, 1] } else { [1, 0] };
-        for which in order {
-            let (server, connections) =
-                if which == 0 { (&secured, &secured_connections) } else { (&open, &open_connections) };
-            server.settle().await?;
-            let cpu = sys::ThreadCpuMeter::start();
-            walls[which] = creates(connections, config.creates, &format!("run{run}")).await?;
-            let window = cpu.read();
-            cpus[which] = window.total_ns() as f64 / 1e9;
-            if config.threads {
-                print_threads(if which == 0 { "secured" } else { "open" }, &window, config.creates);
+        let mut threads = [ThreadTimes::new(), ThreadTimes::new()];
+        let chunks = config.creates.div_ceil(config.chunk);
+        for chunk in 0..chunks {
+            let count = config.chunk.min(config.creates - chunk * config.chunk);
+            let order: [usize; 2] = if chunk % 2 == run % 2 { [0, 1] } else { [1, 0] };
+            for which in order {
+                let connections = if which == 0 { &secured_connections } else { &open_connections };
+                let cpu = sys::ThreadCpuMeter::start();
+                walls[which] += creates(connections, count, &format!("run{run}-{chunk}")).await?;
+                let window = cpu.read();
+                cpus[which] += window.total_ns() as f64 / 1e9;
+                for thread in &window.threads {
+                    *threads[which].entry(thread.name.clone()).or_default() += thread.cpu_ns;
+                }
             }
+        }
+        if config.threads {
+            print_threads("secured", &threads[0], config.creates);
+            print_threads("open", &threads[1], config.creates);
         }
         let per_create = |wall: Duration| wall.as_secs_f64() * 1e3 / config.creates as f64;
         secured_ms.runs.push(per_create(walls[0]));
@@ -767,20 +788,20 @@ fn print_header(config: &Config, scratch: &Path, granted: &orchestra_core::auth:
     println!(
         "# creates: pods, HTTP/1.1 over TLS, {} connections as {USER} (client certificate); secured = Node,RBAC + \
          default admission, open = AlwaysAllow + no admission; ratio = secured CPU / open CPU of the same run \
-         (the process's threads; the wall-time ratio beside it), servers alternating, each run on a settled store",
-        config.clients
+         (the process's threads; the wall-time ratio beside it), servers taking turns every {} creates, each run \
+         starting on settled stores",
+        config.clients, config.chunk
     );
 }
 
-/// A create phase's CPU time per create, by thread name (the store's
+/// CPU nanoseconds by thread name.
+type ThreadTimes = std::collections::BTreeMap<String, u64>;
+
+/// A server's CPU time per create over a run, by thread name (the store's
 /// committer, the runtime's workers, ...), to tell where a difference goes.
-fn print_threads(server: &str, window: &sys::ThreadCpuWindow, creates: usize) {
-    let mut by_name = std::collections::BTreeMap::<&str, u64>::new();
-    for thread in &window.threads {
-        *by_name.entry(thread.name.as_str()).or_default() += thread.cpu_ns;
-    }
+fn print_threads(server: &str, threads: &ThreadTimes, creates: usize) {
     let per_create = |ns: u64| ns as f64 / 1e3 / creates as f64;
     let parts: Vec<String> =
-        by_name.iter().filter(|(_, ns)| **ns > 0).map(|(name, ns)| format!("{name} {:.1}", per_create(*ns))).collect();
-    eprintln!("    {server}: {:.1} us CPU per create: {}", per_create(window.total_ns()), parts.join(", "));
+        threads.iter().filter(|(_, ns)| **ns > 0).map(|(name, ns)| format!("{name} {:.1}", per_create(*ns))).collect();
+    eprintln!("    {server}: {:.1} us CPU per create: {}", per_create(threads.values().sum()), parts.join(", "));
 }

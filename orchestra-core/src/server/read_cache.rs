@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
@@ -41,37 +42,45 @@ pub(crate) const CACHED: [(&str, &str, &str); 5] = [
 /// (`None`: deleted).
 type Entry = (Revision, Option<Arc<Value>>);
 
+/// One cached kind.
+struct Kind {
+    /// Its store prefix.
+    prefix: String,
+    /// How to decode its objects.
+    info: Arc<ResourceInfo>,
+    /// Whether the cache holds its objects. A flag per kind, read without a
+    /// lock: every admitted write asks.
+    ready: AtomicBool,
+}
+
 /// Decoded objects of the [`CACHED`] kinds, by store key.
 #[derive(Default)]
 pub(crate) struct ReadCache {
-    /// Each kind's store prefix and how to decode its objects.
-    kinds: Vec<(String, Arc<ResourceInfo>)>,
+    kinds: Vec<Kind>,
     entries: RwLock<BTreeMap<String, Entry>>,
-    /// The prefixes whose objects the cache holds.
-    ready: RwLock<HashSet<String>>,
 }
 
 impl ReadCache {
     /// A cache of `kinds` (not filled yet).
     pub(crate) fn new(kinds: Vec<Arc<ResourceInfo>>) -> ReadCache {
-        let kinds = kinds.into_iter().map(|info| (info.storage_prefix(), info)).collect();
-        ReadCache { kinds, ..Default::default() }
+        let kinds =
+            kinds.into_iter().map(|info| Kind { prefix: info.storage_prefix(), info, ready: AtomicBool::new(false) });
+        ReadCache { kinds: kinds.collect(), ..Default::default() }
     }
 
     /// The store prefixes to follow.
     pub(crate) fn prefixes(&self) -> impl Iterator<Item = &str> {
-        self.kinds.iter().map(|(prefix, _)| prefix.as_str())
+        self.kinds.iter().map(|kind| kind.prefix.as_str())
     }
 
     /// The kind whose prefix `key` (or a narrower prefix) is under, if it is
     /// cached and ready.
-    fn ready_kind(&self, key: &str) -> Option<&(String, Arc<ResourceInfo>)> {
-        let kind = self.kinds.iter().find(|(prefix, _)| key.starts_with(prefix.as_str()))?;
-        self.ready.read().unwrap_or_else(|e| e.into_inner()).contains(&kind.0).then_some(kind)
+    fn ready_kind(&self, key: &str) -> Option<&Kind> {
+        self.kind_of(key).filter(|kind| kind.ready.load(Ordering::Acquire))
     }
 
-    fn kind_of(&self, key: &str) -> Option<&(String, Arc<ResourceInfo>)> {
-        self.kinds.iter().find(|(prefix, _)| key.starts_with(prefix.as_str()))
+    fn kind_of(&self, key: &str) -> Option<&Kind> {
+        self.kinds.iter().find(|kind| key.starts_with(kind.prefix.as_str()))
     }
 
     /// The object at `key`: `None` when the cache cannot tell (not one of
@@ -109,15 +118,15 @@ impl ReadCache {
     /// takes its kind out of service (reads go to the store) until the next
     /// full list. False for such a value.
     fn put(&self, kv: &KeyValue) -> bool {
-        let Some((prefix, info)) = self.kind_of(&kv.key) else { return true };
-        match decode_served(info, kv) {
+        let Some(kind) = self.kind_of(&kv.key) else { return true };
+        match decode_served(&kind.info, kv) {
             Ok(object) => {
                 self.record(&kv.key, kv.mod_revision, Some(Arc::new(object)));
                 true
             }
             Err(error) => {
                 tracing::warn!(key = kv.key, %error, "an object of a cached kind does not decode; reading the store");
-                self.ready.write().unwrap_or_else(|e| e.into_inner()).remove(prefix);
+                kind.ready.store(false, Ordering::Release);
                 false
             }
         }
@@ -145,8 +154,8 @@ impl Follower for ReadCache {
         for kv in &listed {
             decoded &= self.put(kv);
         }
-        if decoded {
-            self.ready.write().unwrap_or_else(|e| e.into_inner()).insert(prefix.to_owned());
+        if decoded && let Some(kind) = self.kinds.iter().find(|kind| kind.prefix == prefix) {
+            kind.ready.store(true, Ordering::Release);
         }
     }
 
