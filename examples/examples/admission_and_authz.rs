@@ -75,8 +75,8 @@ impl Authorizer for ReadOnlyInterns {
     async fn authorize(&self, attributes: &Attributes) -> Decision {
         let intern = attributes.user.groups.iter().any(|g| g == "interns");
         match attributes.verb.as_str() {
-            _ if !intern => Decision::NoOpinion,
-            "get" | "list" | "watch" => Decision::NoOpinion,
+            _ if !intern => Decision::no_opinion(),
+            "get" | "list" | "watch" => Decision::no_opinion(),
             verb => Decision::Deny(format!("interns may not {verb}")),
         }
     }

@@ -114,6 +114,15 @@ fn every_component_runs_as_its_own_process() {
         if ok && out.contains("listening") { Ok(out) } else { Err(format!("{out}{err}")) }
     });
     assert!(logs.contains(&format!("echo: pod {pod} listening on http://127.128.")), "{logs}");
+    // A node reads only what its pods use; the 403 says why, in upstream's
+    // words.
+    assert!(admin.run(&["create", "secret", "generic", "unused", "--from-literal=k=v"]).success);
+    let kubelet = Kubectl::with_kubeconfig(d.join("host-a").join("kubelet.kubeconfig"));
+    let (ok, _, err) = kubelet.run(&["get", "secret", "unused"]).into_parts();
+    let expected = "Error from server (Forbidden): secrets \"unused\" is forbidden: User \"system:node:host-a\" \
+                    cannot get resource \"secrets\" in API group \"\" in the namespace \"default\": no relationship \
+                    found between node \"host-a\" and this object";
+    assert!(!ok && err.contains(expected), "{err}");
     // The controllers wrote as their own service accounts, which the
     // controller manager created to ask for their tokens.
     let (ok, out, err) = admin.run(&["get", "serviceaccounts", "-n", "kube-system", "-o", "name"]).into_parts();

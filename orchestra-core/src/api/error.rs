@@ -119,6 +119,26 @@ impl ApiError {
         ApiError::new(403, "Forbidden", message)
     }
 
+    /// 403 Forbidden about an object or a collection, as upstream's
+    /// `NewForbidden` words it: `pods "web" is forbidden: <reason>`
+    /// (`pods is forbidden: ...` without a name), with details naming it.
+    ///
+    /// ```
+    /// use orchestra_core::api::{ApiError, ErrorTarget};
+    ///
+    /// let target = ErrorTarget { group: "apps".into(), resource: "deployments".into(), name: "web".into(), ..Default::default() };
+    /// let error = ApiError::forbidden_object(&target, "not today");
+    /// assert_eq!(error.message, r#"deployments.apps "web" is forbidden: not today"#);
+    /// ```
+    pub fn forbidden_object(target: &ErrorTarget, reason: impl std::fmt::Display) -> ApiError {
+        let resource = target.qualified_resource();
+        let message = match target.name.as_str() {
+            "" => format!("{resource} is forbidden: {reason}"),
+            name => format!("{resource} {name:?} is forbidden: {reason}"),
+        };
+        ApiError::forbidden(message).with_details(target.details(&target.resource))
+    }
+
     /// 404 NotFound for an object.
     pub fn not_found(target: &ErrorTarget) -> ApiError {
         ApiError::new(404, "NotFound", format!("{} {:?} not found", target.qualified_resource(), target.name))

@@ -119,7 +119,7 @@ impl PolicySpec {
 /// };
 /// assert_eq!(abac.authorize(&delete).await, Decision::Allow);
 /// let bob = Attributes { user: UserInfo::new("bob", &[]), ..delete };
-/// assert_eq!(abac.authorize(&bob).await, Decision::NoOpinion);
+/// assert_eq!(abac.authorize(&bob).await, Decision::no_opinion());
 /// # });
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -170,7 +170,7 @@ impl Authorizer for AbacAuthorizer {
                 && policy.verb_matches(&attributes.verb)
                 && policy.target_matches(attributes)
         });
-        if allowed { Decision::Allow } else { Decision::NoOpinion }
+        if allowed { Decision::Allow } else { Decision::no_opinion() }
     }
 
     async fn rules_for(&self, user: &UserInfo, namespace: &str) -> Option<Rules> {
@@ -253,7 +253,7 @@ mod tests {
             ("paths are not resources", resource("eve", &[], "get", "", "healthz", ""), false),
         ];
         for (name, attributes, allowed) in cases {
-            let expected = if allowed { Decision::Allow } else { Decision::NoOpinion };
+            let expected = if allowed { Decision::Allow } else { Decision::no_opinion() };
             assert_eq!(abac.authorize(&attributes).await, expected, "{name}");
         }
 

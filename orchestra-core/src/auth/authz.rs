@@ -38,8 +38,23 @@ pub enum Decision {
     Allow,
     /// The request is refused (403), with a reason.
     Deny(String),
-    /// This authorizer does not decide; the next one is asked.
-    NoOpinion,
+    /// This authorizer does not decide; the next one is asked. The reason,
+    /// possibly empty, says why it did not allow (upstream's Node authorizer
+    /// says `no relationship found between node "n1" and this object`); the
+    /// chain joins the reasons of its silent authorizers into the 403's.
+    NoOpinion(String),
+}
+
+impl Decision {
+    /// No opinion, and no reason to give.
+    pub fn no_opinion() -> Decision {
+        Decision::NoOpinion(String::new())
+    }
+
+    /// True for [`Decision::NoOpinion`], whatever its reason.
+    pub fn is_no_opinion(&self) -> bool {
+        matches!(self, Decision::NoOpinion(_))
+    }
 }
 
 /// What a user may do, as far as one authorizer can tell (upstream
@@ -86,7 +101,7 @@ impl Rules {
 ///     async fn authorize(&self, attributes: &Attributes) -> Decision {
 ///         match attributes.verb.as_str() {
 ///             "get" | "list" | "watch" => Decision::Allow,
-///             _ => Decision::NoOpinion,
+///             _ => Decision::NoOpinion("read-only".into()),
 ///         }
 ///     }
 /// }
@@ -96,7 +111,8 @@ impl Rules {
 /// let list = Attributes { user: UserInfo::anonymous(), verb: "list".into(), ..Default::default() };
 /// let delete = Attributes { verb: "delete".into(), ..list.clone() };
 /// assert_eq!(chain.authorize(&list).await, Decision::Allow);
-/// assert!(matches!(chain.authorize(&delete).await, Decision::Deny(_)));
+/// // Nobody allowed it: a denial with the silent authorizers' reasons.
+/// assert_eq!(chain.authorize(&delete).await, Decision::Deny("read-only".into()));
 /// # });
 /// ```
 #[async_trait]
@@ -138,25 +154,32 @@ impl AuthorizerChain {
         self
     }
 
-    /// The chain's decision: never `NoOpinion`. Silence is a denial without
-    /// a reason, which the 403 leaves out, as upstream's union authorizer.
+    /// The chain's decision: never `NoOpinion`. Silence is a denial with
+    /// the silent authorizers' reasons (none: the 403 gives no reason), as
+    /// upstream's union authorizer.
     pub async fn authorize(&self, attributes: &Attributes) -> Decision {
         match self.decide(attributes).await {
-            Decision::NoOpinion => Decision::Deny(String::new()),
+            Decision::NoOpinion(reason) => Decision::Deny(reason),
             decision => decision,
         }
     }
 
     /// The first Allow or Deny, or `NoOpinion` if no authorizer decided
-    /// (access reviews tell an explicit denial from silence).
+    /// (access reviews tell an explicit denial from silence), with the
+    /// non-empty reasons of the authorizers asked, one per line.
     pub async fn decide(&self, attributes: &Attributes) -> Decision {
+        let mut reasons = Vec::new();
         for authorizer in &self.authorizers {
             match authorizer.authorize(attributes).await {
-                Decision::NoOpinion => continue,
+                Decision::NoOpinion(reason) => {
+                    if !reason.is_empty() {
+                        reasons.push(reason);
+                    }
+                }
                 decision => return decision,
             }
         }
-        Decision::NoOpinion
+        Decision::NoOpinion(reasons.join("\n"))
     }
 
     /// The union of the authorizers' rules for `user` in `namespace`, and
@@ -216,7 +239,10 @@ mod tests {
     #[async_trait]
     impl Authorizer for OnlyGroup {
         async fn authorize(&self, attributes: &Attributes) -> Decision {
-            if attributes.user.groups.iter().any(|g| g == self.0) { Decision::Allow } else { Decision::NoOpinion }
+            match attributes.user.groups.iter().any(|g| g == self.0) {
+                true => Decision::Allow,
+                false => Decision::NoOpinion(format!("not in {}", self.0)),
+            }
         }
     }
 
@@ -225,7 +251,7 @@ mod tests {
     #[async_trait]
     impl Authorizer for DenySecrets {
         async fn authorize(&self, attributes: &Attributes) -> Decision {
-            if attributes.resource == "secrets" { Decision::Deny("no secrets".into()) } else { Decision::NoOpinion }
+            if attributes.resource == "secrets" { Decision::Deny("no secrets".into()) } else { Decision::no_opinion() }
         }
     }
 
@@ -239,7 +265,9 @@ mod tests {
         let secrets = Attributes { resource: "secrets".into(), ..pods.clone() };
         assert_eq!(chain.authorize(&secrets).await, Decision::Deny("no secrets".into()));
         let nobody = Attributes { user: UserInfo::anonymous(), ..pods };
-        assert!(matches!(chain.authorize(&nobody).await, Decision::Deny(_)));
+        assert_eq!(chain.authorize(&nobody).await, Decision::Deny("not in system:masters".into()));
+        let two = AuthorizerChain::new().with(OnlyGroup("a")).with(DenySecrets).with(OnlyGroup("b"));
+        assert_eq!(two.decide(&nobody).await, Decision::NoOpinion("not in a\nnot in b".into()));
         assert_eq!(AuthorizerChain::new().with(AllowAll).authorize(&nobody).await, Decision::Allow);
     }
 
@@ -247,8 +275,8 @@ mod tests {
     async fn silence_and_rules() {
         let chain = AuthorizerChain::new().with(DenySecrets);
         let pods = Attributes { resource: "pods".into(), ..Default::default() };
-        assert_eq!(chain.decide(&pods).await, Decision::NoOpinion);
-        assert!(matches!(chain.authorize(&pods).await, Decision::Deny(_)));
+        assert_eq!(chain.decide(&pods).await, Decision::no_opinion());
+        assert_eq!(chain.authorize(&pods).await, Decision::Deny(String::new()));
         let user = UserInfo::anonymous();
         let (rules, incomplete) = chain.rules_for(&user, "default").await;
         assert!(incomplete);

@@ -22,7 +22,7 @@ impl Authorizer for PublicInfoViewer {
             && PUBLIC_PATHS
                 .iter()
                 .any(|p| attributes.path == *p || (p.ends_with('z') && attributes.path.starts_with(&format!("{p}/"))));
-        if public { Decision::Allow } else { Decision::NoOpinion }
+        if public { Decision::Allow } else { Decision::no_opinion() }
     }
 }
 
@@ -37,7 +37,7 @@ impl Authorizer for AllowAuthenticated {
         if attributes.user.groups.iter().any(|g| g == "system:authenticated") {
             Decision::Allow
         } else {
-            Decision::NoOpinion
+            Decision::no_opinion()
         }
     }
 }

@@ -153,7 +153,7 @@ impl Authorizer for WebhookAuthorizer {
             Ok(answer) => answer,
             Err(error) => {
                 tracing::error!(%error, "failed to make webhook authorizer request");
-                return Decision::NoOpinion;
+                return Decision::no_opinion();
             }
         };
         let status = answer.get("status").cloned().unwrap_or(Value::Null);
@@ -167,7 +167,7 @@ impl Authorizer for WebhookAuthorizer {
         } else if flag("denied") {
             (Decision::Deny(reason), inner.unauthorized_ttl)
         } else {
-            (Decision::NoOpinion, inner.unauthorized_ttl)
+            (Decision::NoOpinion(reason), inner.unauthorized_ttl)
         };
         inner.cache.put(key, decision.clone(), ttl);
         decision
@@ -223,12 +223,12 @@ mod tests {
         let cases = [
             ("alice", "list", "pods", Decision::Allow, 1),
             ("alice", "list", "pods", Decision::Allow, 1),
-            ("alice", "delete", "pods", Decision::NoOpinion, 2),
-            ("alice", "delete", "pods", Decision::NoOpinion, 2),
+            ("alice", "delete", "pods", Decision::NoOpinion("no rule".into()), 2),
+            ("alice", "delete", "pods", Decision::NoOpinion("no rule".into()), 2),
             ("bob", "list", "pods", Decision::Deny("bob is banned".into()), 3),
             ("carol", "get", "/healthz", Decision::Allow, 4),
-            ("broken", "get", "pods", Decision::NoOpinion, 7),
-            ("broken", "get", "pods", Decision::NoOpinion, 10),
+            ("broken", "get", "pods", Decision::no_opinion(), 7),
+            ("broken", "get", "pods", Decision::no_opinion(), 10),
         ];
         for (user, verb, resource, decision, calls) in cases {
             assert_eq!(

@@ -110,8 +110,7 @@ pub(crate) async fn acting_user(
     for attributes in &checks {
         let reason = match state.authorizer.authorize(attributes).await {
             Decision::Allow => continue,
-            Decision::Deny(reason) => reason,
-            Decision::NoOpinion => String::new(),
+            Decision::Deny(reason) | Decision::NoOpinion(reason) => reason,
         };
         return Err(super::forbidden(attributes, &reason));
     }

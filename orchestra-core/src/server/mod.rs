@@ -1290,26 +1290,39 @@ fn attributes(route: &Route, method: &Method, query: &Query, user: UserInfo, pat
 }
 
 /// The 403 upstream returns, e.g. `pods is forbidden: User "x" cannot list
-/// resource "pods" in API group "" in the namespace "default"`, followed by
-/// `: <reason>` when the denial has one.
+/// resource "pods" in API group "" in the namespace "default"` or
+/// `deployments.apps "web" is forbidden: ...` for a named object, followed
+/// by `: <reason>` when the denial has one.
 fn forbidden(attributes: &Attributes, reason: &str) -> ApiError {
-    let resource = if attributes.subresource.is_empty() {
-        attributes.resource.clone()
-    } else {
-        format!("{}/{}", attributes.resource, attributes.subresource)
-    };
-    let scope = if attributes.namespace.is_empty() {
-        "at the cluster scope".to_owned()
-    } else {
-        format!("in the namespace {:?}", attributes.namespace)
-    };
-    let message = if attributes.resource_request {
-        format!(
-            "{resource} is forbidden: User {:?} cannot {} resource {resource:?} in API group {:?} {scope}",
-            attributes.user.name, attributes.verb, attributes.api_group
+    let user = &attributes.user.name;
+    let mut error = if attributes.resource_request {
+        let resource = if attributes.subresource.is_empty() {
+            attributes.resource.clone()
+        } else {
+            format!("{}/{}", attributes.resource, attributes.subresource)
+        };
+        let scope = if attributes.namespace.is_empty() {
+            "at the cluster scope".to_owned()
+        } else {
+            format!("in the namespace {:?}", attributes.namespace)
+        };
+        let target = crate::api::ErrorTarget {
+            group: attributes.api_group.clone(),
+            resource: attributes.resource.clone(),
+            kind: String::new(),
+            name: attributes.name.clone(),
+        };
+        let verb = &attributes.verb;
+        let group = &attributes.api_group;
+        ApiError::forbidden_object(
+            &target,
+            format!("User {user:?} cannot {verb} resource {resource:?} in API group {group:?} {scope}"),
         )
     } else {
-        format!("forbidden: User {:?} cannot {} path {:?}", attributes.user.name, attributes.verb, attributes.path)
+        ApiError::forbidden(format!("forbidden: User {user:?} cannot {} path {:?}", attributes.verb, attributes.path))
     };
-    if reason.is_empty() { ApiError::forbidden(message) } else { ApiError::forbidden(format!("{message}: {reason}")) }
+    if !reason.is_empty() {
+        error.message = format!("{}: {reason}", error.message);
+    }
+    error
 }

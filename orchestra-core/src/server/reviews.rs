@@ -187,7 +187,8 @@ async fn access_status(state: &State, attributes: &Attributes) -> Value {
     match state.authorizer.decide(attributes).await {
         Decision::Allow => json!({"allowed": true}),
         Decision::Deny(reason) => json!({"allowed": false, "denied": true, "reason": reason}),
-        Decision::NoOpinion => json!({"allowed": false}),
+        Decision::NoOpinion(reason) if reason.is_empty() => json!({"allowed": false}),
+        Decision::NoOpinion(reason) => json!({"allowed": false, "reason": reason}),
     }
 }
 

@@ -32,7 +32,7 @@ impl Authorizer for ReadOnlyUnlessAdmin {
         {
             Decision::Allow
         } else {
-            Decision::NoOpinion
+            Decision::no_opinion()
         }
     }
 }

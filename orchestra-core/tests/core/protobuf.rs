@@ -164,7 +164,7 @@ impl Authorizer for Viewers {
         if review || matches!(attributes.verb.as_str(), "get" | "list" | "watch") {
             Decision::Allow
         } else {
-            Decision::NoOpinion
+            Decision::no_opinion()
         }
     }
 }

@@ -122,7 +122,7 @@ pub(super) mod tests {
                 && a.resource == "signers"
                 && a.verb == self.verb
                 && self.names.contains(&a.name.as_str());
-            if allowed { Decision::Allow } else { Decision::NoOpinion }
+            if allowed { Decision::Allow } else { Decision::no_opinion() }
         }
     }
 

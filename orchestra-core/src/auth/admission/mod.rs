@@ -5,11 +5,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusDetails;
 use serde_json::Value;
 
 use super::UserInfo;
-use crate::api::{ApiError, ResourceInfo};
+use crate::api::{ApiError, ErrorTarget, ResourceInfo};
 
 mod certificate_approval;
 mod certificate_signing;
@@ -93,18 +92,13 @@ impl AdmissionRequest<'_> {
     /// The 403 upstream's admission plugins answer with (`NewForbidden`):
     /// `pods "web" is forbidden: <reason>`, about this request's object.
     pub fn forbidden(&self, reason: impl std::fmt::Display) -> ApiError {
-        let resource = match self.resource.group.as_str() {
-            "" => self.resource.plural.clone(),
-            group => format!("{}.{group}", self.resource.plural),
+        let target = ErrorTarget {
+            group: self.resource.group.clone(),
+            resource: self.resource.plural.clone(),
+            kind: self.resource.kind.clone(),
+            name: self.name.to_owned(),
         };
-        let mut error = ApiError::forbidden(format!("{resource} {:?} is forbidden: {reason}", self.name));
-        error.details = Some(Box::new(StatusDetails {
-            name: Some(self.name.to_owned()),
-            group: Some(self.resource.group.clone()).filter(|g| !g.is_empty()),
-            kind: Some(self.resource.plural.clone()),
-            ..Default::default()
-        }));
-        error
+        ApiError::forbidden_object(&target, reason)
     }
 
     /// Adds a warning for the client about this write, whether it is

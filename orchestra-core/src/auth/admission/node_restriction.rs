@@ -99,7 +99,7 @@ impl AdmissionPlugin for NodeRestriction {
 
     async fn validate(&self, request: &AdmissionRequest<'_>) -> Result<(), ApiError> {
         let Some(node) = node_of(request.user) else { return Ok(()) };
-        let refuse = |reason: String| Err(forbidden(request, &reason));
+        let refuse = |reason: String| Err(request.forbidden(&reason));
         let subresource = request.subresource.unwrap_or_default();
         match (request.resource.group.as_str(), request.resource.plural.as_str(), subresource) {
             ("", "pods", "") => match request.operation {
@@ -137,7 +137,7 @@ impl AdmissionPlugin for NodeRestriction {
 impl NodeRestriction {
     fn mirror_pod(&self, node: &str, request: &AdmissionRequest<'_>) -> Result<(), ApiError> {
         let pod = request.object.as_ref().unwrap_or(&Value::Null);
-        let refuse = |reason: String| Err(forbidden(request, &reason));
+        let refuse = |reason: String| Err(request.forbidden(&reason));
         if pod["metadata"]["annotations"][MIRROR_ANNOTATION].is_null() {
             return refuse(format!(
                 "pod does not have {MIRROR_ANNOTATION:?} annotation, node {node:?} can only create mirror pods"
@@ -160,7 +160,7 @@ impl NodeRestriction {
     }
 
     fn node(&self, node: &str, request: &AdmissionRequest<'_>) -> Result<(), ApiError> {
-        let refuse = |reason: String| Err(forbidden(request, &reason));
+        let refuse = |reason: String| Err(request.forbidden(&reason));
         if request.name != node {
             return refuse(format!("node {node:?} is not allowed to modify node {:?}", request.name));
         }
@@ -189,7 +189,7 @@ impl NodeRestriction {
     }
 
     async fn token(&self, node: &str, request: &AdmissionRequest<'_>) -> Result<(), ApiError> {
-        let refuse = |reason: String| Err(forbidden(request, &reason));
+        let refuse = |reason: String| Err(request.forbidden(&reason));
         let reference = request.object.as_ref().map(|o| &o["spec"]["boundObjectRef"]).unwrap_or(&Value::Null);
         if reference["kind"] != "Pod" {
             return refuse("node requested token not bound to a pod".into());
@@ -227,17 +227,6 @@ fn restricted_label(key: &str) -> bool {
         return false;
     }
     !KUBELET_LABELS.contains(&key) && !KUBELET_LABEL_DOMAINS.iter().any(|d| in_domain(d))
-}
-
-/// Upstream's admission 403: `pods "x" is forbidden: <reason>`.
-fn forbidden(request: &AdmissionRequest<'_>, reason: &str) -> ApiError {
-    let resource = &request.resource;
-    let qualified = if resource.group.is_empty() {
-        resource.plural.clone()
-    } else {
-        format!("{}.{}", resource.plural, resource.group)
-    };
-    ApiError::forbidden(format!("{qualified} {:?} is forbidden: {reason}", request.name))
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex, Weak};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ResourceQuota as Quota, ResourceQuotaStatus, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusDetails;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
@@ -269,26 +268,6 @@ impl Decoded {
     }
 }
 
-/// The 403 of admission about the written object, as upstream words it:
-/// `pods "web" is forbidden: <reason>`.
-fn forbidden(request: &AdmissionRequest<'_>, reason: impl std::fmt::Display) -> ApiError {
-    let target = ErrorTarget {
-        group: request.resource.group.clone(),
-        resource: request.resource.plural.clone(),
-        kind: request.resource.kind.clone(),
-        name: request.name.to_owned(),
-    };
-    let mut error =
-        ApiError::forbidden(format!("{} {:?} is forbidden: {reason}", target.qualified_resource(), target.name));
-    error.details = Some(Box::new(StatusDetails {
-        name: Some(target.name.clone()).filter(|n| !n.is_empty()),
-        group: Some(target.group.clone()).filter(|g| !g.is_empty()),
-        kind: Some(target.resource.clone()),
-        ..Default::default()
-    }));
-    error
-}
-
 fn name_of(quota: &Quota) -> &str {
     quota.metadata.name.as_deref().unwrap_or_default()
 }
@@ -306,7 +285,7 @@ fn charge(
     for quota in quotas {
         let matched = evaluator.matches(quota, new);
         let matched =
-            matched.map_err(|e| forbidden(request, format!("error matching quota {}, err: {e}", name_of(quota))))?;
+            matched.map_err(|e| request.forbidden(format!("error matching quota {}, err: {e}", name_of(quota))))?;
         if !matched {
             continue;
         }
@@ -316,13 +295,14 @@ fn charge(
         restricted.sort_unstable();
         evaluator
             .constraints(&restricted, new)
-            .map_err(|e| forbidden(request, format!("failed quota: {}: {e}", name_of(quota))))?;
+            .map_err(|e| request.forbidden(format!("failed quota: {}: {e}", name_of(quota))))?;
         let used = status.and_then(|s| s.used.as_ref());
         if restricted.iter().any(|r| !used.is_some_and(|u| u.contains_key(*r))) {
-            return Err(forbidden(
-                request,
-                format!("status unknown for quota: {}, resources: {}", name_of(quota), restricted.join(",")),
-            ));
+            return Err(request.forbidden(format!(
+                "status unknown for quota: {}, resources: {}",
+                name_of(quota),
+                restricted.join(",")
+            )));
         }
         applying.push(quota);
     }
@@ -332,7 +312,7 @@ fn charge(
     let input = evaluator.usage(new, now);
     let negative: Vec<_> = input.iter().filter(|(_, a)| a.quantity.is_negative()).map(|(n, _)| n.as_str()).collect();
     if !negative.is_empty() {
-        return Err(forbidden(request, format!("quota usage is negative for resource(s): {}", negative.join(","))));
+        return Err(request.forbidden(format!("quota usage is negative for resource(s): {}", negative.join(","))));
     }
     // An update is charged what it adds to what the old object used, for
     // each quota that charged the old object too.
@@ -356,16 +336,13 @@ fn charge(
         let exceeded = usage::exceeded(&usage::mask(&new_used, requested.keys().map(String::as_str)), &hard);
         if !exceeded.is_empty() {
             let only = |list: &ResourceList| usage::pretty(&usage::mask(list, exceeded.iter().map(String::as_str)));
-            return Err(forbidden(
-                request,
-                format!(
-                    "exceeded quota: {}, requested: {}, used: {}, limited: {}",
-                    name_of(quota),
-                    only(&requested),
-                    only(&used),
-                    only(&hard)
-                ),
-            ));
+            return Err(request.forbidden(format!(
+                "exceeded quota: {}, requested: {}, used: {}, limited: {}",
+                name_of(quota),
+                only(&requested),
+                only(&used),
+                only(&hard)
+            )));
         }
         let mut quota = quota.clone();
         quota.status = Some(ResourceQuotaStatus { used: Some(usage::to_quantities(&new_used)), ..status });
@@ -412,10 +389,9 @@ impl AdmissionPlugin for ResourceQuota {
         let old = match (request.operation, request.old_object) {
             (Operation::Update, Some(old)) => Some(Decoded::of(&evaluator, old)?),
             (Operation::Update, None) => {
-                return Err(forbidden(
-                    request,
-                    "unable to get previous usage since prior version of object was not found",
-                ));
+                return Err(
+                    request.forbidden("unable to get previous usage since prior version of object was not found")
+                );
             }
             _ => None,
         };

@@ -100,7 +100,8 @@ pub(crate) struct Lookup {
 ///     ..Default::default()
 /// };
 /// // No pod on n1 uses the secret.
-/// assert_eq!(node.authorize(&secret).await, Decision::NoOpinion);
+/// let reason = "no relationship found between node \"n1\" and this object";
+/// assert_eq!(node.authorize(&secret).await, Decision::NoOpinion(reason.into()));
 /// # let _ = server;
 /// # Ok(()) }
 /// ```
@@ -151,42 +152,92 @@ impl NodeAuthorizer {
         &self.graph
     }
 
-    /// The decision for a node agent of `node`.
+    /// The decision for a node agent of `node`, with upstream's reasons
+    /// when it is not an Allow.
     async fn decide(&self, node: &str, a: &Attributes) -> Decision {
         let verb = a.verb.as_str();
-        let read = matches!(verb, "get" | "list" | "watch");
         let object = |kind| Related::Namespaced(kind, &a.namespace, &a.name);
-        let related = match (a.api_group.as_str(), a.resource.as_str(), a.subresource.as_str()) {
+        let related = match (a.api_group.as_str(), a.resource.as_str()) {
             // Single-object reads only: a list or watch names its object
             // with a `metadata.name` field selector.
-            ("", "secrets", "") if read => object(Refers::Secret),
-            ("", "configmaps", "") if read => object(Refers::ConfigMap),
-            ("", "secrets" | "configmaps", _) => return Decision::NoOpinion,
-            ("", "persistentvolumeclaims", "") if verb == "get" => object(Refers::PersistentVolumeClaim),
-            ("", "persistentvolumeclaims", "status") if matches!(verb, "get" | "update" | "patch") => {
+            ("", resource @ ("secrets" | "configmaps")) => {
+                if !matches!(verb, "get" | "list" | "watch") {
+                    return refuse("can only read resources of this type");
+                }
+                if !a.subresource.is_empty() {
+                    return refuse("cannot read subresource");
+                }
+                if a.namespace.is_empty() {
+                    return refuse("can only read namespaced object of this type");
+                }
+                object(if resource == "secrets" { Refers::Secret } else { Refers::ConfigMap })
+            }
+            ("", "persistentvolumeclaims") if a.subresource == "status" => {
+                if !matches!(verb, "get" | "update" | "patch") {
+                    return refuse("can only get/update/patch this type");
+                }
                 object(Refers::PersistentVolumeClaim)
             }
-            ("", "persistentvolumeclaims", _) => return Decision::NoOpinion,
-            ("", "persistentvolumes", "") if verb == "get" => Related::Volume(&a.name),
-            ("", "persistentvolumes", _) => return Decision::NoOpinion,
-            ("", "serviceaccounts", "token") if verb == "create" => object(Refers::ServiceAccount),
-            ("storage.k8s.io", "volumeattachments", "") if verb == "get" => Related::Attachment(&a.name),
-            ("storage.k8s.io", "volumeattachments", _) => return Decision::NoOpinion,
-            ("coordination.k8s.io", "leases", "") => {
-                return allow_if(a.namespace == "kube-node-lease" && own_object(verb, &a.name, node));
+            ("", "persistentvolumeclaims") => match single_get(a) {
+                Some(reason) => return refuse(reason),
+                None => object(Refers::PersistentVolumeClaim),
+            },
+            ("", "persistentvolumes") => match single_get(a) {
+                Some(reason) => return refuse(reason),
+                None => Related::Volume(&a.name),
+            },
+            ("storage.k8s.io", "volumeattachments") => match single_get(a) {
+                Some(reason) => return refuse(reason),
+                None => Related::Attachment(&a.name),
+            },
+            ("", "serviceaccounts") if a.subresource == "token" => {
+                if verb != "create" || a.name.is_empty() {
+                    return refuse("can only create tokens for individual service accounts");
+                }
+                object(Refers::ServiceAccount)
             }
-            ("storage.k8s.io", "csinodes", "") => return allow_if(own_object(verb, &a.name, node)),
-            ("coordination.k8s.io", "leases", _) | ("storage.k8s.io", "csinodes", _) => return Decision::NoOpinion,
-            _ => return allow_if(node_rules().iter().any(|rule| rule_allows(rule, a))),
+            ("coordination.k8s.io", "leases") if a.subresource.is_empty() => {
+                if !OWN_OBJECT_VERBS.contains(&verb) {
+                    return refuse("can only get, create, update, patch, or delete a node lease");
+                }
+                if a.namespace != "kube-node-lease" {
+                    return refuse("can only access leases in the \"kube-node-lease\" system namespace");
+                }
+                if verb != "create" && a.name != node {
+                    return refuse("can only access node lease with the same name as the requesting node");
+                }
+                return Decision::Allow;
+            }
+            ("storage.k8s.io", "csinodes") => {
+                if !OWN_OBJECT_VERBS.contains(&verb) {
+                    return refuse("can only get, create, update, patch, or delete a CSINode");
+                }
+                if !a.subresource.is_empty() {
+                    return refuse("cannot authorize CSINode subresources");
+                }
+                if verb != "create" && a.name != node {
+                    return refuse("can only access CSINode with the same name as the requesting node");
+                }
+                return Decision::Allow;
+            }
+            ("coordination.k8s.io", "leases") => return Decision::no_opinion(),
+            _ => {
+                return match node_rules().iter().any(|rule| rule_allows(rule, a)) {
+                    true => Decision::Allow,
+                    false => Decision::no_opinion(),
+                };
+            }
         };
         let unnamed = match related {
-            Related::Namespaced(_, namespace, name) => namespace.is_empty() || name.is_empty(),
-            Related::Volume(name) | Related::Attachment(name) => name.is_empty(),
+            Related::Namespaced(_, _, name) | Related::Volume(name) | Related::Attachment(name) => name.is_empty(),
         };
         if unnamed {
-            return Decision::NoOpinion;
+            return refuse("No Object name found");
         }
-        allow_if(self.in_graph(node, &related) || self.in_store(node, &related).await)
+        match self.in_graph(node, &related) || self.in_store(node, &related).await {
+            true => Decision::Allow,
+            false => Decision::NoOpinion(format!("no relationship found between node {node:?} and this object")),
+        }
     }
 
     fn in_graph(&self, node: &str, related: &Related<'_>) -> bool {
@@ -256,26 +307,40 @@ impl Lookup {
     }
 }
 
-fn allow_if(allowed: bool) -> Decision {
-    if allowed { Decision::Allow } else { Decision::NoOpinion }
+/// The verbs a node may use on its own Lease and CSINode: a create's name
+/// is in the body (NodeRestriction checks it), the others' must be the
+/// node's.
+const OWN_OBJECT_VERBS: [&str; 5] = ["get", "create", "update", "patch", "delete"];
+
+fn refuse(reason: &str) -> Decision {
+    Decision::NoOpinion(reason.to_owned())
 }
 
-/// A node's own Lease or CSINode: named after the node, except in a create,
-/// whose name is in the body (NodeRestriction checks it).
-fn own_object(verb: &str, name: &str, node: &str) -> bool {
-    match verb {
-        "create" => true,
-        "get" | "update" | "patch" | "delete" => name == node,
-        _ => false,
+/// Why a request is not a get of one object (upstream's `authorizeGet`),
+/// if it is not.
+fn single_get(a: &Attributes) -> Option<&'static str> {
+    if a.verb != "get" {
+        Some("can only get individual resources of this type")
+    } else if !a.subresource.is_empty() {
+        Some("cannot get subresource")
+    } else {
+        None
     }
 }
 
 #[async_trait]
 impl Authorizer for NodeAuthorizer {
     async fn authorize(&self, attributes: &Attributes) -> Decision {
-        match node_of(&attributes.user) {
+        let user = &attributes.user;
+        match node_of(user) {
             Some(node) if attributes.resource_request => self.decide(node, attributes).await,
-            _ => Decision::NoOpinion,
+            Some(_) => Decision::no_opinion(),
+            // Upstream's: in the nodes group, named with the node prefix and
+            // nothing after it.
+            None if user.name == NODE_USER_PREFIX && user.groups.iter().any(|g| g == NODES_GROUP) => {
+                Decision::NoOpinion(format!("unknown node for user {:?}", user.name))
+            }
+            None => Decision::no_opinion(),
         }
     }
 

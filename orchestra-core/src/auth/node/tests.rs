@@ -130,16 +130,64 @@ async fn decisions() {
     ];
     for (user, verb, resource, namespace, name, allowed) in cases {
         let attributes = request(user, verb, resource, namespace, name);
-        let expected = if *allowed { Decision::Allow } else { Decision::NoOpinion };
+        let decision = authorizer.authorize(&attributes).await;
+        let what = format!("{} {verb} {resource} {namespace}/{name}: {decision:?}", user.name);
+        match allowed {
+            true => assert_eq!(decision, Decision::Allow, "{what}"),
+            false => assert!(decision.is_no_opinion(), "{what}"),
+        }
+    }
+    let healthz = Attributes { user: n1.clone(), verb: "get".into(), path: "/healthz".into(), ..Default::default() };
+    assert_eq!(authorizer.authorize(&healthz).await, Decision::no_opinion());
+}
+
+/// Why a node is not allowed: upstream's reasons, which the 403 carries
+/// after the request's description.
+#[tokio::test]
+async fn reasons() {
+    let authorizer = NodeAuthorizer::new(graph());
+    let n1 = UserInfo::new("system:node:n1", &["system:nodes"]);
+    let nameless = UserInfo::new("system:node:", &["system:nodes"]);
+    let alice = UserInfo::new("alice", &["system:nodes"]);
+    let unrelated = "no relationship found between node \"n1\" and this object";
+    #[rustfmt::skip]
+    let cases: &[(&UserInfo, &str, &str, &str, &str, &str)] = &[
+        (&n1, "get", "secrets", "ns", "s2", unrelated),
+        (&n1, "get", "configmaps", "other", "cm1", unrelated),
+        (&n1, "get", "persistentvolumes", "", "pv2", unrelated),
+        (&n1, "create", "serviceaccounts/token", "ns", "sa2", unrelated),
+        (&n1, "update", "secrets", "ns", "s1", "can only read resources of this type"),
+        (&n1, "get", "secrets/status", "ns", "s1", "cannot read subresource"),
+        (&n1, "list", "configmaps", "", "", "can only read namespaced object of this type"),
+        (&n1, "list", "secrets", "ns", "", "No Object name found"),
+        (&n1, "list", "persistentvolumeclaims", "ns", "pvc1", "can only get individual resources of this type"),
+        (&n1, "get", "persistentvolumes/status", "", "pv1", "cannot get subresource"),
+        (&n1, "delete", "persistentvolumeclaims/status", "ns", "pvc1", "can only get/update/patch this type"),
+        (&n1, "get", "serviceaccounts/token", "ns", "sa1", "can only create tokens for individual service accounts"),
+        (&n1, "list", "leases.coordination.k8s.io", "kube-node-lease", "",
+         "can only get, create, update, patch, or delete a node lease"),
+        (&n1, "get", "leases.coordination.k8s.io", "kube-system", "n1",
+         "can only access leases in the \"kube-node-lease\" system namespace"),
+        (&n1, "update", "leases.coordination.k8s.io", "kube-node-lease", "n0",
+         "can only access node lease with the same name as the requesting node"),
+        (&n1, "watch", "csinodes.storage.k8s.io", "", "", "can only get, create, update, patch, or delete a CSINode"),
+        (&n1, "get", "csinodes/status.storage.k8s.io", "", "n1", "cannot authorize CSINode subresources"),
+        (&n1, "delete", "csinodes.storage.k8s.io", "", "n0",
+         "can only access CSINode with the same name as the requesting node"),
+        // What the system:node role does not grant has no reason: RBAC may.
+        (&n1, "list", "deployments.apps", "", "", ""),
+        (&nameless, "get", "pods", "ns", "web", "unknown node for user \"system:node:\""),
+        (&alice, "get", "secrets", "ns", "s1", ""),
+    ];
+    for (user, verb, resource, namespace, name, reason) in cases {
+        let attributes = request(user, verb, resource, namespace, name);
         assert_eq!(
             authorizer.authorize(&attributes).await,
-            expected,
+            Decision::NoOpinion((*reason).into()),
             "{} {verb} {resource} {namespace}/{name}",
             user.name
         );
     }
-    let healthz = Attributes { user: n1.clone(), verb: "get".into(), path: "/healthz".into(), ..Default::default() };
-    assert_eq!(authorizer.authorize(&healthz).await, Decision::NoOpinion);
 }
 
 #[tokio::test]
@@ -154,7 +202,7 @@ async fn a_relation_the_graph_has_not_seen_is_read_from_the_store() {
     let authorizer = NodeAuthorizer::with_lookup(Arc::new(NodeGraph::default()), lookup);
     let n1 = UserInfo::new("system:node:n1", &["system:nodes"]);
     let secret = request(&n1, "get", "secrets", "ns", "s1");
-    assert_eq!(authorizer.authorize(&secret).await, Decision::NoOpinion);
+    assert!(authorizer.authorize(&secret).await.is_no_opinion());
     let pod = json!({
         "metadata": {"name": "web", "namespace": "ns"},
         "spec": {"nodeName": "n1", "volumes": [
@@ -166,12 +214,12 @@ async fn a_relation_the_graph_has_not_seen_is_read_from_the_store() {
     store.put("/registry/pods/ns/web", bytes(&pod), None).await.unwrap();
     assert_eq!(authorizer.authorize(&secret).await, Decision::Allow);
     let volume = request(&n1, "get", "persistentvolumes", "", "pv1");
-    assert_eq!(authorizer.authorize(&volume).await, Decision::NoOpinion);
+    assert!(authorizer.authorize(&volume).await.is_no_opinion());
     let pv = json!({"metadata": {"name": "pv1"}, "spec": {"claimRef": {"namespace": "ns", "name": "pvc1"}}});
     store.put("/registry/persistentvolumes/pv1", bytes(&pv), None).await.unwrap();
     assert_eq!(authorizer.authorize(&volume).await, Decision::Allow);
     let other = UserInfo::new("system:node:n2", &["system:nodes"]);
-    assert_eq!(authorizer.authorize(&request(&other, "get", "secrets", "ns", "s1")).await, Decision::NoOpinion);
+    assert!(authorizer.authorize(&request(&other, "get", "secrets", "ns", "s1")).await.is_no_opinion());
 }
 
 #[tokio::test]

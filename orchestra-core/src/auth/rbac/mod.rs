@@ -115,7 +115,7 @@ impl RbacAuthorizer {
 #[async_trait]
 impl Authorizer for RbacAuthorizer {
     async fn authorize(&self, attributes: &Attributes) -> Decision {
-        if self.allows(attributes) { Decision::Allow } else { Decision::NoOpinion }
+        if self.allows(attributes) { Decision::Allow } else { Decision::no_opinion() }
     }
 
     async fn rules_for(&self, user: &UserInfo, namespace: &str) -> Option<Rules> {
@@ -218,7 +218,7 @@ mod tests {
             (on(&bob, "a", request("list", "", "pods", "")), false),
         ];
         for (attributes, allowed) in cases {
-            let expected = if allowed { Decision::Allow } else { Decision::NoOpinion };
+            let expected = if allowed { Decision::Allow } else { Decision::no_opinion() };
             assert_eq!(rbac.authorize(&attributes).await, expected, "{attributes:?}");
         }
     }
