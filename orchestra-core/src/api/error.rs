@@ -139,6 +139,12 @@ impl ApiError {
         ApiError::forbidden(message).with_details(target.details(&target.resource))
     }
 
+    /// 406 NotAcceptable: no media type of the `Accept` header is served;
+    /// `served` lists those that are, as upstream's message does.
+    pub fn not_acceptable(served: &str) -> ApiError {
+        ApiError::new(406, "NotAcceptable", format!("only the following media types are accepted: {served}"))
+    }
+
     /// 404 NotFound for an object.
     pub fn not_found(target: &ErrorTarget) -> ApiError {
         ApiError::new(404, "NotFound", format!("{} {:?} not found", target.qualified_resource(), target.name))

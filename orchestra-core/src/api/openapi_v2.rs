@@ -238,25 +238,51 @@ pub fn document(openapi: &OpenApi) -> Value {
     })
 }
 
-/// Whether an `Accept` header asks for the protobuf encoding before JSON
-/// (anything else, or no header, gets JSON).
-pub fn wants_protobuf(accept: &str) -> bool {
-    for entry in accept.split(',') {
-        let mut parts = entry.split(';');
-        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-        let refused = parts
-            .any(|p| p.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()).is_some_and(|q| q <= 0.0));
-        if refused {
-            continue;
-        }
-        if media == PROTOBUF_CONTENT_TYPE || media == PROTOBUF_CONTENT_TYPE_AT {
-            return true;
-        }
-        if matches!(media.as_str(), "application/json" | "application/*" | "*/*") {
-            return false;
-        }
-    }
-    false
+/// An encoding of the Swagger document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// `application/json`.
+    Json,
+    /// gnostic's protobuf ([`PROTOBUF_CONTENT_TYPE`]).
+    Protobuf,
+}
+
+/// The encoding an `Accept` header asks for, as kube-openapi's handler
+/// picks it: clauses by quality (`q`, 1 when absent; 0 refuses), a specific
+/// type before a wildcard of the same quality, then in header order; the
+/// first clause JSON or protobuf matches wins, JSON first for wildcards. No
+/// header is `*/*`. `None`: nothing acceptable (406).
+pub fn negotiate(accept: &str) -> Option<Encoding> {
+    let accept = if accept.trim().is_empty() { "*/*" } else { accept };
+    let mut clauses: Vec<(f32, u8, String)> = accept
+        .split(',')
+        .filter_map(|clause| {
+            let mut parts = clause.split(';');
+            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let quality = parts
+                .filter_map(|p| p.trim().strip_prefix("q=").map(|q| q.trim().parse::<f32>().unwrap_or(0.0)))
+                .next_back()
+                .unwrap_or(1.0);
+            let wildcards = media.matches('*').count() as u8;
+            (quality > 0.0 && !media.is_empty()).then_some((quality, wildcards, media))
+        })
+        .collect();
+    // Stable: header order among equals.
+    clauses.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let served = [
+        ("application/json", Encoding::Json),
+        (PROTOBUF_CONTENT_TYPE, Encoding::Protobuf),
+        (PROTOBUF_CONTENT_TYPE_AT, Encoding::Protobuf),
+    ];
+    clauses.iter().find_map(|(_, _, media)| {
+        let (kind, subtype) = media.split_once('/')?;
+        served.iter().find_map(|(offered, encoding)| {
+            let (offered_kind, offered_subtype) = offered.split_once('/')?;
+            let kind_matches = kind == "*" || kind == offered_kind;
+            let subtype_matches = subtype == "*" || subtype == offered_subtype;
+            (kind_matches && subtype_matches).then_some(*encoding)
+        })
+    })
 }
 
 #[cfg(feature = "server")]
@@ -332,20 +358,29 @@ mod tests {
 
     #[test]
     fn accept_negotiation() {
+        let (json, protobuf) = (Some(Encoding::Json), Some(Encoding::Protobuf));
         let cases = [
-            ("", false),
-            ("application/json", false),
-            ("*/*", false),
-            ("text/plain", false),
-            (PROTOBUF_CONTENT_TYPE, true),
-            (PROTOBUF_CONTENT_TYPE_AT, true),
-            ("application/com.github.proto-openapi.spec.v2@v1.0+protobuf, application/json", true),
-            ("application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf", false),
-            ("application/com.github.proto-openapi.spec.v2@v1.0+protobuf;q=0, application/json", false),
-            ("text/html, application/com.github.proto-openapi.spec.v2@v1.0+protobuf", true),
+            ("", json),
+            ("application/json", json),
+            ("*/*", json),
+            ("application/*", json),
+            ("text/plain", None),
+            ("text/*, image/png", None),
+            (PROTOBUF_CONTENT_TYPE, protobuf),
+            (PROTOBUF_CONTENT_TYPE_AT, protobuf),
+            ("application/com.github.proto-openapi.spec.v2@v1.0+protobuf, application/json", protobuf),
+            ("application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf", json),
+            ("application/com.github.proto-openapi.spec.v2@v1.0+protobuf;q=0, application/json", json),
+            ("application/com.github.proto-openapi.spec.v2@v1.0+protobuf;q=0", None),
+            ("text/html, application/com.github.proto-openapi.spec.v2@v1.0+protobuf", protobuf),
+            // Quality first, then a specific type before a wildcard.
+            ("application/json;q=0.5, application/com.github.proto-openapi.spec.v2@v1.0+protobuf", protobuf),
+            ("application/json;q=0.9, application/com.github.proto-openapi.spec.v2@v1.0+protobuf;q=0.8", json),
+            ("*/*, application/com.github.proto-openapi.spec.v2@v1.0+protobuf", protobuf),
+            ("*/*;q=0.1, text/plain", json),
         ];
-        for (accept, protobuf) in cases {
-            assert_eq!(wants_protobuf(accept), protobuf, "{accept}");
+        for (accept, encoding) in cases {
+            assert_eq!(negotiate(accept), encoding, "{accept}");
         }
     }
 

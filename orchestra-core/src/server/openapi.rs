@@ -6,8 +6,8 @@
 //!
 //! `/openapi/v2` is one Swagger 2.0 document holding every schema of the v3
 //! documents as `definitions` (and no `paths`), in gnostic's protobuf
-//! encoding when the `Accept` header asks for it (as kubectl does), else as
-//! JSON. kubectl validates on the client what the server cannot validate for
+//! encoding when the `Accept` header asks for it (as kubectl does), as JSON
+//! when it asks for that or for anything, and 406 otherwise. kubectl validates on the client what the server cannot validate for
 //! it, a `kind: List` above all, against these definitions
 //! ([`crate::api::openapi_v2`]).
 
@@ -21,7 +21,7 @@ use bytes::Bytes;
 use super::body;
 use super::discovery::KUBERNETES_VERSION;
 use crate::api::openapi::{OpenApi, content_hash};
-use crate::api::openapi_v2;
+use crate::api::openapi_v2::{self, Encoding};
 use crate::api::{ApiError, Registry};
 
 /// One registry's documents.
@@ -129,11 +129,20 @@ pub(crate) fn serve(cache: &OpenApiCache, registry: &Arc<Registry>, path: &str, 
 pub(crate) fn serve_v2(cache: &OpenApiCache, registry: &Arc<Registry>, headers: &HeaderMap) -> Response {
     let (openapi, v2) = cache.entry(registry);
     let document = v2.get_or_init(|| SwaggerDocument::build(&openapi));
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let mut response = if openapi_v2::wants_protobuf(accept) {
-        respond(document.protobuf.clone(), openapi_v2::PROTOBUF_CONTENT_TYPE, Some(&document.protobuf_hash), headers)
-    } else {
-        respond(document.json.clone(), "application/json", Some(&document.json_hash), headers)
+    let accept = headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect::<Vec<_>>().join(",");
+    let mut response = match openapi_v2::negotiate(&accept) {
+        Some(Encoding::Protobuf) => respond(
+            document.protobuf.clone(),
+            openapi_v2::PROTOBUF_CONTENT_TYPE,
+            Some(&document.protobuf_hash),
+            headers,
+        ),
+        Some(Encoding::Json) => respond(document.json.clone(), "application/json", Some(&document.json_hash), headers),
+        None => body::error(&ApiError::not_acceptable(&format!(
+            "application/json, {}, {}",
+            openapi_v2::PROTOBUF_CONTENT_TYPE_AT,
+            openapi_v2::PROTOBUF_CONTENT_TYPE
+        ))),
     };
     response.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
     response
@@ -199,6 +208,9 @@ mod tests {
         }
         // One ETag per encoding.
         etags.dedup();
+        let refused = serve_v2(&cache, &registry, &accept("text/html"));
+        assert_eq!(refused.status(), StatusCode::NOT_ACCEPTABLE);
+        assert_eq!(refused.headers()[header::CONTENT_TYPE], "application/json");
         assert_eq!(etags.len(), 2, "{etags:?}");
         let document = cache.entry(&registry).1;
         let document = document.get().unwrap();

@@ -94,12 +94,7 @@ pub(crate) fn negotiate(headers: &HeaderMap, raw_query: Option<&str>, watch: boo
             return Ok(output);
         }
     }
-    Err(ApiError {
-        code: 406,
-        reason: "NotAcceptable",
-        message: format!("only the following media types are accepted: {ACCEPTED}"),
-        details: None,
-    })
+    Err(ApiError::not_acceptable(ACCEPTED))
 }
 
 fn include_object(raw_query: Option<&str>) -> Result<IncludeObject, ApiError> {
