@@ -89,6 +89,14 @@ fn requests_are_audited_by_policy_and_the_log_rotates() {
         events(&log).into_iter().filter(|e| e["auditID"] == header.as_str()).map(|e| e["stage"].clone()).collect();
     assert_eq!(stages, ["RequestReceived", "ResponseComplete"]);
 
+    // A pod: admission's audit annotations (PodSecurity's enforced level).
+    let (ok, out, err) = admin.run(&["run", "audited", "--image=orchestra/echo"]).into_parts();
+    assert!(ok, "{out}{err}");
+    let event = complete(&log, "the pod's create", |e| {
+        e["objectRef"]["resource"] == "pods" && e["verb"] == "create" && e["objectRef"]["name"] == "audited"
+    });
+    assert_eq!(event["annotations"]["pod-security.kubernetes.io/enforce-policy"], "baseline:latest", "{event}");
+
     // A Secret: the policy says RequestResponse, the server logs metadata only.
     let (ok, out, err) =
         admin.run(&["create", "secret", "generic", "pw", "--from-literal=password=hunter2"]).into_parts();

@@ -111,6 +111,15 @@ impl Record {
         }
     }
 
+    /// Adds annotations to the events still to come (admission's, known
+    /// once the handler is done: they annotate the ResponseComplete event).
+    pub(crate) fn annotate(&self, annotations: Vec<(String, String)>) {
+        let mut state = self.state();
+        for (key, value) in annotations {
+            state.event.annotations.entry(key).or_insert(value);
+        }
+    }
+
     /// Logs a panic of the handler.
     pub(crate) fn panicked(&self) {
         let mut state = self.state();

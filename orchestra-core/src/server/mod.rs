@@ -846,8 +846,9 @@ async fn handle(state: Arc<State>, mut request: Request) -> Response {
     let mut admitted = None;
     let served = std::panic::AssertUnwindSafe(dispatch(&state, request, long_running, &mut labels, &mut admitted))
         .catch_unwind();
-    // Admission plugins' warnings become `Warning` headers of the response.
-    let (outcome, warnings) = admission::collect_warnings(async move {
+    // Admission plugins' warnings become `Warning` headers of the response,
+    // their audit annotations annotations of the request's audit events.
+    let (outcome, notes) = admission::collect_notes(async move {
         match timeout {
             Some(timeout) => tokio::time::timeout(timeout, served).await.unwrap_or_else(|_| {
                 Ok(body::error(&ApiError::timeout("request did not complete within the allotted timeout")))
@@ -869,8 +870,9 @@ async fn handle(state: Arc<State>, mut request: Request) -> Response {
         tracing::error!(%method, request = ?labels, panic = message, "a request handler panicked; answered 500");
         body::error(&ApiError::internal("This request caused apiserver to panic. Look in the logs for details."))
     });
-    body::add_warnings(&mut response, &warnings);
+    body::add_warnings(&mut response, &notes.warnings);
     if let Some(record) = audit.filter(|_| !panicked) {
+        record.annotate(notes.audit_annotations);
         response = record.finish(response).await;
     }
     if let Some(admitted) = &admitted {

@@ -105,32 +105,88 @@ impl AdmissionRequest<'_> {
     /// admitted or not (upstream's `warning.AddWarning`). The
     /// [`ApiServer`](crate::server::ApiServer) sends each distinct warning
     /// as a `Warning: 299 - "<text>"` response header, which kubectl
-    /// prints; outside [`collect_warnings`] (a chain run by other code) the
+    /// prints; outside [`collect_notes`] (a chain run by other code) the
     /// warning is dropped.
     pub fn warn(&self, text: impl Into<String>) {
-        let _outside_a_collecting_task = WARNINGS.try_with(|sink| {
+        let _outside_a_collecting_task = NOTES.try_with(|notes| {
             let text = text.into();
-            let mut sink = sink.lock().unwrap_or_else(|e| e.into_inner());
-            if !sink.contains(&text) {
-                sink.push(text);
+            let mut notes = notes.lock().unwrap_or_else(|e| e.into_inner());
+            if !notes.warnings.contains(&text) {
+                notes.warnings.push(text);
             }
         });
     }
+
+    /// Adds an annotation to the request's audit events (upstream's
+    /// `AddAnnotation`): `key` is a qualified name `<prefix>/<name>`, such
+    /// as `pod-security.kubernetes.io/enforce-policy`. A key set once keeps
+    /// its first value, and a key of another form is refused; either way
+    /// the request goes on. The [`ApiServer`](crate::server::ApiServer)
+    /// writes the annotations into the request's audit events; outside
+    /// [`collect_notes`] they are dropped.
+    pub fn annotate(&self, key: impl Into<String>, value: impl Into<String>) -> Result<(), String> {
+        let key = key.into();
+        if !is_qualified_key(&key) {
+            return Err(format!("audit annotation key {key:?} is not of the form <prefix>/<name>"));
+        }
+        let value = value.into();
+        NOTES
+            .try_with(|notes| {
+                let mut notes = notes.lock().unwrap_or_else(|e| e.into_inner());
+                match notes.audit_annotations.iter().find(|(k, _)| *k == key) {
+                    Some((_, set)) if *set != value => {
+                        Err(format!("audit annotation {key:?} is already set to {set:?}; it is not overwritten"))
+                    }
+                    Some(_) => Ok(()),
+                    None => {
+                        notes.audit_annotations.push((key, value));
+                        Ok(())
+                    }
+                }
+            })
+            .unwrap_or(Ok(()))
+    }
+}
+
+/// `<prefix>/<name>`: a DNS subdomain, then a name of at most 63
+/// alphanumerics, `-`, `_` and `.`, starting and ending alphanumeric.
+fn is_qualified_key(key: &str) -> bool {
+    let Some((prefix, name)) = key.split_once('/') else { return false };
+    let alphanumeric_ends = |s: &str| {
+        s.starts_with(|c: char| c.is_ascii_alphanumeric()) && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    crate::api::meta::validate_subdomain("key", prefix).is_empty()
+        && !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && alphanumeric_ends(name)
+}
+
+/// What admission plugins noted about a request besides their decision:
+/// warnings for the client and annotations for the audit log, each in the
+/// order they were added.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdmissionNotes {
+    /// Distinct warnings ([`AdmissionRequest::warn`]).
+    pub warnings: Vec<String>,
+    /// Audit annotations, by key ([`AdmissionRequest::annotate`]).
+    pub audit_annotations: Vec<(String, String)>,
 }
 
 tokio::task_local! {
-    /// The warnings of the request the current task serves.
-    static WARNINGS: Arc<Mutex<Vec<String>>>;
+    /// The notes of the request the current task serves.
+    static NOTES: Arc<Mutex<AdmissionNotes>>;
 }
 
 /// Runs `future` (a request being served, or an [`AdmissionChain::admit`])
-/// and returns its output with the distinct warnings admission plugins
-/// added with [`AdmissionRequest::warn`] while it ran, in order.
+/// and returns its output with what admission plugins noted while it ran:
+/// the warnings they added with [`AdmissionRequest::warn`] and the audit
+/// annotations of [`AdmissionRequest::annotate`].
 ///
 /// ```
 /// use orchestra_core::api::ResourceInfo;
 /// use orchestra_core::auth::UserInfo;
-/// use orchestra_core::auth::admission::{AdmissionRequest, Operation, collect_warnings};
+/// use orchestra_core::auth::admission::{AdmissionRequest, Operation, collect_notes};
 ///
 /// let pods = ResourceInfo::new("", "v1", "Pod", "pods", true);
 /// let user = UserInfo::anonymous();
@@ -145,14 +201,25 @@ tokio::task_local! {
 ///     user: &user,
 ///     dry_run: false,
 /// };
-/// let ((), warnings) = futures::executor::block_on(collect_warnings(async move { request.warn("deprecated") }));
-/// assert_eq!(warnings, ["deprecated"]);
+/// let (annotated, notes) = futures::executor::block_on(collect_notes(async move {
+///     request.warn("deprecated");
+///     request.annotate("example.com/checked", "yes")
+/// }));
+/// assert_eq!(annotated, Ok(()));
+/// assert_eq!(notes.warnings, ["deprecated"]);
+/// assert_eq!(notes.audit_annotations, [("example.com/checked".to_owned(), "yes".to_owned())]);
 /// ```
+pub async fn collect_notes<F: Future>(future: F) -> (F::Output, AdmissionNotes) {
+    let sink = Arc::new(Mutex::new(AdmissionNotes::default()));
+    let output = NOTES.scope(sink.clone(), future).await;
+    let notes = std::mem::take(&mut *sink.lock().unwrap_or_else(|e| e.into_inner()));
+    (output, notes)
+}
+
+/// [`collect_notes`], keeping the warnings only.
 pub async fn collect_warnings<F: Future>(future: F) -> (F::Output, Vec<String>) {
-    let sink = Arc::new(Mutex::new(Vec::new()));
-    let output = WARNINGS.scope(sink.clone(), future).await;
-    let warnings = std::mem::take(&mut *sink.lock().unwrap_or_else(|e| e.into_inner()));
-    (output, warnings)
+    let (output, notes) = collect_notes(future).await;
+    (output, notes.warnings)
 }
 
 /// A plugin of the admission chain: it sees every write it
@@ -314,7 +381,7 @@ impl AdmissionChain {
 pub(crate) mod testing {
     use serde_json::Value;
 
-    use super::{AdmissionPlugin, AdmissionRequest, Operation, collect_warnings};
+    use super::{AdmissionNotes, AdmissionPlugin, AdmissionRequest, Operation, collect_notes};
     use crate::api::{ApiError, ResourceInfo};
     use crate::auth::UserInfo;
 
@@ -338,6 +405,20 @@ pub(crate) mod testing {
         object: Option<Value>,
         old_object: Option<&Value>,
     ) -> Admitted {
+        let (admitted, notes) = admit_noted(plugin, operation, resource, namespace, user, object, old_object);
+        (admitted, notes.warnings)
+    }
+
+    /// [`admit`], with everything the plugin noted (audit annotations too).
+    pub fn admit_noted(
+        plugin: &dyn AdmissionPlugin,
+        operation: Operation,
+        resource: &ResourceInfo,
+        namespace: Option<&str>,
+        user: &UserInfo,
+        object: Option<Value>,
+        old_object: Option<&Value>,
+    ) -> (Result<Option<Value>, ApiError>, AdmissionNotes) {
         let name = object.as_ref().or(old_object).and_then(|o| o["metadata"]["name"].as_str()).unwrap_or("");
         let mut request = AdmissionRequest {
             operation,
@@ -350,7 +431,7 @@ pub(crate) mod testing {
             user,
             dry_run: false,
         };
-        futures::executor::block_on(collect_warnings(async move {
+        futures::executor::block_on(collect_notes(async move {
             if plugin.handles(operation) {
                 plugin.mutate(&mut request).await?;
                 plugin.validate(&request).await?;

@@ -160,8 +160,13 @@ impl PodSecurityConfig {
 /// - Namespace creates and updates with invalid level or version labels
 ///   are refused with 422; an update that changes the `enforce` level
 ///   warns about the existing pods that violate it.
-/// - `audit` is read but records nothing: audit annotations belong to the
-///   audit log.
+/// - `audit`: a pod write that violates the level is admitted (unless
+///   `enforce` refuses it) with the audit annotation
+///   `pod-security.kubernetes.io/audit-violations` (`would violate
+///   PodSecurity ...`). Every checked pod write is annotated with
+///   `pod-security.kubernetes.io/enforce-policy` (`baseline:latest`), an
+///   exempt one with `pod-security.kubernetes.io/exempt` (`user`,
+///   `namespace` or `runtimeClass`).
 ///
 /// Requests of exempt users, in exempt namespaces, or for pods of exempt
 /// RuntimeClasses are not checked.
@@ -197,7 +202,14 @@ impl std::fmt::Display for Policy {
 struct Policies {
     enforce: Policy,
     warn: Policy,
+    audit: Policy,
 }
+
+/// The audit annotations of pod writes: the enforced policy, what the
+/// audit level would refuse, and why a pod was not checked.
+const ENFORCE_POLICY_ANNOTATION: &str = "pod-security.kubernetes.io/enforce-policy";
+const AUDIT_VIOLATIONS_ANNOTATION: &str = "pod-security.kubernetes.io/audit-violations";
+const EXEMPT_ANNOTATION: &str = "pod-security.kubernetes.io/exempt";
 
 /// Workload kinds whose pod template is warned about: (group, plural,
 /// JSON pointer of the template).
@@ -241,9 +253,11 @@ impl PodSecurity {
         const ENFORCE: (&str, &str) =
             ("pod-security.kubernetes.io/enforce", "pod-security.kubernetes.io/enforce-version");
         const WARN: (&str, &str) = ("pod-security.kubernetes.io/warn", "pod-security.kubernetes.io/warn-version");
+        const AUDIT: (&str, &str) = ("pod-security.kubernetes.io/audit", "pod-security.kubernetes.io/audit-version");
         Policies {
             enforce: Self::policy(labels, ENFORCE, self.config.enforce),
             warn: Self::policy(labels, WARN, self.config.warn),
+            audit: Self::policy(labels, AUDIT, self.config.audit),
         }
     }
 
@@ -258,14 +272,27 @@ impl PodSecurity {
             .is_some_and(|class| self.config.exempt_runtime_classes.iter().any(|c| c == class))
     }
 
-    /// Pods: enforce, then warn.
+    /// Pods: enforce, then warn and audit.
     async fn check_pod(&self, request: &AdmissionRequest<'_>, namespace: &str, pod: &Value) -> Result<(), ApiError> {
-        if self.exempt_runtime_class(&pod["spec"]) || !significant(pod, request.old_object) {
+        if !significant(pod, request.old_object) {
             return Ok(());
         }
+        if self.exempt_runtime_class(&pod["spec"]) {
+            return exempt(request, "runtimeClass");
+        }
         let policies = self.namespace_policies(namespace).await?;
+        annotate(request, ENFORCE_POLICY_ANNOTATION, policies.enforce.to_string());
         let enforced = violations(policies.enforce.level, &pod["metadata"], &pod["spec"]);
         let allowed = enforced.is_empty();
+        let audited = match policies.audit == policies.enforce {
+            true => enforced.clone(),
+            false => violations(policies.audit.level, &pod["metadata"], &pod["spec"]),
+        };
+        if !audited.is_empty() {
+            let violations =
+                format!("would violate PodSecurity {:?}: {}", policies.audit.to_string(), details(&audited));
+            annotate(request, AUDIT_VIOLATIONS_ANNOTATION, violations);
+        }
         if policies.warn != policies.enforce || allowed {
             let warned = violations(policies.warn.level, &pod["metadata"], &pod["spec"]);
             if !warned.is_empty() {
@@ -389,12 +416,13 @@ impl AdmissionPlugin for PodSecurity {
         if request.writes("", "namespaces") {
             return self.check_namespace(request).await;
         }
+        let pod = request.writes("", "pods");
         if self.config.exempt_usernames.contains(&request.user.name) {
-            return Ok(());
+            return if pod { exempt(request, "user") } else { Ok(()) };
         }
         let Some(namespace) = request.namespace.filter(|_| request.resource.namespaced) else { return Ok(()) };
         if self.config.exempt_namespaces.iter().any(|n| n == namespace) {
-            return Ok(());
+            return if pod { exempt(request, "namespace") } else { Ok(()) };
         }
         if request.writes("", "pods") {
             let Some(pod) = request.object.as_ref() else { return Ok(()) };
@@ -408,6 +436,21 @@ impl AdmissionPlugin for PodSecurity {
             _ => Ok(()),
         }
     }
+}
+
+/// Records a pod write's audit annotation (the keys are well-formed, and
+/// each is set once per write).
+fn annotate(request: &AdmissionRequest<'_>, key: &str, value: String) {
+    if let Err(error) = request.annotate(key, value) {
+        tracing::warn!(%error, "PodSecurity could not annotate the audit event");
+    }
+}
+
+/// A pod write not checked because `what` (user, namespace, runtimeClass)
+/// is exempt: admitted, and so annotated.
+fn exempt(request: &AdmissionRequest<'_>, what: &str) -> Result<(), ApiError> {
+    annotate(request, EXEMPT_ANNOTATION, what.to_owned());
+    Ok(())
 }
 
 /// `latest` or `v1.N` (no leading zero).
@@ -1016,7 +1059,7 @@ mod tests {
     use crate::api::ResourceInfo;
     use crate::auth::UserInfo;
     use crate::auth::admission::StaticObjects;
-    use crate::auth::admission::testing::{admit, pods};
+    use crate::auth::admission::testing::{admit, admit_noted, pods};
 
     /// A pod the restricted level admits, changed by `edit`.
     fn pod(edit: impl FnOnce(&mut Value)) -> Value {
@@ -1164,6 +1207,43 @@ mod tests {
             Some(&pod(|_| {})),
         );
         assert_eq!(admitted.unwrap_err().code, 403);
+    }
+
+    /// Namespace labels, configuration, user and pod; the audit annotations.
+    type AnnotatedCase<'a> = (Value, PodSecurityConfig, &'a UserInfo, &'a Value, &'a [(&'a str, &'a str)]);
+
+    #[test]
+    fn pod_writes_are_annotated_for_the_audit_log() {
+        let privileged = pod(|p| p["spec"]["containers"][0]["securityContext"]["privileged"] = true.into());
+        let sandboxed = pod(|p| p["spec"]["runtimeClassName"] = "sandbox".into());
+        let fine = pod(|_| {});
+        let anyone = UserInfo::anonymous();
+        let installer = UserInfo::new("installer", &[]);
+        let config = || PodSecurityConfig::default().enforce(PodSecurityLevel::Baseline);
+        let violation = r#"would violate PodSecurity "restricted:latest": privileged (container "c" must not set securityContext.privileged=true)"#;
+        #[rustfmt::skip]
+        let cases: [AnnotatedCase<'_>; 6] = [
+            (json!({}), config(), &anyone, &fine, &[(ENFORCE_POLICY_ANNOTATION, "baseline:latest")]),
+            (json!({"pod-security.kubernetes.io/enforce": "privileged", "pod-security.kubernetes.io/audit": "restricted"}),
+             config(), &anyone, &privileged,
+             &[(ENFORCE_POLICY_ANNOTATION, "privileged:latest"), (AUDIT_VIOLATIONS_ANNOTATION, violation)]),
+            // Refused, and still annotated.
+            (json!({"pod-security.kubernetes.io/audit": "restricted"}), config(), &anyone, &privileged,
+             &[(ENFORCE_POLICY_ANNOTATION, "baseline:latest"), (AUDIT_VIOLATIONS_ANNOTATION, violation)]),
+            (json!({}), config().exempt_usernames(["installer"]), &installer, &privileged,
+             &[(EXEMPT_ANNOTATION, "user")]),
+            (json!({}), config().exempt_namespaces(["apps"]), &anyone, &privileged, &[(EXEMPT_ANNOTATION, "namespace")]),
+            (json!({}), config().exempt_runtime_classes(["sandbox"]), &anyone, &sandboxed,
+             &[(EXEMPT_ANNOTATION, "runtimeClass")]),
+        ];
+        for (labels, config, user, object, expected) in cases {
+            let plugin = plugin(labels.clone(), config);
+            let (_, notes) =
+                admit_noted(&plugin, Operation::Create, &pods(), Some("apps"), user, Some(object.clone()), None);
+            let expected: Vec<(String, String)> =
+                expected.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+            assert_eq!(notes.audit_annotations, expected, "{labels} {}", user.name);
+        }
     }
 
     #[test]

@@ -327,8 +327,26 @@ pub(crate) struct Reply {
     /// `response.status`.
     status: Value,
     warnings: Vec<String>,
+    /// `response.auditAnnotations`, by key.
+    audit_annotations: Vec<(String, String)>,
     /// The decoded JSON patch (mutating webhooks).
     patch: Option<Vec<u8>>,
+}
+
+impl Reply {
+    /// Passes the answer's warnings to the client and its audit
+    /// annotations, keyed `<webhook name>/<key>`, to the audit log, whether
+    /// the webhook allowed the write or not, as upstream's dispatchers do.
+    pub(crate) fn note(&self, webhook: &str, request: &AdmissionRequest<'_>) {
+        for (key, value) in &self.audit_annotations {
+            if let Err(error) = request.annotate(format!("{webhook}/{key}"), value.clone()) {
+                tracing::warn!(webhook, %error, "failed to set an admission audit annotation");
+            }
+        }
+        for warning in &self.warnings {
+            request.warn(warning.clone());
+        }
+    }
 }
 
 /// The matching and calling both plugins do, for one kind of configuration.
@@ -675,10 +693,16 @@ fn parse_reply(answer: &Value, uid: &str, mutating: bool) -> Result<Reply, Strin
         .and_then(Value::as_array)
         .map(|w| w.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .unwrap_or_default();
+    let audit_annotations = response
+        .get("auditAnnotations")
+        .and_then(Value::as_object)
+        .map(|a| a.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+        .unwrap_or_default();
     Ok(Reply {
         allowed: response.get("allowed").and_then(Value::as_bool).unwrap_or(false),
         status: response.get("status").cloned().unwrap_or(Value::Null),
         warnings,
+        audit_annotations,
         patch,
     })
 }

@@ -65,8 +65,8 @@ use crate::auth::admission::{AdmissionPlugin, AdmissionRequest, ObjectReader};
 /// What the server does not do: `matchConditions`
 /// (CEL) are refused when a configuration is written; a webhook stored with
 /// them fails its calls the same way. The server presents no client
-/// credential to webhooks, and `auditAnnotations` in answers are ignored:
-/// the audit log has no hook for admission plugins.
+/// credential to webhooks. An answer's `auditAnnotations` annotate the
+/// request's audit events as `<webhook name>/<key>`.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -119,9 +119,7 @@ impl MutatingAdmissionWebhook {
                 return Err(Dispatcher::call_failed(webhook, &reason));
             }
         };
-        for warning in &reply.warnings {
-            request.warn(warning.clone());
-        }
+        reply.note(&webhook.name, request);
         if !reply.allowed {
             return Err(rejection(&webhook.name, &reply.status));
         }

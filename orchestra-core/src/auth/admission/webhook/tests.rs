@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::auth::UserInfo;
-use crate::auth::admission::{AdmissionPlugin, StaticObjects, collect_warnings};
+use crate::auth::admission::{AdmissionPlugin, StaticObjects, collect_notes, collect_warnings};
 use crate::tls::pki::Pki;
 
 const MUTATING: ResourceRef<'static> = ResourceRef::new(GROUP, "v1", "mutatingwebhookconfigurations");
@@ -452,6 +452,9 @@ fn answer(path: &str, request: &Value) -> Value {
             json!({"allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": "pods are closed"}})
         }
         "warn" => json!({"allowed": true, "warnings": ["mind the gap"]}),
+        "annotate" => json!({"allowed": true, "auditAnnotations": {"checked": "yes", "not/a key": "dropped"}}),
+        "annotate-deny" => json!({"allowed": false, "auditAnnotations": {"why": "closed"},
+            "status": {"code": 403, "message": "pods are closed"}}),
         "rename" => {
             let patch = json!([{"op": "replace", "path": "/metadata/name", "value": "other"}]);
             json!({"allowed": true, "patchType": "JSONPatch",
@@ -703,6 +706,35 @@ async fn validating_webhooks_run_together_and_the_first_refusal_wins() {
     let plugin = ValidatingAdmissionWebhook::new(objects_with(&[(VALIDATING, configuration("hooks", webhooks))]));
     let error = run(&plugin, &Write::pod(Value::Null)).await.0.unwrap_err();
     assert!(error.message.contains("may not return response.patch"), "{error}");
+}
+
+/// An answer's `auditAnnotations` go to the audit log as `<webhook>/<key>`,
+/// from a refusal too; a key that does not make a qualified name is
+/// dropped.
+#[tokio::test]
+async fn answers_annotate_the_audit_log() {
+    let service = TestService::start(answer).await;
+    for (kind, path, allowed, expected) in [
+        (MUTATING, "annotate", true, ("m.hooks.test/checked", "yes")),
+        (VALIDATING, "annotate", true, ("m.hooks.test/checked", "yes")),
+        (VALIDATING, "annotate-deny", false, ("m.hooks.test/why", "closed")),
+    ] {
+        let webhooks = vec![service.webhook("m.hooks.test", path, json!({}))];
+        let objects = objects_with(&[(kind, configuration("hooks", webhooks))]);
+        let plugin: Box<dyn AdmissionPlugin> = match kind == MUTATING {
+            true => Box::new(MutatingAdmissionWebhook::new(objects)),
+            false => Box::new(ValidatingAdmissionWebhook::new(objects)),
+        };
+        let write = Write::pod(Value::Null);
+        let mut request = write.request();
+        let (outcome, notes) = collect_notes(async move {
+            plugin.mutate(&mut request).await?;
+            plugin.validate(&request).await
+        })
+        .await;
+        assert_eq!(outcome.is_ok(), allowed, "{path}: {outcome:?}");
+        assert_eq!(notes.audit_annotations, [(expected.0.to_owned(), expected.1.to_owned())], "{path}");
+    }
 }
 
 #[test]

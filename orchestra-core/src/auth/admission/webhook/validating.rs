@@ -72,9 +72,7 @@ impl ValidatingAdmissionWebhook {
                 return Err(Dispatcher::call_failed(webhook, &reason));
             }
         };
-        for warning in &reply.warnings {
-            request.warn(warning.clone());
-        }
+        reply.note(&webhook.name, request);
         match reply.allowed {
             true => Ok(()),
             false => Err(rejection(&webhook.name, &reply.status)),
