@@ -11,6 +11,7 @@ pub mod store_demo;
 pub mod token;
 pub mod up;
 
+use orchestra::core::auth::ReviewVersion;
 use orchestra::core::auth::admission::{PodSecurityConfig, PodSecurityLevel};
 
 /// Pods' address space in the reference assembly: inside 127.0.0.0/8, so
@@ -60,6 +61,10 @@ pub struct AuthArgs {
     /// How long the webhook's other answers are cached.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub authorization_webhook_cache_unauthorized_ttl: std::time::Duration,
+    /// The version of the SubjectAccessReviews sent to the webhook, `v1`
+    /// or `v1beta1` (upstream's default).
+    #[arg(long, default_value = "v1beta1")]
+    pub authorization_webhook_version: ReviewVersion,
     /// Bearer tokens checked by a webhook with TokenReviews: a kubeconfig
     /// naming its HTTPS URL, CA and the client certificate.
     #[arg(long)]
@@ -67,6 +72,12 @@ pub struct AuthArgs {
     /// How long the token webhook's answers are cached.
     #[arg(long, default_value = "2m0s", value_parser = parse_duration)]
     pub authentication_token_webhook_cache_ttl: std::time::Duration,
+    /// The version of the TokenReviews sent to the token webhook, `v1` or
+    /// `v1beta1` (upstream's default). The reviews carry the API server's
+    /// audience (its service account issuer), which the answers' audiences
+    /// must include when they name any.
+    #[arg(long, default_value = "v1beta1")]
+    pub authentication_token_webhook_version: ReviewVersion,
     /// OpenID Connect: the issuer's https URL (tokens' `iss`); turns OIDC on.
     #[arg(long)]
     pub oidc_issuer_url: Option<String>,
@@ -149,6 +160,7 @@ impl AuthArgs {
         &self,
         mut builder: orchestra::control_plane::ControlPlaneBuilder,
     ) -> Result<orchestra::control_plane::ControlPlaneBuilder, Box<dyn std::error::Error>> {
+        use orchestra::core::auth::service_account::DEFAULT_ISSUER;
         use orchestra::core::auth::{
             AbacAuthorizer, OidcAuthenticator, OidcOptions, WebhookAuthorizer, WebhookConfig, WebhookTokenAuthenticator,
         };
@@ -187,16 +199,20 @@ impl AuthArgs {
         }
         if let Some(path) = &self.authentication_token_webhook_config_file {
             let config = WebhookConfig::from_kubeconfig_file(path)?;
-            let webhook =
-                WebhookTokenAuthenticator::new(config)?.cache_ttl(self.authentication_token_webhook_cache_ttl);
+            let webhook = WebhookTokenAuthenticator::new(config)?
+                .cache_ttl(self.authentication_token_webhook_cache_ttl)
+                .version(self.authentication_token_webhook_version)
+                .audiences([DEFAULT_ISSUER]);
             builder = builder.authenticator(webhook);
         }
         if let Some(path) = &self.authorization_webhook_config_file {
             let config = WebhookConfig::from_kubeconfig_file(path)?;
-            let webhook = WebhookAuthorizer::new(config)?.cache_ttls(
-                self.authorization_webhook_cache_authorized_ttl,
-                self.authorization_webhook_cache_unauthorized_ttl,
-            );
+            let webhook = WebhookAuthorizer::new(config)?
+                .cache_ttls(
+                    self.authorization_webhook_cache_authorized_ttl,
+                    self.authorization_webhook_cache_unauthorized_ttl,
+                )
+                .version(self.authorization_webhook_version);
             builder = builder.webhook_authorizer(webhook);
         }
         if let Some(path) = &self.authorization_policy_file {

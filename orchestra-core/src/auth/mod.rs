@@ -35,6 +35,6 @@ pub use client_cert::{ClientCertAuthenticator, PeerCertificates, user_of as cert
 pub use mode::{AuthorizationMode, ModeError};
 pub use oidc::{OidcAuthenticator, OidcOptions, SUPPORTED_ALGORITHMS as OIDC_SIGNING_ALGORITHMS};
 pub use public::{AllowAuthenticated, PUBLIC_PATHS, PublicInfoViewer};
-pub use webhook::{WebhookConfig, WebhookConfigError};
+pub use webhook::{ReviewVersion, WebhookConfig, WebhookConfigError};
 pub use webhook_authz::{DEFAULT_AUTHORIZED_TTL, DEFAULT_UNAUTHORIZED_TTL, WebhookAuthorizer};
 pub use webhook_token::{DEFAULT_TOKEN_CACHE_TTL, WebhookTokenAuthenticator};

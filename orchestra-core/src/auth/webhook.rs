@@ -11,6 +11,49 @@ use serde_json::Value;
 use super::https::HttpsClient;
 use crate::tls::pki::Credential;
 
+/// The API version of the reviews a webhook is sent and answers
+/// (kube-apiserver's `--authentication-token-webhook-version` and
+/// `--authorization-webhook-version`): `v1` or `v1beta1`.
+///
+/// ```
+/// use orchestra_core::auth::ReviewVersion;
+///
+/// assert_eq!("v1beta1".parse::<ReviewVersion>(), Ok(ReviewVersion::V1Beta1));
+/// assert_eq!(ReviewVersion::V1.api_version("authorization.k8s.io"), "authorization.k8s.io/v1");
+/// assert!("v2".parse::<ReviewVersion>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReviewVersion {
+    /// `v1`.
+    #[default]
+    V1,
+    /// `v1beta1`: the same reviews, except that a SubjectAccessReview's
+    /// groups are `spec.group`.
+    V1Beta1,
+}
+
+impl ReviewVersion {
+    /// `<group>/v1` or `<group>/v1beta1`.
+    pub fn api_version(self, group: &str) -> String {
+        match self {
+            ReviewVersion::V1 => format!("{group}/v1"),
+            ReviewVersion::V1Beta1 => format!("{group}/v1beta1"),
+        }
+    }
+}
+
+impl std::str::FromStr for ReviewVersion {
+    type Err = String;
+
+    fn from_str(version: &str) -> Result<ReviewVersion, String> {
+        match version {
+            "v1" => Ok(ReviewVersion::V1),
+            "v1beta1" => Ok(ReviewVersion::V1Beta1),
+            other => Err(format!("unsupported webhook review version {other:?}: v1 or v1beta1")),
+        }
+    }
+}
+
 /// A webhook configuration that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("webhook configuration: {0}")]

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::https::HttpsClient;
-use super::webhook::{AnswerCache, WebhookConfig, WebhookConfigError};
+use super::webhook::{AnswerCache, ReviewVersion, WebhookConfig, WebhookConfigError};
 use super::{Attributes, Authorizer, Decision};
 
 /// Upstream's `--authorization-webhook-cache-authorized-ttl` default.
@@ -54,6 +54,7 @@ pub struct WebhookAuthorizer {
 struct Inner {
     config: WebhookConfig,
     client: HttpsClient,
+    version: ReviewVersion,
     authorized_ttl: Duration,
     unauthorized_ttl: Duration,
     cache: AnswerCache<Decision>,
@@ -78,6 +79,7 @@ impl WebhookAuthorizer {
             inner: std::sync::Arc::new(Inner {
                 config,
                 client,
+                version: ReviewVersion::V1,
                 authorized_ttl: DEFAULT_AUTHORIZED_TTL,
                 unauthorized_ttl: DEFAULT_UNAUTHORIZED_TTL,
                 cache: AnswerCache::default(),
@@ -87,26 +89,39 @@ impl WebhookAuthorizer {
 
     /// How long allowed and other answers are kept (zero: not at all).
     pub fn cache_ttls(self, authorized: Duration, unauthorized: Duration) -> WebhookAuthorizer {
+        self.with(|inner| Inner { authorized_ttl: authorized, unauthorized_ttl: unauthorized, ..inner })
+    }
+
+    /// The version of the SubjectAccessReviews sent and expected back
+    /// ([`ReviewVersion::V1`] unless set).
+    pub fn version(self, version: ReviewVersion) -> WebhookAuthorizer {
+        self.with(|inner| Inner { version, ..inner })
+    }
+
+    /// The authorizer with `change` made to its settings (and an empty
+    /// cache if it was shared).
+    fn with(self, change: impl FnOnce(Inner) -> Inner) -> WebhookAuthorizer {
         let inner = std::sync::Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
             config: shared.config.clone(),
             client: shared.client.clone(),
+            version: shared.version,
             authorized_ttl: shared.authorized_ttl,
             unauthorized_ttl: shared.unauthorized_ttl,
             cache: AnswerCache::default(),
         });
-        WebhookAuthorizer {
-            inner: std::sync::Arc::new(Inner { authorized_ttl: authorized, unauthorized_ttl: unauthorized, ..inner }),
-        }
+        WebhookAuthorizer { inner: std::sync::Arc::new(change(inner)) }
     }
 }
 
-/// The SubjectAccessReview asking about `attributes`.
-pub(crate) fn review_of(attributes: &Attributes) -> Value {
+/// The SubjectAccessReview of a request.
+pub(crate) fn review_of(attributes: &Attributes, version: ReviewVersion) -> Value {
     let user = &attributes.user;
-    let mut spec = json!({
-        "user": user.name,
-        "groups": user.groups,
-    });
+    let groups = match version {
+        ReviewVersion::V1 => "groups",
+        ReviewVersion::V1Beta1 => "group",
+    };
+    let mut spec = json!({"user": user.name});
+    spec[groups] = json!(user.groups);
     if !user.uid.is_empty() {
         spec["uid"] = user.uid.clone().into();
     }
@@ -132,7 +147,7 @@ pub(crate) fn review_of(attributes: &Attributes) -> Value {
         spec["nonResourceAttributes"] = json!({"path": attributes.path, "verb": attributes.verb});
     }
     json!({
-        "apiVersion": "authorization.k8s.io/v1",
+        "apiVersion": version.api_version("authorization.k8s.io"),
         "kind": "SubjectAccessReview",
         "metadata": {"creationTimestamp": null},
         "spec": spec,
@@ -144,7 +159,7 @@ pub(crate) fn review_of(attributes: &Attributes) -> Value {
 impl Authorizer for WebhookAuthorizer {
     async fn authorize(&self, attributes: &Attributes) -> Decision {
         let inner = &self.inner;
-        let review = review_of(attributes);
+        let review = review_of(attributes, inner.version);
         let key = AnswerCache::<Decision>::key(review.to_string().as_bytes());
         if let Some(decision) = inner.cache.get(&key) {
             return decision;
@@ -284,9 +299,16 @@ mod tests {
             ),
         ];
         for (attributes, spec) in cases {
-            let review = review_of(&attributes);
+            let review = review_of(&attributes, ReviewVersion::V1);
             assert_eq!(review["apiVersion"], "authorization.k8s.io/v1");
             assert_eq!(review["spec"], spec);
+            // v1beta1 calls the groups `group`.
+            let mut beta = spec.clone();
+            let groups = beta.as_object_mut().unwrap().remove("groups").unwrap();
+            beta["group"] = groups;
+            let review = review_of(&attributes, ReviewVersion::V1Beta1);
+            assert_eq!(review["apiVersion"], "authorization.k8s.io/v1beta1");
+            assert_eq!(review["spec"], beta);
         }
     }
 }

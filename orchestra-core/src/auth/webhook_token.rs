@@ -2,9 +2,10 @@
 //! `--authentication-token-webhook-config-file` and
 //! `--authentication-token-webhook-cache-ttl`).
 //!
-//! Each token is posted as an `authentication.k8s.io/v1` TokenReview; the
-//! service answers with `status.authenticated` and the user (name, UID,
-//! groups, extra). Answers, positive and negative, are cached by the
+//! Each token is posted as an `authentication.k8s.io/v1` (or `v1beta1`)
+//! TokenReview, with the API server's audiences; the service answers with
+//! `status.authenticated`, the user (name, UID, groups, extra) and the
+//! audiences the token is for. Answers, positive and negative, are cached by the
 //! token's SHA-256 for the cache TTL (default two minutes). A token the
 //! service does not authenticate is left to the next authenticator (and
 //! refused with 401 if none recognises it); a service that cannot be reached
@@ -19,7 +20,7 @@ use http::request::Parts;
 use serde_json::{Value, json};
 
 use super::https::HttpsClient;
-use super::webhook::{AnswerCache, WebhookConfig, WebhookConfigError};
+use super::webhook::{AnswerCache, ReviewVersion, WebhookConfig, WebhookConfigError};
 use super::{AuthError, Authenticator, UserInfo};
 
 /// Upstream's `--authentication-token-webhook-cache-ttl` default.
@@ -45,6 +46,10 @@ pub const DEFAULT_TOKEN_CACHE_TTL: Duration = Duration::from_secs(120);
 pub struct WebhookTokenAuthenticator {
     config: WebhookConfig,
     client: HttpsClient,
+    version: ReviewVersion,
+    /// The API server's audiences, sent in every review; an answer naming
+    /// audiences must name one of them.
+    audiences: Vec<String>,
     ttl: Duration,
     /// `Some(user)` for authenticated tokens, `None` for the others.
     cache: AnswerCache<Option<UserInfo>>,
@@ -64,7 +69,31 @@ impl WebhookTokenAuthenticator {
     /// [`DEFAULT_TOKEN_CACHE_TTL`].
     pub fn new(config: WebhookConfig) -> Result<WebhookTokenAuthenticator, WebhookConfigError> {
         let client = config.client()?;
-        Ok(WebhookTokenAuthenticator { config, client, ttl: DEFAULT_TOKEN_CACHE_TTL, cache: AnswerCache::default() })
+        Ok(WebhookTokenAuthenticator {
+            config,
+            client,
+            version: ReviewVersion::V1,
+            audiences: Vec::new(),
+            ttl: DEFAULT_TOKEN_CACHE_TTL,
+            cache: AnswerCache::default(),
+        })
+    }
+
+    /// The version of the TokenReviews sent and expected back
+    /// ([`ReviewVersion::V1`] unless set).
+    pub fn version(mut self, version: ReviewVersion) -> WebhookTokenAuthenticator {
+        self.version = version;
+        self
+    }
+
+    /// The audiences tokens must be for (kube-apiserver's `--api-audiences`,
+    /// by default its service account issuer): sent as the reviews'
+    /// `spec.audiences`. A review that answers with `status.audiences`
+    /// none of which is one of them does not authenticate the token; one
+    /// that answers with none is taken to have checked them, as upstream.
+    pub fn audiences<S: Into<String>>(mut self, audiences: impl IntoIterator<Item = S>) -> WebhookTokenAuthenticator {
+        self.audiences = audiences.into_iter().map(Into::into).collect();
+        self
     }
 
     /// How long answers are kept (zero: not at all).
@@ -80,12 +109,15 @@ impl WebhookTokenAuthenticator {
         if let Some(answer) = self.cache.get(&key) {
             return Ok(answer);
         }
-        let review = json!({
-            "apiVersion": "authentication.k8s.io/v1",
+        let mut review = json!({
+            "apiVersion": self.version.api_version("authentication.k8s.io"),
             "kind": "TokenReview",
             "metadata": {"creationTimestamp": null},
             "spec": {"token": token},
         });
+        if !self.audiences.is_empty() {
+            review["spec"]["audiences"] = json!(self.audiences);
+        }
         let answer = self.config.post(&self.client, &review).await.map_err(|e| {
             tracing::warn!(error = %e, "token webhook failed");
             AuthError(format!("token webhook: {e}"))
@@ -95,6 +127,18 @@ impl WebhookTokenAuthenticator {
             if let Some(error) = status.get("error").and_then(Value::as_str).filter(|e| !e.is_empty()) {
                 return Err(AuthError(error.to_owned()));
             }
+            self.cache.put(key, None, self.ttl);
+            return Ok(None);
+        }
+        let answered: Vec<&str> = status
+            .get("audiences")
+            .and_then(Value::as_array)
+            .map(|list| list.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if !self.audiences.is_empty()
+            && !answered.is_empty()
+            && !answered.iter().any(|a| self.audiences.iter().any(|ours| ours == a))
+        {
             self.cache.put(key, None, self.ttl);
             return Ok(None);
         }
@@ -158,6 +202,9 @@ mod tests {
             Some("nameless") => json!({"authenticated": true, "user": {}}),
             Some("erroring") => json!({"authenticated": false, "error": "token revoked"}),
             Some("broken") => return (500, json!({"message": "down"})),
+            Some("elsewhere") => json!({"authenticated": true, "audiences": ["vault"], "user": {"username": "bob"}}),
+            Some("for-us") => json!({"authenticated": true, "audiences": ["vault", "https://orchestra.test"],
+                "user": {"username": "carol"}}),
             _ => json!({"authenticated": false}),
         };
         (200, json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status}))
@@ -217,6 +264,28 @@ mod tests {
         assert_eq!(webhook.calls.load(Ordering::SeqCst), before + 2);
         let anonymous = http::Request::get("/api").body(()).unwrap().into_parts().0;
         assert_eq!(uncached.authenticate(&anonymous).await, Ok(None));
+    }
+
+    /// With audiences: sent in the review; an answer naming only others
+    /// does not authenticate; one naming none or ours does. The version
+    /// names the review's apiVersion.
+    #[tokio::test]
+    async fn audiences_and_versions() {
+        let webhook = TestWebhook::start(answer).await;
+        let authenticator = WebhookTokenAuthenticator::new(webhook.config.clone())
+            .unwrap()
+            .audiences(["https://orchestra.test"])
+            .version(ReviewVersion::V1Beta1);
+        for (token, user) in [("good", Some("alice")), ("elsewhere", None), ("for-us", Some("carol"))] {
+            let outcome = authenticator.authenticate(&request(token)).await.unwrap();
+            assert_eq!(outcome.map(|u| u.name), user.map(str::to_owned), "{token}");
+            let sent = webhook.last.lock().unwrap().clone();
+            assert_eq!(sent["apiVersion"], "authentication.k8s.io/v1beta1");
+            assert_eq!(sent["spec"]["audiences"], json!(["https://orchestra.test"]));
+        }
+        let unchecked = WebhookTokenAuthenticator::new(webhook.config.clone()).unwrap();
+        assert!(unchecked.authenticate(&request("elsewhere")).await.unwrap().is_some());
+        assert!(webhook.last.lock().unwrap()["spec"].get("audiences").is_none());
     }
 
     #[tokio::test]
