@@ -69,6 +69,13 @@ pub struct AuthArgs {
     /// naming its HTTPS URL, CA and the client certificate.
     #[arg(long)]
     pub authentication_token_webhook_config_file: Option<std::path::PathBuf>,
+    /// kube-apiserver's admission configuration (kind
+    /// `AdmissionConfiguration`): the `kubeConfigFile` of the
+    /// MutatingAdmissionWebhook and ValidatingAdmissionWebhook plugins'
+    /// `WebhookAdmissionConfiguration` holds the credentials presented to
+    /// webhooks, users named after the webhooks' hosts.
+    #[arg(long)]
+    pub admission_control_config_file: Option<std::path::PathBuf>,
     /// How long the token webhook's answers are cached.
     #[arg(long, default_value = "2m0s", value_parser = parse_duration)]
     pub authentication_token_webhook_cache_ttl: std::time::Duration,
@@ -214,6 +221,12 @@ impl AuthArgs {
                 )
                 .version(self.authorization_webhook_version);
             builder = builder.webhook_authorizer(webhook);
+        }
+        if let Some(path) = &self.admission_control_config_file {
+            use orchestra::core::auth::admission::WebhookClientAuth;
+            let mutating = WebhookClientAuth::from_admission_configuration_file(path, "MutatingAdmissionWebhook")?;
+            let validating = WebhookClientAuth::from_admission_configuration_file(path, "ValidatingAdmissionWebhook")?;
+            builder = builder.admission_webhook_client_auth(mutating, validating);
         }
         if let Some(path) = &self.authorization_policy_file {
             builder = builder.abac_authorizer(AbacAuthorizer::read(path)?);

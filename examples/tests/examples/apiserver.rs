@@ -93,7 +93,7 @@ fn apiserver_refuses_unusable_auth_flags() {
     let webhook = dir.path().join("webhook.kubeconfig");
     std::fs::write(&webhook, "clusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:1/authorize'}\n").unwrap();
     let webhook_flag = format!("--authorization-webhook-config-file={}", webhook.display());
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--authorization-mode=Node,Webhook"], "authorization mode Webhook needs its configuration"),
         (&["--authorization-mode=ABAC,RBAC"], "--authorization-policy-file"),
         (&["--authorization-mode=Webhook", &webhook_flag], "must be an https URL"),
@@ -104,6 +104,7 @@ fn apiserver_refuses_unusable_auth_flags() {
             "unsupported signing algorithm",
         ),
         (&["--authorization-webhook-version=v2"], "unsupported webhook review version \"v2\": v1 or v1beta1"),
+        (&["--admission-control-config-file=/nonexistent/admission.yaml"], "cannot read /nonexistent/admission.yaml"),
     ];
     for (flags, message) in cases {
         let output = Command::new(env!("CARGO_BIN_EXE_orchestra"))

@@ -110,9 +110,10 @@ impl HttpsClient {
         url: &str,
         address: (&str, u16),
         body: &Value,
+        bearer: Option<&str>,
     ) -> Result<(http::StatusCode, Value), String> {
         let body = serde_json::to_vec(body).map_err(|e| e.to_string())?;
-        let (status, answer) = self.send(http::Method::POST, url, Some(body), None, Some(address)).await?;
+        let (status, answer) = self.send(http::Method::POST, url, Some(body), bearer, Some(address)).await?;
         Ok((status, serde_json::from_slice(&answer).unwrap_or(Value::Null)))
     }
 

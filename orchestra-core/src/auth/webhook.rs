@@ -156,34 +156,8 @@ impl WebhookConfig {
         if cluster.get("insecure-skip-tls-verify").and_then(Value::as_bool) == Some(true) {
             return Err(error("insecure-skip-tls-verify is not supported: give certificate-authority".into()));
         }
-        let read = |entry: &Value, data: &str, file: &str| -> Result<Option<String>, WebhookConfigError> {
-            if let Some(encoded) = entry.get(data).and_then(Value::as_str) {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(encoded.trim())
-                    .map_err(|e| error(format!("{data} is not base64: {e}")))?;
-                return String::from_utf8(bytes).map(Some).map_err(|_| error(format!("{data} is not PEM text")));
-            }
-            let Some(path) = entry.get(file).and_then(Value::as_str) else { return Ok(None) };
-            let path = match base_dir {
-                Some(dir) if Path::new(path).is_relative() => dir.join(path),
-                _ => Path::new(path).to_path_buf(),
-            };
-            std::fs::read_to_string(&path)
-                .map(Some)
-                .map_err(|e| error(format!("{file}: cannot read {}: {e}", path.display())))
-        };
-        let ca_pem = read(&cluster, "certificate-authority-data", "certificate-authority")?;
-        let cert = read(&user, "client-certificate-data", "client-certificate")?;
-        let key = read(&user, "client-key-data", "client-key")?;
-        let client_certificate = match (cert, key) {
-            (Some(cert_pem), Some(key_pem)) => Some(Credential { cert_pem, key_pem }),
-            (None, None) => None,
-            _ => return Err(error("the user needs both a client certificate and a client key".into())),
-        };
-        let token = match user.get("token").and_then(Value::as_str) {
-            Some(token) => Some(token.to_owned()),
-            None => read(&user, "", "tokenFile")?.map(|t| t.trim().to_owned()),
-        };
+        let ca_pem = read_pem(&cluster, "certificate-authority-data", "certificate-authority", base_dir)?;
+        let (client_certificate, token) = user_credentials(&user, base_dir)?;
         let config = WebhookConfig { server: server.to_owned(), ca_pem, client_certificate, token };
         config.client()?;
         Ok(config)
@@ -220,6 +194,48 @@ impl WebhookConfig {
             attempt += 1;
         }
     }
+}
+
+/// A kubeconfig entry's PEM text: inline (`<data>`, base64) or from the
+/// file `<file>` names, relative to `base_dir`.
+fn read_pem(
+    entry: &Value,
+    data: &str,
+    file: &str,
+    base_dir: Option<&Path>,
+) -> Result<Option<String>, WebhookConfigError> {
+    let error = |message: String| WebhookConfigError(message);
+    if let Some(encoded) = entry.get(data).and_then(Value::as_str) {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .map_err(|e| error(format!("{data} is not base64: {e}")))?;
+        return String::from_utf8(bytes).map(Some).map_err(|_| error(format!("{data} is not PEM text")));
+    }
+    let Some(path) = entry.get(file).and_then(Value::as_str) else { return Ok(None) };
+    let path = match base_dir {
+        Some(dir) if Path::new(path).is_relative() => dir.join(path),
+        _ => Path::new(path).to_path_buf(),
+    };
+    std::fs::read_to_string(&path).map(Some).map_err(|e| error(format!("{file}: cannot read {}: {e}", path.display())))
+}
+
+/// A kubeconfig user's client certificate and bearer token.
+pub(crate) fn user_credentials(
+    user: &Value,
+    base_dir: Option<&Path>,
+) -> Result<(Option<Credential>, Option<String>), WebhookConfigError> {
+    let cert = read_pem(user, "client-certificate-data", "client-certificate", base_dir)?;
+    let key = read_pem(user, "client-key-data", "client-key", base_dir)?;
+    let certificate = match (cert, key) {
+        (Some(cert_pem), Some(key_pem)) => Some(Credential { cert_pem, key_pem }),
+        (None, None) => None,
+        _ => return Err(WebhookConfigError("the user needs both a client certificate and a client key".into())),
+    };
+    let token = match user.get("token").and_then(Value::as_str) {
+        Some(token) => Some(token.to_owned()),
+        None => read_pem(user, "", "tokenFile", base_dir)?.map(|t| t.trim().to_owned()),
+    };
+    Ok((certificate, token))
 }
 
 /// A time-bounded cache of webhook answers, keyed by the SHA-256 of what

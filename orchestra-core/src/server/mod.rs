@@ -225,6 +225,9 @@ pub struct ApiServerBuilder {
     /// The webhook configurations the server keeps from a watch, once an
     /// admission webhook plugin reads them.
     webhooks: Arc<crate::auth::admission::webhook::WebhookCache>,
+    /// What the admission webhook plugins present to webhooks (mutating,
+    /// validating).
+    webhook_client_auth: (crate::auth::admission::WebhookClientAuth, crate::auth::admission::WebhookClientAuth),
     /// The configuration of the PodSecurity plugin of
     /// [`default_admission`](Self::default_admission).
     pod_security: crate::auth::admission::PodSecurityConfig,
@@ -308,6 +311,20 @@ impl ApiServerBuilder {
     /// modes.
     pub fn webhook_authorizer(mut self, authorizer: crate::auth::WebhookAuthorizer) -> ApiServerBuilder {
         self.webhook_authorizer = Some(authorizer);
+        self
+    }
+
+    /// The credentials the admission webhook plugins made after this call
+    /// present to webhooks, by host (upstream's `kubeConfigFile` of each
+    /// plugin's `WebhookAdmissionConfiguration`): the mutating plugin's,
+    /// then the validating plugin's. Without them, webhooks are called
+    /// without credentials.
+    pub fn admission_webhook_client_auth(
+        mut self,
+        mutating: crate::auth::admission::WebhookClientAuth,
+        validating: crate::auth::admission::WebhookClientAuth,
+    ) -> ApiServerBuilder {
+        self.webhook_client_auth = (mutating, validating);
         self
     }
 
@@ -466,11 +483,14 @@ impl ApiServerBuilder {
     /// ```
     pub fn mutating_admission_webhook(&self) -> crate::auth::admission::MutatingAdmissionWebhook {
         use crate::auth::admission::webhook::{Dispatcher, Kind};
-        crate::auth::admission::MutatingAdmissionWebhook::with_dispatcher(Dispatcher::new(
-            Kind::Mutating,
-            Arc::new(webhooks::ServerWebhooks { cache: self.webhooks.clone(), objects: self.objects.clone() }),
-            self.object_reader(),
-        ))
+        crate::auth::admission::MutatingAdmissionWebhook::with_dispatcher(
+            Dispatcher::new(
+                Kind::Mutating,
+                Arc::new(webhooks::ServerWebhooks { cache: self.webhooks.clone(), objects: self.objects.clone() }),
+                self.object_reader(),
+            )
+            .with_auth(self.webhook_client_auth.0.clone()),
+        )
     }
 
     /// The [`ValidatingAdmissionWebhook`](crate::auth::admission::ValidatingAdmissionWebhook)
@@ -479,11 +499,14 @@ impl ApiServerBuilder {
     /// reads its configurations.
     pub fn validating_admission_webhook(&self) -> crate::auth::admission::ValidatingAdmissionWebhook {
         use crate::auth::admission::webhook::{Dispatcher, Kind};
-        crate::auth::admission::ValidatingAdmissionWebhook::with_dispatcher(Dispatcher::new(
-            Kind::Validating,
-            Arc::new(webhooks::ServerWebhooks { cache: self.webhooks.clone(), objects: self.objects.clone() }),
-            self.object_reader(),
-        ))
+        crate::auth::admission::ValidatingAdmissionWebhook::with_dispatcher(
+            Dispatcher::new(
+                Kind::Validating,
+                Arc::new(webhooks::ServerWebhooks { cache: self.webhooks.clone(), objects: self.objects.clone() }),
+                self.object_reader(),
+            )
+            .with_auth(self.webhook_client_auth.1.clone()),
+        )
     }
 
     /// How the PodSecurity plugin of the
@@ -762,6 +785,7 @@ impl ApiServer {
             objects: Default::default(),
             late_authorizer: Default::default(),
             webhooks: Default::default(),
+            webhook_client_auth: Default::default(),
             pod_security: Default::default(),
         };
         builder.admission = builder.default_admission(AdmissionChain::new());

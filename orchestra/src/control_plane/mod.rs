@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use orchestra_core::auth::admission::{AdmissionChain, AdmissionPlugin};
+use orchestra_core::auth::admission::{AdmissionChain, AdmissionPlugin, WebhookClientAuth};
 use orchestra_core::auth::{
     Authenticator, AuthenticatorChain, AuthorizationMode, Authorizer, AuthorizerChain, ClientCertAuthenticator,
     ExtensionAuthenticator, UserInfo,
@@ -204,6 +204,7 @@ pub struct ControlPlaneBuilder {
     allow_anonymous: bool,
     authorization: Authorization,
     webhook_authorizer: Option<orchestra_core::auth::WebhookAuthorizer>,
+    webhook_client_auth: Option<(WebhookClientAuth, WebhookClientAuth)>,
     abac_authorizer: Option<orchestra_core::auth::AbacAuthorizer>,
     admission: Option<AdmissionChain>,
     disabled_admission: Vec<String>,
@@ -248,6 +249,7 @@ impl ControlPlaneBuilder {
                 vec![AuthorizationMode::Node, AuthorizationMode::Rbac],
             ),
             webhook_authorizer: None,
+            webhook_client_auth: None,
             abac_authorizer: None,
             admission: None,
             disabled_admission: Vec::new(),
@@ -359,6 +361,14 @@ impl ControlPlaneBuilder {
     /// fails [`start`](Self::start).
     pub fn webhook_authorizer(mut self, authorizer: orchestra_core::auth::WebhookAuthorizer) -> Self {
         self.webhook_authorizer = Some(authorizer);
+        self
+    }
+
+    /// What the admission webhook plugins present to webhooks (kube-apiserver's
+    /// `--admission-control-config-file` `kubeConfigFile`s): the mutating
+    /// plugin's credentials, then the validating plugin's.
+    pub fn admission_webhook_client_auth(mut self, mutating: WebhookClientAuth, validating: WebhookClientAuth) -> Self {
+        self.webhook_client_auth = Some((mutating, validating));
         self
     }
 
@@ -562,6 +572,9 @@ impl ControlPlaneBuilder {
         let mut api = ApiServer::builder(store).authenticator(authenticators).service_account_tokens(signer.clone());
         if let Some(config) = self.pod_security.clone() {
             api = api.pod_security(config);
+        }
+        if let Some((mutating, validating)) = self.webhook_client_auth.clone() {
+            api = api.admission_webhook_client_auth(mutating, validating);
         }
         api = match self.authorization {
             Authorization::BeforeModes(chain, modes) => {

@@ -42,7 +42,7 @@ pub use service_account::{
     DEFAULT_SERVICE_ACCOUNT, ENFORCE_MOUNTABLE_SECRETS_ANNOTATION, ROOT_CA_CONFIG_MAP, ServiceAccount,
     TOKEN_EXPIRATION_SECONDS, TOKEN_MOUNT_PATH, TOKEN_VOLUME_PREFIX,
 };
-pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};
+pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook, WebhookClientAuth};
 
 /// The kind of write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

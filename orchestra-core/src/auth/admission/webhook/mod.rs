@@ -8,6 +8,7 @@
 //! [`MutatingAdmissionWebhook`].
 
 mod cache;
+mod credentials;
 mod mutating;
 mod validating;
 
@@ -23,6 +24,7 @@ use crate::api::{ApiError, LabelSelector, Registry, ResourceInfo};
 use crate::auth::https::HttpsClient;
 
 pub(crate) use cache::WebhookCache;
+pub use credentials::WebhookClientAuth;
 pub use mutating::MutatingAdmissionWebhook;
 pub use validating::ValidatingAdmissionWebhook;
 
@@ -266,11 +268,29 @@ impl Webhook {
         format!("{url}{separator}timeout={}s", self.timeout.as_secs())
     }
 
-    fn client(&self) -> Result<&HttpsClient, String> {
+    /// The host the webhook's credentials are chosen by: the URL's
+    /// `host:port`, or `<service>.<namespace>.svc:<port>`.
+    fn target(&self) -> Option<String> {
+        match &self.endpoint {
+            Endpoint::Url(url) => {
+                let uri: http::Uri = url.parse().ok()?;
+                Some(format!("{}:{}", uri.host()?, uri.port_u16().unwrap_or(443)))
+            }
+            Endpoint::Service { namespace, name, port, .. } => Some(format!("{name}.{namespace}.svc:{port}")),
+            Endpoint::Missing => None,
+        }
+    }
+
+    /// The HTTPS client, presenting the client certificate `auth` holds
+    /// for the webhook's host (made at the first call, with the first
+    /// dispatcher's credentials).
+    fn client(&self, auth: &WebhookClientAuth) -> Result<&HttpsClient, String> {
         self.client
             .get_or_init(|| {
                 let ca = self.ca_pem.clone()?;
-                HttpsClient::new(ca.as_deref(), None).map(|client| client.with_timeout(self.timeout))
+                let target = self.target();
+                let identity = target.as_deref().and_then(|t| auth.resolve(t)).and_then(|a| a.identity.as_ref());
+                HttpsClient::new(ca.as_deref(), identity).map(|client| client.with_timeout(self.timeout))
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -356,11 +376,18 @@ pub(crate) struct Dispatcher {
     configurations: Arc<dyn Configurations>,
     /// Reads namespaces for `namespaceSelector`.
     objects: Arc<dyn ObjectReader>,
+    /// What the server presents to webhooks.
+    auth: Arc<WebhookClientAuth>,
 }
 
 impl Dispatcher {
     pub(crate) fn new(kind: Kind, configurations: Arc<dyn Configurations>, objects: Arc<dyn ObjectReader>) -> Self {
-        Dispatcher { kind, configurations, objects }
+        Dispatcher { kind, configurations, objects, auth: Arc::default() }
+    }
+
+    /// Presents `auth`'s credentials to the webhooks.
+    pub(crate) fn with_auth(self, auth: WebhookClientAuth) -> Self {
+        Dispatcher { auth: Arc::new(auth), ..self }
     }
 
     /// Configurations and namespaces read through `objects`.
@@ -480,13 +507,15 @@ impl Dispatcher {
         if webhook.match_conditions {
             return Err("matchConditions (CEL expressions) are not supported by this server".into());
         }
-        let client = webhook.client()?;
+        let client = webhook.client(&self.auth)?;
+        let token = webhook.target().and_then(|target| self.auth.token_for(&target).map(str::to_owned));
+        let token = token.as_deref();
         let posted = match &webhook.endpoint {
-            Endpoint::Url(url) => client.post_json(&webhook.with_timeout(url), &review, None).await,
+            Endpoint::Url(url) => client.post_json(&webhook.with_timeout(url), &review, token).await,
             Endpoint::Service { namespace, name, path, port } => {
                 let (host, target_port) = self.resolve(namespace, name, *port).await?;
                 let url = webhook.with_timeout(&format!("https://{name}.{namespace}.svc:{port}{path}"));
-                client.post_json_via(&url, (&host, target_port), &review).await
+                client.post_json_via(&url, (&host, target_port), &review, token).await
             }
             Endpoint::Missing => return Err("the webhook has neither clientConfig.url nor clientConfig.service".into()),
         };

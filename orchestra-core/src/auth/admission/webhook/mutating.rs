@@ -64,9 +64,12 @@ use crate::auth::admission::{AdmissionPlugin, AdmissionRequest, ObjectReader};
 ///
 /// What the server does not do: `matchConditions`
 /// (CEL) are refused when a configuration is written; a webhook stored with
-/// them fails its calls the same way. The server presents no client
-/// credential to webhooks. An answer's `auditAnnotations` annotate the
-/// request's audit events as `<webhook name>/<key>`.
+/// them fails its calls the same way. The client certificate and token
+/// presented to a webhook are those a [`WebhookClientAuth`](super::WebhookClientAuth)
+/// holds for its host
+/// ([`ApiServerBuilder::admission_webhook_client_auth`](crate::server::ApiServerBuilder::admission_webhook_client_auth));
+/// none by default. An answer's `auditAnnotations` annotate the request's
+/// audit events as `<webhook name>/<key>`.
 ///
 /// ```
 /// use std::sync::Arc;

@@ -380,6 +380,8 @@ pub(crate) struct TestService {
     pub(crate) base: String,
     pub(crate) ca_base64: String,
     pub(crate) calls: Arc<AtomicUsize>,
+    /// A client certificate the service's CA signed, for `webhook-client`.
+    client: crate::tls::pki::Credential,
     _dir: tempfile::TempDir,
 }
 
@@ -397,14 +399,30 @@ impl TestService {
         let router = axum::Router::new().route(
             "/{path}",
             axum::routing::post(
-                move |axum::extract::Path(path): axum::extract::Path<String>, axum::Json(review): axum::Json<Value>| {
+                move |axum::extract::Path(path): axum::extract::Path<String>,
+                      peer: Option<axum::Extension<crate::auth::PeerCertificates>>,
+                      headers: axum::http::HeaderMap,
+                      axum::Json(review): axum::Json<Value>| {
                     let answer = answer.clone();
                     seen.fetch_add(1, Ordering::SeqCst);
                     async move {
                         if path == "slow" {
                             tokio::time::sleep(Duration::from_secs(2)).await;
                         }
-                        let request = &review["request"];
+                        // Who called, for `whoami`: the client certificate's
+                        // user and the bearer token.
+                        let certificate = peer
+                            .and_then(|axum::Extension(peer)| peer.0.first().cloned())
+                            .and_then(|leaf| crate::auth::certificate_user(&leaf).ok())
+                            .map_or_else(|| "none".to_owned(), |user| user.name);
+                        let token = headers
+                            .get(http::header::AUTHORIZATION)
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(|v| v.strip_prefix("Bearer "))
+                            .unwrap_or("none");
+                        let mut request = review["request"].clone();
+                        request["caller"] = format!("certificate={certificate} token={token}").into();
+                        let request = &request;
                         let mut response = answer(&path, request);
                         response["uid"] = request["uid"].clone();
                         axum::Json(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}))
@@ -419,7 +437,8 @@ impl TestService {
             std::future::pending(),
         ));
         let ca_base64 = base64::engine::general_purpose::STANDARD.encode(pki.ca_pem());
-        TestService { base, ca_base64, calls, _dir: dir }
+        let client = pki.issue_client("webhook-client", None).unwrap();
+        TestService { base, ca_base64, calls, client, _dir: dir }
     }
 
     /// A webhook named `name` calling `path` of this service, with `extra`
@@ -452,6 +471,7 @@ fn answer(path: &str, request: &Value) -> Value {
             json!({"allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": "pods are closed"}})
         }
         "warn" => json!({"allowed": true, "warnings": ["mind the gap"]}),
+        "whoami" => json!({"allowed": true, "auditAnnotations": {"caller": request["caller"]}}),
         "annotate" => json!({"allowed": true, "auditAnnotations": {"checked": "yes", "not/a key": "dropped"}}),
         "annotate-deny" => json!({"allowed": false, "auditAnnotations": {"why": "closed"},
             "status": {"code": 403, "message": "pods are closed"}}),
@@ -734,6 +754,37 @@ async fn answers_annotate_the_audit_log() {
         .await;
         assert_eq!(outcome.is_ok(), allowed, "{path}: {outcome:?}");
         assert_eq!(notes.audit_annotations, [(expected.0.to_owned(), expected.1.to_owned())], "{path}");
+    }
+}
+
+/// The credentials of the webhooks' kubeconfig are presented to the hosts
+/// they are for: a client certificate and a token to the service, nothing
+/// to a host no user names.
+#[tokio::test]
+async fn webhooks_get_the_credentials_of_their_host() {
+    let service = TestService::start(answer).await;
+    let host = service.base.trim_start_matches("https://").to_owned();
+    let encode = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+    let kubeconfig = format!(
+        "users:\n- name: {host:?}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n    token: hook-token\n\
+         - name: other.example.com\n  user: {{token: elsewhere}}\n",
+        encode(&service.client.cert_pem),
+        encode(&service.client.key_pem),
+    );
+    let with_credentials = WebhookClientAuth::from_kubeconfig(&kubeconfig, None).unwrap();
+    for (auth, expected) in [
+        (with_credentials, "certificate=webhook-client token=hook-token"),
+        (WebhookClientAuth::default(), "certificate=none token=none"),
+    ] {
+        let webhooks = vec![service.webhook("who.hooks.test", "whoami", json!({}))];
+        let objects = objects_with(&[(VALIDATING, configuration("hooks", webhooks))]);
+        let plugin =
+            ValidatingAdmissionWebhook::with_dispatcher(Dispatcher::reading(Kind::Validating, objects).with_auth(auth));
+        let write = Write::pod(Value::Null);
+        let request = write.request();
+        let (outcome, notes) = collect_notes(async move { plugin.validate(&request).await }).await;
+        assert!(outcome.is_ok(), "{outcome:?}");
+        assert_eq!(notes.audit_annotations, [("who.hooks.test/caller".to_owned(), expected.to_owned())]);
     }
 }
 
