@@ -482,15 +482,8 @@ impl ApiServerBuilder {
     /// # Ok(()) }
     /// ```
     pub fn mutating_admission_webhook(&self) -> crate::auth::admission::MutatingAdmissionWebhook {
-        use crate::auth::admission::webhook::{Dispatcher, Kind};
-        crate::auth::admission::MutatingAdmissionWebhook::with_dispatcher(
-            Dispatcher::new(
-                Kind::Mutating,
-                Arc::new(webhooks::ServerWebhooks { cache: self.webhooks.clone(), objects: self.objects.clone() }),
-                self.object_reader(),
-            )
-            .with_auth(self.webhook_client_auth.0.clone()),
-        )
+        let dispatcher = self.webhook_dispatcher(crate::auth::admission::webhook::Kind::Mutating);
+        crate::auth::admission::MutatingAdmissionWebhook::with_dispatcher(dispatcher)
     }
 
     /// The [`ValidatingAdmissionWebhook`](crate::auth::admission::ValidatingAdmissionWebhook)
@@ -498,15 +491,22 @@ impl ApiServerBuilder {
     /// as [`mutating_admission_webhook`](Self::mutating_admission_webhook)
     /// reads its configurations.
     pub fn validating_admission_webhook(&self) -> crate::auth::admission::ValidatingAdmissionWebhook {
+        let dispatcher = self.webhook_dispatcher(crate::auth::admission::webhook::Kind::Validating);
+        crate::auth::admission::ValidatingAdmissionWebhook::with_dispatcher(dispatcher)
+    }
+
+    /// The calls of one admission webhook plugin: configurations from the
+    /// server's watch-fed cache, the plugin's client credentials.
+    fn webhook_dispatcher(
+        &self,
+        kind: crate::auth::admission::webhook::Kind,
+    ) -> crate::auth::admission::webhook::Dispatcher {
         use crate::auth::admission::webhook::{Dispatcher, Kind};
-        crate::auth::admission::ValidatingAdmissionWebhook::with_dispatcher(
-            Dispatcher::new(
-                Kind::Validating,
-                Arc::new(webhooks::ServerWebhooks { cache: self.webhooks.clone(), objects: self.objects.clone() }),
-                self.object_reader(),
-            )
-            .with_auth(self.webhook_client_auth.1.clone()),
-        )
+        let configurations =
+            Arc::new(webhooks::ServerWebhooks { cache: self.webhooks.clone(), objects: self.objects.clone() });
+        let (mutating, validating) = &self.webhook_client_auth;
+        let auth = if kind == Kind::Mutating { mutating } else { validating };
+        Dispatcher::new(kind, configurations, self.object_reader()).with_auth(auth.clone())
     }
 
     /// How the PodSecurity plugin of the
