@@ -186,7 +186,7 @@ pub(crate) struct Webhook {
     /// `matchConditions` are set, which this server cannot evaluate.
     match_conditions: bool,
     /// The HTTPS client, made at the first call.
-    client: OnceLock<Result<HttpsClient, String>>,
+    caller: OnceLock<Result<Caller, String>>,
 }
 
 impl std::fmt::Debug for Webhook {
@@ -254,7 +254,7 @@ impl Webhook {
             timeout,
             reinvoke: text("reinvocationPolicy") == Some("IfNeeded"),
             match_conditions: webhook.get("matchConditions").and_then(Value::as_array).is_some_and(|c| !c.is_empty()),
-            client: OnceLock::new(),
+            caller: OnceLock::new(),
         }
     }
 
@@ -281,20 +281,27 @@ impl Webhook {
         }
     }
 
-    /// The HTTPS client, presenting the client certificate `auth` holds
+    /// The HTTPS client and token presenting the credentials `auth` holds
     /// for the webhook's host (made at the first call, with the first
     /// dispatcher's credentials).
-    fn client(&self, auth: &WebhookClientAuth) -> Result<&HttpsClient, String> {
-        self.client
+    fn caller(&self, auth: &WebhookClientAuth) -> Result<&Caller, String> {
+        self.caller
             .get_or_init(|| {
                 let ca = self.ca_pem.clone()?;
-                let target = self.target();
-                let identity = target.as_deref().and_then(|t| auth.resolve(t)).and_then(|a| a.identity.as_ref());
-                HttpsClient::new(ca.as_deref(), identity).map(|client| client.with_timeout(self.timeout))
+                let credentials = self.target().and_then(|target| auth.resolve(&target).cloned()).unwrap_or_default();
+                let client = HttpsClient::new(ca.as_deref(), credentials.identity.as_ref())?;
+                Ok(Caller { client: client.with_timeout(self.timeout), token: credentials.token })
             })
             .as_ref()
             .map_err(Clone::clone)
     }
+}
+
+/// How a webhook is called: the HTTPS client (with its client
+/// certificate, if any) and the bearer token.
+struct Caller {
+    client: HttpsClient,
+    token: Option<String>,
 }
 
 /// Where the plugins find the webhooks of the configurations, and the
@@ -507,8 +514,7 @@ impl Dispatcher {
         if webhook.match_conditions {
             return Err("matchConditions (CEL expressions) are not supported by this server".into());
         }
-        let client = webhook.client(&self.auth)?;
-        let token = webhook.target().and_then(|target| self.auth.token_for(&target).map(str::to_owned));
+        let Caller { client, token } = webhook.caller(&self.auth)?;
         let token = token.as_deref();
         let posted = match &webhook.endpoint {
             Endpoint::Url(url) => client.post_json(&webhook.with_timeout(url), &review, token).await,
