@@ -89,7 +89,7 @@ usage: cargo bench -p orchestra-benches --bench auth [-- OPTIONS]
   --clients C         concurrent clients of the creates, one HTTPS connection each (default 16)
   --runs N            runs of every figure; medians printed with the spread (default 7, quick 3, at least 3)
   --chunk K           creates a server makes before the other takes its turn (default 500)
-  --threads           also print each create phase's CPU time per create by thread name
+  --threads           also print each create phase's CPU time and CPU runs (wakeups) per create by thread name
 
 Data goes to a scratch directory under $ORCHESTRA_BENCH_DIR (default /var/tmp), never tmpfs.";
 
@@ -651,7 +651,9 @@ async fn run(config: &Config, scratch: &Path) -> Result<(), String> {
                 let window = cpu.read();
                 cpus[which] += window.total_ns() as f64 / 1e9;
                 for thread in &window.threads {
-                    *threads[which].entry(thread.name.clone()).or_default() += thread.cpu_ns;
+                    let entry = threads[which].entry(thread.name.clone()).or_default();
+                    entry.0 += thread.cpu_ns;
+                    entry.1 += thread.runs;
                 }
             }
         }
@@ -794,14 +796,24 @@ fn print_header(config: &Config, scratch: &Path, granted: &orchestra_core::auth:
     );
 }
 
-/// CPU nanoseconds by thread name.
-type ThreadTimes = std::collections::BTreeMap<String, u64>;
+/// CPU nanoseconds and times put on a CPU, by thread name.
+type ThreadTimes = std::collections::BTreeMap<String, (u64, u64)>;
 
 /// A server's CPU time per create over a run, by thread name (the store's
-/// committer, the runtime's workers, ...), to tell where a difference goes.
+/// committer, the runtime's workers, ...), and how often those threads were
+/// woken per create, to tell where a difference goes.
 fn print_threads(server: &str, threads: &ThreadTimes, creates: usize) {
-    let per_create = |ns: u64| ns as f64 / 1e3 / creates as f64;
-    let parts: Vec<String> =
-        threads.iter().filter(|(_, ns)| **ns > 0).map(|(name, ns)| format!("{name} {:.1}", per_create(*ns))).collect();
-    eprintln!("    {server}: {:.1} us CPU per create: {}", per_create(threads.values().sum()), parts.join(", "));
+    let per_create = |n: u64| n as f64 / creates as f64;
+    let parts: Vec<String> = threads
+        .iter()
+        .filter(|(_, (ns, _))| *ns > 0)
+        .map(|(name, (ns, runs))| format!("{name} {:.1} us/{:.2} runs", per_create(*ns) / 1e3, per_create(*runs)))
+        .collect();
+    let (ns, runs) = threads.values().fold((0, 0), |(ns, runs), (n, r)| (ns + n, runs + r));
+    eprintln!(
+        "    {server}: {:.1} us CPU and {:.2} runs on a CPU per create: {}",
+        per_create(ns) / 1e3,
+        per_create(runs),
+        parts.join(", ")
+    );
 }

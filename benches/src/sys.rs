@@ -166,11 +166,15 @@ pub struct ThreadCpu {
     pub name: String,
     /// CPU time (user + system) in nanoseconds.
     pub cpu_ns: u64,
+    /// How many times the thread was put on a CPU (schedstat's third
+    /// field): each wakeup after blocking counts one. Zero where the kernel
+    /// has no schedstat.
+    pub runs: u64,
 }
 
 /// Every thread of this process with its name and CPU time, from
 /// `/proc/self/task/<tid>/comm` and `/proc/self/task/<tid>/schedstat` (first
-/// field: nanoseconds on a CPU), or where the kernel has no schedstat,
+/// field: nanoseconds on a CPU; third: timeslices run), or where the kernel has no schedstat,
 /// `utime + stime` of `/proc/self/task/<tid>/stat` (clock ticks of 10 ms). A
 /// thread that exits while it is read is left out.
 pub fn thread_cpu_times() -> Vec<ThreadCpu> {
@@ -181,16 +185,20 @@ pub fn thread_cpu_times() -> Vec<ThreadCpu> {
             let tid: u32 = entry.file_name().to_str()?.parse().ok()?;
             let dir = entry.path();
             let name = std::fs::read_to_string(dir.join("comm")).ok()?.trim_end_matches('\n').to_owned();
-            let cpu_ns = match std::fs::read_to_string(dir.join("schedstat")) {
-                Ok(s) => s.split_whitespace().next()?.parse().ok()?,
+            let (cpu_ns, runs) = match std::fs::read_to_string(dir.join("schedstat")) {
+                Ok(s) => {
+                    let mut fields = s.split_whitespace();
+                    let cpu_ns = fields.next()?.parse().ok()?;
+                    (cpu_ns, fields.nth(1).and_then(|v| v.parse().ok()).unwrap_or(0))
+                }
                 Err(_) => {
                     let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
                     let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
                     let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-                    ((ticks(11) + ticks(12)) / USER_HZ * 1e9) as u64
+                    (((ticks(11) + ticks(12)) / USER_HZ * 1e9) as u64, 0)
                 }
             };
-            Some(ThreadCpu { tid, name, cpu_ns })
+            Some(ThreadCpu { tid, name, cpu_ns, runs })
         })
         .collect()
 }
@@ -205,7 +213,7 @@ pub fn thread_cpu_times() -> Vec<ThreadCpu> {
 /// which exit after 10 s idle, that loses nothing in a shorter window.
 #[derive(Debug, Clone)]
 pub struct ThreadCpuMeter {
-    start: std::collections::HashMap<u32, u64>,
+    start: std::collections::HashMap<u32, (u64, u64)>,
     wall: std::time::Instant,
 }
 
@@ -223,7 +231,7 @@ pub struct ThreadCpuWindow {
 impl ThreadCpuMeter {
     /// Starts measuring now.
     pub fn start() -> ThreadCpuMeter {
-        let start = thread_cpu_times().into_iter().map(|t| (t.tid, t.cpu_ns)).collect();
+        let start = thread_cpu_times().into_iter().map(|t| (t.tid, (t.cpu_ns, t.runs))).collect();
         ThreadCpuMeter { start, wall: std::time::Instant::now() }
     }
 
@@ -236,11 +244,18 @@ impl ThreadCpuMeter {
 
 impl ThreadCpuWindow {
     /// The window from the CPU times at its start (by thread id) to the threads at its end.
-    fn between(start: &std::collections::HashMap<u32, u64>, end: Vec<ThreadCpu>, seconds: f64) -> ThreadCpuWindow {
+    fn between(
+        start: &std::collections::HashMap<u32, (u64, u64)>,
+        end: Vec<ThreadCpu>,
+        seconds: f64,
+    ) -> ThreadCpuWindow {
         let exited = start.keys().filter(|tid| !end.iter().any(|t| t.tid == **tid)).count();
         let threads = end
             .into_iter()
-            .map(|t| ThreadCpu { cpu_ns: t.cpu_ns.saturating_sub(start.get(&t.tid).copied().unwrap_or(0)), ..t })
+            .map(|t| {
+                let (cpu_ns, runs) = start.get(&t.tid).copied().unwrap_or((0, 0));
+                ThreadCpu { cpu_ns: t.cpu_ns.saturating_sub(cpu_ns), runs: t.runs.saturating_sub(runs), ..t }
+            })
             .collect();
         ThreadCpuWindow { threads, exited, seconds }
     }
@@ -388,14 +403,15 @@ mod tests {
 
     #[test]
     fn thread_windows_count_new_threads_from_zero() {
-        let start = [(1, 500), (2, 100)].into_iter().collect();
+        let start = [(1, (500, 7)), (2, (100, 1))].into_iter().collect();
         let end = vec![
-            ThreadCpu { tid: 1, name: "a".into(), cpu_ns: 800 },
-            ThreadCpu { tid: 3, name: "bench-client".into(), cpu_ns: 40 },
+            ThreadCpu { tid: 1, name: "a".into(), cpu_ns: 800, runs: 10 },
+            ThreadCpu { tid: 3, name: "bench-client".into(), cpu_ns: 40, runs: 2 },
         ];
         let window = ThreadCpuWindow::between(&start, end, 1.0);
         assert_eq!(window.exited, 1);
         assert_eq!(window.total_ns(), 340);
+        assert_eq!(window.threads.iter().map(|t| t.runs).sum::<u64>(), 5);
         assert_eq!(window.cpu_ns(|n| n.starts_with("bench-client")), 40);
     }
 }

@@ -63,4 +63,4 @@ pub use mem::MemStore;
 pub use rocks::{RocksOptions, RocksStore};
 pub use store::{RangeRequest, RangeResponse, Store, StoreStatus};
 pub use txn::{Compare, CompareOp, CompareTarget, Op, OpResponse, Txn, TxnResponse};
-pub use watch::{WatchRequest, WatchResponse, WatchStream};
+pub use watch::{EventFilter, WatchRequest, WatchResponse, WatchStream};

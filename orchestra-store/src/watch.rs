@@ -33,12 +33,15 @@ pub struct WatchRequest {
     /// notification: a response with no events carrying the revision up to
     /// which the watch is complete.
     pub progress_notify: Option<Duration>,
+    /// Events of the range the watcher has no use for: see
+    /// [`WatchRequest::with_filter`].
+    pub filter: Option<EventFilter>,
 }
 
 impl WatchRequest {
     /// Watches `range` from now on.
     pub fn new(range: KeyRange) -> WatchRequest {
-        WatchRequest { range, start_revision: 0, progress_notify: None }
+        WatchRequest { range, start_revision: 0, progress_notify: None, filter: None }
     }
 
     /// Starts at `revision` (inclusive).
@@ -51,6 +54,88 @@ impl WatchRequest {
     pub fn with_progress_notify(mut self, interval: Duration) -> WatchRequest {
         self.progress_notify = Some(interval);
         self
+    }
+
+    /// Lets the store leave out the events `filter` rejects. A hint, not a
+    /// guarantee: a backend that cannot evaluate it (a remote one, a wrapper
+    /// that transforms values) delivers them, so the watcher still decides
+    /// for itself. What it buys is that a write whose events the filter all
+    /// rejects does not wake the watch at all: a watcher interested in few
+    /// of a busy range's writes (bound pods among all pods) is not woken
+    /// for the others.
+    pub fn with_filter(mut self, filter: EventFilter) -> WatchRequest {
+        self.filter = Some(filter);
+        self
+    }
+}
+
+/// A predicate on a watch's events ([`WatchRequest::with_filter`]): `true`
+/// keeps an event. It runs on the writer's path, for every event of the
+/// watched range, so it must be cheap and must not block. Two filters are
+/// equal when they are the same `Arc` (clones of one filter), which lets
+/// watches with the same range and filter share their fan-out.
+///
+/// ```
+/// use orchestra_store::{Event, EventFilter, EventKind, KeyValue};
+///
+/// // Deletes, and puts whose value mentions "nodeName".
+/// let bound = EventFilter::new(|event: &Event| {
+///     event.kind == EventKind::Delete || event.kv.value.windows(8).any(|w| w == b"nodeName")
+/// });
+/// let kv = KeyValue {
+///     key: "/p".into(),
+///     value: "{}".into(),
+///     create_revision: 1,
+///     mod_revision: 1,
+///     version: 1,
+///     expires_at_ms: None,
+/// };
+/// assert!(!bound.accepts(&Event { kind: EventKind::Put, kv, prev_kv: None }));
+/// assert_eq!(bound, bound.clone());
+/// ```
+#[derive(Clone)]
+pub struct EventFilter(Arc<dyn Fn(&Event) -> bool + Send + Sync>);
+
+impl EventFilter {
+    /// The filter keeping the events `keep` accepts.
+    pub fn new(keep: impl Fn(&Event) -> bool + Send + Sync + 'static) -> EventFilter {
+        EventFilter(Arc::new(keep))
+    }
+
+    /// Whether the filter keeps `event`.
+    pub fn accepts(&self, event: &Event) -> bool {
+        (self.0)(event)
+    }
+}
+
+impl std::fmt::Debug for EventFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventFilter(..)")
+    }
+}
+
+impl PartialEq for EventFilter {
+    fn eq(&self, other: &EventFilter) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for EventFilter {}
+
+/// What a watch receives: the events of its range its filter keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Interest {
+    range: KeyRange,
+    filter: Option<EventFilter>,
+}
+
+impl Interest {
+    fn of(request: &WatchRequest) -> Interest {
+        Interest { range: request.range.clone(), filter: request.filter.clone() }
+    }
+
+    fn wants(&self, event: &Event) -> bool {
+        self.range.contains(&event.kv.key) && self.filter.as_ref().is_none_or(|filter| filter.accepts(event))
     }
 }
 
@@ -155,24 +240,24 @@ struct Committed {
 /// watch's subscription and its view of "published so far" always agree.
 type HubState = Mutex<Channels>;
 
-/// One broadcast channel per distinct watched range. A commit group is sent
-/// only to the channels whose range one of its events falls in (etcd groups
-/// its watchers by key the same way), so a write wakes the watches it
-/// concerns and no others: a server with watches on many prefixes does not
-/// pay for waking all of them on every write.
+/// One broadcast channel per distinct watched range and filter. A commit
+/// group is sent only to the channels one of whose events it wants (etcd
+/// groups its watchers by key the same way), so a write wakes the watches
+/// it concerns and no others: a server with watches on many prefixes does
+/// not pay for waking all of them on every write.
 struct Channels {
     published: Revision,
-    channels: Vec<(KeyRange, broadcast::Sender<Arc<Committed>>)>,
+    channels: Vec<(Interest, broadcast::Sender<Arc<Committed>>)>,
 }
 
 impl Channels {
-    /// A receiver of every group published from now on that touches `range`.
-    fn subscribe(&mut self, range: &KeyRange) -> broadcast::Receiver<Arc<Committed>> {
-        if let Some((_, sender)) = self.channels.iter().find(|(watched, _)| watched == range) {
+    /// A receiver of every group published from now on that `interest` wants.
+    fn subscribe(&mut self, interest: &Interest) -> broadcast::Receiver<Arc<Committed>> {
+        if let Some((_, sender)) = self.channels.iter().find(|(watched, _)| watched == interest) {
             return sender.subscribe();
         }
         let (sender, receiver) = broadcast::channel(HUB_CAPACITY);
-        self.channels.push((range.clone(), sender));
+        self.channels.push((interest.clone(), sender));
         receiver
     }
 }
@@ -262,12 +347,12 @@ impl WatchHub {
         debug_assert!(first == inner.published + 1, "published {first} after {}", inner.published);
         inner.published = last;
         let committed = Arc::new(Committed { last, events });
-        inner.channels.retain(|(range, sender)| {
+        inner.channels.retain(|(interest, sender)| {
             // A channel whose watches all ended goes.
             if sender.receiver_count() == 0 {
                 return false;
             }
-            if committed.events.iter().any(|event| range.contains(&event.kv.key)) {
+            if committed.events.iter().any(|event| interest.wants(event)) {
                 // Receivers that drop meanwhile are fine: nobody is watching.
                 let _ = sender.send(committed.clone());
             }
@@ -281,15 +366,16 @@ impl WatchHub {
     /// ([`StoreStatus::check_watch_from`](crate::StoreStatus::check_watch_from)).
     /// The stream must be polled inside a Tokio runtime.
     pub fn watch(&self, log: Arc<dyn EventLog>, request: WatchRequest) -> WatchStream {
+        let interest = Interest::of(&request);
         let (published, receiver) = {
             let mut inner = self.inner.lock();
-            (inner.published, inner.subscribe(&request.range))
+            (inner.published, inner.subscribe(&interest))
         };
         let next = if request.start_revision > 0 { request.start_revision } else { published + 1 };
         let state = Watcher {
             hub: Arc::downgrade(&self.inner),
             log,
-            range: request.range,
+            interest,
             progress_notify: request.progress_notify,
             receiver,
             published,
@@ -312,7 +398,7 @@ struct Watcher {
     /// Weak, so that dropping the store closes its watches.
     hub: std::sync::Weak<HubState>,
     log: Arc<dyn EventLog>,
-    range: KeyRange,
+    interest: Interest,
     progress_notify: Option<Duration>,
     receiver: broadcast::Receiver<Arc<Committed>>,
     /// Every revision up to here is readable from the log.
@@ -330,7 +416,10 @@ impl Watcher {
             // Behind the hub: catch up from history, a window at a time.
             if self.next <= self.published {
                 let to = self.published.min(self.next + REPLAY_WINDOW - 1);
-                let events = self.log.events(&self.range, self.next, to).await?;
+                let mut events = self.log.events(&self.interest.range, self.next, to).await?;
+                if let Some(filter) = &self.interest.filter {
+                    events.retain(|event| filter.accepts(event));
+                }
                 self.next = to + 1;
                 if !events.is_empty() {
                     return Ok(WatchResponse { revision: to, events });
@@ -356,7 +445,7 @@ impl Watcher {
                     let events: Vec<Event> = group
                         .events
                         .iter()
-                        .filter(|e| e.revision() >= self.next && self.range.contains(&e.kv.key))
+                        .filter(|e| e.revision() >= self.next && self.interest.wants(e))
                         .cloned()
                         .collect();
                     self.published = self.published.max(group.last);
@@ -372,7 +461,7 @@ impl Watcher {
                         return Err(Error::Unavailable("the store is shut down".into()));
                     };
                     let mut hub = hub.lock();
-                    self.receiver = hub.subscribe(&self.range);
+                    self.receiver = hub.subscribe(&self.interest);
                     self.published = hub.published;
                 }
                 Err(broadcast::error::RecvError::Closed) => {
@@ -429,6 +518,10 @@ mod tests {
         Event { kind: EventKind::Put, kv, prev_kv: None }
     }
 
+    fn interest(prefix: &str, filter: Option<&EventFilter>) -> Interest {
+        Interest { range: KeyRange::prefix(prefix), filter: filter.cloned() }
+    }
+
     /// Each case: the ranges watched, then the keys written one revision
     /// each; after the writes, how many groups wait in each range's channel
     /// and how many channels the hub keeps.
@@ -469,7 +562,7 @@ mod tests {
         for case in cases {
             let hub = WatchHub::new(0);
             let receivers: Vec<_> =
-                case.watched.iter().map(|prefix| hub.inner.lock().subscribe(&KeyRange::prefix(*prefix))).collect();
+                case.watched.iter().map(|prefix| hub.inner.lock().subscribe(&interest(prefix, None))).collect();
             for (i, key) in case.writes.iter().enumerate() {
                 let revision = i as Revision + 1;
                 hub.publish(revision, revision, vec![put(key, revision)]);
@@ -490,7 +583,8 @@ mod tests {
         drop(b);
         history.0.lock().append(1, vec![put("/a/1", 1)]);
         hub.publish(1, 1, vec![put("/a/1", 1)]);
-        let channels: Vec<KeyRange> = hub.inner.lock().channels.iter().map(|(range, _)| range.clone()).collect();
+        let channels: Vec<KeyRange> =
+            hub.inner.lock().channels.iter().map(|(interest, _)| interest.range.clone()).collect();
         assert_eq!(channels, vec![KeyRange::prefix("/a/")]);
         drop(a);
     }
@@ -515,5 +609,59 @@ mod tests {
         hub.publish(4, 4, events);
         let response = watch.next().await.unwrap().unwrap();
         assert_eq!((response.revision, response.events[0].kv.key.as_str()), (4, "/a/4"));
+    }
+
+    /// Each case: the filters of watches on `/a/` (`odd`: keys ending in an
+    /// odd digit; `odd2`: the same predicate, another filter), the keys
+    /// written; then the groups queued per watch and the channels kept.
+    #[tokio::test]
+    async fn filtered_watches_are_woken_only_for_what_they_keep() {
+        let odd = EventFilter::new(|event: &Event| event.kv.key.ends_with(['1', '3', '5', '7', '9']));
+        let odd2 = EventFilter::new(|event: &Event| event.kv.key.ends_with(['1', '3', '5', '7', '9']));
+        let cases: [(&str, Vec<Option<&EventFilter>>, &[&str], &[usize], usize); 4] = [
+            ("rejected writes queue nothing", vec![Some(&odd)], &["/a/2", "/a/4"], &[0], 1),
+            ("kept and rejected", vec![Some(&odd), None], &["/a/1", "/a/2"], &[1, 2], 2),
+            ("one filter shares a channel", vec![Some(&odd), Some(&odd)], &["/a/3"], &[1, 1], 1),
+            ("equal predicates do not", vec![Some(&odd), Some(&odd2)], &["/a/3", "/a/4"], &[1, 1], 2),
+        ];
+        for (name, filters, writes, queued, channels) in cases {
+            let hub = WatchHub::new(0);
+            let receivers: Vec<_> =
+                filters.iter().map(|filter| hub.inner.lock().subscribe(&interest("/a/", *filter))).collect();
+            for (i, key) in writes.iter().enumerate() {
+                let revision = i as Revision + 1;
+                hub.publish(revision, revision, vec![put(key, revision)]);
+            }
+            let got: Vec<usize> = receivers.iter().map(broadcast::Receiver::len).collect();
+            assert_eq!(got, queued, "{name}: groups queued per watch");
+            assert_eq!(hub.inner.lock().channels.len(), channels, "{name}: channels");
+        }
+    }
+
+    /// A filtered watch delivers only the events its filter keeps, from
+    /// history and live.
+    #[tokio::test]
+    async fn filtered_watches_deliver_what_they_keep() {
+        let hub = WatchHub::new(0);
+        let history = Arc::new(History::default());
+        let odd = EventFilter::new(|event: &Event| event.kv.key.ends_with(['1', '3', '5', '7', '9']));
+        let write = |revision: Revision, keys: &[&str]| {
+            let events: Vec<Event> = keys.iter().map(|key| put(key, revision)).collect();
+            history.0.lock().append(revision, events.clone());
+            hub.publish(revision, revision, events);
+        };
+        write(1, &["/a/1", "/a/2"]);
+        write(2, &["/a/4"]);
+        let request = WatchRequest::new(KeyRange::prefix("/a/")).with_filter(odd);
+        let mut past = hub.watch(history.clone(), request.clone().from_revision(1));
+        let mut live = hub.watch(history.clone(), request);
+        write(3, &["/a/6", "/a/3", "/b/5"]);
+        let keys = |response: WatchResponse| -> Vec<String> { response.events.into_iter().map(|e| e.kv.key).collect() };
+        assert_eq!(keys(past.next().await.unwrap().unwrap()), ["/a/1"], "replayed");
+        for watch in [&mut past, &mut live] {
+            let response = watch.next().await.unwrap().unwrap();
+            assert_eq!(response.revision, 3);
+            assert_eq!(keys(response), ["/a/3"], "live");
+        }
     }
 }

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt as _;
 use orchestra_store::{
-    CompareTarget, Error, KeyValue, Op, OpResponse, RangeRequest, RangeResponse, Result, Revision, Store, StoreStatus,
-    Txn, TxnResponse, WatchRequest, WatchStream,
+    CompareTarget, Error, Event, EventFilter, KeyValue, Op, OpResponse, RangeRequest, RangeResponse, Result, Revision,
+    Store, StoreStatus, Txn, TxnResponse, WatchRequest, WatchStream,
 };
 
 use super::{ENCRYPTED_PREFIX, EncryptionConfig, EncryptionError};
@@ -188,7 +188,20 @@ impl Store for EncryptedStore {
         Ok(response)
     }
 
-    async fn watch(&self, request: WatchRequest) -> Result<WatchStream> {
+    async fn watch(&self, mut request: WatchRequest) -> Result<WatchStream> {
+        // The inner store's events hold ciphertext where a key is
+        // encrypted: a filter would judge those wrongly, so they pass it
+        // (and the watcher, which sees them decrypted, decides).
+        if let Some(filter) = request.filter.take() {
+            let config = self.config.clone();
+            request.filter = Some(EventFilter::new(move |event: &Event| {
+                let encrypted = |kv: &KeyValue| kv.value.starts_with(ENCRYPTED_PREFIX.as_bytes());
+                config.providers(&event.kv.key).is_some()
+                    || encrypted(&event.kv)
+                    || event.prev_kv.as_ref().is_some_and(encrypted)
+                    || filter.accepts(event)
+            }));
+        }
         let stream = self.inner.watch(request).await?;
         let config = self.config.clone();
         let decrypted = stream.map(move |item| {
@@ -356,5 +369,27 @@ mod tests {
         }
         assert!(matches!(watch.next().await, Some(Err(Error::Storage(_)))));
         assert!(watch.next().await.is_none(), "the watch ended after its error");
+    }
+
+    /// A watch's filter judges plain values, and lets encrypted ones through
+    /// to be decrypted: in the inner store it would see only ciphertext.
+    #[tokio::test]
+    async fn a_watch_filter_sees_encrypted_keys_through() {
+        let store = EncryptedStore::new(Arc::new(MemStore::new()), &config(vec![sbox("k", 1)]));
+        let keep = EventFilter::new(|event: &Event| event.kv.value.starts_with(b"keep"));
+        let request = WatchRequest::new(KeyRange::prefix("/registry/")).with_filter(keep);
+        let mut watch = store.watch(request).await.unwrap();
+        store.put("/registry/configmaps/default/a", "drop".into(), None).await.unwrap();
+        store.put(KEY, "keep".into(), None).await.unwrap();
+        store.put("/registry/configmaps/default/b", "keep".into(), None).await.unwrap();
+        let mut delivered = Vec::new();
+        while delivered.len() < 2 {
+            let response = watch.next().await.unwrap().unwrap();
+            delivered.extend(response.events.into_iter().map(|e| (e.kv.key, e.kv.value)));
+        }
+        assert_eq!(
+            delivered,
+            [(KEY.to_owned(), "keep".into()), ("/registry/configmaps/default/b".to_owned(), "keep".into())]
+        );
     }
 }

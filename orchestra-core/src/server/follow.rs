@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
-use orchestra_store::{Error as StoreError, Event, KeyRange, KeyValue, Revision, Store, WatchRequest};
+use orchestra_store::{Error as StoreError, Event, EventFilter, KeyRange, KeyValue, Revision, Store, WatchRequest};
 
 /// What a followed prefix feeds: a full list, then each change.
 pub(crate) trait Follower: Send + Sync + 'static {
@@ -15,6 +15,14 @@ pub(crate) trait Follower: Send + Sync + 'static {
 
     /// One change under `prefix`, in revision order.
     fn apply(&self, prefix: &str, event: &Event);
+
+    /// The changes under `prefix` the follower has no use for, left out of
+    /// its watch where the store can ([`WatchRequest::with_filter`]); by
+    /// default none. [`Follower::apply`] must still be right for the
+    /// changes the filter rejects, which a store may deliver anyway.
+    fn filter(&self, _prefix: &str) -> Option<EventFilter> {
+        None
+    }
 }
 
 /// Lists `prefix` into `follower`, then starts the task that keeps it
@@ -29,8 +37,9 @@ pub(crate) async fn follow<F: Follower>(
     what: &'static str,
 ) -> Result<(), StoreError> {
     let from = load(&**follower, &**store, &prefix).await?;
+    let filter = follower.filter(&prefix);
     let weak = Arc::downgrade(follower);
-    tokio::spawn(watch(weak, store.clone(), prefix, from, what));
+    tokio::spawn(watch(weak, store.clone(), prefix, filter, from, what));
     Ok(())
 }
 
@@ -45,11 +54,13 @@ async fn watch<F: Follower>(
     follower: Weak<F>,
     store: Arc<dyn Store>,
     prefix: String,
+    filter: Option<EventFilter>,
     mut from: Revision,
     what: &'static str,
 ) {
     loop {
-        let request = WatchRequest::new(KeyRange::prefix(prefix.clone())).from_revision(from + 1);
+        let mut request = WatchRequest::new(KeyRange::prefix(prefix.clone())).from_revision(from + 1);
+        request.filter = filter.clone();
         if let Ok(mut stream) = store.watch(request).await {
             while let Some(Ok(response)) = stream.next().await {
                 let Some(follower) = follower.upgrade() else { return };

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 
-use orchestra_store::{Event, EventKind, KeyValue};
+use orchestra_store::{Event, EventFilter, EventKind, KeyValue};
 use serde_json::Value;
 
 /// A kind of object a node reaches through its pods.
@@ -237,7 +237,7 @@ impl NodeGraph {
         // A pod not bound to a node has no edges: unless the graph holds it
         // (it cannot lose its node, but may stop decoding), its JSON need
         // not be parsed. Every pod is written unbound first.
-        if followed == Followed::Pods && memchr::memmem::find(&kv.value, b"\"nodeName\"").is_none() {
+        if followed == Followed::Pods && !may_be_bound(kv) {
             if self.read().pods.contains_key(&kv.key) {
                 self.delete(followed, &kv.key);
             }
@@ -296,6 +296,29 @@ impl crate::server::Follower for NodeGraph {
             _ => self.put(followed, &event.kv),
         }
     }
+
+    /// Of pods, only the changes to a bound pod or of one that was bound:
+    /// the graph holds bound pods only, so an unbound pod's create, updates
+    /// and delete change nothing in it, and most pod writes (every create
+    /// among them) need not wake its watch.
+    fn filter(&self, prefix: &str) -> Option<EventFilter> {
+        (Followed::of_prefix(prefix)? == Followed::Pods).then(|| {
+            EventFilter::new(|event: &Event| {
+                let was_bound = event.prev_kv.as_ref().map(may_be_bound);
+                match event.kind {
+                    // A delete that does not say what it deleted is kept.
+                    EventKind::Delete => was_bound != Some(false),
+                    _ => was_bound == Some(true) || may_be_bound(&event.kv),
+                }
+            })
+        })
+    }
+}
+
+/// False when a pod's stored JSON certainly has no `nodeName`: a cheap test
+/// before parsing it.
+fn may_be_bound(kv: &KeyValue) -> bool {
+    memchr::memmem::find(&kv.value, b"\"nodeName\"").is_some()
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The Node authorizer's decisions as vectors, after the cases of
 //! upstream's node authorizer tests.
 
+use orchestra_store::EventKind;
 use serde_json::json;
 
 use super::*;
@@ -230,4 +231,31 @@ async fn a_nodes_rules_are_the_system_node_roles() {
     assert!(rules.resource_rules.iter().any(|r| r.resources.as_deref() == Some(&["nodes/status".to_owned()][..])));
     let alice = UserInfo::new("alice", &[]);
     assert_eq!(authorizer.rules_for(&alice, "ns").await, Some(Rules::default()));
+}
+
+/// The graph's watch of pods leaves out what cannot change it: writes and
+/// deletes of pods that are not and were not bound.
+#[test]
+fn the_pod_watch_skips_unbound_pods() {
+    let unbound = || kv("/registry/pods/ns/p", json!({"metadata": {"name": "p"}, "spec": {}}));
+    let bound = || kv("/registry/pods/ns/p", json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}}));
+    let event = |kind, kv, prev_kv| orchestra_store::Event { kind, kv, prev_kv };
+    let (put, delete) = (EventKind::Put, EventKind::Delete);
+    #[rustfmt::skip]
+    let cases = [
+        ("create of an unbound pod", event(put, unbound(), None), false),
+        ("update of an unbound pod", event(put, unbound(), Some(unbound())), false),
+        ("binding", event(put, bound(), Some(unbound())), true),
+        ("create of a bound pod", event(put, bound(), None), true),
+        ("update of a bound pod", event(put, bound(), Some(bound())), true),
+        ("a bound pod that stops decoding", event(put, unbound(), Some(bound())), true),
+        ("delete of an unbound pod", event(delete, kv("/registry/pods/ns/p", Value::Null), Some(unbound())), false),
+        ("delete of a bound pod", event(delete, kv("/registry/pods/ns/p", Value::Null), Some(bound())), true),
+        ("delete without its last value", event(delete, kv("/registry/pods/ns/p", Value::Null), None), true),
+    ];
+    let filter = graph().filter("/registry/pods/").expect("pods are filtered");
+    for (name, event, kept) in cases {
+        assert_eq!(filter.accepts(&event), kept, "{name}");
+    }
+    assert!(graph().filter("/registry/persistentvolumeclaims/").is_none(), "claims are not");
 }
