@@ -101,7 +101,12 @@ impl Priority {
 
     async fn admit_pod_create(&self, request: &mut AdmissionRequest<'_>) -> Result<(), ApiError> {
         let Some(pod) = request.object.as_ref() else { return Ok(()) };
-        let class_name = pod["spec"]["priorityClassName"].as_str().unwrap_or_default().to_owned();
+        // The spec is looked up once: every lookup in a pod's JSON compares
+        // keys along its map.
+        let spec = &pod["spec"];
+        let class_name = spec.get("priorityClassName").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let set_priority = spec.get("priority").and_then(Value::as_i64);
+        let set_policy = spec.get("preemptionPolicy").and_then(Value::as_str).map(str::to_owned);
         let class = if class_name.is_empty() {
             self.default_class().await?
         } else {
@@ -119,27 +124,28 @@ impl Priority {
         let priority = class.as_ref().and_then(|c| c["value"].as_i64()).unwrap_or(0);
         let policy = match &class {
             Some(class) => class["preemptionPolicy"].as_str().unwrap_or(DEFAULT_PREEMPTION_POLICY),
-            None => pod["spec"]["preemptionPolicy"].as_str().unwrap_or(DEFAULT_PREEMPTION_POLICY),
+            None => set_policy.as_deref().unwrap_or(DEFAULT_PREEMPTION_POLICY),
         }
         .to_owned();
-        if let Some(set) = pod["spec"]["priority"].as_i64().filter(|set| *set != priority) {
+        if let Some(set) = set_priority.filter(|set| *set != priority) {
             return Err(request.forbidden(format!(
                 "the integer value of priority ({set}) must not be provided in pod spec; \
                  priority admission controller computed {priority} from the given PriorityClass name"
             )));
         }
-        if let Some(set) = pod["spec"]["preemptionPolicy"].as_str().filter(|set| *set != policy) {
+        if let Some(set) = set_policy.filter(|set| *set != policy) {
             return Err(request.forbidden(format!(
                 "the string value of PreemptionPolicy ({set}) must not be provided in pod spec; \
                  priority admission controller computed {policy} from the given PriorityClass name"
             )));
         }
         let pod = request.object.as_mut().expect("checked above");
+        let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return Ok(()) };
         if let Some(class) = class.as_ref().filter(|_| class_name.is_empty()) {
-            pod["spec"]["priorityClassName"] = class["metadata"]["name"].clone();
+            spec.insert("priorityClassName".into(), class["metadata"]["name"].clone());
         }
-        pod["spec"]["priority"] = priority.into();
-        pod["spec"]["preemptionPolicy"] = policy.into();
+        spec.insert("priority".into(), priority.into());
+        spec.insert("preemptionPolicy".into(), policy.into());
         Ok(())
     }
 

@@ -3,9 +3,9 @@
 //! so that a decision reads only the bindings naming the user or one of its
 //! groups, and the roles those bindings refer to by name.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
+use foldhash::{HashMap, HashSet};
 use k8s_openapi::api::rbac::v1::{PolicyRule, RoleRef, Subject};
 use orchestra_store::{Event, EventKind, KeyValue};
 use serde::Deserialize;
@@ -74,7 +74,9 @@ impl SubjectIndex {
     }
 }
 
-/// What the cache holds.
+/// What the cache holds. Its maps hash with foldhash (seeded per map):
+/// every authorized request looks up several of them, and SipHash costs
+/// several times as much on short names.
 #[derive(Default)]
 struct Index {
     /// Roles by (namespace, name).
