@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use orchestra::control_plane::NodeSlot;
-use orchestra::node::network::{Ipam, Ipv4Cidr};
+use orchestra::core::api::net::Ipv4Cidr;
+use orchestra::node::network::Ipam;
 use orchestra::node::runtime::cri_log::{self, Stream};
 use orchestra::node::runtime::{
     ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecResult, Image,

@@ -26,6 +26,8 @@ mod roles;
 mod runtime_backend;
 #[path = "examples/service_accounts.rs"]
 mod service_accounts;
+#[path = "examples/services.rs"]
+mod services;
 #[path = "examples/store_backend.rs"]
 mod store_backend;
 #[path = "examples/support.rs"]

@@ -34,6 +34,8 @@ pub struct Args {
     token_auth_file: Option<PathBuf>,
     #[command(flatten)]
     auth: super::AuthArgs,
+    #[command(flatten)]
+    services: super::ServiceArgs,
     /// Encryption at rest: upstream's `EncryptionConfiguration` file.
     #[arg(long)]
     encryption_provider_config: Option<PathBuf>,
@@ -58,6 +60,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         builder = builder.authenticator(TokenFile::read(path)?);
     }
     builder = args.auth.apply(builder)?;
+    builder = args.services.apply(builder);
     if let Some(path) = &args.encryption_provider_config {
         builder = builder.encryption(EncryptionConfig::from_file(path)?);
     }

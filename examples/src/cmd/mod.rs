@@ -16,8 +16,9 @@ use orchestra::core::auth::admission::{PodSecurityConfig, PodSecurityLevel};
 
 /// Pods' address space in the reference assembly: inside 127.0.0.0/8, so
 /// every pod address is a loopback address a process can bind on Linux
-/// without any set-up (see `orchestra_node::network`).
-pub const CLUSTER_CIDR: &str = "127.64.0.0/10";
+/// without any set-up (see `orchestra_node::network`); below the Services'
+/// ClusterIPs, `127.96.0.0/12`.
+pub const CLUSTER_CIDR: &str = "127.64.0.0/11";
 
 /// Completes on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {
@@ -129,6 +130,46 @@ pub struct AuthArgs {
     /// them there.
     #[arg(long, value_enum, default_value_t = PodSecurityEnforce::Baseline)]
     pub pod_security_enforce: PodSecurityEnforce,
+}
+
+/// Where Services' ClusterIPs and NodePorts come from, as kube-apiserver's
+/// flags.
+#[derive(clap::Args)]
+pub struct ServiceArgs {
+    /// The ClusterIPs' range, an IPv4 CIDR. The default is a loopback
+    /// block, on which a service proxy listens without privileges.
+    #[arg(long, default_value = "127.96.0.0/12")]
+    pub service_cluster_ip_range: orchestra::core::api::net::Ipv4Cidr,
+    /// The NodePorts' range, `first-last`.
+    #[arg(long, default_value = "30000-32767", value_parser = parse_port_range)]
+    pub service_node_port_range: std::ops::RangeInclusive<u16>,
+}
+
+impl ServiceArgs {
+    /// `builder` serving Services from these ranges.
+    pub fn apply(
+        &self,
+        builder: orchestra::control_plane::ControlPlaneBuilder,
+    ) -> orchestra::control_plane::ControlPlaneBuilder {
+        use orchestra::core::server::{ServerOptions, ServiceRanges};
+        let ranges = ServiceRanges::default()
+            .with_cluster_ips(self.service_cluster_ip_range)
+            .with_node_ports(self.service_node_port_range.clone());
+        builder.server_options(ServerOptions::default().with_service_ranges(ranges))
+    }
+}
+
+/// `first-last`, as `--service-node-port-range` takes it.
+fn parse_port_range(text: &str) -> Result<std::ops::RangeInclusive<u16>, String> {
+    let parse =
+        |port: &str| port.trim().parse::<u16>().map_err(|_| format!("{text:?}: expected first-last, e.g. 30000-32767"));
+    let (first, last) =
+        text.split_once('-').ok_or_else(|| format!("{text:?}: expected first-last, e.g. 30000-32767"))?;
+    let (first, last) = (parse(first)?, parse(last)?);
+    if first == 0 || first > last {
+        return Err(format!("{text:?}: the first port must be positive and not above the last"));
+    }
+    Ok(first..=last)
 }
 
 /// A level of the Pod Security Standards.

@@ -5,7 +5,7 @@
 //! The nodes are `orchestra-control-plane`, `orchestra-worker`,
 //! `orchestra-worker2`, ... each with its own loopback address
 //! (`127.0.10.<n>`), its own HTTPS endpoint on port 10250 at that address,
-//! and a pod CIDR inside `127.64.0.0/10` given by the NodeIPAM controller.
+//! and a pod CIDR inside `127.64.0.0/11` given by the NodeIPAM controller.
 //! The control-plane node runs the control plane as static pods (manifests in
 //! `DIR/manifests`, mirror pods in `kube-system`) on an embedded runtime:
 //! the scheduler and the controller manager are started and stopped by that
@@ -62,6 +62,8 @@ pub struct Args {
     pub kubelet_port: u16,
     #[command(flatten)]
     pub auth: super::AuthArgs,
+    #[command(flatten)]
+    pub services: super::ServiceArgs,
     /// Encryption at rest: upstream's `EncryptionConfiguration` file.
     #[arg(long)]
     pub encryption_provider_config: Option<PathBuf>,
@@ -92,6 +94,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     cluster = args.audit.apply(cluster)?;
     cluster = args.auth.apply(cluster)?;
+    cluster = args.services.apply(cluster);
     // Besides the data directory: what else holds credentials or keys.
     let kubeconfig = args.kubeconfig.clone().unwrap_or_else(|| data_dir.join("admin.kubeconfig"));
     let secrets = [

@@ -12,6 +12,7 @@ pub mod escape;
 pub mod fence;
 pub mod fields;
 pub mod meta;
+pub mod net;
 pub mod openapi;
 pub mod openapi_v2;
 pub mod patch;

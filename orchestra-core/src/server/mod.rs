@@ -37,6 +37,7 @@ mod read_cache;
 mod reader;
 mod reviews;
 mod route;
+mod services;
 mod state;
 mod subresources;
 mod table;
@@ -61,6 +62,7 @@ pub(crate) use follow::{Follower, follow};
 pub(crate) use list::list_prefix;
 pub use node_proxy::KubeletClient;
 pub(crate) use objects::generated_name;
+pub use services::ServiceRanges;
 pub use timeout::parse_go_duration;
 
 use self::objects::{Target, Written, respond};
@@ -101,6 +103,11 @@ pub struct ServerOptions {
     /// How many requests execute at once, and how the rest wait or are
     /// refused: API Priority and Fairness by default.
     pub flow_control: flowcontrol::FlowControl,
+    /// Where Services' ClusterIPs and NodePorts come from.
+    pub service_ranges: ServiceRanges,
+    /// How often the server checks Services' ClusterIPs and NodePorts
+    /// against what is recorded as allocated (upstream: every 3 minutes).
+    pub service_repair_interval: Duration,
 }
 
 impl Default for ServerOptions {
@@ -109,6 +116,8 @@ impl Default for ServerOptions {
             bookmark_interval: Duration::from_secs(60),
             request_timeout: Some(Duration::from_secs(60)),
             flow_control: Default::default(),
+            service_ranges: ServiceRanges::default(),
+            service_repair_interval: Duration::from_secs(180),
         }
     }
 }
@@ -129,6 +138,18 @@ impl ServerOptions {
     /// Sets [`flow_control`](Self::flow_control).
     pub fn with_flow_control(mut self, flow_control: flowcontrol::FlowControl) -> Self {
         self.flow_control = flow_control;
+        self
+    }
+
+    /// Sets [`service_ranges`](Self::service_ranges).
+    pub fn with_service_ranges(mut self, ranges: ServiceRanges) -> Self {
+        self.service_ranges = ranges;
+        self
+    }
+
+    /// Sets [`service_repair_interval`](Self::service_repair_interval).
+    pub fn with_service_repair_interval(mut self, interval: Duration) -> Self {
+        self.service_repair_interval = interval;
         self
     }
 }
@@ -717,6 +738,10 @@ impl ApiServerBuilder {
         let _ = self.objects.state.set(Arc::downgrade(&server.state));
         server.bootstrap().await?;
         let (store, registry) = (&server.state.store, server.state.registry());
+        if let Some(info) = registry.get("", "v1", "services") {
+            let interval = server.state.options.service_repair_interval;
+            services::spawn_repair(Arc::downgrade(&server.state), info.storage_prefix(), interval);
+        }
         if self.rbac_bootstrap {
             crate::auth::rbac::bootstrap::ensure(store, &registry).await?;
         }

@@ -12,6 +12,7 @@ use super::body;
 use super::codec::{decode_served, encode, encode_with_splice, raw};
 use super::patching;
 use super::route::Query;
+use super::services;
 use super::state::State;
 use crate::api::meta::{self, meta_str, metadata_mut};
 use crate::api::{ApiError, ErrorTarget, FieldError, ResourceInfo};
@@ -365,6 +366,20 @@ async fn create_stored(
         .await?
         .expect("admission keeps the object of a create");
     validate(target, &mut object, &name, None)?;
+    let claims = match is_service(target) {
+        true => Some(
+            services::allocate(
+                &state.options.service_ranges,
+                target.store(state),
+                &target.error_target(&name),
+                &mut object,
+                None,
+                query.dry_run,
+            )
+            .await?,
+        ),
+        false => None,
+    };
     if query.dry_run {
         return Ok(Created { object: Some(object), stored: None, splice: None });
     }
@@ -373,11 +388,14 @@ async fn create_stored(
     // the thread that built it (see `Answer::Json`).
     let served_from_store = answer == Answer::Json && splice.is_some() && raw::is_servable(&target.resource);
     let mut object = (!served_from_store).then_some(object);
-    let kv = target
-        .store(state)
-        .create(&target.key(&name), bytes, target.resource.ttl)
-        .await
-        .map_err(|e| store_error(e, &target.error_target(&name)))?;
+    let created = target.store(state).create(&target.key(&name), bytes, target.resource.ttl).await;
+    if let Some(claims) = claims {
+        match &created {
+            Ok(_) => claims.commit(target.store(state)).await,
+            Err(_) => claims.abandon(target.store(state)).await,
+        }
+    }
+    let kv = created.map_err(|e| store_error(e, &target.error_target(&name)))?;
     if let Some(object) = &mut object {
         metadata_mut(object).insert("resourceVersion".into(), kv.mod_revision.to_string().into());
     }
@@ -442,6 +460,12 @@ fn is_namespace(target: &Target) -> bool {
     target.resource.group.is_empty() && target.resource.plural == "namespaces"
 }
 
+/// Whether `target` is core/v1 services, whose writes allocate ClusterIPs
+/// and NodePorts.
+fn is_service(target: &Target) -> bool {
+    target.resource.group.is_empty() && target.resource.plural == "services"
+}
+
 /// Writes `new` over the stored `old` (at `old_revision`), finishing the
 /// deletion of an object whose last finalizer went away.
 async fn store_update(
@@ -454,6 +478,11 @@ async fn store_update(
     dry_run: bool,
 ) -> Result<Value, ApiError> {
     let error_target = target.error_target(name);
+    let service = is_service(target) && subresource.is_none();
+    let mut new = new;
+    if service {
+        services::keep_allocated(old, &mut new);
+    }
     let mut new = admit(state, target, Operation::Update, name, subresource, Some(new), Some(old), dry_run)
         .await?
         .expect("admission keeps the object of an update");
@@ -485,19 +514,34 @@ async fn store_update(
     {
         return Ok(old.clone());
     }
+    let store = target.store(state);
+    if finalized {
+        if !dry_run {
+            store.delete(&key, Some(old_revision)).await.map_err(|e| store_error(e, &error_target))?;
+            if is_service(target) {
+                services::release_all(store, old).await;
+            }
+        }
+        return Ok(new);
+    }
+    let claims = match service {
+        true => Some(
+            services::allocate(&state.options.service_ranges, store, &error_target, &mut new, Some(old), dry_run)
+                .await?,
+        ),
+        false => None,
+    };
     if dry_run {
         return Ok(new);
     }
-    if finalized {
-        target.store(state).delete(&key, Some(old_revision)).await.map_err(|e| store_error(e, &error_target))?;
-        return Ok(new);
+    let updated = store.update(&key, encode(&target.resource, &new), old_revision, target.resource.ttl).await;
+    if let Some(claims) = claims {
+        match &updated {
+            Ok(_) => claims.commit(store).await,
+            Err(_) => claims.abandon(store).await,
+        }
     }
-    let kv = target
-        .store(state)
-        .update(&key, encode(&target.resource, &new), old_revision, target.resource.ttl)
-        .await
-        .map_err(|e| store_error(e, &error_target))?;
-    decode_served(&target.resource, &kv)
+    decode_served(&target.resource, &updated.map_err(|e| store_error(e, &error_target))?)
 }
 
 /// PUT of an object or its status.
@@ -706,6 +750,9 @@ async fn delete_once(
             };
             if is_namespace {
                 state.namespaces.observe_delete(&prev);
+            }
+            if is_service(target) {
+                services::release_all(target.store(state), &object).await;
             }
         }
         return Ok(Some(object));

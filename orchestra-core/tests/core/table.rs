@@ -104,8 +104,8 @@ async fn populate(cluster: &TestCluster) {
     create(cluster, "/api/v1/namespaces/default/services", json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "web"},
-        "spec": {"type": "NodePort", "clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"], "selector": {"app": "web"},
-            "ports": [{"port": 80, "protocol": "TCP"}, {"name": "tls", "port": 443, "nodePort": 30443, "protocol": "TCP"}]},
+        "spec": {"type": "NodePort", "clusterIP": "127.96.0.20", "clusterIPs": ["127.96.0.20"], "selector": {"app": "web"},
+            "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}, {"name": "tls", "port": 443, "nodePort": 30443, "protocol": "TCP"}]},
     }))
     .await;
     create(
@@ -212,7 +212,10 @@ async fn kubectl_get_prints_upstream_columns() {
         let rows = words(&out);
         assert!(out.contains("NAME") && out.contains("UP-TO-DATE") && out.contains("CLUSTER-IP"), "{out}");
         assert_eq!(row(&rows, &["deployment.apps/web"])[1..4], ["1/2", "2", "1"]);
-        assert_eq!(row(&rows, &["service/web"])[1..5], ["NodePort", "10.96.0.20", "<none>", "80/TCP,443:30443/TCP"]);
+        assert_eq!(
+            row(&rows, &["service/web"])[1..5],
+            ["NodePort", "127.96.0.20", "<none>", "80:30080/TCP,443:30443/TCP"]
+        );
         assert_eq!(row(&rows, &["configmap/settings"])[1], "2");
 
         let out = words(&run(&kubectl, &["get", "deployment", "web", "--subresource=scale"]));

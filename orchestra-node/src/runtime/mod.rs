@@ -373,8 +373,9 @@ impl ContainerStatus {
 /// Sets the pod address range of `ipam` from the node's pod CIDR: what
 /// `update_runtime_config` does in the backends that hand out addresses.
 pub(crate) fn set_pod_cidr(ipam: &crate::network::Ipam, pod_cidr: &str) -> Result<()> {
-    let cidr: crate::network::Ipv4Cidr =
-        pod_cidr.parse().map_err(|e: crate::network::InvalidCidr| RuntimeError::InvalidArgument(e.to_string()))?;
+    let cidr: orchestra_core::api::net::Ipv4Cidr = pod_cidr
+        .parse()
+        .map_err(|e: orchestra_core::api::net::InvalidCidr| RuntimeError::InvalidArgument(e.to_string()))?;
     ipam.set_range(cidr);
     Ok(())
 }

@@ -23,13 +23,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::broadcast;
 
-use crate::network::Ipv4Cidr;
 use crate::runtime::cri_log::{Stream, parse_entry};
 use crate::runtime::{
     ContainerConfig, ContainerEvent, ContainerFilter, ContainerId, ContainerState, ContainerStatus, ExecRequest,
     LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodSandboxConfig, PodSandboxMetadata,
     RuntimeBackend, RuntimeError, SandboxFilter, SandboxId, SandboxState,
 };
+use orchestra_core::api::net::Ipv4Cidr;
 
 /// A container that exits by itself.
 #[derive(Debug, Clone)]

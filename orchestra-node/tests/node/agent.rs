@@ -371,7 +371,7 @@ async fn environment_and_volumes_reach_the_runtime() {
         .create(
             &PostParams::default(),
             &serde_json::from_value(
-                json!({"metadata": {"name": "backend"}, "spec": {"clusterIP": "10.96.0.20", "ports": [{"port": 80}]}}),
+                json!({"metadata": {"name": "backend"}, "spec": {"clusterIP": "127.96.0.20", "ports": [{"port": 80}]}}),
             )
             .unwrap(),
         )
@@ -437,8 +437,8 @@ async fn environment_and_volumes_reach_the_runtime() {
     assert_eq!(env("COLOR").as_deref(), Some("blue"));
     assert_eq!(env("PASSWORD").as_deref(), Some("hunter2"));
     assert_eq!(env("GREETING").as_deref(), Some("hello envy on env-1"));
-    assert_eq!(env("BACKEND_SERVICE_HOST").as_deref(), Some("10.96.0.20"));
-    assert_eq!(env("BACKEND_PORT").as_deref(), Some("tcp://10.96.0.20:80"));
+    assert_eq!(env("BACKEND_SERVICE_HOST").as_deref(), Some("127.96.0.20"));
+    assert_eq!(env("BACKEND_PORT").as_deref(), Some("tcp://127.96.0.20:80"));
     assert_eq!(cfg.command, ["/bin/echo", "hello envy on env-1"]);
     assert_eq!(cfg.args, [ip.as_str(), "$(POD_IP)"]);
     let mount = |p: &str| cfg.mounts.iter().find(|m| m.container_path == std::path::Path::new(p)).unwrap().clone();
