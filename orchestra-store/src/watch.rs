@@ -618,7 +618,10 @@ mod tests {
     async fn filtered_watches_are_woken_only_for_what_they_keep() {
         let odd = EventFilter::new(|event: &Event| event.kv.key.ends_with(['1', '3', '5', '7', '9']));
         let odd2 = EventFilter::new(|event: &Event| event.kv.key.ends_with(['1', '3', '5', '7', '9']));
-        let cases: [(&str, Vec<Option<&EventFilter>>, &[&str], &[usize], usize); 4] = [
+        /// Name, the watches' filters, the keys written, the groups queued
+        /// per watch, the channels kept.
+        type Case<'a> = (&'a str, Vec<Option<&'a EventFilter>>, &'a [&'a str], &'a [usize], usize);
+        let cases: [Case<'_>; 4] = [
             ("rejected writes queue nothing", vec![Some(&odd)], &["/a/2", "/a/4"], &[0], 1),
             ("kept and rejected", vec![Some(&odd), None], &["/a/1", "/a/2"], &[1, 2], 2),
             ("one filter shares a channel", vec![Some(&odd), Some(&odd)], &["/a/3"], &[1, 1], 1),

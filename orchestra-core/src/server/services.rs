@@ -298,7 +298,7 @@ pub(crate) async fn allocate(
     let result = fill(ranges, store, service, old, &old_held, &owner, dry_run, &mut claims.claimed).await;
     if let Err(errors) = result {
         claims.abandon(store).await;
-        return Err(errors.map_or_else(invalid, |e| e));
+        return Err(errors.unwrap_or_else(invalid));
     }
     let now = held(service);
     claims.dropped = old_held.into_iter().filter(|h| !now.contains(h)).collect();
