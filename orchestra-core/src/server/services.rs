@@ -383,10 +383,9 @@ async fn fill(
         }
     }
     let node_ports = wants_node_ports(service);
-    let ports_range = ranges.node_ports.clone();
-    let port_range = u32::from(*ports_range.start())..=u32::from(*ports_range.end());
+    let picks = Picks { store, owner, dry_run, range: &ranges.node_ports, old_held };
     let count = service["spec"]["ports"].as_array().map_or(0, Vec::len);
-    let mut given: BTreeMap<u16, usize> = BTreeMap::new();
+    let mut given = std::collections::BTreeSet::new();
     for index in 0..count {
         let field = format!("spec.ports[{index}].nodePort");
         let port = &service["spec"]["ports"][index];
@@ -399,78 +398,70 @@ async fn fill(
             }
             continue;
         }
+        // One Service may use a NodePort for two protocols of a port.
         let number = match u16::try_from(requested).ok().filter(|p| *p > 0) {
-            Some(port) => {
-                // One Service may use a NodePort for two protocols of a port.
-                if !given.contains_key(&port) && !old_held.contains(&Held::Port(port)) {
-                    let refuse = |why: &str| {
-                        Err(vec![
-                            FieldError::invalid(field.clone(), "", "")
-                                .with_message(format!("Invalid value: {port}: {why}")),
-                        ])
-                    };
-                    if !ports_range.contains(&port) {
-                        return Err(refuse(&format!(
-                            "provided port is not in the valid range. The range of valid ports is {}-{}",
-                            ports_range.start(),
-                            ports_range.end()
-                        )));
-                    }
-                    if !claim(store, Held::Port(port), owner, dry_run, claimed).await.map_err(Ok)? {
-                        return Err(refuse("provided port is already allocated"));
-                    }
-                }
-                port
-            }
-            None => {
-                let picked =
-                    pick(store, owner, dry_run, claimed, std::slice::from_ref(&port_range), |p| Held::Port(p as u16))
-                        .await
-                        .map_err(Ok)?;
-                let Some(port) = picked else {
-                    return Err(Ok(ApiError::internal("failed to allocate a nodePort: range is full")));
-                };
-                port as u16
-            }
+            Some(port) if given.contains(&port) => port,
+            requested => picks.node_port(&field, requested, claimed).await?,
         };
-        given.insert(number, index);
+        given.insert(number);
         service["spec"]["ports"][index]["nodePort"] = number.into();
     }
     if wants_health_check_port(service) {
         let requested = service["spec"]["healthCheckNodePort"].as_u64().unwrap_or(0);
-        let port = match u16::try_from(requested).ok().filter(|p| *p > 0) {
-            Some(port) if old_held.contains(&Held::Port(port)) => port,
-            Some(port) => {
-                let refuse = |why: &str| {
-                    Err(vec![
-                        FieldError::invalid("spec.healthCheckNodePort", "", "")
-                            .with_message(format!("Invalid value: {port}: {why}")),
-                    ])
-                };
-                if !ports_range.contains(&port) {
-                    return Err(refuse("provided port is not in the valid range"));
-                }
-                if given.contains_key(&port)
-                    || !claim(store, Held::Port(port), owner, dry_run, claimed).await.map_err(Ok)?
-                {
-                    return Err(refuse("provided port is already allocated"));
-                }
-                port
-            }
-            None => {
-                let picked =
-                    pick(store, owner, dry_run, claimed, std::slice::from_ref(&port_range), |p| Held::Port(p as u16))
-                        .await
-                        .map_err(Ok)?;
-                let Some(port) = picked else {
-                    return Err(Ok(ApiError::internal("failed to allocate a nodePort: range is full")));
-                };
-                port as u16
-            }
-        };
+        let requested = u16::try_from(requested).ok().filter(|p| *p > 0);
+        if let Some(port) = requested.filter(|port| given.contains(port)) {
+            let message = format!("Invalid value: {port}: provided port is already allocated");
+            return Err(Err(vec![FieldError::invalid("spec.healthCheckNodePort", "", "").with_message(message)]));
+        }
+        let port = picks.node_port("spec.healthCheckNodePort", requested, claimed).await?;
         service["spec"]["healthCheckNodePort"] = port.into();
     }
     Ok(())
+}
+
+/// What NodePorts are picked from and for whom.
+struct Picks<'a> {
+    store: &'a dyn Store,
+    owner: &'a Owner,
+    dry_run: bool,
+    range: &'a RangeInclusive<u16>,
+    /// What the Service held before this write: kept without a new claim.
+    old_held: &'a [Held],
+}
+
+impl Picks<'_> {
+    /// The NodePort of `field`: `requested` checked against the range and
+    /// claimed unless the Service held it already, or a free one picked.
+    async fn node_port(&self, field: &str, requested: Option<u16>, claimed: &mut Vec<Held>) -> Result<u16, FillError> {
+        let Picks { store, owner, dry_run, range, old_held } = *self;
+        let Some(port) = requested else {
+            let span = u32::from(*range.start())..=u32::from(*range.end());
+            let picked = pick(store, owner, dry_run, claimed, std::slice::from_ref(&span), |p| Held::Port(p as u16))
+                .await
+                .map_err(Ok)?;
+            return match picked {
+                Some(port) => Ok(port as u16),
+                None => Err(Ok(ApiError::internal("failed to allocate a nodePort: range is full"))),
+            };
+        };
+        if old_held.contains(&Held::Port(port)) {
+            return Ok(port);
+        }
+        let refuse = |why: String| {
+            Err(vec![FieldError::invalid(field, "", "").with_message(format!("Invalid value: {port}: {why}"))])
+        };
+        if !range.contains(&port) {
+            return Err(refuse(format!(
+                "provided port is not in the valid range. The range of valid ports is {}-{}",
+                range.start(),
+                range.end()
+            )));
+        }
+        if !claim(store, Held::Port(port), owner, dry_run, claimed).await.map_err(Ok)? {
+            return Err(refuse("provided port is already allocated".into()));
+        }
+        Ok(port)
+    }
 }
 
 /// Claims `held` for `owner`: false if another holds it. A dry run only
