@@ -366,19 +366,12 @@ async fn create_stored(
         .await?
         .expect("admission keeps the object of a create");
     validate(target, &mut object, &name, None)?;
-    let claims = match is_service(target) {
-        true => Some(
-            services::allocate(
-                &state.options.service_ranges,
-                target.store(state),
-                &target.error_target(&name),
-                &mut object,
-                None,
-                query.dry_run,
-            )
-            .await?,
-        ),
-        false => None,
+    let claims = if is_service(target) {
+        let ranges = &state.options.service_ranges;
+        let error_target = target.error_target(&name);
+        Some(services::allocate(ranges, target.store(state), &error_target, &mut object, None, query.dry_run).await?)
+    } else {
+        None
     };
     if query.dry_run {
         return Ok(Created { object: Some(object), stored: None, splice: None });
@@ -390,10 +383,7 @@ async fn create_stored(
     let mut object = (!served_from_store).then_some(object);
     let created = target.store(state).create(&target.key(&name), bytes, target.resource.ttl).await;
     if let Some(claims) = claims {
-        match &created {
-            Ok(_) => claims.commit(target.store(state)).await,
-            Err(_) => claims.abandon(target.store(state)).await,
-        }
+        claims.settle(target.store(state), created.is_ok()).await;
     }
     let kv = created.map_err(|e| store_error(e, &target.error_target(&name)))?;
     if let Some(object) = &mut object {
@@ -524,22 +514,18 @@ async fn store_update(
         }
         return Ok(new);
     }
-    let claims = match service {
-        true => Some(
-            services::allocate(&state.options.service_ranges, store, &error_target, &mut new, Some(old), dry_run)
-                .await?,
-        ),
-        false => None,
+    let claims = if service {
+        let ranges = &state.options.service_ranges;
+        Some(services::allocate(ranges, store, &error_target, &mut new, Some(old), dry_run).await?)
+    } else {
+        None
     };
     if dry_run {
         return Ok(new);
     }
     let updated = store.update(&key, encode(&target.resource, &new), old_revision, target.resource.ttl).await;
     if let Some(claims) = claims {
-        match &updated {
-            Ok(_) => claims.commit(store).await,
-            Err(_) => claims.abandon(store).await,
-        }
+        claims.settle(store, updated.is_ok()).await;
     }
     decode_served(&target.resource, &updated.map_err(|e| store_error(e, &error_target))?)
 }

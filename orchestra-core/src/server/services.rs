@@ -144,6 +144,11 @@ impl Owner {
         Owner { namespace: field("namespace"), name: field("name"), uid: field("uid") }
     }
 
+    /// `<namespace>/<name>`.
+    fn service(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
     fn encode(&self) -> bytes::Bytes {
         serde_json::to_vec(&json!({"namespace": self.namespace, "name": self.name, "uid": self.uid}))
             .expect("JSON values serialize")
@@ -253,27 +258,21 @@ pub(crate) fn keep_allocated(old: &Value, new: &mut Value) {
 
 /// What a write of a Service claimed, to give back if the write fails, and
 /// what it no longer holds, to release once it is written.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[must_use = "claims are released when the write fails, releases done when it succeeds"]
 pub(crate) struct Claims {
     claimed: Vec<Held>,
     dropped: Vec<Held>,
-    owner: Option<Owner>,
+    owner: Owner,
 }
 
 impl Claims {
-    /// The write failed: gives back what it claimed.
-    pub(crate) async fn abandon(self, store: &dyn Store) {
-        if let Some(owner) = &self.owner {
-            release(store, owner, &self.claimed).await;
-        }
-    }
-
-    /// The write succeeded: releases what the Service no longer holds.
-    pub(crate) async fn commit(self, store: &dyn Store) {
-        if let Some(owner) = &self.owner {
-            release(store, owner, &self.dropped).await;
-        }
+    /// Settles the claims once the write is done: gives back what it
+    /// claimed if it failed, releases what the Service no longer holds if
+    /// it succeeded.
+    pub(crate) async fn settle(self, store: &dyn Store, written: bool) {
+        let values = if written { &self.dropped } else { &self.claimed };
+        release(store, &self.owner, values).await;
     }
 }
 
@@ -289,167 +288,170 @@ pub(crate) async fn allocate(
     old: Option<&Value>,
     dry_run: bool,
 ) -> Result<Claims, ApiError> {
-    let invalid = |errors: Vec<FieldError>| ApiError::invalid(target, errors);
-    let old_held: Vec<Held> = old.map(held).unwrap_or_default();
     let owner = Owner::of(service);
-    let mut claims = Claims { owner: Some(owner.clone()), ..Claims::default() };
+    let old_held: Vec<Held> = old.map(held).unwrap_or_default();
+    let mut allocation = Allocation { store, target, owner, dry_run, old_held, claimed: Vec::new() };
     // Each value is claimed before the next is picked, so that a failure
     // halfway gives back only what this write claimed.
-    let result = fill(ranges, store, service, old, &old_held, &owner, dry_run, &mut claims.claimed).await;
-    if let Err(errors) = result {
-        claims.abandon(store).await;
-        return Err(errors.unwrap_or_else(invalid));
+    if let Err(error) = allocation.fill(ranges, service, old).await {
+        release(store, &allocation.owner, &allocation.claimed).await;
+        return Err(error);
     }
     let now = held(service);
-    claims.dropped = old_held.into_iter().filter(|h| !now.contains(h)).collect();
-    Ok(claims)
+    let Allocation { owner, old_held, claimed, .. } = allocation;
+    let dropped = old_held.into_iter().filter(|h| !now.contains(h)).collect();
+    Ok(Claims { claimed, dropped, owner })
 }
 
-/// A failure of [`fill`]: field errors (422) or another error.
-type FillError = Result<ApiError, Vec<FieldError>>;
-
-#[allow(clippy::too_many_arguments)]
-async fn fill(
-    ranges: &ServiceRanges,
-    store: &dyn Store,
-    service: &mut Value,
-    old: Option<&Value>,
-    old_held: &[Held],
-    owner: &Owner,
-    dry_run: bool,
-    claimed: &mut Vec<Held>,
-) -> Result<(), FillError> {
-    let cidr = ranges.cluster_ips;
-    if has_cluster_ip(service) {
-        let spec = &service["spec"];
-        let requested = match spec["clusterIP"].as_str().filter(|ip| !ip.is_empty()) {
-            Some(ip) => Some(ip.to_owned()),
-            None => spec["clusterIPs"][0].as_str().filter(|ip| !ip.is_empty()).map(str::to_owned),
-        };
-        if let Some(old_ip) = old.and_then(|old| old["spec"]["clusterIP"].as_str()).filter(|ip| !ip.is_empty())
-            && has_cluster_ip(old.expect("checked"))
-            && requested.as_deref() != Some(old_ip)
-        {
-            let value = requested.unwrap_or_default();
-            return Err(Err(vec![FieldError::invalid("spec.clusterIPs[0]", &value, "may not change once set")]));
-        }
-        let ip = match requested.as_deref() {
-            Some("None") => None,
-            Some(text) => {
-                let Ok(ip) = text.parse::<Ipv4Addr>() else {
-                    let detail = if text.parse::<std::net::IpAddr>().is_ok() {
-                        "only IPv4 is served (a single-stack cluster)"
-                    } else {
-                        "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
-                    };
-                    return Err(Err(vec![FieldError::invalid("spec.clusterIPs[0]", text, detail)]));
-                };
-                let held = Held::Ip(ip.into());
-                if !old_held.contains(&held) {
-                    let refuse = |why: String| {
-                        let message = format!("Invalid value: [\"{ip}\"]: failed to allocate IP {ip}: {why}");
-                        Err(vec![FieldError::invalid("spec.clusterIPs", "", "").with_message(message)])
-                    };
-                    if !usable(&cidr).contains(&u32::from(ip)) {
-                        return Err(refuse(format!(
-                            "the provided IP ({ip}) is not in the valid range. The range of valid IPs is {cidr}"
-                        )));
-                    }
-                    if !claim(store, held, owner, dry_run, claimed).await.map_err(Ok)? {
-                        return Err(refuse("provided IP is already allocated".into()));
-                    }
-                }
-                Some(ip)
-            }
-            None => {
-                let picked = pick(store, owner, dry_run, claimed, &[ranges.dynamic_ips(), usable(&cidr)], Held::Ip)
-                    .await
-                    .map_err(Ok)?;
-                let Some(ip) = picked else {
-                    return Err(Ok(ApiError::internal("failed to allocate a serviceIP: range is full")));
-                };
-                Some(Ipv4Addr::from(ip))
-            }
-        };
-        let spec = &mut service["spec"];
-        let ip = ip.map_or_else(|| "None".to_owned(), |ip| ip.to_string());
-        spec["clusterIP"] = ip.clone().into();
-        spec["clusterIPs"] = json!([ip]);
-        if spec["ipFamilies"].as_array().is_none_or(Vec::is_empty) {
-            spec["ipFamilies"] = json!(["IPv4"]);
-        }
-        if spec["ipFamilyPolicy"].as_str().is_none_or(str::is_empty) {
-            spec["ipFamilyPolicy"] = "SingleStack".into();
-        }
-    }
-    let node_ports = wants_node_ports(service);
-    let picks = Picks { store, owner, dry_run, range: &ranges.node_ports, old_held };
-    let count = service["spec"]["ports"].as_array().map_or(0, Vec::len);
-    let mut given = std::collections::BTreeSet::new();
-    for index in 0..count {
-        let field = format!("spec.ports[{index}].nodePort");
-        let port = &service["spec"]["ports"][index];
-        let requested = port["nodePort"].as_u64().unwrap_or(0);
-        if !node_ports {
-            if requested != 0 {
-                let kind = service["spec"]["type"].as_str().unwrap_or("ClusterIP");
-                let message = format!("Forbidden: may not be used when `type` is '{kind}'");
-                return Err(Err(vec![FieldError::invalid(field, "", "").with_message(message)]));
-            }
-            continue;
-        }
-        // One Service may use a NodePort for two protocols of a port.
-        let number = match u16::try_from(requested).ok().filter(|p| *p > 0) {
-            Some(port) if given.contains(&port) => port,
-            requested => picks.node_port(&field, requested, claimed).await?,
-        };
-        given.insert(number);
-        service["spec"]["ports"][index]["nodePort"] = number.into();
-    }
-    if wants_health_check_port(service) {
-        let requested = service["spec"]["healthCheckNodePort"].as_u64().unwrap_or(0);
-        let requested = u16::try_from(requested).ok().filter(|p| *p > 0);
-        if let Some(port) = requested.filter(|port| given.contains(port)) {
-            let message = format!("Invalid value: {port}: provided port is already allocated");
-            return Err(Err(vec![FieldError::invalid("spec.healthCheckNodePort", "", "").with_message(message)]));
-        }
-        let port = picks.node_port("spec.healthCheckNodePort", requested, claimed).await?;
-        service["spec"]["healthCheckNodePort"] = port.into();
-    }
-    Ok(())
-}
-
-/// What NodePorts are picked from and for whom.
-struct Picks<'a> {
+/// One write's allocation: what it claims values for, and what it claimed.
+struct Allocation<'a> {
     store: &'a dyn Store,
-    owner: &'a Owner,
+    target: &'a ErrorTarget,
+    owner: Owner,
+    /// Only look: claim nothing.
     dry_run: bool,
-    range: &'a RangeInclusive<u16>,
     /// What the Service held before this write: kept without a new claim.
-    old_held: &'a [Held],
+    old_held: Vec<Held>,
+    /// What this write claimed so far.
+    claimed: Vec<Held>,
 }
 
-impl Picks<'_> {
-    /// The NodePort of `field`: `requested` checked against the range and
+/// The 422 refusing `field` of the Service `target` with `message`.
+fn refuse(target: &ErrorTarget, field: &str, message: String) -> ApiError {
+    let error = FieldError { reason: "FieldValueInvalid", field: field.to_owned(), message };
+    ApiError::invalid(target, vec![error])
+}
+
+impl Allocation<'_> {
+    async fn fill(&mut self, ranges: &ServiceRanges, service: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
+        if has_cluster_ip(service) {
+            let spec = &service["spec"];
+            let requested = match spec["clusterIP"].as_str().filter(|ip| !ip.is_empty()) {
+                Some(ip) => Some(ip.to_owned()),
+                None => spec["clusterIPs"][0].as_str().filter(|ip| !ip.is_empty()).map(str::to_owned),
+            };
+            let old_ip = old.filter(|old| has_cluster_ip(old)).and_then(|old| old["spec"]["clusterIP"].as_str());
+            if let Some(old_ip) = old_ip.filter(|ip| !ip.is_empty())
+                && requested.as_deref() != Some(old_ip)
+            {
+                let value = requested.unwrap_or_default();
+                let error = FieldError::invalid("spec.clusterIPs[0]", &value, "may not change once set");
+                return Err(ApiError::invalid(self.target, vec![error]));
+            }
+            let ip = match requested.as_deref() {
+                Some("None") => "None".to_owned(),
+                Some(text) => self.requested_ip(&ranges.cluster_ips, text).await?.to_string(),
+                None => {
+                    let usable = [ranges.dynamic_ips(), usable(&ranges.cluster_ips)];
+                    let Some(ip) = self.pick(&usable, Held::Ip).await? else {
+                        return Err(ApiError::internal("failed to allocate a serviceIP: range is full"));
+                    };
+                    Ipv4Addr::from(ip).to_string()
+                }
+            };
+            let spec = &mut service["spec"];
+            spec["clusterIP"] = ip.clone().into();
+            spec["clusterIPs"] = json!([ip]);
+            if spec["ipFamilies"].as_array().is_none_or(Vec::is_empty) {
+                spec["ipFamilies"] = json!(["IPv4"]);
+            }
+            if spec["ipFamilyPolicy"].as_str().is_none_or(str::is_empty) {
+                spec["ipFamilyPolicy"] = "SingleStack".into();
+            }
+        }
+        let node_ports = wants_node_ports(service);
+        let count = service["spec"]["ports"].as_array().map_or(0, Vec::len);
+        let mut given = std::collections::BTreeSet::new();
+        for index in 0..count {
+            let field = format!("spec.ports[{index}].nodePort");
+            let requested = service["spec"]["ports"][index]["nodePort"].as_u64().unwrap_or(0);
+            if !node_ports {
+                if requested != 0 {
+                    let kind = service["spec"]["type"].as_str().unwrap_or("ClusterIP");
+                    return Err(refuse(
+                        self.target,
+                        &field,
+                        format!("Forbidden: may not be used when `type` is '{kind}'"),
+                    ));
+                }
+                continue;
+            }
+            // One Service may use a NodePort for two protocols of a port.
+            let number = match u16::try_from(requested).ok().filter(|p| *p > 0) {
+                Some(port) if given.contains(&port) => port,
+                requested => self.node_port(&ranges.node_ports, &field, requested).await?,
+            };
+            given.insert(number);
+            service["spec"]["ports"][index]["nodePort"] = number.into();
+        }
+        if wants_health_check_port(service) {
+            const FIELD: &str = "spec.healthCheckNodePort";
+            let requested = service["spec"]["healthCheckNodePort"].as_u64().unwrap_or(0);
+            let requested = u16::try_from(requested).ok().filter(|p| *p > 0);
+            if let Some(port) = requested.filter(|port| given.contains(port)) {
+                return Err(refuse(
+                    self.target,
+                    FIELD,
+                    format!("Invalid value: {port}: provided port is already allocated"),
+                ));
+            }
+            let port = self.node_port(&ranges.node_ports, FIELD, requested).await?;
+            service["spec"]["healthCheckNodePort"] = port.into();
+        }
+        Ok(())
+    }
+
+    /// A requested ClusterIP: checked against `cidr` and claimed unless the
+    /// Service held it already.
+    async fn requested_ip(&mut self, cidr: &Ipv4Cidr, text: &str) -> Result<Ipv4Addr, ApiError> {
+        let Ok(ip) = text.parse::<Ipv4Addr>() else {
+            let detail = if text.parse::<std::net::IpAddr>().is_ok() {
+                "only IPv4 is served (a single-stack cluster)"
+            } else {
+                "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+            };
+            return Err(ApiError::invalid(self.target, vec![FieldError::invalid("spec.clusterIPs[0]", text, detail)]));
+        };
+        let held = Held::Ip(ip.into());
+        if self.old_held.contains(&held) {
+            return Ok(ip);
+        }
+        let target = self.target;
+        let refuse = |why: String| {
+            let message = format!("Invalid value: [\"{ip}\"]: failed to allocate IP {ip}: {why}");
+            refuse(target, "spec.clusterIPs", message)
+        };
+        if !usable(cidr).contains(&u32::from(ip)) {
+            return Err(refuse(format!(
+                "the provided IP ({ip}) is not in the valid range. The range of valid IPs is {cidr}"
+            )));
+        }
+        if !self.claim(held).await? {
+            return Err(refuse("provided IP is already allocated".into()));
+        }
+        Ok(ip)
+    }
+
+    /// The NodePort of `field`: `requested` checked against `range` and
     /// claimed unless the Service held it already, or a free one picked.
-    async fn node_port(&self, field: &str, requested: Option<u16>, claimed: &mut Vec<Held>) -> Result<u16, FillError> {
-        let Picks { store, owner, dry_run, range, old_held } = *self;
+    async fn node_port(
+        &mut self,
+        range: &RangeInclusive<u16>,
+        field: &str,
+        requested: Option<u16>,
+    ) -> Result<u16, ApiError> {
         let Some(port) = requested else {
             let span = u32::from(*range.start())..=u32::from(*range.end());
-            let picked = pick(store, owner, dry_run, claimed, std::slice::from_ref(&span), |p| Held::Port(p as u16))
-                .await
-                .map_err(Ok)?;
-            return match picked {
+            return match self.pick(std::slice::from_ref(&span), |p| Held::Port(p as u16)).await? {
                 Some(port) => Ok(port as u16),
-                None => Err(Ok(ApiError::internal("failed to allocate a nodePort: range is full"))),
+                None => Err(ApiError::internal("failed to allocate a nodePort: range is full")),
             };
         };
-        if old_held.contains(&Held::Port(port)) {
+        if self.old_held.contains(&Held::Port(port)) {
             return Ok(port);
         }
-        let refuse = |why: String| {
-            Err(vec![FieldError::invalid(field, "", "").with_message(format!("Invalid value: {port}: {why}"))])
-        };
+        let target = self.target;
+        let refuse = |why: String| refuse(target, field, format!("Invalid value: {port}: {why}"));
         if !range.contains(&port) {
             return Err(refuse(format!(
                 "provided port is not in the valid range. The range of valid ports is {}-{}",
@@ -457,78 +459,69 @@ impl Picks<'_> {
                 range.end()
             )));
         }
-        if !claim(store, Held::Port(port), owner, dry_run, claimed).await.map_err(Ok)? {
+        if !self.claim(Held::Port(port)).await? {
             return Err(refuse("provided port is already allocated".into()));
         }
         Ok(port)
     }
-}
 
-/// Claims `held` for `owner`: false if another holds it. A dry run only
-/// looks.
-async fn claim(
-    store: &dyn Store,
-    held: Held,
-    owner: &Owner,
-    dry_run: bool,
-    claimed: &mut Vec<Held>,
-) -> Result<bool, ApiError> {
-    let key = held.key();
-    if dry_run {
-        return Ok(store.get(&key).await.map_err(ApiError::internal)?.is_none());
-    }
-    match store.create(&key, owner.encode(), None).await {
-        Ok(_) => {
-            claimed.push(held);
-            Ok(true)
+    /// Claims `held`: false if another holds it. A dry run only looks.
+    async fn claim(&mut self, held: Held) -> Result<bool, ApiError> {
+        let key = held.key();
+        if self.dry_run {
+            return Ok(self.store.get(&key).await.map_err(ApiError::internal)?.is_none());
         }
-        Err(StoreError::AlreadyExists { .. }) => Ok(false),
-        Err(error) => Err(ApiError::internal(format!("failed to allocate {key}: {error}"))),
+        match self.store.create(&key, self.owner.encode(), None).await {
+            Ok(_) => {
+                self.claimed.push(held);
+                Ok(true)
+            }
+            Err(StoreError::AlreadyExists { .. }) => Ok(false),
+            Err(error) => Err(ApiError::internal(format!("failed to allocate {key}: {error}"))),
+        }
     }
-}
 
-/// Picks and claims a free value: random ones from the first range, then
-/// a scan of each range from a random point. `None` when all are taken.
-async fn pick(
-    store: &dyn Store,
-    owner: &Owner,
-    dry_run: bool,
-    claimed: &mut Vec<Held>,
-    ranges: &[RangeInclusive<u32>],
-    held: impl Fn(u32) -> Held,
-) -> Result<Option<u32>, ApiError> {
-    let random = || uuid::Uuid::new_v4().as_u64_pair().0;
-    let size = |range: &RangeInclusive<u32>| u64::from(range.end() - range.start()) + 1;
-    if let Some(first) = ranges.first() {
-        for _ in 0..RANDOM_TRIES {
-            let value = first.start() + (random() % size(first)) as u32;
-            if claim(store, held(value), owner, dry_run, claimed).await? {
-                return Ok(Some(value));
+    /// Picks and claims a free value: random ones from the first range,
+    /// then a scan of each range from a random point. `None` when all are
+    /// taken.
+    async fn pick(
+        &mut self,
+        ranges: &[RangeInclusive<u32>],
+        held: impl Fn(u32) -> Held,
+    ) -> Result<Option<u32>, ApiError> {
+        let random = || uuid::Uuid::new_v4().as_u64_pair().0;
+        let size = |range: &RangeInclusive<u32>| u64::from(range.end() - range.start()) + 1;
+        if let Some(first) = ranges.first() {
+            for _ in 0..RANDOM_TRIES {
+                let value = first.start() + (random() % size(first)) as u32;
+                if self.claim(held(value)).await? {
+                    return Ok(Some(value));
+                }
             }
         }
-    }
-    for range in ranges {
-        // The taken values, read once; then each free one is tried from a
-        // random offset (another writer may take it first).
-        let prefix = match held(*range.start()) {
-            Held::Ip(_) => IP_PREFIX,
-            Held::Port(_) => PORT_PREFIX,
-        };
-        let mut taken = HashSet::new();
-        list_prefix(store, prefix, |kv| {
-            taken.insert(Held::of_key(&kv.key));
-        })
-        .await
-        .map_err(ApiError::internal)?;
-        let start = random() % size(range);
-        for offset in 0..size(range) {
-            let value = range.start() + ((start + offset) % size(range)) as u32;
-            if !taken.contains(&Some(held(value))) && claim(store, held(value), owner, dry_run, claimed).await? {
-                return Ok(Some(value));
+        for range in ranges {
+            // The taken values, read once; then each free one is tried from
+            // a random offset (another writer may take it first).
+            let prefix = match held(*range.start()) {
+                Held::Ip(_) => IP_PREFIX,
+                Held::Port(_) => PORT_PREFIX,
+            };
+            let mut taken = HashSet::new();
+            list_prefix(self.store, prefix, |kv| {
+                taken.insert(Held::of_key(&kv.key));
+            })
+            .await
+            .map_err(ApiError::internal)?;
+            let start = random() % size(range);
+            for offset in 0..size(range) {
+                let value = range.start() + ((start + offset) % size(range)) as u32;
+                if !taken.contains(&Some(held(value))) && self.claim(held(value)).await? {
+                    return Ok(Some(value));
+                }
             }
         }
+        Ok(None)
     }
-    Ok(None)
 }
 
 /// Releases `values` claimed by `owner` (keys another holds are left).
@@ -579,13 +572,12 @@ pub(crate) async fn repair(
         list_prefix(store, prefix, |kv| claims.push(kv.clone())).await?;
     }
     // Listed after the claims: a Service written since holds its claims.
-    let mut holders: BTreeMap<Held, Vec<(Owner, String)>> = BTreeMap::new();
+    let mut holders: BTreeMap<Held, Vec<Owner>> = BTreeMap::new();
     list_prefix(store, services_prefix, |kv| {
         let Ok(service) = serde_json::from_slice::<Value>(&kv.value) else { return };
         let owner = Owner::of(&service);
-        let name = format!("{}/{}", owner.namespace, owner.name);
         for value in held(&service) {
-            holders.entry(value).or_default().push((owner.clone(), name.clone()));
+            holders.entry(value).or_default().push(owner.clone());
         }
     })
     .await?;
@@ -597,12 +589,9 @@ pub(crate) async fn repair(
         claimed.insert(value);
         let owner = Owner::decode(&kv.value);
         let holders = holders.get(&value).map(Vec::as_slice).unwrap_or_default();
-        if holders.iter().any(|(holder, _)| Some(holder) == owner.as_ref()) {
-            for (holder, name) in holders {
-                if Some(holder) != owner.as_ref() {
-                    repaired.doubly_held.push((kv.key.clone(), name.clone()));
-                }
-            }
+        if holders.iter().any(|holder| Some(holder) == owner.as_ref()) {
+            let others = holders.iter().filter(|holder| Some(*holder) != owner.as_ref());
+            repaired.doubly_held.extend(others.map(|other| (kv.key.clone(), other.service())));
             continue;
         }
         let suspect = (kv.key.clone(), kv.mod_revision);
@@ -620,14 +609,14 @@ pub(crate) async fn repair(
         if claimed.contains(value) {
             continue;
         }
-        let Some(((first, _), rest)) = holders.split_first() else { continue };
+        let Some((first, rest)) = holders.split_first() else { continue };
         let key = value.key();
         match store.create(&key, first.encode(), None).await {
             Ok(_) => repaired.recorded.push(key.clone()),
             Err(StoreError::AlreadyExists { .. }) => {}
             Err(error) => return Err(error),
         }
-        repaired.doubly_held.extend(rest.iter().map(|(_, name)| (key.clone(), name.clone())));
+        repaired.doubly_held.extend(rest.iter().map(|other| (key.clone(), other.service())));
     }
     *suspects = next_suspects;
     Ok(repaired)

@@ -31,7 +31,7 @@ async fn create(store: &dyn Store, mut service: Value) -> Result<Value, ApiError
     let claims = allocate(&ranges(), store, &target(), &mut service, None, false).await?;
     let key = format!("{SERVICES}default/{}", service["metadata"]["name"].as_str().unwrap());
     store.put(&key, serde_json::to_vec(&service).unwrap().into(), None).await.unwrap();
-    claims.commit(store).await;
+    claims.settle(store, true).await;
     Ok(service)
 }
 
@@ -204,7 +204,7 @@ async fn a_full_range_is_an_error() {
 async fn dry_runs_fill_in_and_claim_nothing() {
     let store = MemStore::new();
     let mut dry = service("s", json!({"type": "NodePort", "ports": [tcp(80)]}));
-    allocate(&ranges(), &store, &target(), &mut dry, None, true).await.unwrap().commit(&store).await;
+    allocate(&ranges(), &store, &target(), &mut dry, None, true).await.unwrap().settle(&store, true).await;
     assert!(dry["spec"]["clusterIP"].is_string() && dry["spec"]["ports"][0]["nodePort"].is_u64());
     assert!(claims(&store).await.is_empty());
 }
@@ -249,7 +249,7 @@ async fn updates() {
         let result = allocate(&ranges(), &store, &target(), &mut new, Some(&old), false).await;
         match (result, expected) {
             (Ok(claims), Ok((ip, ports))) => {
-                claims.commit(&store).await;
+                claims.settle(&store, true).await;
                 assert_eq!(new["spec"]["clusterIP"].as_str().unwrap_or_default(), ip, "{name}");
                 let got: Vec<u64> = new["spec"]["ports"]
                     .as_array()
